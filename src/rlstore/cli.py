@@ -1,0 +1,38 @@
+"""Command line: ``rlstore train | probe | demo | inspect``.
+
+Each sub-command lives in the module that owns the feature; this file only dispatches, and
+imports the feature module lazily so ``rlstore --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# sub-command name -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("rlstore.agents.ppo.cli_train", "Train a PPO agent (default: FC agent on CartPole-v1)."),
+    "probe": ("rlstore.agents.ppo.cli_probe", "Train PPO agents on the probe environments; pass/fail table."),
+    "demo": ("rlstore.demo", "Fill a replay buffer from a random policy, sample, save and reload it."),
+    "inspect": ("rlstore.inspect", "Print the metadata of a saved buffer or checkpoint folder."),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlstore", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            importlib.import_module(module_name).add_arguments(p)
+    args = parser.parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
