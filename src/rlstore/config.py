@@ -1,0 +1,315 @@
+"""Typed buffer configs: build any registered buffer from a dict, a YAML file or a JSON file.
+
+A config is a mapping with a ``type`` naming an entry of :data:`BUFFER_REGISTRY` plus that
+buffer's constructor arguments, validated by the matching pydantic model (unknown keys, wrong
+types and missing keys are rejected with a :class:`~rlstore.errors.ConfigError` that lists every
+bad key with what was expected and what arrived).
+
+Example (``replay.yaml``)::
+
+    type: replay
+    capacity: 100000
+    num_envs: 8
+    seed: 0
+
+    >>> from rlstore.config import build_buffer
+    >>> buf = build_buffer({"type": "replay", "capacity": 1000, "num_envs": 4, "seed": 0})
+    >>> type(buf).__name__, buf.config()["capacity"]
+    ('ReplayBuffer', 1000)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
+from pydantic import ValidationError as _PydanticValidationError
+
+from rlstore.errors import ConfigError
+
+__all__ = [
+    "BufferConfig",
+    "FieldSpecConfig",
+    "IntrinsicStreamConfig",
+    "ReplayBufferConfig",
+    "RolloutBufferConfig",
+    "BUFFER_REGISTRY",
+    "CONFIG_MODELS",
+    "register_buffer",
+    "load_config_file",
+    "validate_config",
+    "build_buffer",
+    "format_validation_error",
+]
+
+
+class _Strict(BaseModel):
+    """Base: unknown keys are errors, values are not coerced across types ("3" is not 3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class FieldSpecConfig(_Strict):
+    """Shape and dtype of one stored field (per transition, without batch axes)."""
+
+    shape: list[Annotated[StrictInt, Field(ge=0)]] = Field(default_factory=list)
+    """Per-transition shape, e.g. ``[4]`` for CartPole observations, ``[]`` for scalars."""
+    dtype: StrictStr = "float32"
+    """Numpy dtype name or code, e.g. ``float32``, ``uint8``, ``int64``, ``bool``, ``<f4``."""
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str) -> str:
+        try:
+            kind: str = np.dtype(value).kind
+        except TypeError:
+            kind = ""
+        if kind not in tuple("biuf"):
+            raise ValueError(f"expected a bool/int/uint/float numpy dtype name, got {value!r}")
+        return value
+
+
+class BufferConfig(_Strict):
+    """Fields every buffer config shares."""
+
+    type: StrictStr
+    """Registry name of the buffer (a key of ``BUFFER_REGISTRY``), e.g. ``replay``."""
+    device: StrictStr = "cpu"
+    """Torch device the samples are returned on (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
+    seed: StrictInt | None = None
+    """Seed of the sampler's random generator; ``None`` draws fresh OS entropy."""
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """Constructor keyword arguments of the buffer (everything but ``type``)."""
+        return self.model_dump(exclude={"type"})
+
+
+class ReplayBufferConfig(BufferConfig):
+    """Config of :class:`rlstore.buffers.replay.ReplayBuffer` (FIFO ring, uniform sampling)."""
+
+    type: Literal["replay"] = "replay"
+    """Registry name: always ``replay``."""
+    capacity: StrictInt = Field(gt=0)
+    """Total number of transitions kept (over all env columns), > 0."""
+    num_envs: StrictInt = Field(default=1, gt=0)
+    """Number of parallel environments writing one row each per step, > 0."""
+    store_next_obs_once: StrictBool = True
+    """Store each observation once and rebuild ``next_obs`` from the following row."""
+    allow_nonfinite: StrictBool = False
+    """Accept NaN/inf in float fields (rejected by default)."""
+    specs: dict[str, FieldSpecConfig] | None = None
+    """Explicit field schema ``{name: {shape, dtype}}`` (or the list of ``{name, shape,
+    dtype}`` that ``ReplayBuffer.config()`` writes); ``None`` infers it from the first add."""
+
+    @field_validator("specs", mode="before")
+    @classmethod
+    def _specs_list_to_dict(cls, value: Any) -> Any:
+        if isinstance(value, list) and all(isinstance(v, Mapping) and "name" in v for v in value):
+            return {v["name"]: {k: x for k, x in v.items() if k != "name"} for v in value}
+        return value
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """Constructor kwargs; ``specs`` become :class:`rlstore.specs.FieldSpec` objects."""
+        kwargs = super().to_kwargs()
+        if self.specs is not None:
+            from rlstore.specs import FieldSpec
+
+            kwargs["specs"] = {
+                name: FieldSpec(name=name, shape=tuple(s.shape), dtype=np.dtype(s.dtype))
+                for name, s in self.specs.items()
+            }
+        return kwargs
+
+
+class IntrinsicStreamConfig(_Strict):
+    """RND-style intrinsic reward stream of a rollout buffer (see ``IntrinsicConfig``)."""
+
+    int_gamma: float = Field(default=0.99, ge=0.0, le=1.0, strict=True)
+    """Discount of the intrinsic (non-episodic) return, in [0, 1]."""
+    ext_coef: float = Field(default=2.0, strict=True)
+    """Weight of the extrinsic advantage in the combined advantage."""
+    int_coef: float = Field(default=1.0, strict=True)
+    """Weight of the intrinsic advantage in the combined advantage."""
+    int_lam: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
+    """GAE lambda of the intrinsic stream, in [0, 1]; ``None`` uses the buffer's ``lam``."""
+    normalize_rewards: StrictBool = True
+    """Divide intrinsic rewards by the running std of their discounted sum."""
+
+
+class RolloutBufferConfig(BufferConfig):
+    """Config of :class:`rlstore.buffers.rollout.RolloutBuffer` (on-policy, GAE)."""
+
+    type: Literal["rollout"] = "rollout"
+    """Registry name: always ``rollout``."""
+    num_steps: StrictInt = Field(gt=0)
+    """Steps T per env in one rollout, > 0."""
+    num_envs: StrictInt = Field(gt=0)
+    """Number of parallel environments N, > 0."""
+    gamma: float = Field(default=0.99, ge=0.0, le=1.0, strict=True)
+    """Discount factor in [0, 1]."""
+    lam: float = Field(default=0.95, ge=0.0, le=1.0, strict=True)
+    """GAE lambda in [0, 1] (0: one-step TD, 1: Monte-Carlo)."""
+    advantage_normalization: Literal["none", "batch", "minibatch"] = "minibatch"
+    """Advantage normalization: ``none``, over the whole ``batch``, or per ``minibatch``."""
+    intrinsic: IntrinsicStreamConfig | None = None
+    """Settings of an intrinsic reward stream; ``None`` for extrinsic rewards only."""
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """Constructor kwargs; ``intrinsic`` becomes a ``buffers.rollout.IntrinsicConfig``."""
+        kwargs = super().to_kwargs()
+        if self.intrinsic is not None:
+            from rlstore.buffers.rollout import IntrinsicConfig
+
+            kwargs["intrinsic"] = IntrinsicConfig(**self.intrinsic.model_dump())
+        return kwargs
+
+
+# name -> "module:Class" imported lazily by build_buffer
+BUFFER_REGISTRY: dict[str, str] = {
+    "replay": "rlstore.buffers.replay:ReplayBuffer",
+    "rollout": "rlstore.buffers.rollout:RolloutBuffer",
+}
+# name -> pydantic model validating that buffer's config
+CONFIG_MODELS: dict[str, type[BufferConfig]] = {
+    "replay": ReplayBufferConfig,
+    "rollout": RolloutBufferConfig,
+}
+
+
+def register_buffer(name: str, target: str, config_model: type[BufferConfig]) -> None:
+    """Register a buffer type for :func:`build_buffer`.
+
+    Args:
+        name: value of the ``type`` key in configs.
+        target: ``"module:Class"`` import path of the buffer class.
+        config_model: pydantic model (subclass of :class:`BufferConfig`) of its kwargs.
+    """
+    if ":" not in target:
+        raise ConfigError(f"target: expected 'module:Class', got {target!r}")
+    if not (isinstance(config_model, type) and issubclass(config_model, BufferConfig)):
+        raise ConfigError(f"config_model: expected a BufferConfig subclass, got {config_model!r}")
+    BUFFER_REGISTRY[name] = target
+    CONFIG_MODELS[name] = config_model
+
+
+def format_validation_error(
+    exc: _PydanticValidationError, where: str = "config", model: type[BaseModel] | None = None
+) -> str:
+    """One readable message listing each bad key with what was expected and what arrived.
+
+    With ``model`` given, unknown keys list the allowed ones and missing keys quote the
+    field's description.
+    """
+    fields = model.model_fields if model is not None else {}
+    lines = []
+    for err in exc.errors(include_url=False):
+        key = ".".join(str(p) for p in err["loc"]) or "<root>"
+        kind = err["type"]
+        top = str(err["loc"][0]) if err["loc"] else ""
+        if kind == "extra_forbidden":
+            allowed = (
+                f"; allowed keys: {', '.join(fields)}" if fields and len(err["loc"]) == 1 else ""
+            )
+            lines.append(f"  {key}: unknown key (got {err['input']!r}){allowed}")
+        elif kind == "missing":
+            info = fields.get(top)
+            desc = f" ({info.description})" if info is not None and info.description else ""
+            lines.append(f"  {key}: missing required key{desc}")
+        else:
+            got = err.get("input")
+            lines.append(f"  {key}: {err['msg']}, got {got!r} ({type(got).__name__})")
+    return f"{where}: {len(lines)} invalid key(s):\n" + "\n".join(lines)
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file holding one mapping.
+
+    Raises:
+        ConfigError: missing file, unknown suffix, a parse error (with its position), or a
+            top level that is not a mapping.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"path: config file {str(p)!r} does not exist")
+    suffix = p.suffix.lower()
+    text = p.read_text(encoding="utf-8")
+    try:
+        if suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError(
+                f"path: expected a .yaml, .yml or .json file, got suffix {suffix!r} ({p})"
+            )
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def validate_config(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> BufferConfig:
+    """Validate a buffer config (dict or file path) into its typed model.
+
+    Raises:
+        ConfigError: missing/unknown ``type``, unknown keys, wrong types, out-of-range values.
+    """
+    data = load_config_file(cfg) if isinstance(cfg, (str, os.PathLike)) else cfg
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"cfg: expected a mapping or a file path, got {type(data).__name__}")
+    kind = data.get("type")
+    if kind is None:
+        raise ConfigError(f"type: missing required key; expected one of {sorted(CONFIG_MODELS)}")
+    if kind not in CONFIG_MODELS:
+        raise ConfigError(f"type: expected one of {sorted(CONFIG_MODELS)}, got {kind!r}")
+    model = CONFIG_MODELS[kind]
+    try:
+        return model.model_validate(dict(data))
+    except _PydanticValidationError as exc:
+        raise ConfigError(format_validation_error(exc, f"{kind} buffer config", model)) from None
+
+
+def _import(target: str) -> Any:
+    module_name, _, qualname = target.partition(":")
+    try:
+        attr: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            attr = getattr(attr, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"type: cannot import buffer class {target!r} ({exc})") from exc
+    return attr
+
+
+def build_buffer(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> Any:
+    """Build a buffer from ``{"type": <registry name>, **kwargs}`` or a YAML/JSON file.
+
+    Args:
+        cfg: a mapping, or the path of a YAML/JSON file holding one.
+
+    Returns:
+        A new, empty buffer of the registered class.
+
+    Raises:
+        ConfigError: see :func:`validate_config`.
+    """
+    model = validate_config(cfg)
+    cls = _import(BUFFER_REGISTRY[model.type])
+    return cls(**model.to_kwargs())

@@ -1,0 +1,193 @@
+"""SimpleReplayBuffer facade (seed 000) against a plain list-of-transitions reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rlstore import checkpoint
+from rlstore.compat.simple_replay import SimpleReplayBuffer, SimpleReplayBufferSchema
+from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
+
+
+def _transition(rng: np.random.Generator, i: int) -> dict[str, Any]:
+    return {
+        "obs": rng.standard_normal(3).astype(np.float32),
+        "act": rng.standard_normal(2).astype(np.float32),
+        "rew": float(i),  # unique: identifies the transition
+        "next_obs": rng.standard_normal(3).astype(np.float32),  # discontinuous stream
+        "done": bool(i % 4 == 3),
+    }
+
+
+def _as_rows(batch: dict[str, torch.Tensor]) -> list[tuple]:
+    return [
+        (
+            tuple(batch["obs"][j].tolist()),
+            tuple(batch["act"][j].tolist()),
+            batch["rew"][j].item(),
+            tuple(batch["next_obs"][j].tolist()),
+            batch["done"][j].item(),
+        )
+        for j in range(len(batch["rew"]))
+    ]
+
+
+def _ref_row(t: dict[str, Any]) -> tuple:
+    f32 = lambda a: tuple(np.asarray(a, np.float32).tolist())  # noqa: E731
+    return (f32(t["obs"]), f32(t["act"]), float(t["rew"]), f32(t["next_obs"]), float(t["done"]))
+
+
+def test_samples_are_rows_of_the_last_size_transitions() -> None:
+    rng = np.random.default_rng(0)
+    buf = SimpleReplayBuffer(obs_dim=3, act_dim=2, size=6, batch_size=5, seed=1)
+    reference = [_transition(rng, i) for i in range(10)]
+    for t in reference:
+        buf.store(t)
+    assert len(buf) == 6
+    expected = {_ref_row(t) for t in reference[-6:]}  # FIFO keeps the last `size`
+    seen = set()
+    for _ in range(40):
+        batch = buf.sample_batch()
+        assert {k: tuple(v.shape) for k, v in batch.items()} == {
+            "obs": (5, 3),
+            "act": (5, 2),
+            "rew": (5,),
+            "next_obs": (5, 3),
+            "done": (5,),
+        }
+        assert all(v.dtype == torch.float32 for v in batch.values())
+        rows = _as_rows(batch)
+        assert set(rows) <= expected
+        seen |= set(rows)
+    assert seen == expected  # 200 draws from 6 rows: all appear (p(miss) < 6 * (5/6)**200)
+
+
+def test_batched_store_equals_single_stores() -> None:
+    rng = np.random.default_rng(1)
+    ts = [_transition(rng, i) for i in range(7)]
+    single = SimpleReplayBuffer(3, 2, 5, 4, seed=3)
+    for t in ts:
+        single.store(t)
+    batched = SimpleReplayBuffer(3, 2, 5, 4, seed=3)
+    batched.store({k: np.stack([np.asarray(t[k]) for t in ts]) for k in ts[0]})
+    for _ in range(3):
+        a, b = single.sample_batch(), batched.sample_batch()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_torch_inputs_and_scalar_action() -> None:
+    buf = SimpleReplayBuffer(2, 1, 4, 1, seed=0)
+    buf.store(
+        {
+            "obs": torch.tensor([1.0, 2.0]),
+            "act": torch.tensor(3.0),
+            "rew": torch.tensor(0.5),
+            "next_obs": torch.tensor([4.0, 5.0]),
+            "done": torch.tensor(True),
+        }
+    )
+    b = buf.sample_batch()
+    assert b["act"].tolist() == [[3.0]] and b["done"].tolist() == [1.0]
+    assert b["next_obs"].tolist() == [[4.0, 5.0]]
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda d: d.pop("done"), "expected keys"),
+        (lambda d: d.update(obs2=d["obs"]), "expected keys"),
+        (lambda d: d.update(obs=np.zeros(4)), r"buffer_dict\['obs'\]: expected shape \(3,\)"),
+        (lambda d: d.update(act=np.zeros(3)), r"buffer_dict\['act'\]: expected shape \(2,\)"),
+        (lambda d: d.update(done=0.5), r"buffer_dict\['done'\]: expected bool or 0/1"),
+        (lambda d: d.update(rew=np.nan), "reward"),
+    ],
+)
+def test_bad_store_is_rejected_and_changes_nothing(edit: Any, match: str) -> None:
+    rng = np.random.default_rng(2)
+    buf = SimpleReplayBuffer(3, 2, 5, 1, seed=0)
+    buf.store(_transition(rng, 0))
+    before = checkpoint._flatten(buf.state_dict())[0]
+    bad = _transition(rng, 1)
+    edit(bad)
+    with pytest.raises(SpecError, match=match):
+        buf.store(bad)
+    after = checkpoint._flatten(buf.state_dict())[0]
+    assert len(buf) == 1 and before.keys() == after.keys()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_sampling_more_than_stored_and_bad_sizes() -> None:
+    buf = SimpleReplayBuffer(3, 2, 5, 2, seed=0)
+    buf.store(_transition(np.random.default_rng(0), 0))
+    with pytest.raises(EmptyBufferError):
+        buf.sample_batch()
+    with pytest.raises(CapacityError, match="batch_size: expected <= size=5, got 6"):
+        SimpleReplayBuffer(3, 2, 5, 6)
+    with pytest.raises(ConfigError, match="size: Input should be greater than 0"):
+        SimpleReplayBuffer(3, 2, 0, 1)
+
+
+def test_finish_path_changes_nothing() -> None:
+    buf = SimpleReplayBuffer(3, 2, 5, 2, seed=0)
+    for i in range(3):
+        buf.store(_transition(np.random.default_rng(i), i))
+    twin = SimpleReplayBuffer(3, 2, 5, 2, seed=0)
+    twin.load_state_dict(buf.state_dict())
+    assert buf.finish_path() is None and buf.finish_path(action_obj=object()) is None
+    assert all(torch.equal(buf.sample_batch()[k], twin.sample_batch()[k]) for k in ("obs", "rew"))
+
+
+def test_instantiate_from_yaml_json_and_dict(tmp_path: Path) -> None:
+    cfg = {"obs_dim": 3, "act_dim": 2, "size": 50, "batch_size": 8}
+    (tmp_path / "c.yaml").write_text("obs_dim: 3\nact_dim: 2\nsize: 50\nbatch_size: 8\n")
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    for buf in (
+        SimpleReplayBuffer.instantiate_from_config(tmp_path / "c.yaml"),
+        SimpleReplayBuffer.instantiate_from_config(str(tmp_path / "c.json")),
+        SimpleReplayBuffer.instantiate_from_config_dict(cfg),
+    ):
+        assert isinstance(buf, SimpleReplayBuffer)
+        assert (buf.obs_dim, buf.act_dim, buf.size, buf.batch_size) == (3, 2, 50, 8)
+    assert SimpleReplayBuffer.schema is SimpleReplayBufferSchema
+    assert list(SimpleReplayBuffer.schema.model_fields) == list(cfg)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        ({"obs_dim": 3, "act_dim": 2, "size": 50}, "batch_size: missing required key"),
+        ({"obs_dim": 3, "act_dim": 2, "size": "50", "batch_size": 8}, "size: Input should be"),
+        ({"obs_dim": 3, "act_dim": 2, "size": 5, "batch_size": 1, "gamma": 0.9}, "gamma: unknown"),
+    ],
+)
+def test_config_errors_name_the_key(cfg: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        SimpleReplayBuffer.instantiate_from_config_dict(cfg)
+
+
+def test_config_file_errors_are_value_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        SimpleReplayBuffer.instantiate_from_config(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("obs_dim: [\n")
+    with pytest.raises(ValueError, match="invalid YAML"):
+        SimpleReplayBuffer.instantiate_from_config(tmp_path / "bad.yaml")
+
+
+def test_checkpoint_exact_resume(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    buf = SimpleReplayBuffer(3, 2, 8, 4, seed=9)
+    for i in range(11):
+        buf.store(_transition(rng, i))
+    buf.sample_batch()
+    checkpoint.save(buf, tmp_path)
+    restored = checkpoint.load(tmp_path)
+    assert isinstance(restored, SimpleReplayBuffer) and restored.config() == buf.config()
+    for _ in range(3):
+        a, b = buf.sample_batch(), restored.sample_batch()
+        assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,229 @@
+"""Tests of rlstore.config: typed buffer configs, files, registry and error messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlstore import config as config_mod
+from rlstore.config import (
+    CONFIG_MODELS,
+    BufferConfig,
+    ReplayBufferConfig,
+    RolloutBufferConfig,
+    build_buffer,
+    load_config_file,
+    register_buffer,
+    validate_config,
+)
+from rlstore.errors import ConfigError
+
+
+def test_every_field_of_every_model_is_documented() -> None:
+    models = [*CONFIG_MODELS.values(), config_mod.FieldSpecConfig, config_mod.IntrinsicStreamConfig]
+    for model in models:
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"
+
+
+def test_replay_from_dict() -> None:
+    from rlstore.buffers.replay import ReplayBuffer
+
+    buf = build_buffer({"type": "replay", "capacity": 64, "num_envs": 4, "seed": 3})
+    assert isinstance(buf, ReplayBuffer)
+    cfg = buf.config()
+    assert (cfg["capacity"], cfg["num_envs"], cfg["seed"]) == (64, 4, 3)
+
+
+def test_replay_with_explicit_specs_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "replay.yaml"
+    path.write_text(
+        "type: replay\n"
+        "capacity: 10\n"
+        "specs:\n"
+        "  obs: {shape: [3], dtype: float32}\n"
+        "  action: {shape: [], dtype: int64}\n"
+        "  reward: {shape: [], dtype: float32}\n"
+    )
+    model = validate_config(path)
+    assert isinstance(model, ReplayBufferConfig)
+    specs = model.to_kwargs()["specs"]
+    assert specs["obs"].shape == (3,) and specs["obs"].dtype == np.dtype(np.float32)
+    assert specs["action"].shape == () and specs["action"].dtype == np.dtype(np.int64)
+    assert specs["obs"].name == "obs"
+
+
+def test_replay_config_round_trips_through_the_buffer() -> None:
+    """``ReplayBuffer.config()`` (specs as a list, dtype codes) validates and rebuilds."""
+    from rlstore.buffers.replay import ReplayBuffer
+
+    buf = ReplayBuffer(12, num_envs=2, seed=1)
+    buf.add(
+        np.zeros((2, 3), np.float32),
+        np.zeros(2, np.int64),
+        np.zeros(2),
+        np.ones((2, 3)),
+        np.zeros(2, bool),
+        np.zeros(2, bool),
+    )
+    cfg = buf.config()
+    assert isinstance(cfg["specs"], list)
+    twin = build_buffer({"type": "replay", **cfg})
+    assert twin.config() == cfg
+
+
+def test_rollout_from_json_file(tmp_path: Path) -> None:
+    from rlstore.buffers.rollout import IntrinsicConfig, RolloutBuffer
+
+    path = tmp_path / "rollout.json"
+    cfg = {
+        "type": "rollout",
+        "num_steps": 8,
+        "num_envs": 2,
+        "gamma": 1,  # ints are fine for floats
+        "lam": 0.9,
+        "advantage_normalization": "batch",
+        "intrinsic": {"int_gamma": 0.999},
+    }
+    path.write_text(json.dumps(cfg))
+    buf = build_buffer(str(path))
+    assert isinstance(buf, RolloutBuffer)
+    assert (buf.num_steps, buf.num_envs, buf.gamma, buf.lam) == (8, 2, 1.0, 0.9)
+    assert buf.advantage_normalization == "batch"
+    assert buf.intrinsic == IntrinsicConfig(int_gamma=0.999)
+
+
+def _error(cfg: Any) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    return str(info.value)
+
+
+def test_unknown_key_names_the_key_and_allowed_keys() -> None:
+    msg = _error({"type": "replay", "capacity": 5, "capacty": 5})
+    assert "capacty: unknown key (got 5)" in msg
+    assert "allowed keys: type, device, seed, capacity, num_envs" in msg
+
+
+@pytest.mark.parametrize(
+    ("cfg", "expected"),
+    [
+        ({"capacity": "10"}, "capacity: Input should be a valid integer, got '10' (str)"),
+        ({"capacity": True}, "capacity: Input should be a valid integer, got True (bool)"),
+        ({"capacity": 2.5}, "capacity: Input should be a valid integer, got 2.5 (float)"),
+        ({"capacity": 0}, "capacity: Input should be greater than 0, got 0 (int)"),
+        ({"capacity": 4, "num_envs": -1}, "num_envs: Input should be greater than 0"),
+        ({"capacity": 4, "seed": "0"}, "seed: Input should be a valid integer"),
+        ({"capacity": 4, "device": 0}, "device: Input should be a valid string, got 0 (int)"),
+        ({"capacity": 4, "specs": {"obs": {"shape": ["3"]}}}, "specs.obs.shape.0: Input should"),
+        ({"capacity": 4, "specs": {"obs": {"shape": [3], "dtyp": "f"}}}, "specs.obs.dtyp: unknown"),
+        ({"capacity": 4, "specs": {"obs": {"dtype": "str"}}}, "specs.obs.dtype: Value error"),
+        ({"capacity": 4, "specs": {"obs": {"shape": [-1]}}}, "specs.obs.shape.0: Input should"),
+        ({}, "capacity: missing required key (Total number of transitions"),
+    ],
+)
+def test_replay_errors_name_the_key(cfg: dict[str, Any], expected: str) -> None:
+    assert expected in _error({"type": "replay", **cfg})
+
+
+@pytest.mark.parametrize(
+    ("cfg", "expected"),
+    [
+        ({"gamma": 1.5}, "gamma: Input should be less than or equal to 1, got 1.5"),
+        ({"lam": "0.9"}, "lam: Input should be a valid number, got '0.9' (str)"),
+        ({"advantage_normalization": "global"}, "advantage_normalization: Input should be"),
+        ({"intrinsic": {"int_lam": 2}}, "intrinsic.int_lam: Input should be less than or equal"),
+        ({"intrinsic": {"bonus": 1}}, "intrinsic.bonus: unknown key"),
+    ],
+)
+def test_rollout_errors_name_the_key(cfg: dict[str, Any], expected: str) -> None:
+    assert expected in _error({"type": "rollout", "num_steps": 4, "num_envs": 2, **cfg})
+
+
+def test_all_bad_keys_are_reported_at_once() -> None:
+    msg = _error({"type": "replay", "capacity": "x", "num_envs": 0, "colour": 1})
+    assert msg.startswith("replay buffer config: 3 invalid key(s):")
+    for key in ("capacity:", "num_envs:", "colour:"):
+        assert key in msg
+
+
+def test_type_key_problems() -> None:
+    assert "type: missing required key" in _error({"capacity": 4})
+    assert "type: expected one of ['replay', 'rollout'], got 'ring'" in _error({"type": "ring"})
+    assert "cfg: expected a mapping" in _error(42)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("bad.yaml", "type: replay\ncapacity: [1,\n", "invalid YAML"),
+        ("bad.json", '{"type": "replay",', "invalid JSON"),
+        ("list.yaml", "- 1\n- 2\n", "expected a mapping at the top level, got list"),
+        ("cfg.toml", "type = 'replay'", "expected a .yaml, .yml or .json file, got suffix '.toml'"),
+    ],
+)
+def test_bad_files(tmp_path: Path, name: str, text: str, expected: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config_file(path)
+    assert expected in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_buffer(tmp_path / "nope.yaml")
+
+
+class _DummyConfig(BufferConfig):
+    """Config of a test buffer."""
+
+    type: str = "dummy"
+    """Registry name."""
+    size: int = 1
+    """Number of slots."""
+
+
+class DummyBuffer:
+    def __init__(self, size: int, device: str = "cpu", seed: int | None = None) -> None:
+        self.size, self.device, self.seed = size, device, seed
+
+
+def test_register_a_new_buffer_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config_mod, "BUFFER_REGISTRY", dict(config_mod.BUFFER_REGISTRY))
+    monkeypatch.setattr(config_mod, "CONFIG_MODELS", dict(config_mod.CONFIG_MODELS))
+    register_buffer("dummy", f"{__name__}:DummyBuffer", _DummyConfig)
+    buf = build_buffer({"type": "dummy", "size": 3, "seed": 1})
+    assert isinstance(buf, DummyBuffer) and (buf.size, buf.seed) == (3, 1)
+    with pytest.raises(ConfigError, match="module:Class"):
+        register_buffer("x", "no_colon", _DummyConfig)
+    with pytest.raises(ConfigError, match="BufferConfig subclass"):
+        register_buffer("x", "a:b", dict)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["replay", "rollout"])
+def test_config_models_cover_every_constructor_argument(kind: str) -> None:
+    """The typed config lists exactly the buffer's constructor parameters (no drift)."""
+    import inspect as pyinspect
+
+    cls = config_mod._import(config_mod.BUFFER_REGISTRY[kind])
+    params = pyinspect.signature(cls).parameters
+    fields = CONFIG_MODELS[kind].model_fields
+    assert set(fields) - {"type"} == set(params)
+    for name, p in params.items():  # same defaults, same required keys
+        if p.default is pyinspect.Parameter.empty:
+            assert fields[name].is_required(), name
+        else:
+            assert fields[name].get_default() == p.default, name
+
+
+def test_defaults_match_the_constructors() -> None:
+    """A config with only the required keys builds the same buffer as the bare constructor."""
+    from rlstore.buffers.rollout import RolloutBuffer
+
+    cfg = RolloutBufferConfig(num_steps=4, num_envs=2).to_kwargs()
+    assert RolloutBuffer(**cfg).config() == RolloutBuffer(4, 2).config()
