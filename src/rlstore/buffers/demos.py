@@ -1,0 +1,642 @@
+"""PPO+D demonstration buffers: a store of whole episodes and a seeded rollout mixer.
+
+PPO+D (Libardi, De Fabritiis, Dittert 2021, arXiv:2007.03328) replays whole demonstration
+episodes inside the PPO rollout. rlstore follows the documented PyTorchRL ``PPODBuffer``
+semantics (reference/algorithms.md section 3.2); choices where the paper body is unverified
+are marked **Decision** below and pinned by tests against naive references.
+
+* :class:`Demo`: one episode, ``observations (L, *obs_shape)``, ``actions (L, *act_shape)``,
+  ``rewards (L,)`` float32; ``observations[j]`` is the observation ``actions[j]`` was taken in.
+* :class:`DemoStore`: the two demo lists and their rules.
+
+  - **reward demos** (sampled uniformly) are episodes whose total reward reached
+    ``reward_threshold``; a new maximum empties the *agent* reward demos first (**Decision**:
+    human demos survive it, as they survive eviction);
+  - **value demos** (sampled with ``P_i ~ max(MaxValue_i, 0) ** alpha``, **Decision**: negative
+    values are clipped to 0 and an all-zero vector samples uniformly; the seed produced NaN) are
+    the other episodes, accepted when their max value is at least the smallest stored one or
+    while the store is below capacity;
+  - every candidate is first cut after its last positive reward (whole episode if none);
+  - capacity: lowest-MaxValue value demos are evicted first, then the longest agent reward demo
+    (oldest first on ties); human demos are never evicted;
+  - annealing after each accepted reward demo (if value demos exist):
+    ``delta = min(phi0 / |value demos|, phi)``, ``rho += delta``, ``phi -= delta``
+    (**Decision**: the seed clipped rho and phi separately, which can break ``rho + phi =
+    rho0 + phi0``; moving ``delta`` keeps the sum exactly).
+* :class:`DemoMixer`: per-env-slot state machine that replaces new episodes by demo replays
+  with probabilities ``(rho, phi, 1 - rho - phi)`` (chosen buffer empty -> env), using only the
+  store's seeded Generator, so a given seed and env stream yield the same rollout.
+
+Example:
+    >>> import numpy as np
+    >>> store = DemoStore(capacity=4, rho=1.0, phi=0.0, seed=0)
+    >>> _ = store.add_initial(Demo(np.zeros((2, 3), np.float32), np.array([0, 1]),
+    ...                        np.array([0.0, 1.0], np.float32), human=True))
+    >>> mix = DemoMixer(store, num_envs=1)
+    >>> _ = mix.reset(np.ones((1, 3), np.float32))
+    >>> out = mix.step(np.array([1]), np.zeros(1), np.array([True]), np.zeros(1, bool),
+    ...                np.ones((1, 3), np.float32))
+    >>> int(out.new_episode[0])  # the next episode of slot 0 replays a reward demo
+    1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, cast
+
+import numpy as np
+
+from rlstore.checkpoint import load_state, metadata_file_path, save_state
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
+from rlstore.samplers import make_rng, rng_state, set_rng_state
+
+__all__ = [
+    "Demo", "DemoStore", "DemoMixer", "MixedStep", "cut_after_last_positive",
+    "value_demo_probabilities", "value_demo_probabilities_reference", "save_demo", "load_demo",
+    "list_demos", "ENV", "REWARD_DEMO", "VALUE_DEMO",
+]  # fmt: skip
+
+ENV, REWARD_DEMO, VALUE_DEMO = 0, 1, 2
+"""Episode source codes used by :class:`DemoMixer` (``-1`` = no new episode this step)."""
+Source = Literal["reward_demo", "value_demo", "env"]
+
+
+@dataclass(frozen=True, eq=False)
+class Demo:
+    """One demonstration episode (time range ``j = 0 .. L-1``).
+
+    Attributes:
+        observations: ``(L, *obs_shape)``; ``observations[j]`` is where ``actions[j]`` was taken.
+        actions: ``(L, *act_shape)``.
+        rewards: ``(L,)`` float32, ``rewards[j]`` of transition ``j``.
+        human: human demos are never evicted nor emptied.
+        max_value: largest ``V(obs)`` seen on this episode (``-inf`` if unknown).
+        demo_id: unique id inside a :class:`DemoStore` (``-1`` before it is added).
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    human: bool = False
+    max_value: float = float("-inf")
+    demo_id: int = -1
+
+    def __post_init__(self) -> None:
+        obs, act = np.asarray(self.observations), np.asarray(self.actions)
+        rew = np.asarray(self.rewards, dtype=np.float32)
+        if rew.ndim != 1 or rew.shape[0] < 1:
+            raise SpecError(f"rewards: expected shape (L,) with L >= 1, got {rew.shape}")
+        for name, arr in (("observations", obs), ("actions", act)):
+            if arr.ndim < 1 or arr.shape[0] != rew.shape[0]:
+                raise SpecError(
+                    f"{name}: expected a leading axis L={rew.shape[0]}, got {arr.shape}"
+                )
+        fixed = (obs, act, rew, bool(self.human), float(self.max_value), int(self.demo_id))
+        for f, value in zip(dataclasses.fields(self), fixed, strict=True):
+            object.__setattr__(self, f.name, value)
+
+    @property
+    def length(self) -> int:
+        """Number of transitions ``L`` (DemoLength in the seed)."""
+        return int(self.rewards.shape[0])
+
+    @property
+    def total_reward(self) -> float:
+        """Sum of the rewards (TotalReward in the seed), accumulated in float64."""
+        return float(self.rewards.astype(np.float64).sum())
+
+    def state(self) -> dict[str, Any]:
+        """Nested state for :mod:`rlstore.checkpoint` (arrays + JSON scalars)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_state(cls, sd: dict[str, Any]) -> Demo:
+        """Inverse of :meth:`state`."""
+        try:
+            return cls(**{f.name: sd[f.name] for f in dataclasses.fields(cls)})
+        except KeyError as exc:
+            raise CheckpointError(f"demo state: missing key {exc}") from exc
+
+
+def cut_after_last_positive(rewards: np.ndarray) -> int:
+    """Length kept by the PPO+D cut: up to and including the last ``reward > 0``, else all.
+
+    Args:
+        rewards: ``(L,)`` rewards of one episode.
+    """
+    pos = np.flatnonzero(np.asarray(rewards) > 0)
+    return int(pos[-1] + 1) if pos.size else int(np.asarray(rewards).shape[0])
+
+
+def value_demo_probabilities(max_values: np.ndarray, alpha: float) -> np.ndarray:
+    """``P_i = m_i ** alpha / sum_k m_k ** alpha`` with ``m = max(MaxValue, 0)`` (float64).
+
+    Computed as ``(m_i / max m) ** alpha`` so that large values or alphas do not overflow; an
+    all-zero ``m`` gives the uniform distribution.
+
+    Args:
+        max_values: ``(K,)`` MaxValue of each value demo, K >= 1.
+        alpha: temperature exponent, > 0.
+    """
+    m = np.maximum(np.asarray(max_values, dtype=np.float64), 0.0)
+    top = m.max()
+    if not np.isfinite(top):
+        raise SpecError(f"max_values: expected finite values, got max {top}")
+    if top <= 0.0:
+        return np.full(m.shape, 1.0 / m.size)
+    w = (m / top) ** alpha
+    return w / w.sum()
+
+
+def value_demo_probabilities_reference(max_values: list[float], alpha: float) -> list[float]:
+    """Plain-loop twin of :func:`value_demo_probabilities` (for tests)."""
+    m = [v if v > 0.0 else 0.0 for v in max_values]
+    total = 0.0
+    for v in m:
+        total += v**alpha
+    if total == 0.0:
+        return [1.0 / len(m)] * len(m)
+    return [v**alpha / total for v in m]
+
+
+class DemoStore:
+    """Reward and value demos with the PPO+D replay, acceptance and eviction rules.
+
+    Args:
+        capacity: maximum ``|reward demos| + |value demos|`` (``total_buffer_demo_capacity``).
+        rho: probability that a new episode replays a reward demo.
+        phi: probability that it replays a value demo (``rho + phi <= 1``).
+        alpha: value-demo sampling exponent, > 0.
+        reward_threshold: minimum total reward of a reward demo (None = -inf).
+        seed: int, numpy Generator or None; every draw of the store and its mixers uses it.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 51,
+        *,
+        rho: float = 0.1,
+        phi: float = 0.3,
+        alpha: float = 10.0,
+        reward_threshold: float | None = None,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        if (
+            isinstance(capacity, bool)
+            or not isinstance(capacity, (int, np.integer))
+            or capacity < 1
+        ):
+            raise CapacityError(f"capacity: expected a positive int, got {capacity!r}")
+        for name, p in (("rho", rho), ("phi", phi)):
+            if not 0.0 <= float(p) <= 1.0:
+                raise ConfigError(f"{name}: expected a probability in [0, 1], got {p!r}")
+        if float(rho) + float(phi) > 1.0 + 1e-12:
+            raise ConfigError(f"rho + phi: expected <= 1, got {rho} + {phi}")
+        if not float(alpha) > 0.0:
+            raise ConfigError(f"alpha: expected a positive float, got {alpha!r}")
+        self.capacity = int(capacity)
+        self.rho0, self.phi0 = float(rho), float(phi)
+        self.rho, self.phi, self.alpha = float(rho), float(phi), float(alpha)
+        self.initial_reward_threshold = reward_threshold
+        self.reward_threshold = -np.inf if reward_threshold is None else float(reward_threshold)
+        self.max_demo_reward = -np.inf
+        self.reward_demos: list[Demo] = []
+        self.value_demos: list[Demo] = []
+        self.rng = make_rng(seed)
+        self._next_id = 0
+
+    def __len__(self) -> int:
+        return len(self.reward_demos) + len(self.value_demos)
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor kwargs (without the seed; the RNG state is in the state)."""
+        return {
+            "capacity": self.capacity,
+            "rho": self.rho0,
+            "phi": self.phi0,
+            "alpha": self.alpha,
+            "reward_threshold": self.initial_reward_threshold,
+        }
+
+    # ------------------------------------------------------------------ adding
+    def _register(self, demo: Demo) -> Demo:
+        demo = dataclasses.replace(demo, demo_id=self._next_id)
+        self._next_id += 1
+        return demo
+
+    def _refresh_reward_stats(self) -> None:
+        if self.reward_demos:
+            totals = [d.total_reward for d in self.reward_demos]
+            self.reward_threshold = max(self.reward_threshold, min(totals))
+            self.max_demo_reward = max(self.max_demo_reward, max(totals))
+
+    def add_initial(self, demo: Demo) -> Demo:
+        """Add a loaded (human or agent) demo as a reward demo, without eviction.
+
+        Raises:
+            CapacityError: the store would exceed ``capacity``.
+        """
+        if len(self) + 1 > self.capacity:
+            raise CapacityError(
+                f"initial demos: expected at most capacity={self.capacity} demos, "
+                f"got {len(self) + 1}"
+            )
+        demo = self._register(demo)
+        self.reward_demos.append(demo)
+        self._refresh_reward_stats()
+        return demo
+
+    def add_bonus(self, demo: Demo) -> Demo:
+        """Add an agent reward demo from outside training (supplementary demos), with eviction."""
+        demo = self._register(dataclasses.replace(demo, human=False))
+        self.reward_demos.append(demo)
+        self.enforce_capacity()
+        self._refresh_reward_stats()
+        return demo
+
+    def offer_episode(
+        self,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        max_value: float = float("-inf"),
+    ) -> Literal["reward", "value", "rejected"]:
+        """Offer a finished agent episode (``(L, ...)`` arrays) as a candidate demo.
+
+        The episode is cut after its last positive reward, then becomes a reward demo if its total
+        reward is ``>= reward_threshold``, else a value demo if ``max_value`` is at least the
+        smallest stored MaxValue or the store is below capacity.
+
+        Returns:
+            Which list took it, or ``"rejected"``.
+        """
+        n = cut_after_last_positive(rewards)
+        demo = Demo(observations[:n], actions[:n], np.asarray(rewards)[:n], False, max_value)
+        total = demo.total_reward
+        if total >= self.reward_threshold:
+            if total > self.max_demo_reward:
+                self.reward_demos = [d for d in self.reward_demos if d.human]
+            self.reward_demos.append(self._register(demo))
+            self.enforce_capacity()
+            self.anneal()
+            self._refresh_reward_stats()
+            return "reward"
+        smallest = min((d.max_value for d in self.value_demos), default=np.inf)
+        if max_value >= smallest or len(self) < self.capacity:
+            new = self._register(demo)
+            self.value_demos.append(new)
+            evicted = self.enforce_capacity()
+            return "rejected" if any(d is new for d in evicted) else "value"
+        return "rejected"
+
+    def enforce_capacity(self) -> list[Demo]:
+        """Evict until ``len(self) <= capacity``; returns the evicted demos in order.
+
+        Lowest-MaxValue value demos go first, then the longest agent reward demo (the oldest on
+        ties). Human demos are never evicted.
+        """
+        evicted: list[Demo] = []
+        while len(self) > self.capacity:
+            if self.value_demos:
+                i = int(np.argmin([d.max_value for d in self.value_demos]))
+                evicted.append(self.value_demos.pop(i))
+                continue
+            agent = [i for i, d in enumerate(self.reward_demos) if not d.human]
+            if not agent:
+                raise CapacityError(
+                    f"capacity: {len(self)} human demos exceed capacity={self.capacity}"
+                )
+            i = max(agent, key=lambda k: (self.reward_demos[k].length, -k))
+            evicted.append(self.reward_demos.pop(i))
+        return evicted
+
+    def anneal(self) -> None:
+        """Move ``min(phi0 / |value demos|, phi)`` of probability from phi to rho."""
+        if not self.value_demos:
+            return
+        delta = min(self.phi0 / len(self.value_demos), self.phi)
+        self.rho, self.phi = self.rho + delta, self.phi - delta
+
+    def update_max_value(self, demo_id: int, max_value: float) -> bool:
+        """Set MaxValue of value demo ``demo_id`` (after a replay); False if it was evicted."""
+        for i, d in enumerate(self.value_demos):
+            if d.demo_id == demo_id:
+                self.value_demos[i] = dataclasses.replace(d, max_value=float(max_value))
+                return True
+        return False
+
+    # ------------------------------------------------------------------ sampling
+    def sample_source(self) -> Source:
+        """Draw ``reward_demo`` / ``value_demo`` / ``env`` with ``(rho, phi, 1 - rho - phi)``.
+
+        One uniform draw ``u``: reward demo if ``u < rho``, value demo if ``u < rho + phi``; a
+        chosen list that is empty falls back to ``env``.
+        """
+        u = self.rng.random()
+        if u < self.rho:
+            return "reward_demo" if self.reward_demos else "env"
+        if u < self.rho + self.phi:
+            return "value_demo" if self.value_demos else "env"
+        return "env"
+
+    def sample_demo(self, source: Source) -> Demo:
+        """A reward demo uniformly, or a value demo by :func:`value_demo_probabilities`."""
+        if source == "reward_demo" and self.reward_demos:
+            return self.reward_demos[int(self.rng.integers(len(self.reward_demos)))]
+        if source == "value_demo" and self.value_demos:
+            p = value_demo_probabilities(
+                np.array([d.max_value for d in self.value_demos]), self.alpha
+            )
+            return self.value_demos[int(self.rng.choice(len(p), p=p))]
+        raise EmptyBufferError(f"source: no demo to sample for {source!r}")
+
+    def top_demos(self, kind: Literal["reward", "value"], k: int) -> list[Demo]:
+        """The ``k`` best agent demos: reward demos by total reward, value demos by MaxValue."""
+        if kind == "reward":
+            pool = [d for d in self.reward_demos if not d.human]
+            return sorted(pool, key=lambda d: -d.total_reward)[:k]
+        return sorted(self.value_demos, key=lambda d: -d.max_value)[:k]
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Nested state: demos (arrays) + probabilities, thresholds, ids and RNG state."""
+        return {
+            "rho": self.rho,
+            "phi": self.phi,
+            "reward_threshold": float(self.reward_threshold),
+            "max_demo_reward": float(self.max_demo_reward),
+            "next_id": self._next_id,
+            "rng": rng_state(self.rng),
+            "num_reward": len(self.reward_demos),
+            "num_value": len(self.value_demos),
+            "reward": {str(i): d.state() for i, d in enumerate(self.reward_demos)},
+            "value": {str(i): d.state() for i, d in enumerate(self.value_demos)},
+        }
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (the store then draws what the original would)."""
+        try:
+            reward = [Demo.from_state(sd["reward"][str(i)]) for i in range(sd["num_reward"])]
+            value = [Demo.from_state(sd["value"][str(i)]) for i in range(sd["num_value"])]
+            self.rho, self.phi = float(sd["rho"]), float(sd["phi"])
+            self.reward_threshold = float(sd["reward_threshold"])
+            self.max_demo_reward = float(sd["max_demo_reward"])
+            self._next_id = int(sd["next_id"])
+            rng_sd = sd["rng"]
+        except (KeyError, TypeError) as exc:
+            raise CheckpointError(f"DemoStore state: missing or bad entry ({exc})") from exc
+        self.reward_demos, self.value_demos = reward, value
+        self.rng = set_rng_state(self.rng, rng_sd)
+
+    def save(self, dirpath: str | os.PathLike[str], *, prefix: str = "demos_") -> Path:
+        """Atomically write the store (safetensors + JSON sidecar) via :func:`save_state`."""
+        return save_state(
+            dirpath, self.state_dict(), prefix=prefix, class_name="DemoStore", config=self.config()
+        )
+
+    @classmethod
+    def load(cls, dirpath: str | os.PathLike[str], *, prefix: str = "demos_") -> DemoStore:
+        """Rebuild a store written by :meth:`save` (config from the sidecar, then the state)."""
+        from rlstore.checkpoint import read_metadata
+
+        cfg = read_metadata(dirpath, prefix=prefix).get("config") or {}
+        store = cls(**cfg)
+        store.load_state_dict(load_state(dirpath, prefix=prefix))
+        return store
+
+
+# ---------------------------------------------------------------------- single-demo files
+def save_demo(demo: Demo, dirpath: str | os.PathLike[str], name: str) -> Path:
+    """Write one demo as ``<dirpath>/<name>_state.safetensors`` + ``<name>_metadata.json``."""
+    return save_state(dirpath, demo.state(), prefix=f"{name}_", class_name="Demo")
+
+
+def load_demo(dirpath: str | os.PathLike[str], name: str) -> Demo:
+    """Read a demo written by :func:`save_demo` (the store assigns a new ``demo_id``)."""
+    return Demo.from_state(load_state(dirpath, prefix=f"{name}_"))
+
+
+def list_demos(dirpath: str | os.PathLike[str]) -> list[str]:
+    """Sorted names of the demos saved in ``dirpath`` (``[]`` if it does not exist)."""
+    d = Path(dirpath)
+    if not d.is_dir():
+        return []
+    suffix = "_metadata.json"
+    names = [p.name[: -len(suffix)] for p in d.glob(f"*{suffix}")]
+    return sorted(n for n in names if metadata_file_path(d, f"{n}_").is_file())
+
+
+# ---------------------------------------------------------------------- mixer
+class MixedStep(NamedTuple):
+    """One vector step after demo mixing; every field has a leading env axis ``N``.
+
+    ``obs`` is what the agent acted on (``obs[t]``), ``next_obs`` what it acts on next. A demo
+    step carries the demo's action and reward, ``from_demo = True`` (store logp = 0: the
+    behaviour probability of a demo action is 1) and ``truncated = False``; the last step of a
+    demo is ``terminated``. ``new_episode`` is the source code (:data:`ENV`,
+    :data:`REWARD_DEMO`, :data:`VALUE_DEMO`) of the episode ``next_obs`` starts, else ``-1``.
+    """
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    next_obs: np.ndarray
+    from_demo: np.ndarray
+    new_episode: np.ndarray
+
+
+@dataclass
+class _Replay:
+    demo: Demo
+    kind: Source
+    pos: int = 0
+    max_value: float = float("-inf")
+    stack: np.ndarray | None = None
+
+
+_NEVER = np.iinfo(np.int64).max
+
+
+class DemoMixer:
+    """Per-slot PPO+D replay: new episodes of a vector env become demo replays.
+
+    Episode tracking is batched: each step appends the whole ``(N, ...)`` arrays once to a
+    history that reaches back to the oldest open env episode; a slot's episode is gathered
+    only when it ends. Python work per step is per *replaying or ending* slot, not per slot.
+
+    Args:
+        store: the :class:`DemoStore` (its Generator makes every draw).
+        num_envs: number of env slots ``N``.
+        reset_env: ``i -> obs`` resetting real env ``i`` when a demo ends and ``env`` is drawn
+            (PyTorchRL's ``reset_single_env``). Without it the slot continues from the real
+            env's current observation (documented limitation: a mid-episode start).
+        frame_stack: observations are ``(C * frame_stack, ...)`` stacks along axis 0; demos
+            store the last frame ``(C, ...)`` and replays rebuild the stack (first frame
+            repeated, then rolled), as in the seed.
+        track_episodes: offer every finished env episode to the store as a candidate demo.
+    """
+
+    def __init__(
+        self,
+        store: DemoStore,
+        num_envs: int,
+        *,
+        reset_env: Callable[[int], np.ndarray] | None = None,
+        frame_stack: int = 1,
+        track_episodes: bool = True,
+    ) -> None:
+        if num_envs < 1 or frame_stack < 1:
+            raise ConfigError(
+                f"num_envs, frame_stack: expected >= 1, got {num_envs}, {frame_stack}"
+            )
+        self.store, self.num_envs, self.reset_env = store, int(num_envs), reset_env
+        self.frame_stack, self.track_episodes = int(frame_stack), track_episodes
+        self._obs: np.ndarray | None = None
+        self.reset_tracking()
+
+    def reset_tracking(self) -> None:
+        """Forget replays and partial episodes (every slot restarts an env episode)."""
+        self._replays: list[_Replay | None] = [None] * self.num_envs
+        self._hist: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._t = self._base = 0  # global index of the next step / of _hist[0]
+        self._ep_start = np.zeros(self.num_envs, dtype=np.int64)  # _NEVER while replaying
+        self._ep_max = np.full(self.num_envs, -np.inf)
+        self._checked_upto = -1
+
+    def _frames(self, obs: np.ndarray) -> np.ndarray:
+        """Last frame of each stacked observation, ``(N, C, ...)``."""
+        return obs if self.frame_stack == 1 else obs[:, -(obs.shape[1] // self.frame_stack) :]
+
+    def _demo_obs(self, r: _Replay) -> np.ndarray:
+        frame = r.demo.observations[r.pos]
+        if self.frame_stack == 1:
+            return frame
+        if r.stack is None:
+            r.stack = np.concatenate([frame] * self.frame_stack, axis=0)
+        else:
+            r.stack = np.concatenate([r.stack[frame.shape[0] :], frame], axis=0)
+        return r.stack
+
+    def replaying(self) -> np.ndarray:
+        """``(N,)`` bool: slots whose current episode is a demo replay."""
+        return np.array([r is not None for r in self._replays])
+
+    def reset(self, obs: np.ndarray) -> np.ndarray:
+        """Start all slots on real env episodes from ``obs (N, *obs_shape)``; returns it."""
+        obs = np.asarray(obs)
+        if obs.shape[:1] != (self.num_envs,):
+            raise SpecError(f"obs: expected a leading env axis {self.num_envs}, got {obs.shape}")
+        self._obs = obs.copy()
+        self.reset_tracking()
+        return self._obs.copy()
+
+    def _begin(self, i: int, env_obs: Any, after_demo: bool, next_t: int) -> tuple[Any, int]:
+        source = self.store.sample_source()
+        self._ep_max[i] = -np.inf
+        if source == "env":
+            self._replays[i], self._ep_start[i] = None, next_t
+            if after_demo and self.reset_env is not None:
+                env_obs = self.reset_env(i)
+            return np.asarray(env_obs), ENV
+        r = _Replay(self.store.sample_demo(source), source)
+        self._replays[i], self._ep_start[i] = r, _NEVER
+        return self._demo_obs(r), REWARD_DEMO if source == "reward_demo" else VALUE_DEMO
+
+    def begin_episode(self, i: int) -> tuple[np.ndarray, int]:
+        """Abandon slot ``i``'s current episode and draw its next source now.
+
+        Returns:
+            ``(obs, code)``: the observation the slot's new episode starts from and its source.
+        """
+        if self._obs is None:
+            raise EmptyBufferError("begin_episode: call reset(obs) first")
+        obs, code = self._begin(i, self._obs[i], after_demo=True, next_t=self._t)
+        self._obs[i] = obs
+        return self._obs[i].copy(), code
+
+    def _offer(self, i: int) -> None:
+        rows = self._hist[self._ep_start[i] - self._base :]
+        obs, act, rew = (np.stack([h[k][i] for h in rows]) for k in range(3))
+        self.store.offer_episode(obs, act, rew, float(self._ep_max[i]))
+
+    def _check_demo_shapes(self) -> None:
+        if self._obs is None or self._checked_upto == self.store._next_id:
+            return
+        frame = self._frames(self._obs)[0].shape
+        for d in (*self.store.reward_demos, *self.store.value_demos):
+            if d.observations.shape[1:] != frame:
+                raise SpecError(
+                    f"demo {d.demo_id}: expected frames shaped {frame} like the env's "
+                    f"(frame_stack={self.frame_stack}), got {d.observations.shape[1:]}"
+                )
+        self._checked_upto = self.store._next_id
+
+    def step(
+        self,
+        action: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        next_obs: np.ndarray,
+        value: np.ndarray | None = None,
+    ) -> MixedStep:
+        """Mix one real vector step (``(N, ...)`` arrays, next_obs after autoreset).
+
+        Args:
+            value: ``(N,)`` ``V(obs[t])`` the agent computed (on the demo frame for replaying
+                slots): tracks each episode's MaxValue.
+
+        Raises:
+            SpecError: bad shapes, or stored demos whose frames do not match the env's
+                (checked before anything changes).
+        """
+        if self._obs is None:
+            raise EmptyBufferError("step: call reset(obs) first")
+        n = self.num_envs
+        action, next_obs = np.asarray(action), np.asarray(next_obs)
+        reward = np.asarray(reward, dtype=np.float32).reshape(n)
+        term = np.asarray(terminated, dtype=bool).reshape(n).copy()
+        trunc = np.asarray(truncated, dtype=bool).reshape(n).copy()
+        if action.shape[:1] != (n,) or next_obs.shape != self._obs.shape:
+            raise SpecError(
+                f"action, next_obs: expected leading axis {n} and obs shape {self._obs.shape}, "
+                f"got {action.shape}, {next_obs.shape}"
+            )
+        self._check_demo_shapes()
+        vals = np.full(n, -np.inf) if value is None else np.asarray(value, float).reshape(n)
+        obs, act, rew, nxt = self._obs.copy(), action.copy(), reward.copy(), next_obs.copy()
+        replay = self.replaying()
+        new_ep = np.full(n, -1, dtype=np.int8)
+        if self.track_episodes:  # the real step of every slot; env slots read it back
+            self._hist.append((self._frames(obs).copy(), action.copy(), reward.copy()))
+            self._ep_max = np.where(replay, self._ep_max, np.maximum(self._ep_max, vals))
+        t = self._t
+        for i in np.flatnonzero(replay).tolist():
+            r = cast(_Replay, self._replays[i])
+            act[i], rew[i] = r.demo.actions[r.pos], r.demo.rewards[r.pos]
+            r.max_value = max(r.max_value, float(vals[i]))
+            trunc[i], term[i] = False, r.pos + 1 == r.demo.length
+            if not term[i]:
+                r.pos += 1
+                nxt[i] = self._demo_obs(r)
+                continue
+            if r.kind == "value_demo" and value is not None:
+                self.store.update_max_value(r.demo.demo_id, r.max_value)
+            nxt[i], new_ep[i] = self._begin(i, next_obs[i], after_demo=True, next_t=t + 1)
+        for i in np.flatnonzero(~replay & (term | trunc)).tolist():
+            if self.track_episodes:
+                self._offer(i)
+            nxt[i], new_ep[i] = self._begin(i, next_obs[i], after_demo=False, next_t=t + 1)
+        self._t += 1
+        keep_from = min(int(self._ep_start.min()), self._t)  # oldest open env episode
+        del self._hist[: max(0, keep_from - self._base)]
+        self._base = max(self._base, keep_from)
+        self._obs = nxt.copy()
+        return MixedStep(obs, act, rew, term, trunc, nxt, replay, new_ep)

@@ -1,0 +1,347 @@
+"""Replay for model-based RL: circular storage and an MBPO-style train/validation split.
+
+:class:`ModelBasedReplay` keeps named fields in preallocated numpy arrays ``(max_size, *shape)``
+(allocated from the first insert) with a write cursor ``step`` and a fill level ``size``.
+
+**Decision on the seed's ``get_all_buffer_data`` (``[:step]``).** PyTorchRL returns the rows
+before the cursor, which after a wrap-around is only the newest part (and nothing right after a
+wrap that lands on 0). rlstore does not copy that: :meth:`ModelBasedReplay.get_all` returns all
+``size`` rows in chronological order (oldest first), which equals ``[:step]`` until the first
+wrap-around. :meth:`get_data_slice` indexes the same chronological order, so
+``other.insert_data_slice(buf.get_data_slice(0, len(buf)))`` reproduces a buffer.
+
+:meth:`ModelBasedReplay.train_validation_split` follows MBPO (Janner et al. 2019,
+``mbpo/models/bnn.py``): a seeded random permutation, ``|holdout| = min(floor(N * ratio),
+max_holdout)`` first permuted rows, train = the rest, and ``(E, N_train)`` with-replacement
+bootstrap indices per ensemble member. :func:`model_dataset` builds inputs
+``concat(obs, action)`` (one-hot for discrete actions) and targets
+``concat(next_obs - obs, reward)``, with a :class:`StandardScaler` fit on the train rows only
+(the older PyTorchRL split fit it on all rows, leaking holdout statistics).
+:func:`ensemble_minibatches` reshuffles each member's bootstrap rows every epoch and yields
+``ceil(N_train / batch_size)`` non-empty batches (the seed's ``N // mbs + 1`` yielded an empty
+last batch when ``mbs`` divides ``N``).
+
+Example:
+    >>> import numpy as np
+    >>> buf = ModelBasedReplay(5)
+    >>> buf.insert_data_slice({"x": np.arange(3.0)[:, None]})
+    >>> buf.insert_data_slice({"x": np.arange(3.0, 7.0)[:, None]})
+    >>> buf.get_all()["x"][:, 0].tolist(), buf.step, len(buf)
+    ([2.0, 3.0, 4.0, 5.0, 6.0], 2, 5)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
+from rlstore.samplers import make_rng, rng_state, set_rng_state
+
+__all__ = [
+    "ModelBasedReplay",
+    "DataSplit",
+    "StandardScaler",
+    "ModelDataset",
+    "ModelMinibatch",
+    "model_dataset",
+    "ensemble_minibatches",
+]
+
+Seed = int | np.random.Generator | None
+
+
+class DataSplit(NamedTuple):
+    """Chronological row indices (into :meth:`ModelBasedReplay.get_all`) of a split.
+
+    ``train (N_train,)`` and ``holdout (N_hold,)`` int64 partition ``range(N)``;
+    ``bootstrap (E, N_train)`` int64 are positions into ``train`` (one with-replacement draw per
+    ensemble member; ``train[bootstrap[e]]`` are member e's rows).
+    """
+
+    train: np.ndarray
+    holdout: np.ndarray
+    bootstrap: np.ndarray
+
+
+class ModelBasedReplay:
+    """Circular storage of named fields for dynamics-model training.
+
+    Args:
+        max_size: capacity in rows (transitions), >= 1.
+        seed: default seed of :meth:`train_validation_split` (int, Generator or None).
+    """
+
+    def __init__(self, max_size: int, *, seed: Seed = None) -> None:
+        if (
+            isinstance(max_size, bool)
+            or not isinstance(max_size, (int, np.integer))
+            or max_size < 1
+        ):
+            raise CapacityError(f"max_size: expected a positive int, got {max_size!r}")
+        self.max_size = int(max_size)
+        self.step, self.size = 0, 0
+        self.data: dict[str, np.ndarray] = {}
+        self.rng = make_rng(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor kwargs (the RNG state lives in :meth:`state_dict`)."""
+        return {"max_size": self.max_size}
+
+    # ------------------------------------------------------------------ writing
+    def _check(self, new_data: Mapping[str, Any], rows: int | None) -> tuple[dict, int]:
+        if not new_data:
+            raise SpecError("new_data: expected at least one field, got an empty dict")
+        arrays = {str(k): np.asarray(v) for k, v in new_data.items()}
+        lengths = {k: (a.shape[0] if a.ndim else -1) for k, a in arrays.items()}
+        n = rows if rows is not None else next(iter(lengths.values()))
+        if any(v != n or v < 0 for v in lengths.values()):
+            raise SpecError(f"new_data: expected every field with leading axis {n}, got {lengths}")
+        if self.data:
+            if set(arrays) != set(self.data):
+                raise SpecError(
+                    f"new_data: expected fields {sorted(self.data)}, got {sorted(arrays)}"
+                )
+            for k, a in arrays.items():
+                if a.shape[1:] != self.data[k].shape[1:]:
+                    raise SpecError(
+                        f"{k}: expected row shape {self.data[k].shape[1:]}, got {a.shape[1:]}"
+                    )
+        return arrays, n
+
+    def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
+        """Append ``L`` rows (``{field: (L, *shape)}``) at the cursor, wrapping circularly.
+
+        Storage is allocated from the first call (dtype of each field kept). With
+        ``L > max_size`` only the newest ``max_size`` rows remain. A rejected call leaves the
+        buffer unchanged.
+        """
+        arrays, n = self._check(new_data, None)
+        if not self.data:
+            self.data = {
+                k: np.zeros((self.max_size, *a.shape[1:]), dtype=a.dtype) for k, a in arrays.items()
+            }
+        keep = min(n, self.max_size)
+        pos = (self.step + (n - keep) + np.arange(keep)) % self.max_size
+        for k, a in arrays.items():
+            self.data[k][pos] = a[n - keep :]
+        self.step = (self.step + n) % self.max_size
+        self.size = min(self.size + n, self.max_size)
+
+    def insert_transition(self, sample: Mapping[str, Any]) -> None:
+        """Store one row ``{field: (*shape)}``."""
+        self.insert_data_slice({k: np.asarray(v)[None] for k, v in sample.items()})
+
+    # ------------------------------------------------------------------ reading
+    def chronological_positions(self) -> np.ndarray:
+        """Storage rows oldest -> newest, ``(size,)`` int64."""
+        start = self.step if self.size == self.max_size else 0
+        return (start + np.arange(self.size)) % self.max_size
+
+    def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:
+        """Copies of chronological rows ``[start_pos, end_pos)`` (0 = oldest), wrapping.
+
+        Raises:
+            SpecError: unless ``0 <= start_pos <= end_pos <= len(self)``.
+        """
+        if not 0 <= start_pos <= end_pos <= self.size:
+            raise SpecError(
+                f"start_pos, end_pos: expected 0 <= start <= end <= size={self.size}, "
+                f"got {start_pos}, {end_pos}"
+            )
+        pos = self.chronological_positions()[start_pos:end_pos]
+        return {k: v[pos] for k, v in self.data.items()}
+
+    def get_all(self) -> dict[str, np.ndarray]:
+        """Copies of all ``size`` rows, oldest first (module doc: the seed's ``[:step]``)."""
+        return self.get_data_slice(0, self.size)
+
+    def clear(self) -> None:
+        """Forget every row (storage is kept and overwritten later)."""
+        self.step, self.size = 0, 0
+
+    # ------------------------------------------------------------------ split
+    def train_validation_split(
+        self,
+        validation_ratio: float = 0.2,
+        max_holdout: int = 5000,
+        seed: Seed = None,
+        *,
+        ensemble_size: int = 1,
+    ) -> DataSplit:
+        """MBPO split of the stored rows (module doc); uses ``seed`` or the buffer's Generator.
+
+        Raises:
+            EmptyBufferError: fewer than 2 rows, or no train row left.
+            ConfigError: ratio outside [0, 1), negative cap or ensemble_size < 1.
+        """
+        if not 0.0 <= validation_ratio < 1.0:
+            raise ConfigError(f"validation_ratio: expected [0, 1), got {validation_ratio!r}")
+        if max_holdout < 0 or ensemble_size < 1:
+            raise ConfigError(
+                f"max_holdout, ensemble_size: expected >= 0 and >= 1, got {max_holdout}, "
+                f"{ensemble_size}"
+            )
+        n = self.size
+        n_hold = min(int(n * validation_ratio), int(max_holdout))
+        if n - n_hold < 1:
+            raise EmptyBufferError(f"train_validation_split: no train row left from size={n}")
+        rng = self.rng if seed is None else make_rng(seed)
+        perm = rng.permutation(n)
+        train = perm[n_hold:]
+        boot = rng.integers(0, train.size, size=(ensemble_size, train.size))
+        return DataSplit(train.astype(np.int64), perm[:n_hold].astype(np.int64), boot)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Arrays (all rows of storage), cursor, size and the RNG state."""
+        return {
+            "data": dict(self.data),
+            "step": self.step,
+            "size": self.size,
+            "rng": rng_state(self.rng),
+        }
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        try:
+            data = {k: np.asarray(v).copy() for k, v in dict(sd.get("data") or {}).items()}
+            step, size = int(sd["step"]), int(sd["size"])
+            rng = set_rng_state(self.rng, sd["rng"])
+        except (KeyError, TypeError) as exc:
+            raise CheckpointError(f"ModelBasedReplay state: missing or bad entry ({exc})") from exc
+        if (
+            any(a.shape[0] != self.max_size for a in data.values())
+            or not 0 <= size <= self.max_size
+            or not 0 <= step < self.max_size
+        ):
+            raise CheckpointError(f"ModelBasedReplay state: does not fit max_size={self.max_size}")
+        self.data, self.step, self.size, self.rng = data, step, size, rng
+
+
+@dataclass
+class StandardScaler:
+    """Per-feature ``(x - mean) / std``; a std below 1e-12 is replaced by 1 (as MBPO)."""
+
+    mean: np.ndarray | None = None
+    std: np.ndarray | None = None
+
+    def fit(self, x: np.ndarray) -> StandardScaler:
+        """Fit on ``(B, D)`` rows (float64 statistics, population std)."""
+        x64 = np.asarray(x, dtype=np.float64)
+        if x64.ndim != 2 or x64.shape[0] < 1:
+            raise SpecError(f"x: expected shape (B, D) with B >= 1, got {x64.shape}")
+        self.mean, std = x64.mean(axis=0), x64.std(axis=0)
+        self.std = np.where(std < 1e-12, 1.0, std)
+        return self
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        """Scaled copy of ``(..., D)`` rows, dtype of ``x`` kept."""
+        if self.mean is None or self.std is None:
+            raise EmptyBufferError("StandardScaler.transform: call fit() first")
+        x = np.asarray(x)
+        return ((x - self.mean) / self.std).astype(x.dtype, copy=False)
+
+    def inverse_transform(self, x: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`transform`."""
+        if self.mean is None or self.std is None:
+            raise EmptyBufferError("StandardScaler.inverse_transform: call fit() first")
+        x = np.asarray(x)
+        return (x * self.std + self.mean).astype(x.dtype, copy=False)
+
+
+class ModelDataset(NamedTuple):
+    """Scaled train/holdout arrays for a dynamics-model ensemble.
+
+    ``train_inputs (N_train, D_in)`` / ``train_targets (N_train, D_out)``,
+    ``holdout_inputs (N_hold, D_in)`` / ``holdout_targets``, float32; inputs are scaled with
+    ``scaler`` (fit on the train rows only), targets are raw; ``bootstrap (E, N_train)``.
+    """
+
+    train_inputs: np.ndarray
+    train_targets: np.ndarray
+    holdout_inputs: np.ndarray
+    holdout_targets: np.ndarray
+    scaler: StandardScaler
+    bootstrap: np.ndarray
+
+
+def model_dataset(
+    data: Mapping[str, np.ndarray],
+    split: DataSplit,
+    *,
+    keys: tuple[str, str, str, str | None] = ("obs", "action", "next_obs", "reward"),
+    num_actions: int | None = None,
+) -> ModelDataset:
+    """Inputs ``concat(obs, action)`` and targets ``concat(next_obs - obs, reward)``.
+
+    Args:
+        data: chronological rows (:meth:`ModelBasedReplay.get_all`), ``(N, ...)`` per field.
+        split: indices from :meth:`ModelBasedReplay.train_validation_split`.
+        keys: field names of obs, action, next obs and reward (None: no reward target, e.g.
+            when the model has a known reward function).
+        num_actions: one-hot encode integer actions with this many classes (Discrete spaces).
+    """
+    ok, ak, nk, rk = keys
+    n = data[ok].shape[0]
+    obs = np.asarray(data[ok], dtype=np.float32).reshape(n, -1)
+    act = np.asarray(data[ak])
+    if num_actions is not None:
+        ints = act.reshape(n).astype(np.int64)
+        if ints.size and (ints.min() < 0 or ints.max() >= num_actions):
+            raise SpecError(
+                f"{ak}: expected ints in [0, {num_actions}), got {ints.min()}..{ints.max()}"
+            )
+        act = np.eye(num_actions, dtype=np.float32)[ints]
+    inputs = np.concatenate([obs, act.astype(np.float32).reshape(n, -1)], axis=1)
+    delta = np.asarray(data[nk], dtype=np.float32).reshape(n, -1) - obs
+    targets = (
+        delta
+        if rk is None
+        else np.concatenate([delta, np.asarray(data[rk], dtype=np.float32).reshape(n, -1)], axis=1)
+    )
+    scaler = StandardScaler().fit(inputs[split.train])
+    return ModelDataset(
+        scaler.transform(inputs[split.train]),
+        targets[split.train],
+        scaler.transform(inputs[split.holdout]),
+        targets[split.holdout],
+        scaler,
+        split.bootstrap,
+    )
+
+
+class ModelMinibatch(NamedTuple):
+    """``inputs (E, B, D_in)``, ``targets (E, B, D_out)``, batch number, epoch (B >= 1)."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    batch_number: int
+    epoch: int
+
+
+def ensemble_minibatches(
+    ds: ModelDataset, batch_size: int = 256, num_epochs: int = 1, seed: Seed = None
+) -> Iterator[ModelMinibatch]:
+    """Per-member bootstrap minibatches; rows are reshuffled within each member every epoch.
+
+    Yields ``ceil(N_train / batch_size)`` batches per epoch, each non-empty (the last may be
+    smaller); every member sees each of its bootstrap rows exactly once per epoch.
+    """
+    if batch_size < 1 or num_epochs < 1:
+        raise ConfigError(f"batch_size, num_epochs: expected >= 1, got {batch_size}, {num_epochs}")
+    rng = make_rng(seed)
+    boot = ds.bootstrap
+    e, n = boot.shape
+    for epoch in range(num_epochs):
+        order = np.argsort(rng.random((e, n)), axis=1)
+        rows = np.take_along_axis(boot, order, axis=1)
+        for b, lo in enumerate(range(0, n, batch_size)):
+            idx = rows[:, lo : lo + batch_size]
+            yield ModelMinibatch(ds.train_inputs[idx], ds.train_targets[idx], b, epoch)

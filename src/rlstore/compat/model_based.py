@@ -1,0 +1,232 @@
+"""Seed 003 (PyTorchRL) ``MBReplayBuffer``: transition storage for dynamics-model training.
+
+A facade over :class:`rlstore.buffers.model_based.ModelBasedReplay` (circular numpy storage)
+and its MBPO-style split (:meth:`~rlstore.buffers.model_based.ModelBasedReplay.
+train_validation_split`, :func:`~rlstore.buffers.model_based.model_dataset`,
+:func:`~rlstore.buffers.model_based.ensemble_minibatches`).
+
+Samples are dicts of PyTorchRL keys (``Observation``, ``Action``, ``Reward``,
+``NextObservation``, ``Done``, ``NextDone`` and, for recurrent actors, the hidden states) whose
+values carry a leading env axis ``N``; each insert appends ``N`` rows (env order).
+
+Decisions that differ from the seed (its API is kept):
+
+* ``get_all_buffer_data`` and ``get_data_slice`` index rows chronologically (oldest first,
+  across the wrap-around); the seed returned ``[:step]`` / physical rows, which after a
+  wrap-around drop the oldest data. Before the first wrap-around both agree;
+* ``reset()`` empties the buffer (``size = step = 0``), as documented in the seed (its code
+  kept ``size - step`` rows);
+* ``generate_batches`` holds out a random ``validation_ratio`` of the rows (capped at
+  ``max_holdout``), fits the input scaler (:attr:`scaler`) on the train rows only, honours
+  ``num_epochs`` and never yields an empty batch; with ``ensemble_size`` set, every member
+  gets its own bootstrap rows (``train_input`` is ``(E, B, D)``, else ``(B, D)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rlstore.buffers.model_based import (
+    ModelBasedReplay,
+    StandardScaler,
+    ensemble_minibatches,
+    model_dataset,
+)
+from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
+from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+
+__all__ = ["MBReplayBuffer"]
+
+
+def _np(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+class MBReplayBuffer:
+    """PyTorchRL's model-based replay buffer (seed 003).
+
+    Args:
+        size: capacity in transitions (rows).
+        device: torch device of the yielded batches.
+        actor: the actor; ``actor.dynamics_model.reward_function`` (if set) drops the reward
+            target, ``actor.dynamics_model.ensemble_size`` is read when ``ensemble_size`` is None.
+        algorithm: the algorithm (unused, kept for the seed signature).
+        envs: the vector env; a Discrete ``action_space`` one-hot encodes the actions.
+        validation_ratio, max_holdout: holdout share and cap (rlstore extension, keyword only).
+        ensemble_size: bootstrap members (None: read from the dynamics model, else no member
+            axis).
+        seed: seed of the split and shuffles.
+    """
+
+    storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
+
+    def __init__(
+        self,
+        size: int,
+        device: str | torch.device,
+        actor: Actor | Any,
+        algorithm: Algorithm | Any,
+        envs: Any,
+        *,
+        validation_ratio: float = 0.2,
+        max_holdout: int = 5000,
+        ensemble_size: int | None = None,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        if not 0.0 <= validation_ratio < 1.0:
+            raise ConfigError(f"validation_ratio: expected [0, 1), got {validation_ratio!r}")
+        self.core = ModelBasedReplay(size, seed=seed)
+        self.max_size = self.core.max_size
+        self.device = torch.device(device)
+        self.actor, self.algo, self.envs = actor, algorithm, envs
+        self.validation_ratio, self.max_holdout = float(validation_ratio), int(max_holdout)
+        self.ensemble_size = ensemble_size
+        self.scaler: StandardScaler | None = None
+
+    @classmethod
+    def create_factory(cls, size: int, **kwargs: Any) -> Callable[..., MBReplayBuffer]:
+        """A function ``(device, actor, algorithm, envs) -> MBReplayBuffer``."""
+
+        def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any):
+            return cls(size, device, actor, algorithm, envs, **kwargs)
+
+        return create_buffer_instance
+
+    @property
+    def size(self) -> int:
+        """Number of stored transitions."""
+        return self.core.size
+
+    @property
+    def step(self) -> int:
+        """Physical write cursor."""
+        return self.core.step
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        """The physical storage arrays ``(size, *shape)`` (not chronological)."""
+        return self.core.data
+
+    # ------------------------------------------------------------------ writing
+    def init_tensors(self, sample: Mapping[str, Any]) -> None:
+        """Allocate zero storage ``(size, *row_shape)`` for every key of ``sample``."""
+        if not self.core.data:
+            self.core.data = {
+                k: np.zeros((self.max_size, *_np(v).shape[1:]), dtype=_np(v).dtype)
+                for k, v in sample.items()
+                if v is not None
+            }
+
+    def insert_transition(self, sample: Mapping[str, Any]) -> None:
+        """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
+        rows = {k: _np(v) for k, v in sample.items() if v is not None}
+        for k, v in rows.items():
+            if v.ndim < 1:
+                raise SpecError(f"{k}: expected a leading env axis, got a scalar")
+        self.insert_data_slice(rows)
+
+    def insert_single_tensor_slice(
+        self, tensor_storage: dict[str, np.ndarray], tensor_key: str, tensor_values: Any
+    ) -> int:
+        """Write ``tensor_values (L, ...)`` into ``tensor_storage[tensor_key]`` from the cursor,
+        wrapping circularly (zeros ``(size, ...)`` allocated if missing); returns ``L``.
+
+        The cursor is not moved (:meth:`insert_data_slice` does that once for all keys).
+        """
+        v = _np(tensor_values)
+        if tensor_key not in tensor_storage:
+            tensor_storage[tensor_key] = np.zeros((self.max_size, *v.shape[1:]), dtype=v.dtype)
+        n = v.shape[0]
+        keep = min(n, self.max_size)
+        pos = (self.core.step + (n - keep) + np.arange(keep)) % self.max_size
+        tensor_storage[tensor_key][pos] = v[n - keep :]
+        return int(n)
+
+    def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
+        """Append rows ``{key: (L, ...)}`` at the cursor, wrapping (every key the same L)."""
+        self.core.insert_data_slice({k: _np(v) for k, v in new_data.items()})
+
+    # ------------------------------------------------------------------ reading
+    def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:
+        """Copies of chronological rows ``[start_pos, end_pos)`` (0 = oldest)."""
+        return self.core.get_data_slice(start_pos, end_pos)
+
+    def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, np.ndarray]:
+        """Copies of all stored rows, oldest first (numpy arrays are always on the CPU)."""
+        return self.core.get_all()
+
+    def reset(self) -> None:
+        """Empty the buffer."""
+        self.core.clear()
+
+    def before_gradients(self) -> None:
+        """Nothing to prepare: batches are built in :meth:`generate_batches`."""
+
+    def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
+        """Returns ``info`` unchanged."""
+        return info
+
+    def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
+        """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``).
+
+        Raises:
+            ConfigError: not a numeric public attribute of the buffer.
+        """
+        current = getattr(self, parameter_name, None)
+        numeric = (int, float, np.integer, np.floating)
+        if parameter_name.startswith("_") or isinstance(current, bool):
+            current = None
+        if not isinstance(current, numeric) or not isinstance(new_parameter_value, numeric):
+            raise ConfigError(
+                f"parameter_name: {parameter_name!r} is not a numeric parameter of MBReplayBuffer "
+                f"(or {new_parameter_value!r} is not a number)"
+            )
+        setattr(self, parameter_name, type(current)(new_parameter_value))
+
+    def generate_batches(
+        self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1
+    ) -> Iterator[dict[str, Any]]:
+        """Yield dynamics-model batches (module doc).
+
+        Each batch: ``train_input``, ``train_label`` (``(B, D)`` or ``(E, B, D)`` float32
+        tensors on ``device``), ``holdout_input`` / ``holdout_label`` (``(N_hold, D)``),
+        ``batch_number``, ``max_batches`` (batches per epoch) and ``epoch``.
+        Inputs are ``concat(obs, action)`` scaled by :attr:`scaler`; labels are
+        ``concat(next_obs - obs, reward)`` (no reward with a known reward function).
+        """
+        if self.core.size < 2:
+            raise EmptyBufferError(f"generate_batches: need >= 2 transitions, got {self.size}")
+        model = getattr(self.actor, "dynamics_model", None)
+        members = self.ensemble_size or getattr(model, "ensemble_size", None)
+        split = self.core.train_validation_split(
+            self.validation_ratio, self.max_holdout, ensemble_size=int(members or 1)
+        )
+        if members is None:  # one model: every train row once per epoch, no bootstrap
+            split = split._replace(bootstrap=np.arange(split.train.size, dtype=np.int64)[None])
+        space = getattr(self.envs, "single_action_space", getattr(self.envs, "action_space", None))
+        n_act = int(space.n) if space is not None and hasattr(space, "n") else None
+        reward_key = None if getattr(model, "reward_function", None) is not None else REW
+        ds = model_dataset(
+            self.core.get_all(), split, keys=(OBS, ACT, OBS2, reward_key), num_actions=n_act
+        )
+        self.scaler = ds.scaler
+        max_batches = -(-ds.train_inputs.shape[0] // mini_batch_size)
+        hold_in = torch.as_tensor(ds.holdout_inputs, device=self.device)
+        hold_out = torch.as_tensor(ds.holdout_targets, device=self.device)
+        for mb in ensemble_minibatches(ds, mini_batch_size, num_epochs, seed=self.core.rng):
+            x, y = mb.inputs, mb.targets
+            if members is None:
+                x, y = x[0], y[0]
+            yield {
+                "train_input": torch.as_tensor(x, device=self.device),
+                "train_label": torch.as_tensor(y, device=self.device),
+                "holdout_input": hold_in,
+                "holdout_label": hold_out,
+                "batch_number": mb.batch_number,
+                "max_batches": max_batches,
+                "epoch": mb.epoch,
+            }

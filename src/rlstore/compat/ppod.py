@@ -1,0 +1,418 @@
+"""Seed 001 (PyTorchRL) ``PPODBuffer``: PPO+D demonstration replay inside a GAE rollout.
+
+A facade over :class:`rlstore.compat.pytorchrl.GAEBuffer` (layout C storage, GAE returns) and
+:mod:`rlstore.buffers.demos` (:class:`~rlstore.buffers.demos.DemoStore` holds the demo rules,
+:class:`~rlstore.buffers.demos.DemoMixer` the per-slot replay). ``insert_transition`` mixes the
+sample before storing it:
+
+* a slot replaying a demo stores the demo's action and reward, ``LogProbability = 0`` (the
+  behaviour probability of a demo action is 1) and ``Value`` recomputed by
+  ``actor.get_value`` on the stored demo observation; its next observation is the demo's next
+  frame (frame stack rebuilt as in the seed) with ``Done = 0``;
+* when a demo ends (its last transition is a termination) or an env episode ends, the source of
+  the slot's next episode is drawn with ``(rho, phi, 1 - rho - phi)``; a demo start writes the
+  demo's first frame as next observation with ``Done = 1`` and zeroed recurrent state; "env"
+  after a demo calls ``envs.reset_single_env(i)`` when the env has it;
+* every finished env episode is offered to the store (cut after its last positive reward, with
+  its running max of ``Value``) as a reward or value demo.
+
+Decisions that differ from the seed (its API is kept):
+
+* ``reward_demos`` / ``value_demos`` are lists of :class:`~rlstore.buffers.demos.Demo`
+  records (the seed used dicts with the same content); demo files are rlstore checkpoints
+  (``<name>_state.safetensors`` + ``<name>_metadata.json``); the seed's ``.npz`` demos
+  (``Observation``, ``Action``, ``Reward``, optional ``FrameSkip``) are read too;
+* randomness comes from one seeded numpy Generator (keyword ``seed``), not the global one;
+* the MaxValue tracking bug of the seed (algorithms.md 3.2) is not reproduced;
+* the demo rules' documented choices (annealing that conserves ``rho + phi``, clipped
+  ``MaxValue ** alpha``, human demos kept when the reward demos are emptied) are those of
+  :mod:`rlstore.buffers.demos`; intrinsic rewards of demo steps are left as the sample gave them;
+* the seed's ``track_potential_demos(sample)`` is folded into ``insert_transition`` (the mixer
+  tracks every env slot's episode there); ``sample_demo(env_id)`` returns the drawn source code;
+* a sample rejected by the storage *after* mixing (a wrong shape) leaves the mixer one step
+  ahead; call :meth:`reset` after such an error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rlstore.buffers.demos import (
+    ENV,
+    Demo,
+    DemoMixer,
+    DemoStore,
+    list_demos,
+    load_demo,
+    save_demo,
+)
+from rlstore.compat.pytorchrl import (
+    ACT,
+    DONE,
+    DONE2,
+    IVAL,
+    LOGP,
+    OBS,
+    OBS2,
+    REW,
+    RHS,
+    RHS2,
+    TRUNC2,
+    VAL,
+    Actor,
+    Algorithm,
+    GAEBuffer,
+    OnPolicyDataKeys,
+)
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
+
+__all__ = ["PPODBuffer"]
+
+_DEFAULT_DTYPES = {"Action": np.float32, "Observation": np.float32, "Reward": np.float32}
+
+
+def _np(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+class PPODBuffer(GAEBuffer):
+    """PyTorchRL's PPO+D storage (seed 001): a GAE rollout with demonstration replay.
+
+    Args:
+        size, device, actor, algorithm, envs, gae_lambda: as in
+            :class:`~rlstore.compat.pytorchrl.GAEBuffer`.
+        rho: probability that a new episode replays a reward demo.
+        phi: probability that it replays a value demo.
+        alpha: value-demo sampling exponent (``P ~ MaxValue ** alpha``).
+        total_buffer_demo_capacity: maximum number of reward + value demos.
+        initial_human_demos_dir / initial_agent_demos_dir: demos loaded at construction (human
+            demos are never evicted).
+        supplementary_demos_dir: polled in :meth:`after_gradients`; new files become agent
+            reward demos.
+        target_agent_demos_dir: where :meth:`save_demos` writes the best demos.
+        num_agent_demos_to_save: how many reward (and value) demos :meth:`save_demos` writes.
+        initial_reward_threshold: minimum total reward of a reward demo (None = -inf).
+        save_demos_every: :meth:`save_demos` runs every this many :meth:`after_gradients`.
+        demo_dtypes: numpy dtypes of loaded demo ``Observation`` / ``Action`` / ``Reward``.
+        seed: seed of the demo Generator (keyword only; rlstore extension).
+    """
+
+    demos_data_fields: ClassVar[tuple[str, ...]] = ("Observation", "Action", "Reward")
+    on_policy_data_fields: ClassVar[tuple[str, ...]] = OnPolicyDataKeys
+
+    def __init__(
+        self,
+        size: int,
+        device: str | torch.device,
+        actor: Actor,
+        algorithm: Algorithm,
+        envs: Any,
+        rho: float = 0.1,
+        phi: float = 0.3,
+        gae_lambda: float = 0.95,
+        alpha: float = 10,
+        total_buffer_demo_capacity: int = 51,
+        initial_human_demos_dir: str | None = None,
+        initial_agent_demos_dir: str | None = None,
+        supplementary_demos_dir: str | None = None,
+        target_agent_demos_dir: str | None = None,
+        num_agent_demos_to_save: int = 10,
+        initial_reward_threshold: float | None = None,
+        save_demos_every: int = 10,
+        demo_dtypes: Mapping[str, Any] | None = None,
+        *,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        super().__init__(size, device, actor, algorithm, envs, gae_lambda=gae_lambda)
+        self.store = DemoStore(
+            total_buffer_demo_capacity,
+            rho=rho,
+            phi=phi,
+            alpha=alpha,
+            reward_threshold=initial_reward_threshold,
+            seed=seed,
+        )
+        if save_demos_every < 1 or num_agent_demos_to_save < 0:
+            raise ConfigError(
+                "save_demos_every, num_agent_demos_to_save: expected >= 1 and >= 0, got "
+                f"{save_demos_every}, {num_agent_demos_to_save}"
+            )
+        self.initial_human_demos_dir = initial_human_demos_dir
+        self.initial_agent_demos_dir = initial_agent_demos_dir
+        self.supplementary_demos_dir = supplementary_demos_dir
+        self.target_agent_demos_dir = target_agent_demos_dir
+        self.num_agent_demos_to_save = int(num_agent_demos_to_save)
+        self.save_demos_every = int(save_demos_every)
+        self.demo_dtypes = dict(_DEFAULT_DTYPES if demo_dtypes is None else demo_dtypes)
+        self.iter = 0
+        self.num_loaded_human_demos = 0
+        self._seen_supplementary: set[str] = set()
+        self.mixer: DemoMixer | None = None
+        self.load_initial_demos()
+
+    @classmethod
+    def create_factory(  # type: ignore[override]
+        cls, size: int, *args: Any, **kwargs: Any
+    ) -> Callable[..., PPODBuffer]:
+        """A function ``(device, actor, algorithm, envs) -> PPODBuffer``; the other arguments
+        (``rho=0.1, phi=0.3, gae_lambda=0.95, alpha=10, ...``) are those of the constructor."""
+
+        def create_buffer_instance(device: Any, actor: Actor, algorithm: Algorithm, envs: Any):
+            return cls(size, device, actor, algorithm, envs, *args, **kwargs)
+
+        return create_buffer_instance
+
+    # ------------------------------------------------------------------ seed attributes
+    @property
+    def rho(self) -> float:
+        """Current reward-demo replay probability (annealed)."""
+        return self.store.rho
+
+    @property
+    def phi(self) -> float:
+        """Current value-demo replay probability (annealed)."""
+        return self.store.phi
+
+    @property
+    def alpha(self) -> float:
+        """Value-demo sampling exponent."""
+        return self.store.alpha
+
+    @property
+    def max_demos(self) -> int:
+        """``total_buffer_demo_capacity``."""
+        return self.store.capacity
+
+    @property
+    def reward_threshold(self) -> float:
+        """Minimum total reward of a new reward demo (monotone non-decreasing)."""
+        return float(self.store.reward_threshold)
+
+    @property
+    def reward_demos(self) -> list[Demo]:
+        """The reward demos (human demos first)."""
+        return self.store.reward_demos
+
+    @property
+    def value_demos(self) -> list[Demo]:
+        """The value demos."""
+        return self.store.value_demos
+
+    # ------------------------------------------------------------------ demo files
+    def load_demo(self, demo_path: str | os.PathLike[str]) -> Demo:
+        """Load one demo: a seed ``.npz`` file or an rlstore ``<name>_metadata.json``.
+
+        Raises:
+            CheckpointError: unreadable file or missing keys.
+            ConfigError: the ``.npz`` ``FrameSkip`` differs from ``envs.env_kwargs``'s.
+        """
+        path = Path(demo_path)
+        if path.name.endswith("_metadata.json"):
+            demo = load_demo(path.parent, path.name[: -len("_metadata.json")])
+            arrays = {"Observation": demo.observations, "Action": demo.actions}
+            arrays["Reward"] = demo.rewards
+        else:
+            try:
+                with np.load(path, allow_pickle=False) as f:
+                    arrays = {k: f[k] for k in f.files}
+            except (OSError, ValueError) as exc:
+                raise CheckpointError(f"demo_path: cannot read {str(path)!r} ({exc})") from exc
+            missing = [k for k in self.demos_data_fields if k not in arrays]
+            if missing:
+                raise CheckpointError(f"{path.name}: missing keys {missing}")
+            kwargs = getattr(self.envs, "env_kwargs", None) or {}
+            if "FrameSkip" in arrays and "frame_skip" in kwargs:
+                if int(arrays["FrameSkip"]) != int(kwargs["frame_skip"]):
+                    raise ConfigError(
+                        f"{path.name}: FrameSkip {int(arrays['FrameSkip'])} differs from the "
+                        f"env's frame_skip {kwargs['frame_skip']}"
+                    )
+        obs, act, rew = (
+            np.asarray(arrays[k]).astype(self.demo_dtypes.get(k, np.float32))
+            for k in self.demos_data_fields
+        )
+        return Demo(obs, act, rew.reshape(-1))
+
+    def _demo_files(self, directory: str | None) -> list[Path]:
+        if directory is None or not Path(directory).is_dir():
+            return []
+        d = Path(directory)
+        names = [d / f"{n}_metadata.json" for n in list_demos(d)]
+        return sorted([*names, *d.glob("*.npz")])
+
+    def load_initial_demos(self) -> None:
+        """Load the initial human and agent demos as reward demos.
+
+        Raises:
+            CapacityError: more demos than ``total_buffer_demo_capacity``.
+        """
+        for directory, human in (
+            (self.initial_human_demos_dir, True),
+            (self.initial_agent_demos_dir, False),
+        ):
+            for path in self._demo_files(directory):
+                demo = self.load_demo(path)
+                self.store.add_initial(Demo(demo.observations, demo.actions, demo.rewards, human))
+                self.num_loaded_human_demos += int(human)
+
+    def load_supplementary_demos(self) -> int:
+        """Add the demos of ``supplementary_demos_dir`` not seen before as agent reward demos.
+
+        Returns:
+            The number of demos added.
+        """
+        added = 0
+        for path in self._demo_files(self.supplementary_demos_dir):
+            if str(path) in self._seen_supplementary:
+                continue
+            self._seen_supplementary.add(str(path))
+            self.store.add_bonus(self.load_demo(path))
+            added += 1
+        return added
+
+    def save_demos(self) -> list[Path]:
+        """Write the top ``num_agent_demos_to_save`` agent reward demos (by total reward) and
+        value demos (by MaxValue) to ``target_agent_demos_dir``; returns the sidecar paths."""
+        if self.target_agent_demos_dir is None:
+            return []
+        out = []
+        for kind in ("reward", "value"):
+            for k, demo in enumerate(self.store.top_demos(kind, self.num_agent_demos_to_save)):
+                name = f"{kind}_demo_{k:03d}"
+                out.append(save_demo(demo, self.target_agent_demos_dir, name))
+        return out
+
+    # ------------------------------------------------------------------ PPO+D rules
+    def anneal_parameters(self) -> None:
+        """Move replay probability from value demos to reward demos (see DemoStore.anneal)."""
+        self.store.anneal()
+
+    def check_demo_buffer_capacity(self) -> list[Demo]:
+        """Evict demos beyond capacity (value demos first); returns the evicted demos."""
+        return self.store.enforce_capacity()
+
+    def _frame_stack(self) -> int:
+        kwargs = getattr(self.envs, "env_kwargs", None) or {}
+        return int(kwargs.get("frame_stack", 1))
+
+    def _reset_env(self, i: int) -> np.ndarray:
+        return _np(self.envs.reset_single_env(i))
+
+    def _ensure_mixer(self, obs: Any) -> DemoMixer:
+        if self.mixer is None:
+            if isinstance(obs, Mapping):
+                raise SpecError(f"{OBS}: PPODBuffer supports array observations, got a dict")
+            o = _np(obs)
+            has_reset = callable(getattr(self.envs, "reset_single_env", None))
+            self.mixer = DemoMixer(
+                self.store,
+                o.shape[0],
+                reset_env=self._reset_env if has_reset else None,
+                frame_stack=self._frame_stack(),
+            )
+            self.mixer.reset(o)
+        return self.mixer
+
+    def reset(self) -> None:
+        """Set the counters to zero and abandon the demo replays in progress (demos are kept)."""
+        super().reset()
+        self.mixer = None
+
+    def sample_demo(self, env_id: int) -> int:
+        """Draw the source of slot ``env_id``'s next episode now and start it at the current
+        position (demo: first frame in ``Observation``, ``Done = 1``, zero recurrent state).
+
+        Returns:
+            The source code (0 env, 1 reward demo, 2 value demo).
+        """
+        if self.mixer is None or self.data[OBS] is None:
+            raise SpecError("sample_demo: insert a transition first (the env slots are unknown)")
+        obs, code = self.mixer.begin_episode(env_id)
+        if code != ENV:
+            self.data[OBS][self.step][env_id] = torch.as_tensor(obs).to(self.data[OBS].dtype)
+            self.data[DONE][self.step][env_id] = 1
+            if self.recurrent_actor and self.data.get(RHS) is not None:
+                self.data[RHS][self.step][env_id] = 0
+        return code
+
+    def insert_transition(self, sample: Mapping[str, Any]) -> None:
+        """Mix demo replays into one vector-env step, then store it (module doc)."""
+        if self.size >= self.max_size:
+            raise CapacityError(
+                f"insert_transition: the rollout is full ({self.max_size} transitions); call "
+                "before_gradients() / after_gradients() (or reset()) first"
+            )
+        mixer = self._ensure_mixer(sample[OBS])
+        sample = dict(sample)
+        replaying = mixer.replaying()
+        if replaying.any() and self.data[OBS] is not None:
+            self._revalue(sample, replaying)
+        done = _np(sample[DONE2]).reshape(-1) != 0
+        trunc = _np(sample[TRUNC2]).reshape(-1) != 0 if TRUNC2 in sample else np.zeros_like(done)
+        mixed = mixer.step(
+            _np(sample[ACT]),
+            _np(sample[REW]).reshape(-1),
+            done & ~trunc,
+            done & trunc,
+            _np(sample[OBS2]),
+            value=_np(sample[VAL]).reshape(-1),
+        )
+        demo = torch.as_tensor(mixed.from_demo)
+        for key, new in ((ACT, mixed.action), (REW, mixed.reward), (OBS2, mixed.next_obs)):
+            ref = torch.as_tensor(sample[key])
+            sample[key] = torch.as_tensor(new).reshape(ref.shape).to(ref.dtype)
+        logp = torch.as_tensor(sample[LOGP]).clone()
+        logp[demo] = 0
+        sample[LOGP] = logp
+        ref = torch.as_tensor(sample[DONE2])
+        new_done = torch.as_tensor(mixed.terminated | mixed.truncated)
+        sample[DONE2] = new_done.reshape(ref.shape).to(ref.dtype)
+        if TRUNC2 in sample:
+            ref = torch.as_tensor(sample[TRUNC2])
+            sample[TRUNC2] = torch.as_tensor(mixed.truncated).reshape(ref.shape).to(ref.dtype)
+        starts = torch.as_tensor(mixed.new_episode > ENV)
+        if starts.any() and sample.get(RHS2) is not None and not isinstance(sample[RHS2], dict):
+            rhs = torch.as_tensor(sample[RHS2]).clone()
+            rhs[starts] = 0
+            sample[RHS2] = rhs
+        super().insert_transition(sample)
+
+    @torch.no_grad()
+    def _revalue(self, sample: dict[str, Any], rows: np.ndarray) -> None:
+        """Recompute ``Value`` (and ``IntrinsicValue``) of replaying slots on the stored demo
+        observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
+        idx = torch.as_tensor(np.flatnonzero(rows))
+        obs = self.data[OBS][self.step][idx]
+        rhs = self.data.get(RHS)
+        rhs = None if rhs is None else rhs[self.step if self.recurrent_actor else 0][idx]
+        out = self.actor.get_value(obs, rhs, self.data[DONE][self.step][idx])
+        for key, name in ((VAL, "value_net1"), (IVAL, "ivalue_net1")):
+            if key in sample and name in out:
+                new = torch.as_tensor(sample[key]).clone()
+                new[idx] = out[name].to(new.dtype).reshape(new[idx].shape)
+                sample[key] = new
+
+    def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
+        """Start the next rollout; poll supplementary demos; save demos every
+        ``save_demos_every`` calls. Adds demo statistics to ``info``."""
+        info = super().after_gradients(batch, info)
+        self.iter += 1
+        self.load_supplementary_demos()
+        if self.iter % self.save_demos_every == 0:
+            self.save_demos()
+        info.update(
+            {
+                "NumRewardDemos": len(self.store.reward_demos),
+                "NumValueDemos": len(self.store.value_demos),
+                "RewardThreshold": self.reward_threshold,
+                "rho": self.rho,
+                "phi": self.phi,
+            }
+        )
+        return info
