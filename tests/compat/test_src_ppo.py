@@ -445,3 +445,18 @@ def test_memory_accepts_the_trainer_config():
             mb.advantages, adv.flatten(0, 1)[mb.indices], rtol=1e-5, atol=1e-5
         )
     envs.close()
+
+
+def test_layout_b_helpers_are_re_exported_and_shared_by_memory():
+    import rlstore.compat.src_ppo as src_ppo
+    import rlstore.compat.src_ppo_gae as gae_mod
+
+    assert src_ppo.compute_advantages_vectorized is gae_mod.compute_advantages_vectorized
+    assert src_ppo.shift_rows is gae_mod.shift_rows
+    memory = Memory(make_envs(2), Args())
+    r, v = torch.ones(3, 2), torch.zeros(3, 2)
+    d = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    # gamma = lam = 1, values 0: A_t = number of rewards left in the episode
+    # env 0: no done -> [3, 2, 1]; env 1: obs 1 starts anew -> transition 0 ends -> [1, 2, 1]
+    adv = memory.compute_advantages(torch.zeros(2), torch.zeros(2), r, v, d, CPU, 1.0, 1.0)
+    assert adv.T.tolist() == [[3.0, 2.0, 1.0], [1.0, 2.0, 1.0]]

@@ -7,16 +7,18 @@ Layout: every per-step field is a preallocated ``(T, N, *field_shape)`` torch te
 state are allocated lazily from the first :meth:`RolloutBuffer.add` with their dtypes
 preserved; log-probs, values, rewards and ``final_value`` are stored as float32.
 
-Returns: :meth:`RolloutBuffer.compute_returns` builds ``next_values`` (``values[t+1]``,
-``final_value`` on truncation, ``last_value`` at the last stored step) and calls
-:func:`rlstore.returns.gae`; :meth:`RolloutBuffer.compute_vtrace` re-evaluates the stored data
-through the caller's networks and calls :func:`rlstore.returns.vtrace`.
+The class composes three pieces: input validation (:mod:`rlstore.buffers.rollout_checks`; a
+rejected :meth:`RolloutBuffer.add` changes nothing), target computation
+(:mod:`rlstore.buffers.rollout_targets`: :meth:`RolloutBuffer.compute_returns` builds
+``next_values`` (``values[t+1]``, ``final_value`` on truncation, ``last_value`` at the last
+stored step) and calls :func:`rlstore.returns.gae`, :meth:`RolloutBuffer.compute_vtrace`
+re-evaluates the stored data through the caller's networks and calls
+:func:`rlstore.returns.vtrace`) and minibatch generation (:mod:`rlstore.minibatches`).
 
-Intrinsic stream (RND, Burda et al. 2018), enabled by an :class:`IntrinsicConfig`: intrinsic
-rewards are divided by the running std of their per-env discounted sum
-(:class:`rlstore.normalize.DiscountedReturnNormalizer`, no mean subtraction), the intrinsic GAE
-ignores ``terminated`` / ``truncated`` (non-episodic) and bootstraps from ``int_values[t+1]``
-and ``last_int_value``, and the training advantage is ``ext_coef * A_ext + int_coef * A_int``.
+Intrinsic stream (RND, Burda et al. 2018), enabled by an :class:`IntrinsicConfig` (defined in
+:mod:`rlstore.buffers.rollout_targets`, re-exported here): intrinsic rewards are divided by the
+running std of their per-env discounted sum, the intrinsic GAE is non-episodic, and the
+training advantage is ``ext_coef * A_ext + int_coef * A_int``.
 
 Example:
     >>> import torch
@@ -33,12 +35,15 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from dataclasses import asdict, replace
+from typing import Any
 
 import numpy as np
 import torch
 
+from rlstore._trees import tree_from_state, tree_leaves, tree_map, tree_to_state
+from rlstore.buffers.rollout_checks import AdvNorm, StepChecker, check_rollout_args
+from rlstore.buffers.rollout_targets import IntrinsicConfig, gae_targets, vtrace_targets
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import (
     Hidden,
@@ -51,79 +56,12 @@ from rlstore.minibatches import (
     trajectory_minibatches,
 )
 from rlstore.normalize import DiscountedReturnNormalizer
-from rlstore.returns import gae, normalize_advantages, vtrace
+from rlstore.returns import normalize_advantages
 
 __all__ = ["RolloutBuffer", "RolloutBatch", "IntrinsicConfig"]
 
-AdvNorm = Literal["none", "batch", "minibatch"]
 _FLOATS = ("logprobs", "values", "rewards", "final_values")
 _INT_FLOATS = ("int_rewards", "int_values")
-
-
-@dataclass(frozen=True)
-class IntrinsicConfig:
-    """Settings of the RND-style intrinsic reward stream.
-
-    Attributes:
-        int_gamma: discount of the intrinsic (non-episodic) return, in [0, 1].
-        ext_coef: weight of the extrinsic advantage in the combined advantage.
-        int_coef: weight of the intrinsic advantage.
-        int_lam: GAE lambda of the intrinsic stream (None: the buffer's ``lam``).
-        normalize_rewards: divide intrinsic rewards by the running std of their discounted sum.
-    """
-
-    int_gamma: float = 0.99
-    ext_coef: float = 2.0
-    int_coef: float = 1.0
-    int_lam: float | None = None
-    normalize_rewards: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.int_gamma <= 1.0:
-            raise ConfigError(f"int_gamma: expected a value in [0, 1], got {self.int_gamma!r}")
-        if self.int_lam is not None and not 0.0 <= self.int_lam <= 1.0:
-            raise ConfigError(f"int_lam: expected a value in [0, 1] or None, got {self.int_lam!r}")
-
-
-def _as_tensor(name: str, x: Any, device: torch.device) -> torch.Tensor:
-    if isinstance(x, torch.Tensor):
-        return x.detach().to(device)
-    try:
-        return torch.as_tensor(np.asarray(x), device=device)
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
-
-
-def _tmap(fn: Callable[[torch.Tensor], Any], tree: Any) -> Any:
-    """Apply ``fn`` to every tensor leaf of a dict / tuple tree."""
-    if isinstance(tree, dict):
-        return {k: _tmap(fn, v) for k, v in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(_tmap(fn, v) for v in tree)
-    return fn(tree)
-
-
-def _leaves(tree: Any) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    _tmap(out.append, tree)
-    return out
-
-
-def _to_sd(tree: Any) -> Any:
-    """Tree -> checkpointable nested dict (tuples become ``{"tuple:0": ..}``), CPU copies."""
-    if isinstance(tree, dict):
-        return {k: _to_sd(v) for k, v in tree.items()}
-    if isinstance(tree, tuple):
-        return {f"tuple:{i}": _to_sd(v) for i, v in enumerate(tree)}
-    return tree.detach().cpu().clone()
-
-
-def _from_sd(tree: Any, device: torch.device) -> Any:
-    if isinstance(tree, dict):
-        if tree and all(k.startswith("tuple:") for k in tree):
-            return tuple(_from_sd(tree[f"tuple:{i}"], device) for i in range(len(tree)))
-        return {k: _from_sd(v, device) for k, v in tree.items()}
-    return torch.as_tensor(tree).to(device)
 
 
 class RolloutBuffer:
@@ -154,31 +92,15 @@ class RolloutBuffer:
         device: str | torch.device = "cpu",
         seed: int | np.random.Generator | None = None,
     ) -> None:
-        for name, v in (("num_steps", num_steps), ("num_envs", num_envs)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"{name}: expected an int >= 1, got {v!r}")
-        for name, g in (("gamma", gamma), ("lam", lam)):
-            if not 0.0 <= float(g) <= 1.0:
-                raise ConfigError(f"{name}: expected a value in [0, 1], got {g!r}")
-        if advantage_normalization not in ("none", "batch", "minibatch"):
-            raise ConfigError(
-                "advantage_normalization: expected 'none', 'batch' or 'minibatch', "
-                f"got {advantage_normalization!r}"
-            )
-        if isinstance(intrinsic, dict):  # e.g. from config(): JSON round trip
-            try:
-                intrinsic = IntrinsicConfig(**intrinsic)
-            except TypeError as exc:
-                raise ConfigError(f"intrinsic: {exc}") from exc
-        if intrinsic is not None and not isinstance(intrinsic, IntrinsicConfig):
-            raise ConfigError(
-                f"intrinsic: expected an IntrinsicConfig or None, got {type(intrinsic).__name__}"
-            )
+        intrinsic = check_rollout_args(
+            num_steps, num_envs, gamma, lam, advantage_normalization, intrinsic
+        )
         self.num_steps, self.num_envs = int(num_steps), int(num_envs)
         self.gamma, self.lam = float(gamma), float(lam)
         self.advantage_normalization: AdvNorm = advantage_normalization
         self.intrinsic = intrinsic
         self.device = torch.device(device)
+        self._check = StepChecker(self.num_envs, self.device)
         self._seed = None if seed is None or isinstance(seed, np.random.Generator) else int(seed)
         self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         T, N = self.num_steps, self.num_envs
@@ -223,7 +145,7 @@ class RolloutBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes held by the preallocated storage."""
-        return sum(x.element_size() * x.numel() for x in _leaves(self._data))
+        return sum(x.element_size() * x.numel() for x in tree_leaves(self._data))
 
     def config(self) -> dict[str, Any]:
         """Constructor keyword arguments as a JSON-able dict."""
@@ -240,80 +162,10 @@ class RolloutBuffer:
 
     # ------------------------------------------------------------------ writing
 
-    def _finite(self, name: str, x: Any) -> torch.Tensor:
-        t = self._vector(name, x)
-        if not bool(torch.isfinite(t).all()):
-            raise SpecError(f"{name}: expected finite values, got {t.tolist()}")
-        return t
-
     def _pack(self, floats: torch.Tensor, flags: torch.Tensor) -> None:
         self._floats, self._flags = floats, flags
         self._data |= dict(zip(self._float_names, floats, strict=True))
         self._data |= {"terminated": flags[0], "truncated": flags[1]}
-
-    def _vector(
-        self, name: str, x: Any, *, flag: bool = False, finite_where: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Validate a per-env scalar or flag: shape ``(N,)`` (``(N, 1)`` accepted) -> float32/bool.
-
-        Finiteness is checked by the caller; ``finite_where`` zeroes the entries outside it.
-        """
-        t = _as_tensor(name, x, self.device)
-        N = self.num_envs
-        if t.dim() == 2 and t.shape[1] == 1:
-            t = t[:, 0]
-        if t.dim() == 0 and N == 1:
-            t = t.reshape(1)
-        if tuple(t.shape) != (N,):
-            raise SpecError(f"{name}: expected shape ({N},) (one per env), got {tuple(t.shape)}")
-        if flag:
-            if t.dtype != torch.bool:
-                if t.is_floating_point() or t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
-                    raise SpecError(
-                        f"{name}: expected bool or 0/1 flags, got {t.dtype} {t.tolist()}"
-                    )
-                t = t != 0
-            return t
-        if t.dtype == torch.bool or t.is_complex():
-            raise SpecError(f"{name}: expected a real number per env, got dtype {t.dtype}")
-        t = t.to(torch.float32)
-        return t if finite_where is None else torch.where(finite_where, t, 0.0)
-
-    def _tree(self, name: str, x: Any, stored: Any) -> Any:
-        """Validate a tensor / dict / tuple tree with a leading env axis against ``stored``."""
-        N = self.num_envs
-        if isinstance(x, dict) and name == "obs":
-            if stored is not None and (not isinstance(stored, dict) or set(x) != set(stored)):
-                want = sorted(stored) if isinstance(stored, dict) else "an array"
-                raise SpecError(f"{name}: expected keys {want} like the first add, got {sorted(x)}")
-            if not x:
-                raise SpecError(f"{name}: expected a non-empty dict, got {{}}")
-            return {k: self._tree(f"{name}[{k!r}]", v, stored and stored[k]) for k, v in x.items()}
-        if isinstance(x, (tuple, list)) and name.startswith("hidden"):
-            if stored is not None and (not isinstance(stored, tuple) or len(stored) != len(x)):
-                raise SpecError(
-                    f"{name}: expected the structure of the first add, got {len(x)} items"
-                )
-            return tuple(
-                self._tree(f"{name}[{i}]", v, None if stored is None else stored[i])
-                for i, v in enumerate(x)
-            )
-        if isinstance(stored, (dict, tuple)):
-            raise SpecError(
-                f"{name}: expected a {type(stored).__name__} like the first add, "
-                f"got {type(x).__name__}"
-            )
-        t = _as_tensor(name, x, self.device)
-        if t.dim() == 0 or t.shape[0] != N:
-            raise SpecError(
-                f"{name}: expected a leading env axis of size {N}, got shape {tuple(t.shape)}"
-            )
-        if stored is not None and (t.shape[1:] != stored.shape[2:] or t.dtype != stored.dtype):
-            raise SpecError(
-                f"{name}: expected shape {(N, *stored.shape[2:])} dtype {stored.dtype} like the "
-                f"first add, got shape {tuple(t.shape)} dtype {t.dtype}"
-            )
-        return t
 
     def add(
         self,
@@ -356,57 +208,32 @@ class RolloutBuffer:
                 f"add: the buffer is full (num_steps={self.num_steps}); compute returns, draw "
                 "minibatches, then reset() before adding the next rollout"
             )
-        d = self._data
-        row: dict[str, Any] = {
-            "obs": self._tree("obs", obs, d.get("obs")),
-            "actions": self._tree("action", action, d.get("actions")),
+        args = {
+            "obs": obs,
+            "action": action,
+            "logp": logp,
+            "value": value,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+            "final_value": final_value,
+            "hidden": hidden,
+            "int_reward": int_reward,
+            "int_value": int_value,
         }
-        floats = [self._vector("logp", logp), self._vector("value", value)]
-        floats.append(self._vector("reward", reward))
-        term = self._vector("terminated", terminated, flag=True)
-        trunc = self._vector("truncated", truncated, flag=True)
-        boot = trunc & ~term  # termination wins: no bootstrap
-        if final_value is None:
-            if bool(boot.any()):
-                raise SpecError(
-                    "final_value: expected V(final_obs) for the truncated envs "
-                    f"{torch.nonzero(boot).flatten().tolist()}, got None"
-                )
-            final_value = self._data["final_values"][0]  # any finite (N,) row: ignored
-        floats.append(self._vector("final_value", final_value, finite_where=boot))
-        if self._hidden_given is not None and (hidden is not None) != self._hidden_given:
-            want = "a hidden state" if self._hidden_given else "hidden=None"
-            raise SpecError(
-                f"hidden: expected {want} like the first add, got {type(hidden).__name__}"
-            )
-        if hidden is not None:
-            row["hidden"] = self._tree("hidden", hidden, d.get("hidden"))
-        if self.intrinsic is None and (int_reward is not None or int_value is not None):
-            raise ConfigError(
-                "int_reward/int_value: given but the buffer has no intrinsic stream; construct "
-                "it with intrinsic=IntrinsicConfig(...)"
-            )
-        if self.intrinsic is not None:
-            if int_reward is None or int_value is None:
-                raise SpecError(
-                    "int_reward/int_value: expected (N,) arrays (the buffer has an intrinsic "
-                    f"stream), got {type(int_reward).__name__}, {type(int_value).__name__}"
-                )
-            floats += [self._vector("int_reward", int_reward), self._vector("int_value", int_value)]
-        block = torch.stack(floats)  # (K, N)
-        if not bool(torch.isfinite(block).all()):  # one check for all streams
-            i = int((~torch.isfinite(block)).any(dim=1).nonzero()[0])
-            names = ("logp", "value", "reward", "final_value", "int_reward", "int_value")
-            raise SpecError(f"{names[i]}: expected finite values, got {floats[i].tolist()}")
+        d = self._data
+        row, block, term, trunc = self._check.step(
+            args, d, hidden_given=self._hidden_given, has_intrinsic=self.intrinsic is not None
+        )
         # ---- everything validated: allocate lazily, then write
         T = self.num_steps
         for k in ("obs", "actions", "hidden"):
             if k in row and k not in d:
-                d[k] = _tmap(lambda x: x.new_zeros((T, *x.shape)), row[k])
+                d[k] = tree_map(lambda x: x.new_zeros((T, *x.shape)), row[k])
         self._hidden_given = hidden is not None
         p = self._pos
         for k, v in row.items():
-            for dst, src in zip(_leaves(d[k]), _leaves(v), strict=True):
+            for dst, src in zip(tree_leaves(d[k]), tree_leaves(v), strict=True):
                 dst[p] = src
         self._floats[:, p] = block
         self._flags[0, p], self._flags[1, p] = term, trunc
@@ -428,16 +255,8 @@ class RolloutBuffer:
             raise EmptyBufferError(f"{what}: the buffer holds no steps; add() a rollout first")
         return self._pos
 
-    def _next_values(
-        self, values: torch.Tensor, last: torch.Tensor, episodic: bool
-    ) -> torch.Tensor:
-        """``(P, N)`` V of the true successor of each stored step (docs/architecture.md)."""
-        nxt = torch.cat([values[1:], last[None]], dim=0)
-        if episodic:
-            p, d = values.shape[0], self._data
-            boot = d["truncated"][:p] & ~d["terminated"][:p]
-            nxt = torch.where(boot, d["final_values"][:p], nxt)
-        return nxt
+    def _finite(self, name: str, x: Any) -> torch.Tensor:
+        return self._check.finite(name, x)
 
     def compute_returns(self, last_value: Any, *, last_int_value: Any = None) -> None:
         """GAE advantages and TD(lambda) returns of the stored steps (:func:`rlstore.returns.gae`).
@@ -452,34 +271,25 @@ class RolloutBuffer:
         Afterwards :meth:`get` and the generators see ``advantages`` (with an intrinsic stream
         the combined ``ext_coef * A_ext + int_coef * A_int``) and the extrinsic ``returns``.
         """
-        p, d = self._require_steps("compute_returns"), self._data
+        p = self._require_steps("compute_returns")
         last = self._finite("last_value", last_value)
-        v = d["values"][:p]
-        term, trunc = d["terminated"][:p], d["truncated"][:p]
-        ext = (d["rewards"][:p], v, self._next_values(v, last, True), term, trunc)
-        adv, ret = gae(*ext, gamma=self.gamma, lam=self.lam)
-        results = {"advantages": adv, "returns": ret}
-        cfg = self.intrinsic
-        if cfg is not None:
+        last_i = None
+        if self.intrinsic is not None:
             if last_int_value is None:
                 raise SpecError(
                     "last_int_value: expected (N,) V_int(next_obs) (the buffer has an intrinsic "
                     "stream), got None"
                 )
             last_i = self._finite("last_int_value", last_int_value)
-            iv, ir = d["int_values"][:p], d["int_rewards"][:p]
-            if cfg.normalize_rewards:  # RND: divide by the running std of the discounted sum
-                ir = self._normalizer(ir)
-            never = torch.zeros_like(term)  # non-episodic: no termination, no trace cut
-            lam_i = self.lam if cfg.int_lam is None else cfg.int_lam
-            intr = (ir, iv, self._next_values(iv, last_i, False), never, never)
-            int_adv, int_ret = gae(*intr, gamma=cfg.int_gamma, lam=lam_i)
-            results |= {
-                "int_advantages": int_adv,
-                "int_returns": int_ret,
-                "advantages": cfg.ext_coef * adv + cfg.int_coef * int_adv,
-            }
-        self._results = results
+        self._results = gae_targets(
+            self._view(p),
+            last,
+            gamma=self.gamma,
+            lam=self.lam,
+            intrinsic=self.intrinsic,
+            last_int_value=last_i,
+            int_reward_normalizer=None if self.intrinsic is None else self._normalizer,
+        )
 
     def compute_vtrace(
         self,
@@ -509,34 +319,18 @@ class RolloutBuffer:
         """
         if self.intrinsic is not None:
             raise ConfigError("compute_vtrace: not supported with an intrinsic stream")
-        p, d = self._require_steps("compute_vtrace"), self._data
+        p = self._require_steps("compute_vtrace")
         last = self._finite("last_value", last_value)
-        batch = self._view(p)
-        with torch.no_grad():
-            out = evaluate(batch.obs, batch.actions, batch.hidden)
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise SpecError(f"evaluate: expected (target_logp, values), got {type(out).__name__}")
-        tl, v = (
-            _as_tensor(f"evaluate: {n}", x, self.device).float()
-            for n, x in zip(("target_logp", "values"), out, strict=True)
-        )
-        for name, x in (("target_logp", tl), ("values", v)):
-            if tuple(x.shape) != (p, self.num_envs):
-                raise SpecError(
-                    f"evaluate: {name} expected shape ({p}, {self.num_envs}), got {tuple(x.shape)}"
-                )
-        nv = self._next_values(v, last, True)
-        args = (d["logprobs"][:p], tl, d["rewards"][:p], v, nv, d["terminated"][:p])
         clip = {"rho_bar": rho_bar, "c_bar": c_bar, "pg_rho_bar": pg_rho_bar}
-        vs, pg = vtrace(*args, d["truncated"][:p], gamma=self.gamma, lam=lam, **clip)
-        self._results = {"advantages": pg, "returns": vs}
+        batch = self._view(p)
+        self._results = vtrace_targets(batch, evaluate, last, gamma=self.gamma, lam=lam, **clip)
 
     # ------------------------------------------------------------------ reading
 
     def _view(self, p: int) -> RolloutBatch:
         if "obs" not in self._data:
             raise EmptyBufferError("get: the buffer holds no steps; add() a rollout first")
-        view = {k: _tmap(lambda x: x[:p], v) for k, v in self._data.items()}
+        view = {k: tree_map(lambda x: x[:p], v) for k, v in self._data.items()}
         return RolloutBatch(**view, **self._results)
 
     def get(self) -> RolloutBatch:
@@ -642,9 +436,9 @@ class RolloutBuffer:
             "pos": self._pos,
             "hidden_given": self._hidden_given,
             "rng": self._rng.bit_generator.state,
-            "data": _to_sd(self._data),
-            "next_episode_time": _to_sd(self._next_episode_time),
-            "results": _to_sd(self._results),
+            "data": tree_to_state(self._data),
+            "next_episode_time": tree_to_state(self._next_episode_time),
+            "results": tree_to_state(self._results),
         }
         if self.intrinsic is not None:
             state["normalizer"] = self._normalizer.state_dict()
@@ -663,9 +457,9 @@ class RolloutBuffer:
                 raise CheckpointError(
                     "state_dict: intrinsic stream presence differs from this buffer"
                 )
-            data = _from_sd(sd["data"], self.device)
-            results = _from_sd(sd["results"], self.device)
-            nxt = _from_sd(sd["next_episode_time"], self.device)
+            data = tree_from_state(sd["data"], self.device)
+            results = tree_from_state(sd["results"], self.device)
+            nxt = tree_from_state(sd["next_episode_time"], self.device)
             pos, hidden_given, rng_state = int(sd["pos"]), sd["hidden_given"], sd["rng"]
             normalizer = sd.get("normalizer")
         except (KeyError, TypeError, AttributeError) as exc:

@@ -4,7 +4,8 @@
 ``compute_advantages``, ``get_minibatch_indexes``, ``get_minibatches``,
 ``get_trajectory_minibatches``, ``get_printable_output``, ``reset``, ``sample_experiences``;
 ``Minibatch`` / ``TrajectoryMinibatch`` (re-exported from :mod:`rlstore.minibatches`);
-``process_memory_vars_to_log``; ``compute_advantages_vectorized`` and ``shift_rows``.
+``process_memory_vars_to_log``; ``compute_advantages_vectorized`` and ``shift_rows``
+(defined in :mod:`rlstore.compat.src_ppo_gae`, re-exported here).
 
 **Layout B.** The seed follows CleanRL: the ``done`` stored with step ``t`` says that ``obs[t]``
 *starts* a new episode (it is the ``next_done`` returned by the previous env step), and the flag
@@ -13,16 +14,7 @@ of the last transition is carried separately as ``next_done``. rlstore is transi
 ``done_A[T - 1] = next_done``. Layout B has no truncation channel; in the seed every done is a
 termination (no bootstrap). ``Memory`` adds one: see :meth:`Memory.add`.
 
-Example::
-
-    >>> import torch
-    >>> T, N = 3, 2
-    >>> rewards, values = torch.ones(T, N), torch.zeros(T, N)
-    >>> dones = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # env 1: obs 1 starts anew
-    >>> adv = compute_advantages_vectorized(torch.zeros(N), torch.zeros(N), rewards, values,
-    ...                                     dones, torch.device("cpu"), 1.0, 1.0)
-    >>> adv[:, 1].tolist()   # env 1: the first transition ended its episode
-    [1.0, 2.0, 1.0]
+See :mod:`rlstore.compat.src_ppo_gae` for a worked ``compute_advantages_vectorized`` example.
 """
 
 from __future__ import annotations
@@ -35,8 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore import returns as R
+from rlstore._trees import tree_map
 from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import Minibatch, TrajectoryMinibatch
 
@@ -48,96 +41,6 @@ __all__ = [
     "compute_advantages_vectorized",
     "shift_rows",
 ]
-
-
-def shift_rows(arr: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    """Row ``i`` of the result is ``arr`` shifted right by ``i`` (zeros in front).
-
-    Given ``[1, 2, 3]`` it returns ``[[1, 2, 3], [0, 1, 2], [0, 0, 1]]``; trailing dimensions of
-    ``arr`` are batch dimensions: ``out[i, j, ...] = arr[j - i, ...]`` for ``j >= i``, else 0.
-
-    The output itself is ``(L, L, *batch)``: O(L^2) memory. The seed built its closed-form GAE on
-    it; :func:`compute_advantages_vectorized` no longer needs it (it runs a linear-time scan), so
-    this is kept only as the documented utility. numpy in -> numpy out, torch in -> torch out.
-    """
-    if arr.ndim < 1:
-        raise SpecError(
-            f"arr: expected at least 1 dimension (L, ...), got shape {tuple(arr.shape)}"
-        )
-    L = arr.shape[0]
-    if isinstance(arr, torch.Tensor):
-        i = torch.arange(L, device=arr.device)
-        src = i[None, :] - i[:, None]
-        keep = (src >= 0).reshape(L, L, *([1] * (arr.dim() - 1)))
-        return torch.where(
-            keep, arr[src.clamp(min=0)], torch.zeros((), dtype=arr.dtype, device=arr.device)
-        )
-    a = np.asarray(arr)
-    ii = np.arange(L)
-    shift = ii[None, :] - ii[:, None]
-    kept = (shift >= 0).reshape(L, L, *([1] * (a.ndim - 1)))
-    return np.where(kept, a[np.clip(shift, 0, None)], np.zeros((), dtype=a.dtype))
-
-
-def _layout_b_to_a(dones: torch.Tensor, next_done: torch.Tensor) -> torch.Tensor:
-    """``done_A[t] = dones[t + 1]`` (``next_done`` at ``T - 1``), as bool ``(T, N)``."""
-    return torch.cat([dones[1:], next_done.reshape(1, *dones.shape[1:])]) != 0
-
-
-def compute_advantages_vectorized(
-    next_value: torch.Tensor,
-    next_done: torch.Tensor,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    dones: torch.Tensor,
-    device: torch.device | str,
-    gamma: float,
-    gae_lambda: float,
-) -> torch.Tensor:
-    """GAE advantages from CleanRL-style (layout B) flags, in linear time and memory.
-
-    Every episode end is a termination (layout B cannot express truncation)::
-
-        done_A[t]  = dones[t+1]  (next_done at t = T-1)
-        next_v[t]  = values[t+1] (next_value at t = T-1)
-        delta_t    = r_t + gamma * (1 - done_A[t]) * next_v[t] - values_t
-        A_t        = delta_t + gamma * gae_lambda * (1 - done_A[t]) * A_{t+1}
-
-    computed by :func:`rlstore.returns.gae` (the seed's closed form cost O(T^2 N) memory).
-
-    Args:
-        next_value: ``(N,)`` V of the observation after the last step.
-        next_done: ``(N,)`` 0/1 or bool: that observation starts a new episode (the last
-            transition ended one).
-        rewards: ``(T, N)`` rewards of transitions ``0 .. T-1``.
-        values: ``(T, N)`` ``V(obs[t])``.
-        dones: ``(T, N)`` 0/1 or bool: ``obs[t]`` starts a new episode.
-        device: device of the result.
-        gamma: discount in [0, 1].
-        gae_lambda: lambda in [0, 1].
-
-    Returns:
-        ``(T, N)`` advantages (dtype of ``rewards``/``values``) on ``device``.
-    """
-    rewards, values, dones = (torch.as_tensor(x) for x in (rewards, values, dones))
-    next_value, next_done = torch.as_tensor(next_value), torch.as_tensor(next_done)
-    if rewards.dim() != 2:
-        raise SpecError(f"rewards: expected shape (T, N), got {tuple(rewards.shape)}")
-    T, N = rewards.shape
-    for name, x, shape in (
-        ("values", values, (T, N)),
-        ("dones", dones, (T, N)),
-        ("next_value", next_value, (N,)),
-        ("next_done", next_done, (N,)),
-    ):
-        if tuple(x.shape) != shape:
-            raise SpecError(f"{name}: expected shape {shape} like rewards, got {tuple(x.shape)}")
-    done_a = _layout_b_to_a(dones, next_done.to(dones.device))
-    next_values = torch.cat([values[1:], next_value.reshape(1, N).to(values)])
-    adv, _ = R.gae(
-        rewards, values, next_values, done_a, torch.zeros_like(done_a), gamma=gamma, lam=gae_lambda
-    )
-    return adv.to(device)
 
 
 def process_memory_vars_to_log(
@@ -187,13 +90,7 @@ _MB_FIELDS = (
 
 def _take(x: Any, i: torch.Tensor) -> Any:
     """Index a tensor, a dict or tuple of tensors (or None) along its first axis."""
-    if x is None:
-        return None
-    if isinstance(x, dict):
-        return {k: v[i] for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(v[i] for v in x)
-    return x[i]
+    return None if x is None else tree_map(lambda v: v[i], x)
 
 
 class Memory:
@@ -406,21 +303,8 @@ class Memory:
             self.next_done = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
 
     # ------------------------------------------------------------------ learning phase
-    def compute_advantages(
-        self,
-        next_value: torch.Tensor,
-        next_done: torch.Tensor,
-        rewards: torch.Tensor,
-        values: torch.Tensor,
-        dones: torch.Tensor,
-        device: torch.device | str,
-        gamma: float,
-        gae_lambda: float,
-    ) -> torch.Tensor:
-        """GAE advantages ``(T, N)`` from layout-B flags (:func:`compute_advantages_vectorized`)."""
-        return compute_advantages_vectorized(
-            next_value, next_done, rewards, values, dones, device, gamma, gae_lambda
-        )
+    compute_advantages = staticmethod(compute_advantages_vectorized)
+    """GAE advantages ``(T, N)`` from layout-B flags (:func:`compute_advantages_vectorized`)."""
 
     def _rollout(self) -> RolloutBuffer:
         """The stored steps as a computed RolloutBuffer (layout B -> A conversion).

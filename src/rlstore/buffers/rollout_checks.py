@@ -1,0 +1,227 @@
+"""Input validation of :class:`rlstore.buffers.rollout.RolloutBuffer` (constructor and ``add``).
+
+Everything here validates and converts, and writes nothing: ``RolloutBuffer.add`` calls
+:meth:`StepChecker.step` first and only then touches its storage, so a rejected add leaves the
+buffer unchanged. Errors are :class:`~rlstore.errors.SpecError` / :class:`ConfigError` whose
+messages name the argument, the expected shape/dtype/range and what arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import torch
+
+from rlstore._trees import as_tensor
+from rlstore.buffers.rollout_targets import IntrinsicConfig
+from rlstore.errors import ConfigError, SpecError
+
+__all__ = ["AdvNorm", "CheckedStep", "StepChecker", "check_rollout_args"]
+
+AdvNorm = Literal["none", "batch", "minibatch"]
+_FLOAT_ARGS = ("logp", "value", "reward", "final_value", "int_reward", "int_value")
+
+
+def check_rollout_args(
+    num_steps: Any,
+    num_envs: Any,
+    gamma: Any,
+    lam: Any,
+    advantage_normalization: Any,
+    intrinsic: IntrinsicConfig | dict[str, Any] | None,
+) -> IntrinsicConfig | None:
+    """Validate the RolloutBuffer constructor arguments; return ``intrinsic`` as a config.
+
+    ``intrinsic`` may be the dict of an :class:`IntrinsicConfig` (a JSON round trip of
+    ``RolloutBuffer.config()``).
+
+    Raises:
+        ConfigError: ``num_steps``/``num_envs`` not ints >= 1, ``gamma``/``lam`` outside [0, 1],
+            an unknown ``advantage_normalization``, or a malformed ``intrinsic``.
+    """
+    for name, v in (("num_steps", num_steps), ("num_envs", num_envs)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"{name}: expected an int >= 1, got {v!r}")
+    for name, g in (("gamma", gamma), ("lam", lam)):
+        if not 0.0 <= float(g) <= 1.0:
+            raise ConfigError(f"{name}: expected a value in [0, 1], got {g!r}")
+    if advantage_normalization not in ("none", "batch", "minibatch"):
+        raise ConfigError(
+            "advantage_normalization: expected 'none', 'batch' or 'minibatch', "
+            f"got {advantage_normalization!r}"
+        )
+    if isinstance(intrinsic, dict):  # e.g. from config(): JSON round trip
+        try:
+            intrinsic = IntrinsicConfig(**intrinsic)
+        except TypeError as exc:
+            raise ConfigError(f"intrinsic: {exc}") from exc
+    if intrinsic is not None and not isinstance(intrinsic, IntrinsicConfig):
+        raise ConfigError(
+            f"intrinsic: expected an IntrinsicConfig or None, got {type(intrinsic).__name__}"
+        )
+    return intrinsic
+
+
+class CheckedStep(NamedTuple):
+    """One validated step of N envs, ready to be written at the cursor.
+
+    Attributes:
+        row: ``{"obs", "actions"[, "hidden"]}`` trees of ``(N, ...)`` tensors on the device.
+        floats: ``(K, N)`` float32, finite: logp, value, reward, final_value (0 where not
+            truncated-and-not-terminated)[, int_reward, int_value].
+        terminated: ``(N,)`` bool.
+        truncated: ``(N,)`` bool.
+    """
+
+    row: dict[str, Any]
+    floats: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+
+
+@dataclass(frozen=True)
+class StepChecker:
+    """Validates per-step inputs of ``num_envs`` envs and converts them to tensors on ``device``."""
+
+    num_envs: int
+    device: torch.device
+
+    def vector(
+        self, name: str, x: Any, *, flag: bool = False, finite_where: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """A per-env scalar or flag: shape ``(N,)`` (``(N, 1)`` accepted) -> float32 / bool.
+
+        Finiteness is checked by the caller; ``finite_where`` zeroes the entries outside it.
+        """
+        t = as_tensor(name, x, self.device)
+        N = self.num_envs
+        if t.dim() == 2 and t.shape[1] == 1:
+            t = t[:, 0]
+        if t.dim() == 0 and N == 1:
+            t = t.reshape(1)
+        if tuple(t.shape) != (N,):
+            raise SpecError(f"{name}: expected shape ({N},) (one per env), got {tuple(t.shape)}")
+        if flag:
+            if t.dtype != torch.bool:
+                if t.is_floating_point() or t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
+                    raise SpecError(
+                        f"{name}: expected bool or 0/1 flags, got {t.dtype} {t.tolist()}"
+                    )
+                t = t != 0
+            return t
+        if t.dtype == torch.bool or t.is_complex():
+            raise SpecError(f"{name}: expected a real number per env, got dtype {t.dtype}")
+        t = t.to(torch.float32)
+        return t if finite_where is None else torch.where(finite_where, t, 0.0)
+
+    def finite(self, name: str, x: Any) -> torch.Tensor:
+        """:meth:`vector` that also rejects NaN / inf."""
+        t = self.vector(name, x)
+        if not bool(torch.isfinite(t).all()):
+            raise SpecError(f"{name}: expected finite values, got {t.tolist()}")
+        return t
+
+    def tree(self, name: str, x: Any, stored: Any) -> Any:
+        """A tensor / dict (obs) / tuple (hidden) tree with a leading env axis, like ``stored``.
+
+        ``stored`` is the ``(T, N, ...)`` storage allocated from the first add (None before it):
+        later adds must match its structure, per-step shapes and dtypes.
+        """
+        N = self.num_envs
+        if isinstance(x, dict) and name == "obs":
+            if stored is not None and (not isinstance(stored, dict) or set(x) != set(stored)):
+                want = sorted(stored) if isinstance(stored, dict) else "an array"
+                raise SpecError(f"{name}: expected keys {want} like the first add, got {sorted(x)}")
+            if not x:
+                raise SpecError(f"{name}: expected a non-empty dict, got {{}}")
+            return {k: self.tree(f"{name}[{k!r}]", v, stored and stored[k]) for k, v in x.items()}
+        if isinstance(x, (tuple, list)) and name.startswith("hidden"):
+            if stored is not None and (not isinstance(stored, tuple) or len(stored) != len(x)):
+                raise SpecError(
+                    f"{name}: expected the structure of the first add, got {len(x)} items"
+                )
+            return tuple(
+                self.tree(f"{name}[{i}]", v, None if stored is None else stored[i])
+                for i, v in enumerate(x)
+            )
+        if isinstance(stored, (dict, tuple)):
+            raise SpecError(
+                f"{name}: expected a {type(stored).__name__} like the first add, "
+                f"got {type(x).__name__}"
+            )
+        t = as_tensor(name, x, self.device)
+        if t.dim() == 0 or t.shape[0] != N:
+            raise SpecError(
+                f"{name}: expected a leading env axis of size {N}, got shape {tuple(t.shape)}"
+            )
+        if stored is not None and (t.shape[1:] != stored.shape[2:] or t.dtype != stored.dtype):
+            raise SpecError(
+                f"{name}: expected shape {(N, *stored.shape[2:])} dtype {stored.dtype} like the "
+                f"first add, got shape {tuple(t.shape)} dtype {t.dtype}"
+            )
+        return t
+
+    def step(
+        self,
+        args: Mapping[str, Any],
+        stored: Mapping[str, Any],
+        *,
+        hidden_given: bool | None,
+        has_intrinsic: bool,
+    ) -> CheckedStep:
+        """Validate the arguments of one ``RolloutBuffer.add`` (see its docstring).
+
+        Args:
+            args: ``obs, action, logp, value, reward, terminated, truncated, final_value,
+                hidden, int_reward, int_value`` by name (optional ones may be None).
+            stored: the buffer's storage (``obs`` / ``actions`` / ``hidden`` once allocated and
+                the ``(T, N)`` ``final_values``).
+            hidden_given: whether earlier adds had a hidden state (None: no add yet).
+            has_intrinsic: whether the buffer has an intrinsic stream.
+        """
+        row: dict[str, Any] = {
+            "obs": self.tree("obs", args["obs"], stored.get("obs")),
+            "actions": self.tree("action", args["action"], stored.get("actions")),
+        }
+        floats = [self.vector(k, args[k]) for k in ("logp", "value", "reward")]
+        term = self.vector("terminated", args["terminated"], flag=True)
+        trunc = self.vector("truncated", args["truncated"], flag=True)
+        boot = trunc & ~term  # termination wins: no bootstrap
+        final_value = args["final_value"]
+        if final_value is None:
+            if bool(boot.any()):
+                raise SpecError(
+                    "final_value: expected V(final_obs) for the truncated envs "
+                    f"{torch.nonzero(boot).flatten().tolist()}, got None"
+                )
+            final_value = stored["final_values"][0]  # any finite (N,) row: ignored
+        floats.append(self.vector("final_value", final_value, finite_where=boot))
+        hidden = args["hidden"]
+        if hidden_given is not None and (hidden is not None) != hidden_given:
+            want = "a hidden state" if hidden_given else "hidden=None"
+            raise SpecError(
+                f"hidden: expected {want} like the first add, got {type(hidden).__name__}"
+            )
+        if hidden is not None:
+            row["hidden"] = self.tree("hidden", hidden, stored.get("hidden"))
+        int_reward, int_value = args["int_reward"], args["int_value"]
+        if not has_intrinsic and (int_reward is not None or int_value is not None):
+            raise ConfigError(
+                "int_reward/int_value: given but the buffer has no intrinsic stream; construct "
+                "it with intrinsic=IntrinsicConfig(...)"
+            )
+        if has_intrinsic:
+            if int_reward is None or int_value is None:
+                raise SpecError(
+                    "int_reward/int_value: expected (N,) arrays (the buffer has an intrinsic "
+                    f"stream), got {type(int_reward).__name__}, {type(int_value).__name__}"
+                )
+            floats += [self.vector("int_reward", int_reward), self.vector("int_value", int_value)]
+        block = torch.stack(floats)  # (K, N)
+        if not bool(torch.isfinite(block).all()):  # one check for all streams
+            i = int((~torch.isfinite(block)).any(dim=1).nonzero()[0])
+            raise SpecError(f"{_FLOAT_ARGS[i]}: expected finite values, got {floats[i].tolist()}")
+        return CheckedStep(row, block, term, trunc)

@@ -1,0 +1,58 @@
+"""PyTorchRL's storage with GAE(gamma, lambda) returns (seed 001): GAEBuffer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
+from rlstore.compat.pytorchrl.vanilla import VanillaOnPolicyBuffer
+from rlstore.errors import ConfigError
+
+__all__ = ["GAEBuffer"]
+
+
+class GAEBuffer(VanillaOnPolicyBuffer):
+    """PyTorchRL's storage with GAE(gamma, lambda) returns (seed 001), via rlstore.returns.gae.
+
+    ``ExternalReturn = A + Value`` (the TD(lambda) target) with
+    ``delta_t = r_t + gamma*(1 - term_t)*next_value_t - V_t`` and
+    ``A_t = delta_t + gamma*lambda*(1 - done_t)*A_{t+1}`` in layout A (see the module doc for the
+    layout-C conversion and the truncation channel). Everything else as in
+    :class:`VanillaOnPolicyBuffer`.
+
+    Args:
+        size, device, actor, algorithm, envs: as in :class:`VanillaOnPolicyBuffer`.
+        gae_lambda: GAE lambda in [0, 1].
+    """
+
+    def __init__(
+        self,
+        size: int,
+        device: str | torch.device,
+        actor: Actor,
+        algorithm: Algorithm,
+        envs: Any,
+        gae_lambda: float = 0.95,
+    ) -> None:
+        if not isinstance(gae_lambda, (int, float)) or not 0.0 <= float(gae_lambda) <= 1.0:
+            raise ConfigError(f"gae_lambda: expected a float in [0, 1], got {gae_lambda!r}")
+        self.gae_lambda = float(gae_lambda)
+        super().__init__(size, device, actor, algorithm, envs)
+
+    @property
+    def _lam(self) -> float:  # type: ignore[override]
+        return self.gae_lambda
+
+    @classmethod
+    def create_factory(  # type: ignore[override]
+        cls, size: int, gae_lambda: float = 0.95
+    ) -> Callable[..., GAEBuffer]:
+        """A function ``(device, actor, algorithm, envs) -> GAEBuffer``."""
+
+        def create_buffer_instance(device: Any, actor: Actor, algorithm: Algorithm, envs: Any):
+            return cls(size, device, actor, algorithm, envs, gae_lambda=gae_lambda)
+
+        return create_buffer_instance

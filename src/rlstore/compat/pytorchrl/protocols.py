@@ -1,0 +1,70 @@
+"""PyTorchRL's interface: the sample keys (``prl.*`` constants) and the Actor/Algorithm protocols.
+
+Sample keys: ``Observation``, ``NextObservation``, ``RecurrentHiddenStates`` /
+``NextRecurrentHiddenStates`` (recurrent actors), ``Done``, ``NextDone``, ``Action``, ``Reward``,
+``Value``, ``LogProbability`` and, for intrinsic-reward algorithms, ``IntrinsicReward`` and
+``IntrinsicValue``; the buffers add ``ExternalReturn``, ``IntrinsicReturn``, ``Advantage`` and
+``IntrinsicAdvantage``. rlstore's truncation extension adds ``NextTruncated`` / ``FinalValue``
+(stored as ``Truncated`` / ``FinalValue``; see :mod:`rlstore.compat.pytorchrl`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+__all__ = [
+    "Actor", "Algorithm", "OnPolicyDataKeys", "SHIFTED", "OBS", "OBS2", "RHS", "RHS2", "DONE",
+    "DONE2", "ACT", "REW", "IREW", "RET", "IRET", "VAL", "IVAL", "LOGP", "ADV", "IADV", "TRUNC",
+    "TRUNC2", "FVAL",
+]  # fmt: skip
+
+OBS, OBS2 = "Observation", "NextObservation"
+RHS, RHS2 = "RecurrentHiddenStates", "NextRecurrentHiddenStates"
+DONE, DONE2 = "Done", "NextDone"
+ACT, REW, IREW = "Action", "Reward", "IntrinsicReward"
+RET, IRET, VAL, IVAL = "ExternalReturn", "IntrinsicReturn", "Value", "IntrinsicValue"
+LOGP, ADV, IADV = "LogProbability", "Advantage", "IntrinsicAdvantage"
+TRUNC, TRUNC2, FVAL = "Truncated", "NextTruncated", "FinalValue"
+
+OnPolicyDataKeys = (OBS, RHS, DONE, ACT, REW, IREW, RET, IRET, VAL, IVAL, LOGP, ADV, IADV)
+SHIFTED = {OBS: OBS2, RHS: RHS2, DONE: DONE2, TRUNC: TRUNC2}
+"""Keys stored at ``step + 1`` from the sample's ``Next*`` key (the value)."""
+
+
+@runtime_checkable
+class Actor(Protocol):
+    """What the buffers need from PyTorchRL's actor-critic.
+
+    ``obs`` / ``rhs`` / ``done`` are batches with a leading axis ``B`` (``rhs`` may be a dict of
+    tensors, or a placeholder for feed-forward actors). A recurrent actor receives whole env
+    columns flattened time-major (``B = L * E``), ``rhs`` of the first step only (``E`` rows),
+    and ``done`` marking the steps that start an episode (reset the state before them).
+    """
+
+    is_recurrent: bool
+
+    def get_value(self, obs: Any, rhs: Any, done: torch.Tensor) -> Mapping[str, Any]:
+        """``{"value_net1": (B, 1) tensor, ...}`` (``"ivalue_net1"`` with an intrinsic critic)."""
+        ...
+
+    def evaluate_actions(
+        self, obs: Any, rhs: Any, done: torch.Tensor, action: torch.Tensor
+    ) -> tuple[Any, ...]:
+        """``(logp (B, 1), entropy, ...)`` of ``action`` under the current policy (VTraceBuffer)."""
+        ...
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """What the buffers read from PyTorchRL's algorithm object.
+
+    Required: ``gamma``. Optional attributes (read with ``getattr``): ``gamma_intrinsic``
+    (enables the intrinsic stream when the samples carry intrinsic rewards and values) and
+    ``num_mini_batch`` (batching of :meth:`VTraceBuffer.get_updated_action_log_probs`,
+    default 1).
+    """
+
+    gamma: float

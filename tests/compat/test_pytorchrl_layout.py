@@ -1,0 +1,86 @@
+"""rlstore.compat.pytorchrl package layout: re-exports and the layout-C helpers (_layout)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import rlstore.compat.pytorchrl as prl
+from rlstore.compat.pytorchrl._layout import gather, index_plan, layout_a, rows
+from rlstore.errors import ConfigError
+
+CPU = torch.device("cpu")
+
+
+def test_every_public_name_is_re_exported_from_its_module():
+    owners = {
+        "VanillaOnPolicyBuffer": "vanilla",
+        "GAEBuffer": "gae",
+        "VTraceBuffer": "vtrace",
+        "Actor": "protocols",
+        "Algorithm": "protocols",
+        "OnPolicyDataKeys": "protocols",
+    }
+    for name in prl.__all__:
+        mod = importlib.import_module(f"rlstore.compat.pytorchrl.{owners.get(name, 'protocols')}")
+        assert getattr(prl, name) is getattr(mod, name), name
+    assert issubclass(prl.GAEBuffer, prl.VanillaOnPolicyBuffer)
+    assert issubclass(prl.VTraceBuffer, prl.VanillaOnPolicyBuffer)
+    assert prl.OnPolicyDataKeys[:3] == ("Observation", "RecurrentHiddenStates", "Done")
+
+
+def test_layout_a_hand_case():
+    # L = 3 transitions, one env; Done[t + 1] ends transition t; slot 3 holds V(Observation[3])
+    values = torch.tensor([1.0, 2.0, 3.0, 4.0, 0.0]).reshape(5, 1, 1)
+    dones = torch.tensor([0, 1, 1, 0, 0]).reshape(5, 1, 1)  # transitions 0 and 1 ended
+    trunc = torch.tensor([0, 0, 1, 0, 0]).reshape(5, 1, 1)  # ... transition 1 by a time limit
+    final = torch.tensor([0.0, 0.0, 9.0, 0.0, 0.0]).reshape(5, 1, 1)
+    v, nv, term, tr = layout_a(3, values, dones, trunc, final)
+    assert v.flatten().tolist() == [1.0, 2.0, 3.0]
+    assert nv.flatten().tolist() == [2.0, 9.0, 4.0]  # V(final obs) replaces the reset obs
+    assert term.flatten().tolist() == [True, False, False]
+    assert tr.flatten().tolist() == [False, True, False]
+    _, nv0, term0, tr0 = layout_a(3, values, dones, None, None)  # seed: every done terminates
+    assert nv0.flatten().tolist() == [2.0, 3.0, 4.0] and term0.flatten().tolist()[:2] == [1, 1]
+    assert not tr0.any()
+
+
+def test_rows_flattens_time_major_and_restores_slot0():
+    t = torch.arange(12.0).reshape(3, 2, 2)  # (size + 1, N, 2); flat row t * N + n
+    assert rows(t, torch.tensor([3, 0]), length=2).tolist() == [[6.0, 7.0], [0.0, 1.0]]
+    old0 = torch.full((2, 2), -1.0)  # slot 0 as it was before after_gradients overwrote it
+    out = rows(t, torch.tensor([1, 2]), length=2, slot0=old0)
+    assert out.tolist() == [[-1.0, -1.0], [4.0, 5.0]]  # only rows of time step 0 are replaced
+
+
+def test_index_plan_covers_every_step_once_and_checks_sizes():
+    flat = list(index_plan(4, 3, CPU, False, 2, None, 2, True))
+    assert len(flat) == 4 and all(i.shape == (6,) for i in flat)  # 2 epochs x 2 minibatches
+    for epoch in (flat[:2], flat[2:]):
+        assert sorted(torch.cat(epoch).tolist()) == list(range(12))
+    cols = list(index_plan(4, 4, CPU, True, 2, None, 1, False))
+    assert [c.shape for c in cols] == [(4, 2), (4, 2)]  # (L, E) whole env columns
+    assert sorted(torch.cat([c.flatten() for c in cols]).tolist()) == list(range(16))
+    for c in cols:  # each column of the plan is one env: t * N + n with a fixed n
+        torch.testing.assert_close(c - c[0], torch.arange(4)[:, None].expand(4, 2) * 4)
+    with pytest.raises(ConfigError, match="mini_batch_size=5 conflicts"):
+        next(index_plan(4, 4, CPU, True, 2, 5, 1, False))
+
+
+def test_gather_takes_the_hidden_state_of_the_first_step_only():
+    L, N = 2, 2
+    data = {
+        "Observation": torch.arange(6.0).reshape(3, N, 1),
+        "RecurrentHiddenStates": torch.arange(30.0, 36.0).reshape(3, N, 1),
+        "Truncated": torch.zeros(3, N, 1),
+        "Action": None,
+    }
+    idx = torch.tensor([[1], [3]])  # env 1, steps 0 and 1
+    b = gather(data, idx, L, {}, recurrent=True)
+    assert set(b) == {"Observation", "RecurrentHiddenStates"}  # no extension keys, no None
+    assert b["Observation"].flatten().tolist() == [1.0, 3.0]
+    assert b["RecurrentHiddenStates"].flatten().tolist() == [31.0]  # step 0 of env 1
+    ff = gather(data, torch.tensor([3, 0]), L, {}, recurrent=False)
+    assert ff["RecurrentHiddenStates"].flatten().tolist() == [30.0, 30.0]  # placeholder row 0

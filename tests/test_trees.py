@@ -1,0 +1,43 @@
+"""rlstore._trees: tree map / leaves, checkpoint round trip, named tensor conversion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlstore._trees import as_tensor, tree_from_state, tree_leaves, tree_map, tree_to_state
+from rlstore.errors import SpecError
+
+
+def test_tree_map_keeps_structure_and_leaves_order():
+    tree = {"a": torch.tensor([1.0]), "b": (torch.tensor([2.0]), torch.tensor([3.0]))}
+    out = tree_map(lambda x: x * 10, tree)
+    assert set(out) == {"a", "b"} and isinstance(out["b"], tuple) and len(out["b"]) == 2
+    assert [float(x) for x in tree_leaves(out)] == [10.0, 20.0, 30.0]
+    assert [float(x) for x in tree_leaves(tree)] == [1.0, 2.0, 3.0]  # input untouched
+    assert tree_map(lambda x: x + 1, 4) == 5  # a bare leaf
+
+
+def test_state_round_trip_rebuilds_tuples_and_copies():
+    h, c = torch.arange(6.0).reshape(2, 3), torch.ones(2, 3, dtype=torch.int64)
+    tree = {"obs": {"x": torch.zeros(2)}, "hidden": (h, c)}
+    sd = tree_to_state(tree)
+    assert set(sd["hidden"]) == {"tuple:0", "tuple:1"}  # tuples become dicts in a state dict
+    h.add_(100)  # the state holds copies, not views
+    back = tree_from_state(sd, torch.device("cpu"))
+    assert isinstance(back["hidden"], tuple)
+    torch.testing.assert_close(back["hidden"][0], torch.arange(6.0).reshape(2, 3))
+    assert back["hidden"][1].dtype == torch.int64
+    from_numpy = tree_from_state({"tuple:0": np.ones(2, np.float32)}, torch.device("cpu"))
+    assert isinstance(from_numpy, tuple) and from_numpy[0].dtype == torch.float32
+
+
+def test_as_tensor_passes_tensors_through_and_names_bad_inputs():
+    t = torch.ones(3, requires_grad=True)
+    out = as_tensor("x", t)
+    assert out.data_ptr() == t.data_ptr() and not out.requires_grad  # detached, not copied
+    assert as_tensor("x", [[1, 2]]).shape == (1, 2)
+    assert as_tensor("x", np.float32(2.0), torch.device("cpu")).dtype == torch.float32
+    with pytest.raises(SpecError, match="reward: expected an array or tensor, got object"):
+        as_tensor("reward", object())
