@@ -212,6 +212,23 @@ def test_load_with_plain_metadata_and_generic_load(tmp_path: Path, filled: Repla
         _assert_same_batches(expected, _future(other))
 
 
+def test_generic_save_writes_each_array_once(tmp_path: Path, filled: ReplayBuffer) -> None:
+    """checkpoint.save(facade) used to store the velora-layout copies (states, actions, ...)
+    next to the core's ring arrays; it now writes exactly what the facade's own save writes,
+    and the generic load still resumes exactly."""
+    checkpoint.save(filled, tmp_path / "generic")
+    filled.save(tmp_path / "own")
+    generic = checkpoint.read_metadata(tmp_path / "generic")
+    own = checkpoint.read_metadata(tmp_path / "own")
+    assert set(generic["schema"]) == set(own["schema"])
+    assert generic["schema"] and all(k.startswith("core/") for k in generic["schema"])
+    assert not set(FIELDS) & set(generic["schema"])
+    assert set(filled.state_dict()) == {*FIELDS, "core"}  # velora's state_dict is unchanged
+    restored = checkpoint.load(tmp_path / "generic")
+    assert isinstance(restored, ReplayBuffer)
+    _same_future(filled, restored)
+
+
 def test_load_refuses_mismatched_or_corrupted_files(tmp_path: Path, filled: ReplayBuffer) -> None:
     filled.save(tmp_path)
     state_path = tmp_path / "buffer_state.safetensors"

@@ -296,6 +296,15 @@ class BufferBase(ABC):
             "core": self._core.state_dict(),
         }
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The part of :meth:`state_dict` that :meth:`load_state_dict` needs: ``{"core": ...}``.
+
+        :meth:`save` and :func:`rlstore.checkpoint.save` write this instead of
+        :meth:`state_dict`, whose velora-layout tensors are copies of the core's arrays (saving
+        them would write every stored transition twice).
+        """
+        return {"core": self._core.state_dict()}
+
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (only its ``core`` entry is needed)."""
         if "core" not in sd:
@@ -334,7 +343,7 @@ class BufferBase(ABC):
         """
         checkpoint.save_state(
             dirpath,
-            {"core": self._core.state_dict()},
+            self.checkpoint_state(),
             prefix=prefix,
             class_name=_CLASS_NAME,
             config=self._config_dict(),

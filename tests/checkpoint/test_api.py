@@ -1,14 +1,8 @@
-"""Tests of rlstore.checkpoint: round trips, exact resume, corruption, crash safety."""
+"""rlstore.checkpoint public API: round trips, bad input, registered objects, exact resume."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +19,6 @@ from rlstore.checkpoint import (
     load,
     load_state,
     load_state_file,
-    metadata_file_path,
     read_metadata,
     register_checkpointable,
     save,
@@ -33,32 +26,6 @@ from rlstore.checkpoint import (
     state_file_path,
 )
 from rlstore.errors import CheckpointError
-
-
-def _nested_state() -> dict[str, Any]:
-    rng = np.random.default_rng(123)
-    return {
-        "storage": {
-            "obs": rng.standard_normal((5, 2, 3)).astype(np.float32),
-            "image": rng.integers(0, 256, (5, 2, 4, 4), dtype=np.uint8),
-            "terminated": rng.random((5, 2)) < 0.3,
-            "empty": np.zeros((0, 3), np.float64),
-            "scalar": np.array(7, np.int64),
-            "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
-            "strided": np.arange(10, dtype=np.int16)[::3],
-            "big_endian": np.arange(4, dtype=">i4"),
-            "half": np.linspace(0, 1, 5, dtype=np.float16),
-            "u64": np.array([2**64 - 1], np.uint64),
-        },
-        "hidden": torch.arange(6, dtype=torch.float32).reshape(2, 3),
-        "cursor": 3,
-        "size": np.int64(9),  # numpy scalar -> python int
-        "ratio": 0.25,
-        "name": "buf",
-        "flags": (True, None),
-        "rng": np.random.default_rng(5).bit_generator.state,  # 128-bit ints
-        "nothing": {},
-    }
 
 
 def _assert_state_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
@@ -82,8 +49,8 @@ def _assert_state_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
             assert va == vb, key
 
 
-def test_nested_state_round_trip(tmp_path: Path) -> None:
-    state = _nested_state()
+def test_nested_state_round_trip(tmp_path: Path, nested_state: dict[str, Any]) -> None:
+    state = nested_state
     meta_path = save_state(tmp_path, state)
     loaded = load_state(tmp_path)
     _assert_state_equal(state, loaded)
@@ -152,19 +119,6 @@ def test_any_nested_state_round_trips_bit_exactly(tmp_path_factory: Any, state: 
     _bitwise_equal(state, load_state(folder))
 
 
-def test_state_file_is_plain_safetensors(tmp_path: Path) -> None:
-    """Our streaming writer produces files the reference safetensors reader accepts."""
-    from safetensors.numpy import load_file
-
-    state = _nested_state()
-    save_state(tmp_path, state)
-    plain = load_file(str(state_file_path(tmp_path)))
-    np.testing.assert_array_equal(plain["storage/image"], state["storage"]["image"])
-    np.testing.assert_array_equal(plain["hidden"], state["hidden"].numpy())
-    assert plain["storage/big_endian"].dtype == np.dtype("<i4")
-    np.testing.assert_array_equal(plain["storage/big_endian"], np.arange(4))
-
-
 def test_overwrite_leaves_only_the_two_files(tmp_path: Path) -> None:
     save_state(tmp_path, {"x": np.zeros(3), "gen": 0})
     save_state(tmp_path, {"x": np.ones(4), "gen": 1})
@@ -184,8 +138,8 @@ def test_prefixes_share_a_folder(tmp_path: Path) -> None:
     assert load_state(tmp_path, prefix="b_")["x"].shape == (3,)
 
 
-def test_state_file_alone_is_self_describing(tmp_path: Path) -> None:
-    state = _nested_state()
+def test_state_file_alone_is_self_describing(tmp_path: Path, nested_state: dict[str, Any]) -> None:
+    state = nested_state
     save_state(tmp_path, state, class_name="X", config={"capacity": 4})
     loaded, record = load_state_file(state_file_path(tmp_path))
     _assert_state_equal(state, loaded)
@@ -212,91 +166,6 @@ def test_unsupported_state_is_rejected_before_writing(
     with pytest.raises(CheckpointError, match=match):
         save_state(target, state)
     assert not target.exists()
-
-
-# --------------------------------------------------------------------------- corruption
-
-
-@pytest.fixture
-def saved(tmp_path: Path) -> Path:
-    save_state(tmp_path, {"x": np.arange(1000, dtype=np.float32), "cursor": 1})
-    return tmp_path
-
-
-def test_missing_files(saved: Path) -> None:
-    state_file_path(saved).unlink()
-    with pytest.raises(CheckpointError, match="state file is missing"):
-        load_state(saved)
-    metadata_file_path(saved).unlink()
-    with pytest.raises(CheckpointError, match="metadata file is missing"):
-        load_state(saved)
-
-
-def test_truncated_state_file(saved: Path) -> None:
-    path = state_file_path(saved)
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) - 100])
-    with pytest.raises(CheckpointError, match="truncated or corrupted"):
-        load_state(saved)
-
-
-@pytest.mark.parametrize("where", ["data", "header_length", "header_json"])
-def test_flipped_bytes(saved: Path, where: str) -> None:
-    path = state_file_path(saved)
-    data = bytearray(path.read_bytes())
-    header_len = int.from_bytes(data[:8], "little")
-    pos = {"data": len(data) - 10, "header_length": 1, "header_json": 8 + header_len // 2}[where]
-    data[pos] ^= 0xFF
-    path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="corrupted|sha256|no state file matches"):
-        load_state(saved)
-
-
-def test_metadata_not_json(saved: Path) -> None:
-    metadata_file_path(saved).write_text('{"format_version": 1, "sche')
-    with pytest.raises(CheckpointError, match="not valid JSON"):
-        load_state(saved)
-
-
-@pytest.mark.parametrize(
-    ("version", "match"),
-    [(FORMAT_VERSION + 1, "newer than this rlstore"), ("1", "expected an integer"), (0, "integer")],
-)
-def test_bad_format_version(saved: Path, version: object, match: str) -> None:
-    path = metadata_file_path(saved)
-    sidecar = json.loads(path.read_text())
-    sidecar["format_version"] = version
-    path.write_text(json.dumps(sidecar))
-    with pytest.raises(CheckpointError, match=match):
-        load_state(saved)
-
-
-@pytest.mark.parametrize(
-    ("edit", "match"),
-    [
-        (lambda s: s["schema"]["x"].update(shape=[999]), "expected shape"),
-        (lambda s: s["schema"]["x"].update(dtype="float64"), "dtype float64"),
-        (lambda s: s["schema"].update(y={"shape": [1], "dtype": "int8"}), "missing \\['y'\\]"),
-        (lambda s: s["schema"].pop("x"), "unexpected \\['x'\\]"),
-        (lambda s: s.update(state_sha256="0" * 64), "sha256 mismatch"),
-        (lambda s: s.pop("save_id"), "lacks required key 'save_id'"),
-    ],
-)
-def test_metadata_disagreeing_with_arrays(saved: Path, edit: Any, match: str) -> None:
-    path = metadata_file_path(saved)
-    sidecar = json.loads(path.read_text())
-    edit(sidecar)
-    path.write_text(json.dumps(sidecar))
-    with pytest.raises(CheckpointError, match=match):
-        load_state(saved)
-
-
-def test_state_file_of_another_save_is_refused(saved: Path, tmp_path_factory: Any) -> None:
-    other = tmp_path_factory.mktemp("other")
-    save_state(other, {"x": np.arange(1000, dtype=np.float32), "cursor": 1})
-    state_file_path(saved).write_bytes(state_file_path(other).read_bytes())
-    with pytest.raises(CheckpointError, match="no state file matches the metadata"):
-        load_state(saved)
 
 
 # --------------------------------------------------------------------------- objects
@@ -426,123 +295,15 @@ def test_rollout_buffer_exact_resume(tmp_path: Path) -> None:
         assert torch.equal(a.returns, b.returns)
 
 
-# --------------------------------------------------------------------------- crash safety
+def test_package_keeps_the_single_module_import_surface() -> None:
+    """Names other modules, tests and tools used from the former rlstore/checkpoint.py."""
+    from rlstore.checkpoint._atomic import _stage
+    from rlstore.checkpoint._tree import _flatten, _unflatten
 
-_CHILD = textwrap.dedent(
-    """
-    import os, signal, sys
-    import numpy as np
-    from rlstore import checkpoint
-
-    target, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-
-    def state(gen):
-        return {"x": np.full(n, gen, np.float64), "gen": gen}
-
-    if mode == "loop":  # save forever; the parent kills us at an arbitrary instant
-        gen = 0
-        while True:
-            checkpoint.save_state(target, state(gen))
-            print(gen, flush=True)
-            gen += 1
-    if mode == "buffer":  # a real replay buffer, fully overwritten by each generation
-        from rlstore.buffers.replay import ReplayBuffer
-
-        buf = ReplayBuffer(n, num_envs=4, seed=0)
-        rows = buf.capacity_per_env
-        gen = 0
-        while True:
-            obs = np.full((rows, 4, 17), gen, np.float32)
-            flags = np.zeros((rows, 4), bool)
-            buf.extend(obs, np.zeros((rows, 4, 6), np.float32), np.full((rows, 4), gen),
-                       obs, flags, flags)
-            checkpoint.save(buf, target)
-            print(gen, flush=True)
-            gen += 1
-    checkpoint.save_state(target, state(0))
-    checkpoint.save_state(target, state(1))
-
-    def die(stage):
-        if stage == mode:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    checkpoint._stage_hook = die
-    checkpoint.save_state(target, state(2))
-    print("survived", flush=True)
-    """
-)
-
-_STAGES = {"written": 1, "linked": 1, "state_replaced": 1, "committed": 2}
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-def test_killed_mid_save_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
-    """A child dies (SIGKILL) at each stage of a save; the folder always loads, old or new."""
-    n = 1 << 18  # 2 MiB of float64
-    procs = {
-        stage: subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(tmp_path / stage), stage, str(n)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for stage in _STAGES
-    }
-    for stage, proc in procs.items():
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == -signal.SIGKILL, (stage, out, err)
-        assert "survived" not in out
-    for stage, expected_gen in _STAGES.items():
-        folder = tmp_path / stage
-        loaded = load_state(folder)
-        assert loaded["gen"] == expected_gen, stage
-        np.testing.assert_array_equal(loaded["x"], np.full(n, expected_gen, np.float64))
-        # the next save after the crash works, cleans up, and is what loads
-        save_state(folder, {"x": np.full(3, 9.0), "gen": 9})
-        assert load_state(folder)["gen"] == 9
-        assert sorted(p.name for p in folder.iterdir()) == [
-            "buffer_metadata.json",
-            "buffer_state.safetensors",
-        ], stage
-
-
-def _kill_after(target: Path, mode: str, n: int, delay: float) -> int:
-    """Start a saving loop, wait for two complete saves, SIGKILL it ``delay`` s later."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(target), mode, str(n)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    completed = [proc.stdout.readline() for _ in range(2)]
-    time.sleep(delay)
-    os.kill(proc.pid, signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)
-    assert all(line.strip().isdigit() for line in completed), err
-    return int(completed[-1])
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-@pytest.mark.parametrize("delay", [0.0, 0.017])
-def test_killed_at_an_arbitrary_instant(tmp_path: Path, delay: float) -> None:
-    """Kill a child that saves an 8 MiB state in a loop; arrays and JSON always agree."""
-    n = 1 << 20
-    last = _kill_after(tmp_path, "loop", n, delay)
-    loaded = load_state(tmp_path)
-    assert loaded["gen"] >= last
-    np.testing.assert_array_equal(loaded["x"], np.full(n, loaded["gen"], np.float64))
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-def test_replay_buffer_killed_while_saving(tmp_path: Path) -> None:
-    """A child overwrites a 100k-transition buffer (obs_dim 17) and saves it in a loop; after
-    SIGKILL the folder loads as one whole generation of the buffer."""
-    last = _kill_after(tmp_path, "buffer", 100_000, 0.005)
-    buf = load(tmp_path)
-    assert len(buf) == 100_000
-    batch = buf.sample(4096)
-    gen = batch.reward[0].item()
-    assert gen >= last
-    assert torch.all(batch.reward == gen) and torch.all(batch.obs == gen)
-    assert torch.all(batch.next_obs == gen)
+    for name in checkpoint.__all__:
+        assert getattr(checkpoint, name) is not None, name
+    assert checkpoint._flatten is _flatten and checkpoint._unflatten is _unflatten
+    assert checkpoint._stage is _stage and checkpoint._stage_hook is None
+    arrays, schema, tree = checkpoint._flatten({"a": {"b": np.zeros(2)}, "c": 1})
+    assert list(arrays) == ["a/b"] and tree == {"a": {}, "c": 1}
+    assert schema == {"a/b": {"shape": [2], "dtype": "float64", "kind": "numpy"}}

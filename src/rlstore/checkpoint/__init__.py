@@ -1,0 +1,223 @@
+"""Crash-safe checkpoints: arrays in one safetensors file, everything else in a JSON sidecar.
+
+Layout of a checkpoint saved under ``dirpath`` with ``prefix="buffer_"``::
+
+    dirpath/buffer_state.safetensors   every array leaf of the state dict, keys joined with "/"
+    dirpath/buffer_metadata.json       format_version, class, config, metadata, schema (shape and
+                                       dtype of every array), the non-array state (cursor, size,
+                                       RNG state, ...), save_id and the sha256 of the state file
+
+The safetensors header carries a copy of the sidecar (without the checksum), so the state file is
+self-describing (used by :meth:`rlstore.compat.velora.ReplayBuffer.load`).
+
+Atomicity. A save writes both files to temporaries, fsyncs them and commits by renaming the
+sidecar last, keeping the previous state file reachable meanwhile, so a process killed at any
+instant of a save leaves a loadable checkpoint: the previous one until the sidecar is replaced,
+the new one afterwards (details in :mod:`rlstore.checkpoint._atomic`). One writer at a time per
+folder and prefix.
+
+Arrays are streamed to disk from their own memory (no second in-memory copy, see
+:mod:`rlstore.checkpoint._safetensors_io` for why we write safetensors ourselves) and hashed on
+the way; numpy arrays come back as numpy arrays, torch tensors as CPU torch tensors, importing
+torch only when the state holds tensors.
+
+Every failure to load is a :class:`~rlstore.errors.CheckpointError`: missing files, JSON that
+does not parse, an unknown or newer ``format_version``, a truncated or corrupted state file
+(sha256 mismatch), or arrays whose keys, shapes or dtypes differ from the sidecar's schema.
+Nothing is half-loaded.
+
+The package: this module holds the object API (registry, :func:`save`, :func:`load`,
+:func:`build_from_record`); :mod:`._state` the raw state-dict API (:func:`save_state`,
+:func:`load_state`, ...); :mod:`._tree` flattening, JSON-ability and schema;
+:mod:`._safetensors_io` the state file; :mod:`._atomic` the crash-safe commit.
+
+Example::
+
+    >>> import numpy as np, tempfile
+    >>> from rlstore.checkpoint import save_state, load_state
+    >>> d = tempfile.mkdtemp()
+    >>> _ = save_state(d, {"obs": np.zeros((4, 2), np.float32), "cursor": 3})
+    >>> sd = load_state(d)
+    >>> sd["cursor"], sd["obs"].shape
+    (3, (4, 2))
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+# `_stage`, `_flatten` and `_unflatten` stay importable from here as in the single-module
+# version of rlstore.checkpoint (tests use `checkpoint._flatten`).
+from rlstore.checkpoint._atomic import _stage as _stage
+from rlstore.checkpoint._state import (
+    _load_with_sidecar,
+    load_state,
+    load_state_file,
+    load_verified,
+    metadata_file_path,
+    read_metadata,
+    save_state,
+    state_file_path,
+)
+from rlstore.checkpoint._tree import FORMAT_VERSION
+from rlstore.checkpoint._tree import _flatten as _flatten
+from rlstore.checkpoint._tree import _unflatten as _unflatten
+from rlstore.errors import CheckpointError, RLStoreError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CHECKPOINT_REGISTRY",
+    "register_checkpointable",
+    "save_state",
+    "load_state",
+    "read_metadata",
+    "load_state_file",
+    "load_verified",
+    "build_from_record",
+    "save",
+    "load",
+    "state_file_path",
+    "metadata_file_path",
+]
+
+# name stored in the sidecar -> "module:Class" imported lazily on load. Only registered classes
+# are ever imported from a checkpoint (a file never names arbitrary code to import).
+CHECKPOINT_REGISTRY: dict[str, str] = {
+    "ReplayBuffer": "rlstore.buffers.replay:ReplayBuffer",
+    "RolloutBuffer": "rlstore.buffers.rollout:RolloutBuffer",
+    "velora.ReplayBuffer": "rlstore.compat.velora:ReplayBuffer",
+    "SimpleReplayBuffer": "rlstore.compat.simple_replay:SimpleReplayBuffer",
+}
+
+# Test seam: called with the name of each stage of a save ("written", "linked",
+# "state_replaced", "committed"). Crash tests set it in a child process to die at that stage;
+# rlstore.checkpoint._atomic._stage reads it from this module at every call.
+_stage_hook: Callable[[str], None] | None = None
+
+
+def register_checkpointable(name: str, target: str | type) -> None:
+    """Register a class for :func:`save` / :func:`load` under ``name``.
+
+    Args:
+        name: the name written into the sidecar's ``class`` field.
+        target: the class itself or its ``"module:QualName"`` import path.
+    """
+    if not isinstance(target, str):
+        target = f"{target.__module__}:{target.__qualname__}"
+    if ":" not in target:
+        raise CheckpointError(f"target: expected 'module:Class', got {target!r}")
+    CHECKPOINT_REGISTRY[name] = target
+
+
+def _class_name(obj: object) -> str:
+    target = f"{type(obj).__module__}:{type(obj).__qualname__}"
+    for name, registered in CHECKPOINT_REGISTRY.items():
+        if registered == target:
+            return name
+    raise CheckpointError(
+        f"obj: {target} is not a registered checkpointable class; call "
+        "rlstore.checkpoint.register_checkpointable(name, cls) first"
+    )
+
+
+def _import(target: str) -> type:
+    module_name, _, qualname = target.partition(":")
+    try:
+        attr: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            attr = getattr(attr, part)
+    except (ImportError, AttributeError) as exc:
+        raise CheckpointError(f"cannot import checkpointable class {target!r} ({exc})") from exc
+    return attr
+
+
+def save(obj: Any, dirpath: str | os.PathLike[str], *, prefix: str = "buffer_") -> Path:
+    """Save a registered checkpointable object (``state_dict``, ``config``, ``metadata``).
+
+    The object must be an instance of a class in :data:`CHECKPOINT_REGISTRY` and provide
+    ``state_dict()`` and ``config()`` (JSON-able constructor kwargs); ``metadata()`` is
+    recorded when present. An object whose ``state_dict()`` carries the same data twice (a
+    facade that also exposes its arrays in a foreign layout) may define
+    ``checkpoint_state()``, the smallest dict its ``load_state_dict`` accepts: it is saved
+    instead. Returns the path of the JSON sidecar.
+    """
+    name = _class_name(obj)
+    meta = obj.metadata() if callable(getattr(obj, "metadata", None)) else None
+    minimal = getattr(obj, "checkpoint_state", None)
+    return save_state(
+        dirpath,
+        minimal() if callable(minimal) else obj.state_dict(),
+        prefix=prefix,
+        class_name=name,
+        config=obj.config(),
+        metadata=meta,
+    )
+
+
+def build_from_record(
+    record: Mapping[str, Any], state: Mapping[str, Any], *, device: str | None = None
+) -> Any:
+    """Rebuild an object from a sidecar/header record and its state dict.
+
+    Construction uses ``cls.from_config(config)`` when the class has it, else
+    ``cls(**config)`` (``config()`` is the class's own constructor kwargs), else, for kwargs
+    that are JSON stand-ins of objects (a rollout buffer's ``intrinsic``), the typed config
+    model of :mod:`rlstore.config`; then ``load_state_dict(state)``. ``device`` overrides the
+    saved device.
+    """
+    name = record.get("class")
+    if name not in CHECKPOINT_REGISTRY:
+        raise CheckpointError(
+            f"class: expected one of {sorted(CHECKPOINT_REGISTRY)}, got {name!r} "
+            "(use load_state() for raw state dicts)"
+        )
+    target = CHECKPOINT_REGISTRY[name]
+    cls = _import(target)
+    config = dict(record.get("config") or {})
+    if device is not None:
+        config["device"] = device
+    from_config = getattr(cls, "from_config", None)
+    try:
+        obj = from_config(config) if callable(from_config) else cls(**config)
+    except (TypeError, RLStoreError) as exc:
+        typed = None if callable(from_config) else _typed_kwargs(target, config)
+        if typed is None:
+            raise CheckpointError(f"config: cannot rebuild {name} from {config!r} ({exc})") from exc
+        obj = cls(**typed)
+    obj.load_state_dict(state)
+    return obj
+
+
+def _typed_kwargs(target: str, config: dict[str, Any]) -> dict[str, Any] | None:
+    """Constructor kwargs through the typed config model when :mod:`rlstore.config` knows the
+    class (it rebuilds nested objects such as ``specs`` or ``intrinsic``), else ``None``."""
+    from rlstore.config import BUFFER_REGISTRY, CONFIG_MODELS, validate_config
+
+    for kind, registered in BUFFER_REGISTRY.items():
+        if registered == target and kind in CONFIG_MODELS:
+            try:
+                return validate_config({**config, "type": kind}).to_kwargs()
+            except RLStoreError:
+                return None
+    return None
+
+
+def load(
+    dirpath: str | os.PathLike[str], *, prefix: str = "buffer_", device: str | None = None
+) -> Any:
+    """Load an object saved by :func:`save`: rebuild it from its config, then load its state.
+
+    Args:
+        dirpath: folder of the checkpoint.
+        prefix: file name prefix used at save time.
+        device: overrides the saved ``device`` config entry (e.g. load a CUDA buffer on CPU).
+
+    Raises:
+        CheckpointError: see :func:`load_state`; also an unregistered class name.
+    """
+    state, sidecar = _load_with_sidecar(dirpath, prefix)
+    return build_from_record(sidecar, state, device=device)

@@ -1,0 +1,161 @@
+"""Crash safety: write a checkpoint's two files so that a kill at any instant leaves one loadable.
+
+A save writes both files to temporary siblings (``.<name>.tmp-<pid>-<token>``) and fsyncs
+them, keeps the current state file reachable as ``<prefix>state.safetensors.prev`` (a hard
+link, no copy), then ``os.replace``-s the state file and the sidecar (the sidecar is the commit
+point), fsyncs the directory and drops the ``.prev`` link. A reader
+(:func:`rlstore.checkpoint.load_verified`) picks whichever of the two state files carries the
+``save_id`` the sidecar names, so a process killed at any instant of a save leaves a loadable
+checkpoint: the previous one until the sidecar is replaced, the new one afterwards.
+Temporaries of a killed save are removed by the next save. One writer at a time per folder and
+prefix (concurrent saves to the same checkpoint are not supported).
+
+Test seam: the package attribute ``rlstore.checkpoint._stage_hook`` (``None`` normally) is
+called with the name of each stage of a save (``"written"``, ``"linked"``,
+``"state_replaced"``, ``"committed"``); crash tests set it in a child process to die there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlstore.checkpoint._safetensors_io import _HEADER_KEY, _header, _write_safetensors
+
+_PACKAGE = __name__.rpartition(".")[0]  # "rlstore.checkpoint", which holds `_stage_hook`
+
+
+def _stage(name: str) -> None:
+    """Call the test seam ``rlstore.checkpoint._stage_hook(name)`` when it is set."""
+    hook = getattr(sys.modules.get(_PACKAGE), "_stage_hook", None)
+    if hook is not None:
+        hook(name)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_checkpoint_files(
+    final_state: Path,
+    final_meta: Path,
+    arrays: Mapping[str, np.ndarray],
+    record: Mapping[str, Any],
+    header: str,
+) -> Path:
+    """Atomically replace ``final_state`` and ``final_meta`` (same folder, created if needed).
+
+    Args:
+        final_state: the ``<prefix>state.safetensors`` path.
+        final_meta: the ``<prefix>metadata.json`` path (the commit point).
+        arrays: flat ``'/'``-joined key -> array, written into the state file.
+        record: the JSON-able sidecar content; ``state_file``, ``state_sha256`` and
+            ``state_nbytes`` are added to it.
+        header: ``json.dumps(record)``, embedded in the state file's header.
+
+    Returns:
+        ``final_meta``.
+    """
+    directory = final_state.parent
+    if not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        _fsync_dir(directory.parent)  # make the new folder's entry durable too
+    _remove_orphan_temporaries(directory, (final_state.name, final_meta.name))
+    prev = final_state.with_name(final_state.name + ".prev")
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp_state = directory / f".{final_state.name}.tmp-{token}"
+    tmp_meta = directory / f".{final_meta.name}.tmp-{token}"
+    try:
+        digest, nbytes = _write_safetensors(tmp_state, arrays, {_HEADER_KEY: header})
+        sidecar = {
+            **record,
+            "state_file": final_state.name,
+            "state_sha256": digest,
+            "state_nbytes": nbytes,
+        }
+        with open(tmp_meta, "w", encoding="utf-8") as f:
+            json.dump(sidecar, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        _stage("written")
+        _keep_committed_state_reachable(final_meta, final_state, prev)
+        _fsync_dir(directory)
+        _stage("linked")
+        os.replace(tmp_state, final_state)
+        _stage("state_replaced")
+        os.replace(tmp_meta, final_meta)  # commit point
+        _fsync_dir(directory)
+        _stage("committed")
+        prev.unlink(missing_ok=True)
+        _fsync_dir(directory)
+    finally:
+        tmp_state.unlink(missing_ok=True)
+        tmp_meta.unlink(missing_ok=True)
+    return final_meta
+
+
+def _remove_orphan_temporaries(directory: Path, names: tuple[str, ...]) -> None:
+    """Delete temporaries left by saves whose process died (``.<name>.tmp-<pid>-<token>``)."""
+    for name in names:
+        for tmp in directory.glob(f".{name}.tmp-*"):
+            pid_text = tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+            if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+                continue
+            tmp.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid() or os.name == "nt":  # on Windows os.kill(pid, 0) is not a probe
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _keep_committed_state_reachable(meta: Path, state: Path, prev: Path) -> None:
+    """Make ``prev`` the state file the current sidecar names, before ``state`` is replaced."""
+    if not state.exists():
+        return
+    if prev.exists():
+        try:
+            committed_id = json.loads(meta.read_text(encoding="utf-8")).get("save_id")
+            if _header(prev).get("save_id") == committed_id:
+                return  # an earlier save died after replacing `state`: prev is the committed one
+        except (OSError, ValueError, AttributeError):
+            pass
+        prev.unlink()
+    try:
+        os.link(state, prev)
+    except OSError:  # pragma: no cover - filesystems without hard links
+        import shutil
+
+        shutil.copy2(state, prev)
+        _fsync_file(prev)

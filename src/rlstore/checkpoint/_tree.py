@@ -1,0 +1,134 @@
+"""State trees: split a nested state dict into arrays, their schema and a JSON-able rest.
+
+A state dict is a nested ``dict[str, ...]`` whose leaves are numpy arrays, torch tensors, or
+JSON scalars / lists / dicts. :func:`_flatten` turns it into
+
+* ``arrays``: ``'/'``-joined key -> C-contiguous numpy array (tensors detached, on CPU),
+* ``schema``: the same keys -> ``{"shape": [...], "dtype": numpy name, "kind": "numpy"|"torch"}``,
+* ``tree``: the nested dict without the array leaves, JSON-able (numpy scalars become Python
+  scalars, tuples become lists);
+
+:func:`_unflatten` puts the arrays back (tensors again where ``kind`` is ``"torch"``). The
+``format_version`` check of a record read from disk (:func:`_check_record`) lives here too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlstore.checkpoint._safetensors_io import _ST_DTYPES, _c_contiguous
+from rlstore.errors import CheckpointError
+
+FORMAT_VERSION = 1
+"""Version of the on-disk layout; a reader refuses files with a larger version."""
+
+
+def _flatten(
+    state: Mapping[str, Any],
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]], dict[str, Any]]:
+    """Split a nested state dict into ``arrays``, their ``schema`` and the JSON-able rest.
+
+    Raises:
+        CheckpointError: a key that is not a non-empty string without ``'/'``, an array of an
+            unsupported dtype (bfloat16, complex, strings, objects), or a leaf that is neither
+            an array, a tensor, a dict nor a JSON scalar/list.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    schema: dict[str, dict[str, Any]] = {}
+    torch = sys.modules.get("torch")  # no tensor can exist unless torch was imported
+
+    def walk(node: Mapping[str, Any], path: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if not isinstance(key, str) or not key or "/" in key:
+                raise CheckpointError(
+                    f"state{path or ''}: keys must be non-empty strings without '/', got {key!r}"
+                )
+            full = f"{path}/{key}" if path else key
+            if isinstance(value, Mapping):
+                out[key] = walk(value, full)
+            elif torch is not None and isinstance(value, torch.Tensor):
+                if value.dtype == torch.bfloat16:
+                    raise CheckpointError(
+                        f"state[{full!r}]: bfloat16 tensors are not supported, "
+                        "convert to float32 first"
+                    )
+                arrays[full] = _c_contiguous(value.detach().cpu().numpy())
+                _check_dtype(full, arrays[full].dtype)
+                schema[full] = _schema_entry(arrays[full], "torch")
+            elif isinstance(value, np.ndarray):
+                _check_dtype(full, value.dtype)
+                arrays[full] = _c_contiguous(value)
+                schema[full] = _schema_entry(arrays[full], "numpy")
+            else:
+                out[key] = _jsonable(value, full)
+        return out
+
+    tree = walk(state, "")
+    return arrays, schema, tree
+
+
+def _check_dtype(key: str, dtype: np.dtype) -> None:
+    if dtype.name not in _ST_DTYPES:
+        raise CheckpointError(
+            f"state[{key!r}]: expected an array of dtype {', '.join(_ST_DTYPES)}, got {dtype}"
+        )
+
+
+def _schema_entry(arr: np.ndarray, kind: str) -> dict[str, Any]:
+    return {"shape": list(arr.shape), "dtype": arr.dtype.name, "kind": kind}
+
+
+def _jsonable(value: Any, path: str) -> Any:
+    """``value`` as plain JSON types (numpy scalars -> Python, tuples -> lists), else raise."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v, f"{path}/{k}") for k, v in value.items()}
+    raise CheckpointError(
+        f"state[{path!r}]: expected a numpy array, torch tensor, dict or JSON scalar/list, "
+        f"got {type(value).__name__}"
+    )
+
+
+def _unflatten(tree: Mapping[str, Any], arrays: Mapping[str, np.ndarray], schema: Mapping) -> dict:
+    """Inverse of :func:`_flatten` (arrays go back into the tree at their '/'-joined paths)."""
+    out: dict[str, Any] = json.loads(json.dumps(tree))  # deep copy, plain dicts
+    for key, arr in arrays.items():
+        parts = key.split("/")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise CheckpointError(f"array key {key!r}: collides with a non-dict state entry")
+        if schema[key].get("kind", "numpy") == "torch":
+            import torch
+
+            node[parts[-1]] = torch.from_numpy(arr)
+        else:
+            node[parts[-1]] = arr
+    return out
+
+
+def _check_record(record: Mapping[str, Any], where: str) -> None:
+    """Raise unless ``record["format_version"]`` is an int in ``[1, FORMAT_VERSION]``."""
+    version = record.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CheckpointError(
+            f"{where}: format_version: expected an integer in [1, {FORMAT_VERSION}], "
+            f"got {version!r}"
+        )
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{where}: format_version {version} is newer than this rlstore supports "
+            f"({FORMAT_VERSION}); upgrade rlstore to read it"
+        )
