@@ -1,0 +1,658 @@
+"""Off-policy FIFO replay buffer storing each observation once.
+
+Layout. Fields live in a :class:`~rlstore.storage.RingStorage` of ``C + 1`` rows by
+``num_envs`` columns (``C = capacity_per_env = ceil(capacity / num_envs)``); one add writes one
+row (one transition per env). Row ``t`` of column ``n`` holds ``obs, action, reward,
+terminated, truncated`` (+ extras) of one transition. Its ``next_obs`` is not stored:
+
+* it is ``obs`` of row ``t + 1`` of the same column when the episode went on and the stream was
+  continuous (the next add's ``obs`` equals this ``next_obs``);
+* otherwise (``terminated | truncated``, or a discontinuous stream) it sits in a compact keyed
+  :class:`~rlstore.storage.SideStore` under the key ``global_row * num_envs + n``;
+* the newest row's pending ``next_obs`` is written into the obs field of the next physical row
+  (the spare ``+1`` row), so every stored transition is sampleable and none reads a stale or
+  unwritten successor.
+
+With ``store_next_obs_once=False`` ``next_obs`` is stored per row (twice the observation
+memory); it is the plain twin the compact layout is tested against: both draw identical batches.
+
+Example:
+    >>> import numpy as np
+    >>> buf = ReplayBuffer(1000, seed=0)
+    >>> buf.add(np.zeros(4), 1, 1.0, np.ones(4), False, False)
+    >>> buf.add(np.ones(4), 0, 0.5, np.full(4, 2.0), True, False)
+    >>> len(buf), buf.metadata()["side_entries"]  # one final observation kept aside
+    (2, 1)
+    >>> batch = buf.sample(2)
+    >>> tuple(batch.next_obs.shape), batch.next_obs.dtype
+    ((2, 4), torch.float32)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
+from rlstore.samplers import UniformSampler
+from rlstore.specs import FieldSpec, TransitionSchema, all_finite
+from rlstore.storage import RingStorage, SideStore
+
+__all__ = ["ReplayBuffer", "ReplayBatch"]
+
+Obs = Any  # np.ndarray-like, or a one-level dict of them
+
+
+class ReplayBatch(NamedTuple):
+    """A uniform sample of ``B`` transitions as torch tensors on the buffer's device.
+
+    Attributes:
+        obs: ``(B, *obs_shape)`` (or a dict of them), stored dtype (uint8 stays uint8).
+        action: ``(B, *action_shape)``.
+        reward: ``(B,)`` float32 (or the reward spec's shape/dtype).
+        next_obs: the true successor of ``obs``: the final observation for ended episodes.
+        terminated: ``(B,)`` bool; use ``1 - terminated`` as the bootstrap mask.
+        truncated: ``(B,)`` bool; time-limit ends (bootstrap from ``next_obs``).
+        extras: ``{name: (B, *shape)}`` for any extra field (e.g. ``hidden``).
+    """
+
+    obs: torch.Tensor | dict[str, torch.Tensor]
+    action: torch.Tensor
+    reward: torch.Tensor
+    next_obs: torch.Tensor | dict[str, torch.Tensor]
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    extras: dict[str, torch.Tensor]
+
+
+class ReplayBuffer:
+    """FIFO ring of transitions with uniform sampling with replacement.
+
+    Args:
+        capacity: total transitions kept (> 0); rounded up to a multiple of ``num_envs``.
+        num_envs: env columns; every ``add`` writes one transition per env.
+        specs: ``{name: FieldSpec}`` (or the JSON list from :meth:`config`); inferred from the
+            first add when ``None``. Needs ``obs`` (or ``obs.<key>``) and ``action``;
+            ``reward`` (float32), ``terminated``/``truncated`` (bool) default; other names are
+            extras.
+        device: torch device of sampled tensors (storage stays in host memory).
+        seed: int, ``np.random.Generator`` or ``None`` for the sampler.
+        store_next_obs_once: compact layout (default) or plain per-row ``next_obs``.
+        allow_nonfinite: accept NaN/inf in float fields (rejected by default).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        num_envs: int = 1,
+        specs: Mapping[str, FieldSpec] | Sequence[Mapping[str, Any]] | None = None,
+        device: str | torch.device = "cpu",
+        seed: int | np.random.Generator | None = None,
+        store_next_obs_once: bool = True,
+        allow_nonfinite: bool = False,
+    ):
+        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+            raise CapacityError(f"capacity: expected an int > 0, got {capacity!r}")
+        if not isinstance(num_envs, (int, np.integer)) or num_envs <= 0:
+            raise CapacityError(f"num_envs: expected an int > 0, got {num_envs!r}")
+        self.capacity = int(capacity)
+        self.num_envs = int(num_envs)
+        self.capacity_per_env = math.ceil(self.capacity / self.num_envs)
+        self.device = torch.device(device)
+        self.store_next_obs_once = bool(store_next_obs_once)
+        self.allow_nonfinite = bool(allow_nonfinite)
+        self._seed = int(seed) if isinstance(seed, (int, np.integer)) else None
+        self._sampler = UniformSampler(seed)
+        self.specs: dict[str, FieldSpec] | None = None
+        self._schema: TransitionSchema | None = None
+        self._storage: RingStorage | None = None
+        self._side: SideStore | None = None  # final observations of ended episodes
+        self._disc: SideStore | None = None  # next_obs of discontinuous (non-done) rows
+        self._prev_open = np.zeros(self.num_envs, dtype=bool)
+        self._prev_open_any = False
+        self._prev_all = False
+        parsed = TransitionSchema.parse(specs)
+        if parsed is not None:
+            self._allocate(parsed)
+
+    # ------------------------------------------------------------------ layout
+    def _allocate(self, specs: dict[str, FieldSpec], storage: RingStorage | None = None) -> None:
+        schema = TransitionSchema(specs, allow_nonfinite=self.allow_nonfinite)
+        self.specs, self._schema = schema.specs, schema
+        self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
+        self._extra_names = schema.extra_names
+        self._next_names = {k: "next_" + k for k in self._obs_names}
+        stored = dict(specs)
+        if not self.store_next_obs_once:
+            stored.update(
+                {
+                    n: FieldSpec(n, specs[k].shape, specs[k].dtype)
+                    for k, n in self._next_names.items()
+                }
+            )
+        if storage is None:
+            storage = RingStorage(self.capacity_per_env + 1, self.num_envs, stored)
+        elif storage.specs != stored or storage.arrays["reward"].shape[:2] != (
+            self.capacity_per_env + 1,
+            self.num_envs,
+        ):
+            raise CheckpointError(
+                f"state_dict.storage: expected fields {list(stored)} with "
+                f"{self.capacity_per_env + 1} rows x {self.num_envs} envs, got "
+                f"{list(storage.specs)} with "
+                f"{storage.arrays['reward'].shape[:2]}"
+            )
+        self._storage = storage
+        self._side = SideStore({k: specs[k] for k in self._obs_names})
+        self._disc = SideStore({k: specs[k] for k in self._obs_names}, capacity=1)
+        self._fast = None
+        core_ok = (
+            specs["reward"].shape == ()
+            and specs["reward"].dtype == np.float32
+            and specs["terminated"].shape == ()
+            and specs["truncated"].shape == ()
+            and specs["terminated"].dtype == np.bool_
+            and specs["truncated"].dtype == np.bool_
+        )
+        if (
+            not self._dict_obs
+            and not self._extra_names
+            and self.store_next_obs_once
+            and not self.allow_nonfinite
+            and core_ok
+        ):
+            a = self._storage.arrays
+            so, sa, n = specs["obs"], specs["action"], self.num_envs
+            self._fast = (
+                so.dtype,
+                (so.shape, (n, *so.shape)) if n == 1 else ((n, *so.shape),) * 2,
+                sa.dtype,
+                (sa.shape, (n, *sa.shape)) if n == 1 else ((n, *sa.shape),) * 2,
+                sa.is_float,
+                a["obs"],
+                a["action"],
+                a["reward"],
+                a["terminated"],
+                a["truncated"],
+            )
+
+    def _validate(
+        self, lead: tuple[int, ...], obs: Obs, next_obs: Obs, core: tuple, extra: dict[str, Any]
+    ) -> tuple[dict, dict, dict]:
+        assert self._schema is not None
+        return self._schema.validate(lead, obs, next_obs, core, extra)
+
+    def _infer(self, lead_ndim: int, obs: Obs, action: Any, reward: Any, extra: dict) -> None:
+        self._allocate(TransitionSchema.infer(lead_ndim, obs, action, reward, extra))
+
+    # ------------------------------------------------------------------ writing
+    def add(
+        self,
+        obs: Obs,
+        action: Any,
+        reward: Any,
+        next_obs: Obs,
+        terminated: Any,
+        truncated: Any,
+        **extra: Any,
+    ) -> None:
+        """Add one transition per env.
+
+        Args:
+            obs: ``(num_envs, *obs_shape)`` or a dict of them; with ``num_envs == 1`` the env
+                axis may be left out (single add; a scalar ``reward`` marks a single add on the
+                first call).
+            action: ``(num_envs, *action_shape)``.
+            reward: ``(num_envs,)``.
+            next_obs: the true successor of ``obs`` (the final observation when done).
+            terminated, truncated: ``(num_envs,)`` bool (0/1 ints accepted).
+            **extra: extra fields, ``(num_envs, *shape)`` each.
+
+        Raises:
+            SpecError: bad shape, dtype, NaN/inf, missing or unexpected field; nothing is
+                written then.
+        """
+        n = self.num_envs
+        if self.specs is None:
+            single = n == 1 and np.ndim(reward) == 0
+            self._infer(0 if single else 1, obs, action, reward, extra)
+        if (
+            self._fast is not None
+            and not extra
+            and self._add_fast(obs, action, reward, next_obs, terminated, truncated)
+        ):
+            return
+        o, no, vals = self._validate(
+            (n,), obs, next_obs, (action, reward, terminated, truncated), extra
+        )
+        st = self._storage
+        assert st is not None and self._side is not None and self._disc is not None
+        done = np.asarray(vals["terminated"] | vals["truncated"]).reshape(n)
+        if not self.store_next_obs_once:
+            vals.update({"next_" + k: v for k, v in no.items()})
+            vals.update(o)
+            st.write_row(vals)
+            return
+        c = st.cursor
+        if self._prev_open.any():
+            disc = self._prev_open & self._differs(o, c)
+            if disc.any():
+                cols = np.flatnonzero(disc)
+                self._disc.append(
+                    (st.rows_written - 1) * n + cols,
+                    {k: st.arrays[k][c, cols] for k in o},
+                    self._min_live_key(),
+                )
+        vals.update(o)
+        st.write_row(vals)
+        c2 = st.cursor
+        for k, v in no.items():
+            st.arrays[k][c2] = v
+        if done.any():
+            cols = np.flatnonzero(done)
+            self._side.append(
+                (st.rows_written - 1) * n + cols,
+                {k: st.arrays[k][c2, cols] for k in no},
+                self._min_live_key(),
+            )
+        np.logical_not(done, out=self._prev_open)
+        self._prev_open_any = bool(self._prev_open.any())
+        self._prev_all = bool(self._prev_open.all())
+
+    def _add_fast(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> bool:
+        """Hot path for already well-typed input (numpy arrays of the stored dtype and shape,
+        Python or numpy scalars/arrays for reward and flags). Returns False, having written
+        nothing, whenever anything needs the general path (casting, errors)."""
+        odt, oshapes, adt, ashapes, afloat, ob, ac, rw, te, tr_ = self._fast  # type: ignore[misc]
+        if not (
+            type(obs) is np.ndarray
+            and obs.dtype == odt
+            and obs.shape in oshapes
+            and type(next_obs) is np.ndarray
+            and next_obs.dtype == odt
+            and next_obs.shape in oshapes
+            and type(action) is np.ndarray
+            and action.dtype == adt
+            and action.shape in ashapes
+        ):
+            return False
+        n = self.num_envs
+        tt, tr = type(terminated), type(truncated)
+        if n == 1 and tt is bool and tr is bool and type(reward) is float:
+            if not math.isfinite(reward):
+                return False
+            done = terminated or truncated
+            done_any = done
+        elif (
+            tt is np.ndarray
+            and tr is np.ndarray
+            and type(reward) is np.ndarray
+            and terminated.dtype == np.bool_
+            and truncated.dtype == np.bool_
+            and reward.dtype == np.float32
+            and terminated.shape == (n,)
+            and truncated.shape == (n,)
+            and reward.shape == (n,)
+        ):
+            if not math.isfinite(reward.sum()):
+                return False
+            done = terminated | truncated
+            done_any = done.any()
+        else:
+            return False
+        if not all_finite(next_obs) or (afloat and not all_finite(action)):
+            return False
+        st = self._storage
+        assert st is not None and self._side is not None
+        c = st.cursor
+        if not (self._prev_open_any and obs.tobytes() == ob[c].tobytes()):
+            if not all_finite(obs):
+                return False
+            if self._prev_open_any:
+                disc = self._prev_open & self._differs({"obs": obs}, c)
+                if disc.any():
+                    cols = np.flatnonzero(disc)
+                    self._disc.append(  # type: ignore[union-attr]
+                        (st.rows_written - 1) * n + cols, {"obs": ob[c, cols]}, self._min_live_key()
+                    )
+        ob[c] = obs
+        ac[c] = action
+        rw[c] = reward
+        te[c] = terminated
+        tr_[c] = truncated
+        c2 = c + 1 if c + 1 < st.capacity_per_env else 0
+        ob[c2] = next_obs
+        st.cursor = c2
+        st.rows_written += 1
+        if st.size < st.capacity_per_env:
+            st.size += 1
+        if done_any:
+            cols = np.flatnonzero(done)
+            self._side.append(
+                (st.rows_written - 1) * n + cols, {"obs": ob[c2, cols]}, self._min_live_key()
+            )
+            np.logical_not(done, out=self._prev_open)
+            self._prev_open_any = bool(self._prev_open.any())
+            self._prev_all = bool(self._prev_open.all())
+        elif not self._prev_all:  # every env goes on: all pending next_obs are open
+            self._prev_open[:] = True
+            self._prev_open_any = self._prev_all = True
+        return True
+
+    def extend(
+        self,
+        obs: Obs,
+        action: Any,
+        reward: Any,
+        next_obs: Obs,
+        terminated: Any,
+        truncated: Any,
+        **extra: Any,
+    ) -> None:
+        """Add ``T`` consecutive steps of every env: arguments shaped ``(T, num_envs, ...)``.
+
+        ``next_obs[t]`` is the true successor of ``obs[t]``; where it differs from
+        ``obs[t + 1]`` without a done flag, the stream is treated as discontinuous. ``T`` may
+        exceed the capacity (only the last ``capacity_per_env`` rows are kept).
+
+        Raises:
+            SpecError: as :meth:`add`; nothing is written then.
+        """
+        n = self.num_envs
+        if np.ndim(reward) < 1:
+            raise SpecError(f"reward: expected shape (T, {n}), got {np.shape(reward)}")
+        t = int(np.shape(reward)[0])
+        if self.specs is None:
+            self._infer(2, obs, action, reward, extra)
+        o, no, vals = self._validate(
+            (t, n), obs, next_obs, (action, reward, terminated, truncated), extra
+        )
+        cap = self.capacity_per_env
+        for a in range(0, t, cap):
+            b = min(a + cap, t)
+            self._write_block(
+                {k: v[a:b] for k, v in o.items()},
+                {k: v[a:b] for k, v in no.items()},
+                {k: v[a:b] for k, v in vals.items()},
+            )
+
+    def _write_block(
+        self, o: dict[str, np.ndarray], no: dict[str, np.ndarray], vals: dict[str, np.ndarray]
+    ) -> None:
+        """Write ``T <= capacity_per_env`` validated rows."""
+        st, side, disc_store = self._storage, self._side, self._disc
+        assert st is not None and side is not None and disc_store is not None
+        n, t = self.num_envs, len(vals["reward"])
+        if not self.store_next_obs_once:
+            vals.update({"next_" + k: v for k, v in no.items()})
+            vals.update(o)
+            st.write_block(vals)
+            return
+        done = vals["terminated"] | vals["truncated"]
+        c, g0 = st.cursor, st.rows_written
+        if self._prev_open_any:
+            disc = self._prev_open & self._differs({k: v[0] for k, v in o.items()}, c)
+            if disc.any():
+                cols = np.flatnonzero(disc)
+                disc_store.append(
+                    (g0 - 1) * n + cols, {k: st.arrays[k][c, cols] for k in o}, self._min_live_key()
+                )
+        jump = np.zeros_like(done)
+        for k in o if t > 1 else ():
+            jump[:-1] |= (no[k][:-1] != o[k][1:]).reshape(t - 1, n, -1).any(axis=2)
+        jump &= ~done
+        vals.update(o)
+        st.write_block(vals)
+        for k, v in no.items():
+            st.arrays[k][st.cursor] = v[-1]
+        for store, need in ((side, done), (disc_store, jump)):
+            ti, ni = np.nonzero(need)
+            if ti.size:
+                store.append(
+                    (g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()}, self._min_live_key()
+                )
+        np.logical_not(done[-1], out=self._prev_open)
+        self._prev_open_any = bool(self._prev_open.any())
+        self._prev_all = bool(self._prev_open.all())
+
+    def _differs(self, obs_row: dict[str, np.ndarray], row: int) -> np.ndarray:
+        """Per env column: does ``obs_row`` differ from the pending observation at ``row``?"""
+        st = self._storage
+        assert st is not None
+        out = np.zeros(self.num_envs, dtype=bool)
+        for k, v in obs_row.items():
+            stored = st.arrays[k][row]
+            if v.size == stored.size and v.tobytes() == stored.tobytes():
+                continue
+            out |= (np.broadcast_to(v, stored.shape) != stored).reshape(self.num_envs, -1).any(1)
+        return out
+
+    def _min_live_key(self) -> int:
+        st = self._storage
+        assert st is not None
+        return (st.rows_written - self._rows()) * self.num_envs
+
+    # ------------------------------------------------------------------ reading
+    def _rows(self) -> int:
+        return 0 if self._storage is None else min(self._storage.size, self.capacity_per_env)
+
+    def __len__(self) -> int:
+        """Number of stored (sampleable) transitions."""
+        return self._rows() * self.num_envs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all stored arrays (ring, side store, bookkeeping); 0 before the first add."""
+        if self._storage is None or self._side is None or self._disc is None:
+            return 0
+        return self._storage.nbytes + self._side.nbytes + self._disc.nbytes + self._prev_open.nbytes
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        """Draw flat transition indices ``row * num_envs + env`` (row 0 = oldest), int64."""
+        if not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
+            raise CapacityError(f"batch_size: expected an int > 0, got {batch_size!r}")
+        cap = self.capacity_per_env * self.num_envs  # capacity rounded up to whole rows
+        if batch_size > cap:
+            raise CapacityError(f"batch_size: expected <= capacity={cap}, got {batch_size}")
+        size = len(self)
+        if batch_size > size:
+            raise EmptyBufferError(
+                f"batch_size: expected <= stored transitions={size}, got {batch_size}"
+            )
+        return self._sampler.sample(size, int(batch_size))
+
+    def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Numpy arrays of the transitions at flat indices (see :meth:`sample_indices`).
+
+        Returns ``{field: (B, ...)}`` with stored field names plus ``next_obs`` /
+        ``next_obs.<key>``. Reading never mutates the buffer.
+        """
+        st, side = self._storage, self._side
+        assert st is not None and side is not None
+        n, rows = self.num_envs, st.capacity_per_env
+        if n == 1:
+            g = indices + (st.rows_written - self._rows())
+            col = None
+            phys = g % rows
+            flat, succ = phys, phys + 1
+            succ[succ == rows] = 0
+        else:
+            lrow, col = np.divmod(indices, n)
+            g = lrow + (st.rows_written - self._rows())
+            phys = g % rows
+            flat = phys * n + col
+            succ = (phys + 1) % rows * n + col
+        out = st.gather(flat)
+        if not self.store_next_obs_once:
+            return out
+        out.update({"next_" + k: v for k, v in st.gather(succ, self._obs_names).items()})
+        done = out["terminated"] | out["truncated"]
+        if side.n and done.any():  # every done transition has its final obs in `side`
+            where = np.flatnonzero(done)
+            keys = g[where] * n + col[where] if col is not None else g[where]
+            self._patch(out, side, where, keys)
+        disc = self._disc
+        assert disc is not None
+        if disc.n:
+            self._patch(out, disc, np.arange(len(flat)), g * n + col if col is not None else g)
+        return out
+
+    def _patch(
+        self, out: dict[str, np.ndarray], store: SideStore, where: np.ndarray, keys: np.ndarray
+    ) -> None:
+        hit, pos = store.lookup(keys)
+        if hit.any():
+            w, p = where[hit], pos[hit]
+            for k in self._obs_names:
+                out["next_" + k][w] = store.arrays[k][p]
+
+    def sample(self, batch_size: int) -> ReplayBatch:
+        """Uniformly sample ``batch_size`` stored transitions with replacement.
+
+        Returns:
+            :class:`ReplayBatch` of torch tensors on ``device``, leading axis ``batch_size``.
+
+        Raises:
+            CapacityError: ``batch_size <= 0`` or ``> capacity``.
+            EmptyBufferError: ``batch_size`` larger than the number of stored transitions.
+        """
+        arrays = self.gather(self.sample_indices(batch_size))
+        dev = self.device
+        if dev.type == "cpu":
+            t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        else:
+            t = {k: torch.from_numpy(v).to(dev, non_blocking=True) for k, v in arrays.items()}
+        obs: torch.Tensor | dict[str, torch.Tensor] = t.get("obs", {})
+        nxt: torch.Tensor | dict[str, torch.Tensor] = t.get("next_obs", {})
+        if self._dict_obs:
+            obs = {k[4:]: t[k] for k in self._obs_names}
+            nxt = {k[4:]: t["next_" + k] for k in self._obs_names}
+        return ReplayBatch(
+            obs,
+            t["action"],
+            t["reward"],
+            nxt,
+            t["terminated"],
+            t["truncated"],
+            {k: t[k] for k in self._extra_names},
+        )
+
+    # ------------------------------------------------------------------ filling
+    def warm(
+        self,
+        policy: Callable[[Any], Any] | None = None,
+        n_samples: int = 1000,
+        *,
+        env_id: str = "CartPole-v1",
+        env: Any = None,
+        num_envs: int = 8,
+        seed: int | None = None,
+    ) -> int:
+        """Fill the buffer from a gymnasium vector env (see :func:`rlstore.vector.fill_buffer`).
+
+        Args:
+            policy: batched ``obs -> actions``; uniform random actions when ``None``.
+            n_samples: transitions to add (rounded up to a multiple of the buffer's num_envs).
+            env_id: gymnasium id used when ``env`` is not given (SAME_STEP autoreset).
+            env: an existing ``gymnasium.vector.VectorEnv`` (any autoreset mode).
+            num_envs: envs of the vector env created from ``env_id``.
+            seed: seed of the env reset and of the random policy.
+
+        Returns:
+            Number of transitions added.
+        """
+        from rlstore.vector import fill_buffer
+
+        return fill_buffer(
+            self, policy, n_samples, env_id=env_id, env=env, num_envs=num_envs, seed=seed
+        )
+
+    # ------------------------------------------------------------------ state
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor kwargs: ``ReplayBuffer(**buf.config())`` rebuilds an empty twin."""
+        return {
+            "capacity": self.capacity,
+            "num_envs": self.num_envs,
+            "specs": None if self.specs is None else [s.to_json() for s in self.specs.values()],
+            "device": str(self.device),
+            "seed": self._seed,
+            "store_next_obs_once": self.store_next_obs_once,
+            "allow_nonfinite": self.allow_nonfinite,
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        """JSON-able summary: capacity, num_envs, size, nbytes, bytes per transition, specs..."""
+        size = len(self)
+        return {
+            **self.config(),
+            "capacity_per_env": self.capacity_per_env,
+            "size": size,
+            "nbytes": self.nbytes,
+            "bytes_per_transition": self.nbytes / size if size else None,
+            "side_entries": 0 if self._side is None else self._side.n,
+            "discontinuities": 0 if self._disc is None else self._disc.n,
+            "rows_written": 0 if self._storage is None else self._storage.rows_written,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nested dict of numpy arrays and JSON-able scalars restoring this buffer exactly
+        (contents, cursor, size, pending observations, sampler RNG state)."""
+        return {
+            "config": self.config(),
+            "storage": None if self._storage is None else self._storage.state_dict(),
+            "side": None if self._side is None else self._side.state_dict(),
+            "disc": None if self._disc is None else self._disc.state_dict(),
+            "prev_open": self._prev_open.copy(),
+            "sampler": self._sampler.state_dict(),
+        }
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; later samples equal the original's.
+
+        Raises:
+            CheckpointError: missing keys, or capacity/num_envs/layout/specs that disagree.
+        """
+        saved = dict(self.__dict__)
+        try:
+            self._load(sd)
+        except Exception:
+            self.__dict__.clear()  # all or nothing: a failed load leaves the buffer as it was
+            self.__dict__.update(saved)
+            raise
+
+    def _load(self, sd: Mapping[str, Any]) -> None:
+        try:
+            cfg, storage_sd = sd["config"], sd["storage"]
+            for key in ("capacity", "num_envs", "store_next_obs_once"):
+                if cfg[key] != getattr(self, key):
+                    raise CheckpointError(
+                        f"state_dict.config.{key}: expected "
+                        f"{getattr(self, key)!r}, got {cfg[key]!r}"
+                    )
+            if storage_sd is None:
+                self.specs, self._storage, self._side, self._disc = None, None, None, None
+            else:
+                specs = TransitionSchema.parse(cfg["specs"])
+                if self.specs is not None and specs != self.specs:
+                    raise CheckpointError(
+                        f"state_dict.config.specs: expected {self.specs}, got {specs}"
+                    )
+                assert specs is not None
+                self._allocate(specs, RingStorage.from_state_dict(storage_sd))
+                assert self._side is not None and self._disc is not None
+                self._side.load_state_dict(sd["side"])
+                self._disc.load_state_dict(sd["disc"])
+            self._prev_open = np.array(sd["prev_open"], dtype=bool).reshape(self.num_envs)
+            self._prev_open_any = bool(self._prev_open.any())
+            self._prev_all = bool(self._prev_open.all())
+            self._sampler.load_state_dict(sd["sampler"])
+            self._seed = cfg.get("seed")
+        except (KeyError, TypeError) as exc:
+            raise CheckpointError(f"state_dict: missing or malformed entry {exc}") from exc

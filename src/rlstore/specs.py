@@ -1,0 +1,399 @@
+"""Field specs: the schema of what a buffer stores, inferred from a first sample or given.
+
+A :class:`FieldSpec` fixes the per-item ``shape`` and ``dtype`` of one field (``obs``,
+``obs.image`` for one level of dict observations, ``action``, ``reward``, ...). Buffers store a
+field as an array of shape ``(*lead, *spec.shape)`` where ``lead`` is e.g. ``(T, num_envs)``.
+
+Casting rules (:func:`cast_to_spec`): only *safe* conversions are accepted.
+
+* same kind or widening (``int -> float``, ``bool -> int``), and float narrowing
+  (``float64 -> float32``), which is what every RL library does with observations;
+* integer narrowing (``int64 -> uint8``) only when every value fits the target range;
+* ``bool`` fields accept integer input whose values are all 0 or 1;
+* anything else (``float -> int``, ``complex -> float``, objects, strings) is a :class:`SpecError`.
+
+Float fields reject NaN and +-inf unless ``allow_nonfinite`` is set.
+
+Example:
+    >>> import numpy as np
+    >>> specs = infer_specs({"obs": np.zeros((4, 17)), "reward": np.zeros(4)}, batch_ndim=1)
+    >>> specs["obs"]
+    FieldSpec(name='obs', shape=(17,), dtype=dtype('float32'))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlstore.errors import SpecError
+
+__all__ = [
+    "FieldSpec",
+    "TransitionSchema",
+    "infer_specs",
+    "validate_batch",
+    "cast_to_spec",
+    "all_finite",
+]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """Shape and dtype of one stored field (per item, without batch axes).
+
+    Attributes:
+        name: field name, ``"obs"``, ``"obs.<key>"`` for dict observations, ``"action"``, ...
+        shape: per-item shape, e.g. ``(17,)`` or ``()`` for scalars.
+        dtype: numpy dtype of the stored array (``np.dtype``, normalised on construction).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __post_init__(self) -> None:
+        try:
+            shape = tuple(int(s) for s in self.shape)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(
+                f"{self.name}: shape must be a tuple of ints, got {self.shape!r}"
+            ) from exc
+        if any(s < 0 for s in shape):
+            raise SpecError(f"{self.name}: shape must be non-negative, got {shape}")
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError as exc:
+            raise SpecError(f"{self.name}: invalid dtype {self.dtype!r}") from exc
+        if dtype.kind not in "biuf":
+            raise SpecError(f"{self.name}: dtype must be bool, int, uint or float, got {dtype}")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtype)
+
+    @property
+    def is_float(self) -> bool:
+        """Whether the field holds floating-point values (subject to the NaN/inf check)."""
+        return self.dtype.kind == "f"
+
+    @property
+    def item_nbytes(self) -> int:
+        """Bytes taken by one item of this field."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form ``{"name", "shape", "dtype"}``; inverse of :meth:`from_json`."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype.str}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> FieldSpec:
+        """Rebuild a spec from :meth:`to_json` output."""
+        try:
+            return cls(str(d["name"]), tuple(d["shape"]), np.dtype(d["dtype"]))
+        except KeyError as exc:
+            raise SpecError(f"field spec: missing key {exc.args[0]!r} in {dict(d)!r}") from exc
+
+
+def _default_dtype(arr: np.ndarray, name: str) -> np.dtype:
+    kind = arr.dtype.kind
+    if kind == "f":
+        # float64 (Python floats, most env wrappers) is stored as float32; pass explicit specs
+        # to keep float64. float16/float32 stay as they are.
+        return np.dtype(np.float32) if arr.dtype.itemsize > 4 else arr.dtype
+    if kind in "biu":
+        return arr.dtype
+    raise SpecError(f"{name}: cannot store dtype {arr.dtype} (expected bool, int, uint or float)")
+
+
+def infer_specs(sample: Mapping[str, Any], batch_ndim: int) -> dict[str, FieldSpec]:
+    """Infer field specs from one batch of values.
+
+    Args:
+        sample: ``{field: array-like}``; a value that is itself a mapping (dict observations)
+            is flattened one level into fields ``"<field>.<key>"``. Values are array-likes of
+            shape ``(*batch, *item_shape)``.
+        batch_ndim: number of leading batch axes to strip (0 for a single item, 1 for
+            ``(num_envs, ...)``, 2 for ``(T, num_envs, ...)``).
+
+    Returns:
+        ``{name: FieldSpec}`` in the order of ``sample``. Floats wider than 32 bits become
+        ``float32``; bool/int/uint and float16/32 keep their dtype (uint8 images stay uint8).
+
+    Raises:
+        SpecError: a value has fewer than ``batch_ndim`` axes, nested dicts, or an unstorable
+        dtype (object, str, complex).
+    """
+    specs: dict[str, FieldSpec] = {}
+    for key, value in sample.items():
+        if isinstance(value, Mapping):
+            for sub, v in value.items():
+                if isinstance(v, Mapping):
+                    raise SpecError(f"{key}.{sub}: only one level of dict is supported")
+                name = f"{key}.{sub}"
+                specs[name] = _infer_one(name, v, batch_ndim)
+        else:
+            specs[key] = _infer_one(key, value, batch_ndim)
+    return specs
+
+
+def _infer_one(name: str, value: Any, batch_ndim: int) -> FieldSpec:
+    arr = np.asarray(value)
+    if arr.ndim < batch_ndim:
+        raise SpecError(f"{name}: expected at least {batch_ndim} batch axes, got shape {arr.shape}")
+    return FieldSpec(name, arr.shape[batch_ndim:], _default_dtype(arr, name))
+
+
+def all_finite(arr: np.ndarray) -> bool:
+    """True when a float array holds no NaN/inf (cheap for the small arrays of a single add).
+
+    Arrays of up to 64 items are summed as Python floats (any NaN/inf makes the sum non-finite;
+    float32 and float16 sums cannot overflow a double), several times faster than a numpy
+    reduction at that size; a non-finite sum is confirmed with the exact ``np.isfinite`` check,
+    which also covers float64 overflow. Larger arrays use ``np.isfinite`` directly.
+    """
+    if arr.size <= 64 and math.isfinite(sum(arr.reshape(-1).tolist())):
+        return True
+    return bool(np.isfinite(arr).all())
+
+
+def cast_to_spec(
+    name: str, value: Any, spec: FieldSpec, lead: tuple[int, ...], *, allow_nonfinite: bool
+) -> np.ndarray:
+    """Check one value against its spec and return it as an array of the spec's dtype.
+
+    Args:
+        name: field name used in error messages.
+        value: array-like of shape ``(*lead, *spec.shape)``.
+        spec: the field spec.
+        lead: expected leading batch shape.
+        allow_nonfinite: accept NaN/inf in float fields.
+
+    Returns:
+        ``np.ndarray`` of shape ``(*lead, *spec.shape)`` and dtype ``spec.dtype`` (the input
+        itself when it already matches: no copy).
+
+    Raises:
+        SpecError: wrong shape, unsafe cast, integer overflow, non-0/1 ints for a bool field,
+        or NaN/inf where forbidden. The message names the field, the expectation, what arrived.
+    """
+    expected = (*lead, *spec.shape)
+    if type(value) is np.ndarray and value.dtype == spec.dtype and value.shape == expected:
+        arr = value
+    else:
+        if isinstance(value, Mapping):
+            raise SpecError(f"{name}: expected an array of shape {expected}, got a dict")
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(
+                f"{name}: expected an array of shape {expected}, got {value!r}"
+            ) from exc
+        if arr.shape != expected:
+            raise SpecError(f"{name}: expected shape {expected}, got {arr.shape}")
+        if arr.dtype != spec.dtype:
+            arr = _safe_cast(name, arr, spec.dtype)
+    if spec.is_float and not allow_nonfinite and not all_finite(arr):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise SpecError(
+            f"{name}: expected finite values, got {bad} NaN/inf entries "
+            "(pass allow_nonfinite=True to store them)"
+        )
+    return arr
+
+
+def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    src = arr.dtype
+    if src.kind not in "biuf":
+        raise SpecError(f"{name}: expected dtype {dtype}, got {src} which cannot be cast")
+    if dtype.kind == "b":
+        if src.kind in "iu" and np.isin(arr, (0, 1)).all():
+            return arr.astype(dtype)
+        raise SpecError(f"{name}: expected dtype bool (or 0/1 integers), got {src}")
+    if dtype.kind == "f":
+        return arr.astype(dtype)  # bool/int/uint -> float and float narrowing are accepted
+    # integer target
+    if src.kind == "f":
+        raise SpecError(f"{name}: expected dtype {dtype}, got {src} (float -> int is unsafe)")
+    if not np.can_cast(src, dtype, "safe") and arr.size:
+        info = np.iinfo(dtype)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+            raise SpecError(
+                f"{name}: expected values of dtype {dtype} in [{info.min}, {info.max}], "
+                f"got {src} values in [{lo}, {hi}]"
+            )
+    return arr.astype(dtype)
+
+
+def validate_batch(
+    specs: Mapping[str, FieldSpec],
+    batch: Mapping[str, Any],
+    lead: tuple[int, ...],
+    *,
+    allow_nonfinite: bool = False,
+) -> dict[str, np.ndarray]:
+    """Validate a whole batch (flat ``{name: value}``) against ``specs``; write nothing.
+
+    Args:
+        specs: ``{name: FieldSpec}``.
+        batch: ``{name: array-like}`` with exactly the keys of ``specs``; each value of shape
+            ``(*lead, *spec.shape)``.
+        lead: leading batch shape, e.g. ``(num_envs,)`` or ``(T, num_envs)``.
+        allow_nonfinite: accept NaN/inf in float fields.
+
+    Returns:
+        ``{name: np.ndarray}`` cast to the spec dtypes, in the order of ``specs``.
+
+    Raises:
+        SpecError: missing or extra keys, or any value failing :func:`cast_to_spec`.
+    """
+    missing = [k for k in specs if k not in batch]
+    extra = [k for k in batch if k not in specs]
+    if missing or extra:
+        raise SpecError(
+            f"fields: expected keys {sorted(specs)}, missing {sorted(missing)}, "
+            f"unexpected {sorted(extra)}"
+        )
+    return {
+        k: cast_to_spec(k, batch[k], s, lead, allow_nonfinite=allow_nonfinite)
+        for k, s in specs.items()
+    }
+
+
+CORE_FIELDS = ("action", "reward", "terminated", "truncated")
+DEFAULT_SPECS = {
+    "reward": FieldSpec("reward", (), np.dtype(np.float32)),
+    "terminated": FieldSpec("terminated", (), np.dtype(np.bool_)),
+    "truncated": FieldSpec("truncated", (), np.dtype(np.bool_)),
+}
+
+
+class TransitionSchema:
+    """Field layout of a transition buffer and validation of whole adds.
+
+    Fields: ``obs`` (or ``obs.<key>`` for one level of dict observations), ``action``,
+    ``reward`` (float32 by default), ``terminated`` / ``truncated`` (bool), and any extras.
+    ``next_obs`` shares the specs of ``obs``.
+
+    Args:
+        specs: ``{name: FieldSpec}`` as returned by :meth:`parse`.
+        allow_nonfinite: accept NaN/inf in float fields.
+    """
+
+    def __init__(self, specs: Mapping[str, FieldSpec], *, allow_nonfinite: bool = False):
+        self.specs = dict(specs)
+        self.allow_nonfinite = allow_nonfinite
+        self.obs_names = [k for k in self.specs if k == "obs" or k.startswith("obs.")]
+        self.dict_obs = self.obs_names != ["obs"]
+        self.extra_names = [
+            k for k in self.specs if k not in self.obs_names and k not in CORE_FIELDS
+        ]
+        self.nonobs = [(k, self.specs[k]) for k in (*CORE_FIELDS, *self.extra_names)]
+
+    @staticmethod
+    def parse(specs: Any) -> dict[str, FieldSpec] | None:
+        """Normalise user specs (dict of FieldSpec, dict of JSON dicts, or the JSON list of
+        ``config()``), adding the default reward/flag specs; ``None`` stays ``None``.
+
+        Raises:
+            SpecError: no ``obs``/``action``, a ``next_obs`` entry, or a malformed spec.
+        """
+        if specs is None:
+            return None
+        if isinstance(specs, Mapping):
+            out = {
+                k: s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s})
+                for k, s in specs.items()
+            }
+        elif isinstance(specs, Sequence):
+            out = {d["name"]: FieldSpec.from_json(d) for d in specs}
+        else:
+            raise SpecError(f"specs: expected dict of FieldSpec or list of dicts, got {specs!r}")
+        if not any(k == "obs" or k.startswith("obs.") for k in out) or "action" not in out:
+            raise SpecError(f"specs: expected 'obs' (or 'obs.<key>') and 'action', got {list(out)}")
+        if any(k == "next_obs" or k.startswith("next_obs.") for k in out):
+            raise SpecError("specs: 'next_obs' is implied by 'obs' and must not be given")
+        return {**out, **{k: s for k, s in DEFAULT_SPECS.items() if k not in out}}
+
+    @staticmethod
+    def infer(
+        lead_ndim: int, obs: Any, action: Any, reward: Any, extra: Mapping[str, Any]
+    ) -> dict[str, FieldSpec]:
+        """Specs from a first add with ``lead_ndim`` batch axes (rewards float32, flags bool)."""
+        specs = infer_specs({"obs": obs, "action": action, "reward": reward, **extra}, lead_ndim)
+        if specs["reward"].shape != ():
+            raise SpecError(
+                f"reward: expected one scalar per env, got item shape {specs['reward'].shape}"
+            )
+        specs.update(DEFAULT_SPECS)
+        out = TransitionSchema.parse(specs)
+        assert out is not None
+        return out
+
+    def obs_keys(self) -> list[str]:
+        """Sorted keys of dict observations."""
+        return sorted(k[4:] for k in self.obs_names)
+
+    def flatten_obs(self, name: str, obs: Any) -> dict[str, Any]:
+        """``{"obs": obs}`` or ``{"obs.<key>": value}``; checks array-vs-dict and the keys."""
+        if not self.dict_obs:
+            if isinstance(obs, Mapping):
+                raise SpecError(f"{name}: expected an array, got a dict with keys {list(obs)}")
+            return {"obs": obs}
+        if not isinstance(obs, Mapping):
+            raise SpecError(f"{name}: expected a dict with keys {self.obs_keys()}, got an array")
+        keys = sorted(obs)
+        if keys != self.obs_keys():
+            raise SpecError(f"{name}: expected keys {self.obs_keys()}, got {keys}")
+        return {"obs." + k: v for k, v in obs.items()}
+
+    def validate(
+        self,
+        lead: tuple[int, ...],
+        obs: Any,
+        next_obs: Any,
+        core: tuple[Any, Any, Any, Any],
+        extra: Mapping[str, Any],
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Check one add; nothing is written anywhere.
+
+        Args:
+            lead: batch shape, ``(num_envs,)`` or ``(T, num_envs)``; with ``lead == (1,)`` a
+                value may also leave the env axis out (single add).
+            obs, next_obs: arrays or dicts of arrays.
+            core: ``(action, reward, terminated, truncated)``.
+            extra: extra fields.
+
+        Returns:
+            ``(obs fields, next_obs fields, other fields)``, each ``{name: np.ndarray}`` cast to
+            the specs (``next_obs`` keyed by the obs field names).
+
+        Raises:
+            SpecError: naming the field, the expectation and what arrived.
+        """
+        if (extra or self.extra_names) and sorted(extra) != sorted(self.extra_names):
+            raise SpecError(f"extras: expected {sorted(self.extra_names)}, got {sorted(extra)}")
+        single = lead == (1,)
+        anf = self.allow_nonfinite
+        vals = {}
+        values = (*core, *(extra[k] for k in self.extra_names))
+        for (k, s), v in zip(self.nonobs, values, strict=True):
+            vals[k] = cast_to_spec(k, v, s, _lead(v, s, lead, single), allow_nonfinite=anf)
+        o, no = {}, {}
+        for k, v in self.flatten_obs("obs", obs).items():
+            s = self.specs[k]
+            o[k] = cast_to_spec(k, v, s, _lead(v, s, lead, single), allow_nonfinite=anf)
+        for k, v in self.flatten_obs("next_obs", next_obs).items():
+            s = self.specs[k]
+            no[k] = cast_to_spec("next_" + k, v, s, _lead(v, s, lead, single), allow_nonfinite=anf)
+        return o, no, vals
+
+
+def _lead(value: Any, spec: FieldSpec, lead: tuple[int, ...], single: bool) -> tuple[int, ...]:
+    """Expected lead shape: ``()`` for a single add (num_envs == 1, env axis left out)."""
+    if single and np.ndim(value) == len(spec.shape):
+        return ()
+    return lead

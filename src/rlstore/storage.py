@@ -1,0 +1,308 @@
+"""Preallocated ring storage: per-field arrays ``(capacity_per_env, num_envs, *shape)``.
+
+:class:`RingStorage` knows nothing about transitions: it writes whole rows (one item per env
+column) at a cursor that wraps around, and counts how many rows hold data. Buffers build their
+semantics (next-observation reconstruction, sampling) on top of it.
+
+Row bookkeeping:
+
+* ``cursor``: physical row the next write goes to, in ``[0, capacity_per_env)``;
+* ``size``: number of rows holding data, ``min(rows_written, capacity_per_env)``;
+* ``rows_written``: total rows ever written (monotonic), so that row ``g`` (global index) lives
+  at physical row ``g % capacity_per_env`` while it is among the last ``size`` rows.
+
+Example:
+    >>> import numpy as np
+    >>> from rlstore.specs import FieldSpec
+    >>> st = RingStorage(3, 2, {"x": FieldSpec("x", (), np.float32)})
+    >>> st.write_block({"x": np.ones((2, 2), np.float32)})
+    >>> st.cursor, st.size
+    (2, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlstore.errors import CapacityError, CheckpointError
+from rlstore.specs import FieldSpec
+
+__all__ = ["RingStorage", "SideStore"]
+
+
+class RingStorage:
+    """Per-field preallocated arrays ``(capacity_per_env, num_envs, *shape)`` with a ring cursor.
+
+    With ``packed=True`` (default) all fields of one item live side by side in one record of a
+    structured array (no padding), and ``arrays[name]`` are strided views into it: a random
+    read of one item then touches one or two cache lines instead of one per field, which is
+    what makes uniform sampling from a large buffer fast. ``packed=False`` gives one
+    contiguous array per field.
+
+    Args:
+        capacity_per_env: rows per env column (> 0).
+        num_envs: env columns (> 0).
+        specs: ``{name: FieldSpec}``; one array (view) per spec, zero-filled.
+        packed: record layout (see above).
+    """
+
+    def __init__(
+        self,
+        capacity_per_env: int,
+        num_envs: int,
+        specs: Mapping[str, FieldSpec],
+        *,
+        packed: bool = True,
+    ):
+        if int(capacity_per_env) <= 0:
+            raise CapacityError(f"capacity_per_env: expected > 0, got {capacity_per_env}")
+        if int(num_envs) <= 0:
+            raise CapacityError(f"num_envs: expected > 0, got {num_envs}")
+        self.capacity_per_env = int(capacity_per_env)
+        self.num_envs = int(num_envs)
+        self.specs: dict[str, FieldSpec] = dict(specs)
+        self.packed = bool(packed) and bool(self.specs)
+        shape = (self.capacity_per_env, self.num_envs)
+        self.records: np.ndarray | None = None
+        if self.packed:
+            rec = np.dtype([(k, s.dtype, s.shape) for k, s in self.specs.items()])
+            self.records = np.zeros(shape, dtype=rec)
+            self.arrays: dict[str, np.ndarray] = {k: self.records[k] for k in self.specs}
+        else:
+            self.arrays = {k: np.zeros((*shape, *s.shape), s.dtype) for k, s in self.specs.items()}
+        rows = self.capacity_per_env * self.num_envs
+        self.flat: dict[str, np.ndarray] = {
+            k: a.reshape(rows, *a.shape[2:]) for k, a in self.arrays.items()
+        }
+        self._flat_records = None if self.records is None else self.records.reshape(rows)
+        self.cursor = 0
+        self.size = 0
+        self.rows_written = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the field arrays."""
+        if self.records is not None:
+            return self.records.nbytes
+        return sum(a.nbytes for a in self.arrays.values())
+
+    def gather(
+        self, flat_index: np.ndarray, names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Contiguous copies of the items at flat positions ``row * num_envs + env``.
+
+        Args:
+            flat_index: int array ``(B,)`` of physical flat positions.
+            names: fields to read (all when None).
+
+        Returns:
+            ``{name: (B, *shape)}`` contiguous arrays (safe to hand to ``torch.from_numpy``).
+        """
+        names = list(self.specs) if names is None else names
+        if self._flat_records is not None:
+            rec = self._flat_records.take(flat_index)
+            return {k: rec[k].copy() for k in names}
+        return {k: self.flat[k].take(flat_index, axis=0) for k in names}
+
+    def physical_rows(self, logical: np.ndarray) -> np.ndarray:
+        """Physical row of logical rows ``0 .. size-1`` (0 = oldest stored row), int64."""
+        return (self.cursor - self.size + logical) % self.capacity_per_env
+
+    def write_row(self, values: Mapping[str, Any]) -> None:
+        """Write one row at ``cursor`` and advance it.
+
+        Args:
+            values: ``{name: array}`` for a subset of fields, each broadcastable to
+                ``(num_envs, *shape)``; fields left out keep their previous content.
+        """
+        c = self.cursor
+        arrays = self.arrays
+        for k, v in values.items():
+            arrays[k][c] = v
+        self.cursor = c + 1 if c + 1 < self.capacity_per_env else 0
+        self.rows_written += 1
+        if self.size < self.capacity_per_env:
+            self.size += 1
+
+    def write_block(self, values: Mapping[str, np.ndarray]) -> None:
+        """Write ``T`` consecutive rows starting at ``cursor`` (wrapping) and advance it.
+
+        Args:
+            values: ``{name: array (T, num_envs, *shape)}``, same ``T`` for all fields,
+                ``T <= capacity_per_env``.
+
+        Raises:
+            CapacityError: ``T > capacity_per_env``.
+        """
+        if not values:
+            return
+        t = len(next(iter(values.values())))
+        if t > self.capacity_per_env:
+            raise CapacityError(
+                f"block: expected at most capacity_per_env={self.capacity_per_env} rows, got {t}"
+            )
+        c = self.cursor
+        first = min(t, self.capacity_per_env - c)
+        for k, v in values.items():
+            arr = self.arrays[k]
+            arr[c : c + first] = v[:first]
+            if first < t:
+                arr[: t - first] = v[first:]
+        self.cursor = (c + t) % self.capacity_per_env
+        self.rows_written += t
+        self.size = min(self.size + t, self.capacity_per_env)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nested dict: ``arrays`` (numpy, full capacity) and JSON-able ``cursor``, ``size``,
+        ``rows_written``, ``specs``."""
+        return {
+            "arrays": {k: a.copy() for k, a in self.arrays.items()},
+            "cursor": self.cursor,
+            "size": self.size,
+            "rows_written": self.rows_written,
+            "capacity_per_env": self.capacity_per_env,
+            "num_envs": self.num_envs,
+            "specs": [s.to_json() for s in self.specs.values()],
+        }
+
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, Any]) -> RingStorage:
+        """Rebuild a storage from :meth:`state_dict` output (arrays copied).
+
+        Raises:
+            CheckpointError: missing keys or arrays whose shape/dtype disagree with the specs.
+        """
+        try:
+            specs = {d["name"]: FieldSpec.from_json(d) for d in sd["specs"]}
+            st = cls(int(sd["capacity_per_env"]), int(sd["num_envs"]), specs)
+            for k, arr in st.arrays.items():
+                src = np.asarray(sd["arrays"][k])
+                if src.shape != arr.shape or src.dtype != arr.dtype:
+                    raise CheckpointError(
+                        f"storage.arrays.{k}: expected {arr.shape} {arr.dtype}, "
+                        f"got {src.shape} {src.dtype}"
+                    )
+                arr[...] = src
+            st.cursor = int(sd["cursor"])
+            st.size = int(sd["size"])
+            st.rows_written = int(sd["rows_written"])
+        except KeyError as exc:
+            raise CheckpointError(f"storage state: missing key {exc.args[0]!r}") from exc
+        if not (0 <= st.cursor < st.capacity_per_env and 0 <= st.size <= st.capacity_per_env):
+            raise CheckpointError(
+                f"storage state: cursor {st.cursor} / size {st.size} out of range for "
+                f"capacity_per_env {st.capacity_per_env}"
+            )
+        return st
+
+
+class SideStore:
+    """Compact keyed store for the few observations that cannot live in the ring.
+
+    Entries are ``(key, item per field)`` with int64 keys kept sorted (keys are global transition
+    numbers ``row * num_envs + env``, which only grow), so lookups are one ``searchsorted``.
+    Entries whose key fell behind the oldest live key are dropped lazily: only when an append
+    needs room, live entries are moved to the front, and the arrays grow by half when still
+    needed.
+
+    Args:
+        specs: ``{name: FieldSpec}`` of the stored items.
+        capacity: initial number of entries allocated (grows on demand).
+    """
+
+    def __init__(self, specs: Mapping[str, FieldSpec], capacity: int = 16):
+        self.specs = dict(specs)
+        self.n = 0
+        self._alloc(max(int(capacity), 1))
+
+    def _alloc(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys = np.zeros(capacity, dtype=np.int64)
+        self.arrays = {k: np.zeros((capacity, *s.shape), s.dtype) for k, s in self.specs.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated (keys and items, whole capacity)."""
+        return self.keys.nbytes + sum(a.nbytes for a in self.arrays.values())
+
+    def append(self, keys: np.ndarray, values: Mapping[str, np.ndarray], min_live_key: int) -> None:
+        """Add entries; any order of ``keys`` is accepted (kept sorted internally).
+
+        Args:
+            keys: int64 ``(k,)``, distinct from the live keys.
+            values: ``{name: (k, *shape)}`` for every spec.
+            min_live_key: entries with smaller keys are dead and may be dropped.
+        """
+        k = len(keys)
+        if k == 0:
+            return
+        if self.n + k > self.capacity:
+            self._compact(min_live_key, k)
+        n = self.n
+        self.keys[n : n + k] = keys
+        for name, arr in self.arrays.items():
+            arr[n : n + k] = values[name]
+        self.n = n + k
+        unsorted = (n > 0 and keys[0] < self.keys[n - 1]) or (
+            k > 1 and bool((np.diff(keys) < 0).any())
+        )
+        if unsorted:
+            start = int(np.searchsorted(self.keys[:n], np.min(keys)))
+            order = np.argsort(self.keys[start : self.n], kind="stable") + start
+            self.keys[start : self.n] = self.keys[order]
+            for arr in self.arrays.values():
+                arr[start : self.n] = arr[order]
+
+    def _compact(self, min_live_key: int, extra: int) -> None:
+        first = int(np.searchsorted(self.keys[: self.n], min_live_key))
+        live = self.n - first
+        if first:
+            self.keys[:live] = self.keys[first : self.n]
+            for arr in self.arrays.values():
+                arr[:live] = arr[first : self.n]
+            self.n = live
+        if live + extra > self.capacity:
+            old_keys, old_arrays = self.keys, self.arrays
+            self._alloc(max(self.capacity + self.capacity // 2 + 1, live + extra))
+            self.keys[:live] = old_keys[:live]
+            for name, arr in self.arrays.items():
+                arr[:live] = old_arrays[name][:live]
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Find ``keys``: returns ``(hit bool (k,), position int64 (k,))``; ``position`` is
+        only meaningful where ``hit``."""
+        n = self.n
+        if n == 0:
+            return np.zeros(len(keys), dtype=bool), np.zeros(len(keys), dtype=np.int64)
+        pos = np.searchsorted(self.keys[:n], keys)
+        np.minimum(pos, n - 1, out=pos)
+        return self.keys[pos] == keys, pos
+
+    def state_dict(self) -> dict[str, Any]:
+        """``keys`` and ``arrays`` of the ``n`` stored entries plus JSON-able ``capacity``."""
+        return {
+            "keys": self.keys[: self.n].copy(),
+            "arrays": {k: a[: self.n].copy() for k, a in self.arrays.items()},
+            "capacity": self.capacity,
+        }
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` output (specs must match)."""
+        try:
+            keys = np.asarray(sd["keys"], dtype=np.int64)
+            n = len(keys)
+            self._alloc(max(int(sd["capacity"]), n, 1))
+            self.keys[:n] = keys
+            for k, arr in self.arrays.items():
+                src = np.asarray(sd["arrays"][k])
+                if src.shape != (n, *arr.shape[1:]):
+                    raise CheckpointError(
+                        f"side.arrays.{k}: expected shape {(n, *arr.shape[1:])}, got {src.shape}"
+                    )
+                arr[:n] = src
+        except KeyError as exc:
+            raise CheckpointError(f"side store state: missing key {exc.args[0]!r}") from exc
+        self.n = n

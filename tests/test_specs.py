@@ -1,0 +1,121 @@
+"""Tests for rlstore.specs: spec normalisation, inference, safe casting, finiteness checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlstore.errors import RLStoreError, SpecError
+from rlstore.specs import FieldSpec, all_finite, cast_to_spec, infer_specs, validate_batch
+
+
+def test_fieldspec_normalises_and_round_trips_json() -> None:
+    s = FieldSpec("obs", [3, np.int64(2)], "uint8")
+    assert s.shape == (3, 2) and s.dtype == np.dtype(np.uint8)
+    assert s.item_nbytes == 6  # 3 * 2 items * 1 byte
+    assert FieldSpec.from_json(s.to_json()) == s
+    with pytest.raises(SpecError, match="obs"):
+        FieldSpec("obs", (3,), object)
+    with pytest.raises(SpecError, match="non-negative"):
+        FieldSpec("obs", (-1,), np.float32)
+    with pytest.raises(SpecError, match="missing key 'dtype'"):
+        FieldSpec.from_json({"name": "x", "shape": []})
+
+
+def test_infer_specs_keeps_dtypes_flattens_one_dict_level() -> None:
+    sample = {
+        "obs": {"image": np.zeros((4, 3, 8, 8), np.uint8), "state": np.zeros((4, 7))},
+        "action": np.zeros((4,), np.int64),
+        "reward": [0.0, 1.0, 2.0, 3.0],
+        "flag": np.zeros(4, bool),
+        "half": np.zeros((4, 2), np.float16),
+    }
+    specs = infer_specs(sample, batch_ndim=1)
+    assert list(specs) == ["obs.image", "obs.state", "action", "reward", "flag", "half"]
+    assert specs["obs.image"] == FieldSpec("obs.image", (3, 8, 8), np.uint8)
+    assert specs["obs.state"] == FieldSpec("obs.state", (7,), np.float32)  # float64 -> float32
+    assert specs["action"].dtype == np.int64 and specs["action"].shape == ()
+    assert specs["reward"] == FieldSpec("reward", (), np.float32)
+    assert specs["flag"].dtype == np.bool_
+    assert specs["half"].dtype == np.float16
+    with pytest.raises(SpecError, match="one level"):
+        infer_specs({"obs": {"a": {"b": np.zeros(2)}}}, batch_ndim=0)
+    with pytest.raises(SpecError, match="obs: expected at least 2 batch axes"):
+        infer_specs({"obs": np.zeros(3)}, batch_ndim=2)
+    with pytest.raises(SpecError, match="obs: cannot store dtype"):
+        infer_specs({"obs": np.array(["a"])}, batch_ndim=0)
+
+
+def test_cast_to_spec_fast_path_returns_input_unchanged() -> None:
+    spec = FieldSpec("obs", (3,), np.float32)
+    x = np.ones((2, 3), np.float32)
+    assert cast_to_spec("obs", x, spec, (2,), allow_nonfinite=False) is x
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "expected"),
+    [
+        (np.array([1.5, 2.25], np.float64), np.float32, np.array([1.5, 2.25], np.float32)),
+        ([1, 2], np.float32, np.array([1.0, 2.0], np.float32)),  # int -> float is safe
+        ([True, False], np.float32, np.array([1.0, 0.0], np.float32)),
+        (np.array([0, 255], np.int64), np.uint8, np.array([0, 255], np.uint8)),  # values fit
+        (np.array([3, 4], np.int32), np.int64, np.array([3, 4], np.int64)),
+        (np.array([0, 1], np.int64), np.bool_, np.array([False, True])),
+    ],
+)
+def test_cast_to_spec_accepts_safe_casts(value, dtype, expected) -> None:
+    out = cast_to_spec("x", value, FieldSpec("x", (), dtype), (2,), allow_nonfinite=False)
+    assert out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "match"),
+    [
+        (np.array([1.0, 2.0]), np.int64, r"action: expected dtype int64, got float64"),
+        (np.array([0, 256]), np.uint8, r"action: expected values of dtype uint8 in \[0, 255\]"),
+        (np.array([-1, 2]), np.uint8, r"in \[0, 255\], got int64 values in \[-1, 2\]"),
+        (np.array([0, 2]), np.bool_, r"action: expected dtype bool \(or 0/1 integers\)"),
+        (np.array([0.0, 1.0]), np.bool_, r"action: expected dtype bool"),
+        (np.array([1j, 2j]), np.float32, r"action: expected dtype float32, got complex128"),
+        (np.zeros(3, np.float32), np.float32, r"action: expected shape \(2,\), got \(3,\)"),
+        ({"a": 1}, np.float32, r"action: expected an array of shape \(2,\), got a dict"),
+    ],
+)
+def test_cast_to_spec_rejects_unsafe_input_naming_the_field(value, dtype, match) -> None:
+    with pytest.raises(SpecError, match=match):
+        cast_to_spec("action", value, FieldSpec("action", (), dtype), (2,), allow_nonfinite=False)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_rejected_unless_allowed(bad: float) -> None:
+    spec = FieldSpec("reward", (), np.float32)
+    x = np.array([1.0, bad], np.float32)
+    with pytest.raises(SpecError, match="reward: expected finite values, got 1 NaN/inf"):
+        cast_to_spec("reward", x, spec, (2,), allow_nonfinite=False)
+    out = cast_to_spec("reward", x, spec, (2,), allow_nonfinite=True)
+    np.testing.assert_array_equal(out, x)
+    assert isinstance(SpecError("x"), RLStoreError) and isinstance(SpecError("x"), ValueError)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("size", [1, 17, 300, 5000])
+def test_all_finite_matches_isfinite(dtype, size: int) -> None:
+    rng = np.random.default_rng(size)
+    big = np.finfo(dtype).max
+    for trial in range(30):
+        x = (rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4)).astype(dtype)
+        if trial % 3 == 0:
+            x[rng.integers(size)] = big  # huge finite values must not look non-finite
+        if trial % 2 == 1:
+            x[rng.integers(size)] = rng.choice([np.nan, np.inf, -np.inf])
+        assert all_finite(x) == bool(np.isfinite(x).all())
+        assert all_finite(x.reshape(1, -1)) == bool(np.isfinite(x).all())
+
+
+def test_validate_batch_names_missing_and_extra_keys() -> None:
+    specs = {"a": FieldSpec("a", (), np.float32), "b": FieldSpec("b", (2,), np.int64)}
+    out = validate_batch(specs, {"a": [1.0], "b": [[1, 2]]}, (1,))
+    assert out["a"].dtype == np.float32 and out["b"].shape == (1, 2)
+    with pytest.raises(SpecError, match=r"missing \['b'\], unexpected \['c'\]"):
+        validate_batch(specs, {"a": [1.0], "c": [1]}, (1,))

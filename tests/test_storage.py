@@ -1,0 +1,109 @@
+"""Tests for rlstore.storage: the ring of per-field arrays and the keyed side store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlstore.errors import CapacityError, CheckpointError
+from rlstore.specs import FieldSpec
+from rlstore.storage import RingStorage, SideStore
+
+SPECS = {"x": FieldSpec("x", (2,), np.float32), "f": FieldSpec("f", (), np.bool_)}
+
+
+@pytest.mark.parametrize(("cap", "n"), [(1, 1), (3, 2), (5, 3)])
+def test_ring_writes_match_a_list_model(cap: int, n: int) -> None:
+    rng = np.random.default_rng(cap * 10 + n)
+    st = RingStorage(cap, n, SPECS)
+    rows: list[np.ndarray] = []  # model: every row ever written, (n, 2)
+    for step in range(12):
+        t = int(rng.integers(1, cap + 1))
+        block = rng.standard_normal((t, n, 2)).astype(np.float32)
+        if step % 2:
+            st.write_block({"x": block, "f": block[..., 0] > 0})
+        else:
+            for r in block:
+                st.write_row({"x": r, "f": r[:, 0] > 0})
+        rows.extend(block)
+        assert st.rows_written == len(rows)
+        assert st.size == min(len(rows), cap)
+        assert st.cursor == len(rows) % cap
+        # logical row l (0 = oldest kept) is model row len(rows) - size + l
+        phys = st.physical_rows(np.arange(st.size))
+        want = np.stack(rows[len(rows) - st.size :])
+        np.testing.assert_array_equal(st.arrays["x"][phys], want)
+        np.testing.assert_array_equal(st.arrays["f"][phys], want[..., 0] > 0)
+        np.testing.assert_array_equal(
+            st.flat["x"].reshape(cap, n, 2), st.arrays["x"]
+        )  # flat views alias the arrays
+    assert st.nbytes == cap * n * (2 * 4 + 1)  # x: 2 float32, f: 1 bool per item
+
+
+def test_ring_rejects_bad_sizes() -> None:
+    with pytest.raises(CapacityError, match="capacity_per_env: expected > 0, got 0"):
+        RingStorage(0, 1, SPECS)
+    with pytest.raises(CapacityError, match="num_envs"):
+        RingStorage(2, 0, SPECS)
+    st = RingStorage(2, 1, SPECS)
+    with pytest.raises(CapacityError, match="at most capacity_per_env=2 rows, got 3"):
+        st.write_block({"x": np.zeros((3, 1, 2), np.float32)})
+
+
+def test_ring_state_round_trip_and_bad_state() -> None:
+    st = RingStorage(3, 2, SPECS)
+    st.write_block({"x": np.arange(20, dtype=np.float32).reshape(5, 2, 2)[:3]})
+    st.write_row({"x": np.full((2, 2), 7, np.float32)})
+    back = RingStorage.from_state_dict(st.state_dict())
+    assert (back.cursor, back.size, back.rows_written) == (1, 3, 4)
+    for k in SPECS:
+        np.testing.assert_array_equal(back.arrays[k], st.arrays[k])
+    sd = st.state_dict()
+    sd["arrays"]["x"] = np.zeros((3, 2, 3), np.float32)
+    with pytest.raises(CheckpointError, match=r"storage.arrays.x: expected \(3, 2, 2\)"):
+        RingStorage.from_state_dict(sd)
+    sd = st.state_dict()
+    del sd["cursor"]
+    with pytest.raises(CheckpointError, match="missing key 'cursor'"):
+        RingStorage.from_state_dict(sd)
+    sd = st.state_dict()
+    sd["cursor"] = 3
+    with pytest.raises(CheckpointError, match="out of range"):
+        RingStorage.from_state_dict(sd)
+
+
+def test_side_store_matches_a_dict_model_through_compaction_and_growth() -> None:
+    rng = np.random.default_rng(0)
+    spec = {"o": FieldSpec("o", (3,), np.float32)}
+    side = SideStore(spec, capacity=2)
+    model: dict[int, np.ndarray] = {}
+    next_key, min_live = 0, 0
+    for _ in range(200):
+        k = int(rng.integers(1, 5))
+        keys = next_key + rng.choice(8, size=k, replace=False)  # unsorted, with gaps
+        next_key += 8
+        vals = rng.standard_normal((k, 3)).astype(np.float32)
+        min_live = max(min_live, next_key - 60)  # entries older than 60 keys are dead
+        side.append(keys, {"o": vals}, min_live)
+        model.update(zip(keys.tolist(), vals, strict=True))
+        live = [key for key in model if key >= min_live]
+        hit, pos = side.lookup(np.array(live, dtype=np.int64))
+        assert hit.all()
+        np.testing.assert_array_equal(side.arrays["o"][pos], np.stack([model[q] for q in live]))
+        absent = np.array([next_key + 1, keys.max() + 100], dtype=np.int64)
+        assert not side.lookup(absent)[0].any()
+        assert np.all(np.diff(side.keys[: side.n]) > 0)  # kept sorted
+    assert side.capacity < 200  # compaction kept it bounded (live entries <= ~40)
+    back = SideStore(spec)
+    back.load_state_dict(side.state_dict())
+    assert back.n == side.n and back.capacity == side.capacity
+    np.testing.assert_array_equal(back.keys[: back.n], side.keys[: side.n])
+    np.testing.assert_array_equal(back.arrays["o"][: back.n], side.arrays["o"][: side.n])
+
+
+def test_side_store_empty_lookup_and_bad_state() -> None:
+    side = SideStore({"o": FieldSpec("o", (), np.float32)})
+    hit, _ = side.lookup(np.array([0, 5]))
+    assert not hit.any()
+    with pytest.raises(CheckpointError, match="side.arrays.o: expected shape"):
+        side.load_state_dict({"keys": np.arange(2), "arrays": {"o": np.zeros(3)}, "capacity": 4})
