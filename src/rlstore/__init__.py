@@ -1,10 +1,20 @@
 """rlstore: reinforcement-learning experience storage, return estimators and a PPO trainer.
 
 Importing rlstore has no side effects (no env registration, no warning filters, no threads).
+
+Main entry points::
+
+    from rlstore import ReplayBuffer, RolloutBuffer, gae, vtrace, checkpoint
 """
 
 from __future__ import annotations
 
+from rlstore import checkpoint
+from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
+from rlstore.buffers.model_based import ModelBasedReplay
+from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
+from rlstore.buffers.rollout import IntrinsicConfig, RolloutBatch, RolloutBuffer
+from rlstore.config import build_buffer, load_config_file
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
@@ -13,11 +23,45 @@ from rlstore.errors import (
     RLStoreError,
     SpecError,
 )
+from rlstore.minibatches import Minibatch, TrajectoryMinibatch
+from rlstore.normalize import DiscountedReturnNormalizer, RunningMeanStd
+from rlstore.returns import discount_cumsum, gae, nstep, normalize_advantages, td_lambda, vtrace
+from rlstore.specs import FieldSpec
+from rlstore.vector import AutoresetMode, TransitionAdapter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    # buffers
+    "ReplayBuffer",
+    "ReplayBatch",
+    "RolloutBuffer",
+    "RolloutBatch",
+    "IntrinsicConfig",
+    "Minibatch",
+    "TrajectoryMinibatch",
+    "Demo",
+    "DemoStore",
+    "DemoMixer",
+    "ModelBasedReplay",
+    "FieldSpec",
+    "AutoresetMode",
+    "TransitionAdapter",
+    # estimators
+    "discount_cumsum",
+    "gae",
+    "td_lambda",
+    "vtrace",
+    "nstep",
+    "normalize_advantages",
+    "RunningMeanStd",
+    "DiscountedReturnNormalizer",
+    # persistence and config
+    "checkpoint",
+    "build_buffer",
+    "load_config_file",
+    # errors
     "RLStoreError",
     "SpecError",
     "EmptyBufferError",

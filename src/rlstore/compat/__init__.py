@@ -1,0 +1,33 @@
+"""The seed libraries' classes with their documented signatures, as facades over rlstore's core.
+
+Import them from their modules (``rlstore.compat.velora``, ``rlstore.compat.pytorchrl``, ...);
+this package re-exports them for convenience. velora's ``ReplayBuffer`` is exported as
+``VeloraReplayBuffer`` so it does not shadow :class:`rlstore.ReplayBuffer`.
+"""
+
+from __future__ import annotations
+
+from rlstore.compat.model_based import MBReplayBuffer
+from rlstore.compat.ppo_buffer import PPOBuffer
+from rlstore.compat.ppod import PPODBuffer
+from rlstore.compat.pytorchrl import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
+from rlstore.compat.simple_replay import SimpleReplayBuffer
+from rlstore.compat.src_ppo import Memory, compute_advantages_vectorized, shift_rows
+from rlstore.compat.velora import BatchExperience, BufferBase
+from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
+
+__all__ = [
+    "SimpleReplayBuffer",
+    "PPOBuffer",
+    "VeloraReplayBuffer",
+    "BufferBase",
+    "BatchExperience",
+    "VanillaOnPolicyBuffer",
+    "GAEBuffer",
+    "VTraceBuffer",
+    "PPODBuffer",
+    "MBReplayBuffer",
+    "Memory",
+    "compute_advantages_vectorized",
+    "shift_rows",
+]
