@@ -179,7 +179,8 @@ def test_save_interrupted_in_process_at_each_stage(
 
 
 def test_orphan_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> None:
-    """Temporaries named after a dead pid go at the next save; those of a live pid stay."""
+    """Temporaries (files and folders) named after a dead pid go at the next save; those of a
+    live pid stay."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # reaped: its pid names no process (pids are not reused this fast)
     orphan = tmp_path / f".buffer_state.safetensors.tmp-{dead.pid}-deadbeef"
@@ -187,6 +188,47 @@ def test_orphan_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> Non
     unrelated = tmp_path / ".other.tmp-1-x"
     for p in (orphan, live, unrelated):
         p.write_bytes(b"partial")
+    # the state file's private folders, with safetensors' own temporary inside
+    orphan_dir = tmp_path / f".buffer_state.safetensors.tmp-{dead.pid}-feedface"
+    live_dir = tmp_path / f".buffer_state.safetensors.tmp-{os.getppid()}-0badf00d"
+    for d in (orphan_dir, live_dir):
+        d.mkdir()
+        (d / ".tmpAb12Cd").write_bytes(b"partial")
     save_state(tmp_path, {"x": np.zeros(2)})
-    assert not orphan.exists()
-    assert live.exists() and unrelated.exists()
+    assert not orphan.exists() and not orphan_dir.exists()
+    assert live.exists() and unrelated.exists() and (live_dir / ".tmpAb12Cd").exists()
+
+
+def _library_temporaries(folder: Path) -> list[Path]:
+    """safetensors' own ``.tmpXXXXXX`` files under ``folder`` (ours are ``.<name>.tmp-...``)."""
+    return [p for p in folder.rglob(".tmp*") if p.is_file()]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_killed_inside_the_library_write_leaves_nothing_behind(tmp_path: Path) -> None:
+    """SIGKILL while safetensors' save_file is writing its own temporary file (the parent
+    polls for it): the old checkpoint loads, and the next save removes every temporary,
+    the library's included (it lies inside our private folder, named after the dead pid)."""
+    n = 1 << 21  # 16 MiB of float64: the library's temporary lives for milliseconds
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path), "loop", str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "0"  # one complete save first
+    deadline = time.monotonic() + 60
+    while not (caught := _library_temporaries(tmp_path)) and time.monotonic() < deadline:
+        pass
+    os.kill(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert caught, f"never saw the library's temporary file; child stderr: {err}"
+    loaded = load_state(tmp_path)
+    np.testing.assert_array_equal(loaded["x"], np.full(n, loaded["gen"], np.float64))
+    save_state(tmp_path, {"x": np.full(3, 9.0), "gen": 9})
+    assert load_state(tmp_path)["gen"] == 9
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "buffer_metadata.json",
+        "buffer_state.safetensors",
+    ]

@@ -16,10 +16,10 @@ instant of a save leaves a loadable checkpoint: the previous one until the sidec
 the new one afterwards (details in :mod:`rlstore.checkpoint._atomic`). One writer at a time per
 folder and prefix.
 
-Arrays are streamed to disk from their own memory (no second in-memory copy, see
-:mod:`rlstore.checkpoint._safetensors_io` for why we write safetensors ourselves) and hashed on
-the way; numpy arrays come back as numpy arrays, torch tensors as CPU torch tensors, importing
-torch only when the state holds tensors.
+Arrays are written by ``safetensors.numpy.save_file`` straight from their own memory (no
+second in-memory copy with safetensors >= 0.8, see :mod:`rlstore.checkpoint._safetensors_io`),
+then the file is fsynced and hashed (sha256, read back); numpy arrays come back as numpy
+arrays, torch tensors as CPU torch tensors, importing torch only when the state holds tensors.
 
 Every failure to load is a :class:`~rlstore.errors.CheckpointError`: missing files, JSON that
 does not parse, an unknown or newer ``format_version``, a truncated or corrupted state file

@@ -1,14 +1,16 @@
 """Crash safety: write a checkpoint's two files so that a kill at any instant leaves one loadable.
 
-A save writes both files to temporary siblings (``.<name>.tmp-<pid>-<token>``) and fsyncs
-them, keeps the current state file reachable as ``<prefix>state.safetensors.prev`` (a hard
-link, no copy), then ``os.replace``-s the state file and the sidecar (the sidecar is the commit
-point), fsyncs the directory and drops the ``.prev`` link. A reader
-(:func:`rlstore.checkpoint.load_verified`) picks whichever of the two state files carries the
-``save_id`` the sidecar names, so a process killed at any instant of a save leaves a loadable
-checkpoint: the previous one until the sidecar is replaced, the new one afterwards.
-Temporaries of a killed save are removed by the next save. One writer at a time per folder and
-prefix (concurrent saves to the same checkpoint are not supported).
+A save writes both files to temporaries (the sidecar to the sibling
+``.<name>.tmp-<pid>-<token>``; the state file into a private folder of that name, where
+``safetensors.numpy.save_file`` puts its own ``.tmpXXXXXX`` file) and fsyncs them, keeps the
+current state file reachable as ``<prefix>state.safetensors.prev`` (a hard link, no copy), then
+``os.replace``-s the state file and the sidecar (the sidecar is the commit point), fsyncs the
+directory and drops the ``.prev`` link. A reader (:func:`rlstore.checkpoint.load_verified`)
+picks whichever of the two state files carries the ``save_id`` the sidecar names, so a process
+killed at any instant of a save leaves a loadable checkpoint: the previous one until the
+sidecar is replaced, the new one afterwards. Temporaries of a killed save (files, and folders
+with the library's temporary inside) are removed by the next save. One writer at a time per
+folder and prefix (concurrent saves to the same checkpoint are not supported).
 
 Test seam: the package attribute ``rlstore.checkpoint._stage_hook`` (``None`` normally) is
 called with the name of each stage of a save (``"written"``, ``"linked"``,
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Mapping
@@ -87,9 +90,14 @@ def _write_checkpoint_files(
     _remove_orphan_temporaries(directory, (final_state.name, final_meta.name))
     prev = final_state.with_name(final_state.name + ".prev")
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp_state = directory / f".{final_state.name}.tmp-{token}"
+    # The state file is written inside a private folder: safetensors' save_file writes to a
+    # `.tmpXXXXXX` sibling of its target first, which a killed save would otherwise leave in
+    # `directory` under a name we cannot tell apart from other programs' files.
+    tmp_dir = directory / f".{final_state.name}.tmp-{token}"
+    tmp_state = tmp_dir / final_state.name
     tmp_meta = directory / f".{final_meta.name}.tmp-{token}"
     try:
+        tmp_dir.mkdir()
         digest, nbytes = _write_safetensors(tmp_state, arrays, {_HEADER_KEY: header})
         sidecar = {
             **record,
@@ -113,19 +121,23 @@ def _write_checkpoint_files(
         prev.unlink(missing_ok=True)
         _fsync_dir(directory)
     finally:
-        tmp_state.unlink(missing_ok=True)
+        shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp_meta.unlink(missing_ok=True)
     return final_meta
 
 
 def _remove_orphan_temporaries(directory: Path, names: tuple[str, ...]) -> None:
-    """Delete temporaries left by saves whose process died (``.<name>.tmp-<pid>-<token>``)."""
+    """Delete temporaries left by saves whose process died (``.<name>.tmp-<pid>-<token>``,
+    files or the state file's private folders)."""
     for name in names:
         for tmp in directory.glob(f".{name}.tmp-*"):
             pid_text = tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
             if not pid_text.isdigit() or _pid_alive(int(pid_text)):
                 continue
-            tmp.unlink(missing_ok=True)
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -155,7 +167,5 @@ def _keep_committed_state_reachable(meta: Path, state: Path, prev: Path) -> None
     try:
         os.link(state, prev)
     except OSError:  # pragma: no cover - filesystems without hard links
-        import shutil
-
         shutil.copy2(state, prev)
         _fsync_file(prev)

@@ -1,19 +1,25 @@
-"""The safetensors state file: a streaming writer, a validating reader, and sha256.
+"""The safetensors state file: the official writer plus fsync and sha256, a validating reader.
 
-Why a writer of our own (keep it): a checkpoint can be as large as the buffer, i.e. a good
-part of the RAM, so it must be written without a second in-memory copy. Older releases of
-safetensors within our lower bound (0.4) build ``{"data": array.tobytes()}`` for every array in
-``safetensors.numpy.save_file``, a full copy of the checkpoint (0.8 writes from the arrays'
-pointers). Our writer (:func:`_write_safetensors`) streams each array straight from its own
-memory with every supported version, computes the sha256 on the way (no second pass reading
-the file back) and fsyncs the file it wrote before the atomic rename
-(:mod:`rlstore.checkpoint._atomic`).
+Writing goes through ``safetensors.numpy.save_file``. From safetensors 0.8 on it writes each
+array straight from the array's own memory (it passes the data pointer to the Rust writer; 0.4
+built ``array.tobytes()`` for every array, a full second copy of the checkpoint, hence the
+``safetensors>=0.8`` lower bound). The library neither fsyncs nor hashes, so
+:func:`_write_safetensors` fsyncs the file it wrote before the atomic rename
+(:mod:`rlstore.checkpoint._atomic`) and computes the sha256 recorded in the sidecar by reading
+the written file back in 1 MiB chunks (the bytes on disk, not the bytes we meant to write).
 
-The format is exactly safetensors' (8-byte little-endian header length, JSON header padded to
-8 bytes with spaces, then the raw little-endian array bytes back to back, keys sorted). Reading
-goes through the official ``safetensors.safe_open``; tests/checkpoint/test_safetensors_io.py
-checks that the official ``safetensors.numpy.load_file`` reads our files to the same arrays
-(and that our reader reads the official writer's files).
+``save_file`` (0.8) writes a ``.tmpXXXXXX`` sibling of its target with mode 0o600 and renames
+it onto the target, without fsync. Hence :mod:`._atomic` gives it a target inside a private
+temporary folder (so a killed save leaves nothing it cannot clean up), and
+:func:`_write_safetensors` restores the usual file mode and fsyncs.
+
+``save_file`` requires C-contiguous ("contiguous and dense") arrays and does not check it: a
+strided or Fortran-ordered array would be written from its data pointer as if it were
+C-ordered. :func:`_write_safetensors` therefore passes C-contiguous little-endian arrays only
+(a copy of an offending array, never of the whole state).
+
+Reading goes through the official ``safetensors.safe_open``, validated against the sidecar's
+schema by :func:`_read_arrays`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from rlstore.errors import CheckpointError
 
@@ -47,16 +54,34 @@ def _c_contiguous(arr: np.ndarray) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
+def _writable_array(key: str, arr: np.ndarray) -> np.ndarray:
+    """``arr`` as a C-contiguous little-endian array that ``save_file`` writes correctly.
+
+    A view when ``arr`` already is one; otherwise a copy of this array only.
+
+    Raises:
+        CheckpointError: ``arr`` is not a numpy array or its dtype is not in ``_ST_DTYPES``.
+    """
+    if not isinstance(arr, np.ndarray):
+        raise CheckpointError(f"state[{key!r}]: expected a numpy array, got {type(arr).__name__}")
+    if arr.dtype.name not in _ST_DTYPES:
+        raise CheckpointError(
+            f"state[{key!r}]: expected a dtype among {', '.join(_ST_DTYPES)}, got {arr.dtype}"
+        )
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return _c_contiguous(arr)
+
+
 def _write_safetensors(
     path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str]
 ) -> tuple[str, int]:
-    """Stream ``arrays`` into a safetensors file at ``path`` and fsync it.
+    """Write ``arrays`` into a safetensors file at ``path`` with the official writer, fsync it.
 
-    Same format as ``safetensors.numpy.save_file`` (see the module docstring for why we do
-    not call it), but each array is written straight from its memory: no second in-memory
-    copy of the checkpoint, no temporary file of the library's own, and the sha256 is
-    computed on the way. Big-endian arrays are converted to little-endian (one copy of that
-    array only).
+    ``safetensors.numpy.save_file`` writes every array from its own memory (no second
+    in-memory copy of the checkpoint with safetensors >= 0.8); arrays that are not
+    C-contiguous little-endian are copied first, one at a time (see the module docstring).
+    The sha256 is computed afterwards by reading the fsynced file back.
 
     Args:
         path: file to create or truncate.
@@ -65,50 +90,41 @@ def _write_safetensors(
 
     Returns:
         ``(sha256 hex digest of the whole file, file size in bytes)``.
+
+    Raises:
+        CheckpointError: an array of an unsupported type or dtype (nothing is written), or
+            the library refusing to write.
+        OSError: the file cannot be created, written or fsynced.
     """
-    ordered = []
-    header: dict[str, Any] = {"__metadata__": dict(metadata)}
-    offset = 0
-    for key in sorted(arrays):
-        arr = arrays[key]
-        if arr.dtype.byteorder == ">":
-            arr = arr.astype(arr.dtype.newbyteorder("<"))
-        arr = _c_contiguous(arr)
-        code = _ST_DTYPES.get(arr.dtype.name)
-        if code is None:
-            raise CheckpointError(f"state[{key!r}]: dtype {arr.dtype} cannot be saved")
-        header[key] = {
-            "dtype": code,
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + arr.nbytes],
-        }
-        offset += arr.nbytes
-        ordered.append(arr)
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
-    h = hashlib.sha256()
+    # `ready` keeps the (possibly copied) arrays alive: the library only gets their pointers.
+    ready = {key: _writable_array(key, arrays[key]) for key in sorted(arrays)}
+    # save_file creates its file with mode 0o600 (a private temporary renamed onto `path`);
+    # give the state file the mode open() gives any new file (0o666 minus the umask), as the
+    # JSON sidecar has, by creating `path` first and copying its mode.
     with open(path, "wb") as f:
-        for chunk in (len(raw).to_bytes(8, "little"), raw):
-            f.write(chunk)
-            h.update(chunk)
-        for arr in ordered:
-            if arr.nbytes:
-                view = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-                for start in range(0, len(view), _CHUNK * 16):
-                    piece = view[start : start + _CHUNK * 16]
-                    f.write(piece)
-                    h.update(piece)
-        f.flush()
-        os.fsync(f.fileno())
-    return h.hexdigest(), 8 + len(raw) + offset
+        mode = os.fstat(f.fileno()).st_mode & 0o7777
+    try:
+        save_file(ready, path, metadata=dict(metadata))
+    except SafetensorError as exc:
+        raise CheckpointError(f"{path}: safetensors could not write the state ({exc})") from exc
+    os.chmod(path, mode)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        nbytes = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    return _sha256(path), nbytes
 
 
 def _sha256(path: Path) -> str:
     """Hex sha256 of the file at ``path``, read in 1 MiB chunks."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(_CHUNK)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 
