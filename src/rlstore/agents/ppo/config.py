@@ -1,0 +1,309 @@
+"""Typed configuration of a PPO run: what to run, on which env, how to train, which model.
+
+Every config is a pydantic model whose fields carry their documentation (attribute docstrings,
+also exposed as ``Model.model_fields[name].description``). Unknown keys and bad values raise
+:class:`rlstore.errors.ConfigError` naming the field, the expectation and what arrived.
+
+A run is described by one :class:`TrainConfig` (the YAML files under ``rlstore/configs/`` and the
+``config.yaml`` written into every run folder have exactly its shape)::
+
+    run:         {exp_name: cartpole, seed: 1}
+    environment: {env_id: CartPole-v1}
+    online:      {total_timesteps: 30000, num_envs: 8, num_steps: 32, ...}
+    agent: fc            # fc | lstm | transformer
+    lstm: {...}          # used when agent == lstm
+    transformer: {...}   # used when agent == transformer
+
+Example::
+
+    >>> cfg = TrainConfig.from_dict({"online": {"total_timesteps": 2048}})
+    >>> cfg.online.batch_size, cfg.online.minibatch_size
+    (512, 128)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlstore.errors import ConfigError
+
+__all__ = [
+    "RunConfig",
+    "EnvironmentConfig",
+    "OnlineTrainConfig",
+    "LSTMModelConfig",
+    "TransformerModelConfig",
+    "TrainConfig",
+    "ModelConfig",
+    "load_train_config",
+]
+
+
+def _format_validation_error(cls_name: str, err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):  # a nested config already formatted its message
+            parts.append(str(cause))
+        elif e["type"] == "extra_forbidden":
+            parts.append(f"{cls_name}.{loc}: unknown key (allowed: {', '.join(_FIELDS[cls_name])})")
+        elif not loc:  # a model validator: its message names the field
+            parts.append(f"{cls_name}.{str(e['msg']).removeprefix('Value error, ')}")
+        else:
+            parts.append(f"{cls_name}.{loc}: {e['msg']}, got {e.get('input')!r}")
+    return "; ".join(parts)
+
+
+_FIELDS: dict[str, list[str]] = {}
+
+
+class _Config(BaseModel):
+    """Base: forbids unknown keys, documents fields by attribute docstrings, raises ConfigError."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _FIELDS[cls.__name__] = [n for n in cls.__annotations__ if not n.startswith("_")]
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise ConfigError(_format_validation_error(type(self).__name__, err)) from None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> _Config:
+        """Build from a plain dict (e.g. parsed YAML); ``None`` gives the defaults."""
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-able dict; ``from_dict(to_dict())`` round-trips."""
+        return self.model_dump(mode="json")
+
+
+class RunConfig(_Config):
+    """What the run is called, where it writes, how it is seeded and logged."""
+
+    exp_name: str = "ppo"
+    """Name of the run; the run folder is ``<runs_dir>/<exp_name>``."""
+    runs_dir: str = "runs"
+    """Parent folder of run folders."""
+    seed: int = Field(1, ge=0, le=2**31 - 1)
+    """Seed of torch, numpy, Python ``random`` and the environments (env i gets ``seed + i``)."""
+    device: str = "cpu"
+    """Torch device of the agent and the rollout buffer."""
+    torch_threads: int = Field(1, ge=1)
+    """``torch.set_num_threads`` for the run; 1 is fastest for small MLPs."""
+    track: bool = True
+    """Write TensorBoard logs (and W&B logs when ``wandb`` is on) into the run folder."""
+    wandb: bool = False
+    """Also log to Weights & Biases (offline mode; needs the ``wandb`` package)."""
+    wandb_project_name: str = "rlstore"
+    """W&B project name."""
+    wandb_entity: str | None = None
+    """W&B entity (team or user); ``None`` uses the default."""
+    progress_bar: bool = False
+    """Show a tqdm bar (steps/s, mean episodic return)."""
+
+
+class EnvironmentConfig(_Config):
+    """Which Gymnasium environment to build and how."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium id passed to ``gym.make`` (probe ids need ``rlstore.envs.register_probes()``)."""
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments for ``gym.make``."""
+    max_steps: int | None = Field(None, ge=1)
+    """Episode time limit (``max_episode_steps``); ``None`` keeps the env's own limit."""
+    fully_observed: bool = False
+    """MiniGrid only: wrap with ``FullyObsWrapper`` (whole grid instead of the agent's view)."""
+    img_obs: bool = False
+    """MiniGrid only: wrap with ``RGBImgPartialObsWrapper`` (pixels, not the grid encoding)."""
+
+
+class OnlineTrainConfig(_Config):
+    """PPO hyper-parameters (defaults: CleanRL ``ppo.py``, see algorithms.md 1.6)."""
+
+    total_timesteps: int = Field(500_000, ge=1)
+    """Total environment steps (summed over envs); rounded down to whole updates (at least one)."""
+    learning_rate: float = Field(2.5e-4, gt=0)
+    """Initial Adam learning rate."""
+    end_learning_rate: float = Field(0.0, ge=0)
+    """Learning rate after the last update when ``decay_lr`` is on (linear decay)."""
+    decay_lr: bool = True
+    """Anneal the learning rate linearly from ``learning_rate`` to ``end_learning_rate``."""
+    adam_eps: float = Field(1e-5, gt=0)
+    """Adam epsilon."""
+    num_envs: int = Field(4, ge=1)
+    """Number of vectorized environments N."""
+    num_steps: int = Field(128, ge=1)
+    """Rollout length T per env per update; a batch holds ``N * T`` transitions."""
+    gamma: float = Field(0.99, ge=0, le=1)
+    """Discount factor."""
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    """GAE lambda."""
+    num_minibatches: int = Field(4, ge=1)
+    """Minibatches per epoch (flat agents: of ``N*T / num_minibatches`` transitions)."""
+    update_epochs: int = Field(4, ge=1)
+    """Passes over the rollout per update."""
+    norm_adv: bool = True
+    """Normalize advantages per minibatch: ``(A - mean) / (std + 1e-8)``, sample std (ddof=1)."""
+    clip_coef: float = Field(0.2, gt=0)
+    """PPO ratio clip epsilon."""
+    anneal_clip: bool = False
+    """Decay ``clip_coef`` linearly to 0 over the run (RL Zoo's ``clip_range: lin_0.2``)."""
+    clip_vloss: bool = True
+    """Clip the value loss around the rollout values (CleanRL style)."""
+    ent_coef: float = Field(0.01, ge=0)
+    """Entropy bonus coefficient."""
+    vf_coef: float = Field(0.5, ge=0)
+    """Value loss coefficient."""
+    max_grad_norm: float = Field(0.5, gt=0)
+    """Global gradient-norm clip."""
+    target_kl: float | None = Field(None, gt=0)
+    """Stop the update's remaining epochs once an epoch ends with approx-KL above this."""
+    hidden_size: int = Field(64, ge=1)
+    """Width of the FC agent's two hidden layers (actor and critic)."""
+    prob_go_from_end: float = Field(0.0, ge=0, le=1)
+    """Transformer agent: probability that a trajectory window is taken at an episode end."""
+    num_checkpoints: int = Field(5, ge=0)
+    """Checkpoints written over the run (evenly spaced; the last at the final update); 0: none."""
+
+    @model_validator(mode="after")
+    def _check_batch(self) -> OnlineTrainConfig:
+        if self.batch_size % self.num_minibatches != 0:
+            raise ValueError(
+                f"num_minibatches: must divide num_envs * num_steps = {self.batch_size}, "
+                f"got {self.num_minibatches}"
+            )
+        if self.decay_lr and self.end_learning_rate > self.learning_rate:
+            raise ValueError(
+                f"end_learning_rate: expected <= learning_rate ({self.learning_rate}) for a "
+                f"decay, got {self.end_learning_rate}"
+            )
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per update, ``num_envs * num_steps``."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        """Transitions per minibatch, ``batch_size // num_minibatches``."""
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        """Number of rollout + update iterations, ``max(1, total_timesteps // batch_size)``."""
+        return max(1, self.total_timesteps // self.batch_size)
+
+
+class LSTMModelConfig(_Config):
+    """Recurrent (LSTM) agent: obs encoder -> LSTM -> actor and critic heads."""
+
+    image_dim: int = Field(64, ge=1)
+    """Width of the observation encoder's output (the LSTM input)."""
+    memory_dim: int = Field(64, ge=1)
+    """LSTM hidden size."""
+    recurrence: int = Field(8, ge=1)
+    """Length of the training sequences (truncated BPTT); must divide ``num_steps``."""
+
+
+class TransformerModelConfig(_Config):
+    """Transformer agent: causal self-attention over the last ``n_ctx`` steps of the episode."""
+
+    d_model: int = Field(64, ge=1)
+    """Embedding width."""
+    n_heads: int = Field(4, ge=1)
+    """Attention heads; must divide ``d_model``."""
+    d_mlp: int = Field(128, ge=1)
+    """Hidden width of each block's MLP."""
+    n_layers: int = Field(1, ge=1)
+    """Number of transformer blocks."""
+    n_ctx: int = Field(4, ge=1)
+    """Window length in steps: the policy at step t sees observations t-n_ctx+1 .. t."""
+    layer_norm: bool = False
+    """Pre-LayerNorm in the blocks."""
+    max_timestep: int = Field(1000, ge=1)
+    """Size of the learned timestep embedding (steps beyond it share the last embedding)."""
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> TransformerModelConfig:
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"n_heads: must divide d_model = {self.d_model}, got {self.n_heads}")
+        return self
+
+
+ModelConfig = LSTMModelConfig | TransformerModelConfig | None
+"""The ``model_config`` argument of :func:`get_agent`: ``None`` selects the FC agent."""
+
+
+class TrainConfig(_Config):
+    """A whole run: the four configs plus the agent choice (the YAML file format)."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run name, seed, logging."""
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    """Environment."""
+    online: OnlineTrainConfig = Field(default_factory=OnlineTrainConfig)
+    """PPO hyper-parameters."""
+    agent: Literal["fc", "lstm", "transformer"] = "fc"
+    """Agent architecture."""
+    lstm: LSTMModelConfig = Field(default_factory=LSTMModelConfig)
+    """Used when ``agent == "lstm"``."""
+    transformer: TransformerModelConfig = Field(default_factory=TransformerModelConfig)
+    """Used when ``agent == "transformer"``."""
+
+    @model_validator(mode="after")
+    def _check_agent(self) -> TrainConfig:
+        if self.agent == "lstm" and self.online.num_steps % self.lstm.recurrence != 0:
+            raise ValueError(
+                f"lstm.recurrence: must divide online.num_steps = {self.online.num_steps}, "
+                f"got {self.lstm.recurrence}"
+            )
+        return self
+
+    def selected_model_config(self) -> ModelConfig:
+        """The model config of the chosen agent (``None`` for ``fc``)."""
+        return {"fc": None, "lstm": self.lstm, "transformer": self.transformer}[self.agent]
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        """Load a YAML file of this shape (missing sections take their defaults)."""
+        return load_train_config(path)
+
+    def to_yaml(self, path: str | Path) -> None:
+        """Write the fully resolved config as YAML (every field, defaults included)."""
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    """Read a :class:`TrainConfig` from a YAML file.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, is not a mapping, or holds an unknown key
+            or an invalid value (the message names ``Section.field``).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config: file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config: {str(p)!r} is not valid YAML: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {str(p)!r} must hold a mapping, got {type(data).__name__}")
+    return cast(TrainConfig, TrainConfig.from_dict(data))

@@ -1,0 +1,209 @@
+"""The PPO clipped surrogate loss and its diagnostics (algorithms.md 1.6, CleanRL ``ppo.py``).
+
+Contract (all inputs are 1-D float tensors of the same length B, one entry per transition of a
+minibatch; ``mask`` marks real entries of padded recurrent minibatches):
+
+* ratio ``r = exp(new_logprob - old_logprob)``
+* advantages are normalized per minibatch when ``norm_adv``: ``(A - mean) / (std + 1e-8)`` with
+  the sample std (ddof=1) over the masked entries; skipped when fewer than 2 entries.
+* policy loss ``pg = mean(max(-A r, -A clip(r, 1-eps, 1+eps)))``
+* value loss, clipped: ``0.5 mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``,
+  unclipped: ``0.5 mean((v - R)^2)``
+* total ``pg - ent_coef * mean(entropy) + vf_coef * v_loss``
+* diagnostics: ``approx_kl = mean((r - 1) - log r)`` (k3), ``old_approx_kl = mean(-log r)``,
+  ``clipfrac = mean(|r - 1| > eps)``; all means are over the masked entries.
+
+:func:`ppo_loss` is vectorized; :func:`ppo_loss_reference` is its per-element loop twin.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from rlstore.errors import SpecError
+
+__all__ = ["PPOLoss", "ppo_loss", "ppo_loss_reference", "normalize_minibatch_advantages"]
+
+ADV_EPS = 1e-8
+
+
+class PPOLoss(NamedTuple):
+    """Output of :func:`ppo_loss`: the differentiable total and its parts (0-d tensors)."""
+
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    v_loss: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    old_approx_kl: torch.Tensor
+    clipfrac: torch.Tensor
+
+
+def _check(name: str, t: torch.Tensor, n: int) -> None:
+    if not isinstance(t, torch.Tensor) or t.ndim != 1 or t.shape[0] != n:
+        got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise SpecError(
+            f"{name}: expected a 1-D tensor of shape ({n},) like new_logprob, got {got}"
+        )
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    if mask is None:
+        return x.mean()
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def normalize_minibatch_advantages(
+    advantages: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``(A - mean) / (std + 1e-8)`` over the (masked) entries, sample std (ddof=1).
+
+    Args:
+        advantages: ``(B,)`` float tensor.
+        mask: optional ``(B,)`` tensor of 0/1; padded entries are ignored by the statistics
+            (and come back as ``(0 - mean) / (std + eps)``; they are masked out of the loss anyway).
+
+    Returns:
+        ``(B,)`` tensor; unchanged when fewer than 2 real entries (the std is undefined).
+
+    Example: ``A = [1, 2, 3, 4]`` gives ``[-1.161895, -0.387298, 0.387298, 1.161895]``.
+    """
+    if mask is None:
+        n = advantages.shape[0]
+        if n < 2:
+            return advantages
+        return (advantages - advantages.mean()) / (advantages.std() + ADV_EPS)
+    m = mask.to(advantages.dtype)
+    count = float(m.sum())
+    if count < 2:
+        return advantages
+    mean = (advantages * m).sum() / count
+    var = (((advantages - mean) ** 2) * m).sum() / (count - 1)
+    return (advantages - mean) / (var.sqrt() + ADV_EPS)
+
+
+def ppo_loss(
+    new_logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    new_values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    clip_coef: float = 0.2,
+    vf_coef: float = 0.5,
+    ent_coef: float = 0.01,
+    clip_vloss: bool = True,
+    norm_adv: bool = True,
+    mask: torch.Tensor | None = None,
+) -> PPOLoss:
+    """PPO loss of one minibatch (module contract).
+
+    Args:
+        new_logprob: ``(B,)`` log pi_theta(a|s) under the current parameters (differentiable).
+        old_logprob: ``(B,)`` log-probabilities recorded at rollout time.
+        advantages: ``(B,)`` GAE advantages (un-normalized; normalized here if ``norm_adv``).
+        new_values: ``(B,)`` V_theta(s) (differentiable).
+        old_values: ``(B,)`` values recorded at rollout time.
+        returns: ``(B,)`` value targets ``A + V_old``.
+        entropy: ``(B,)`` policy entropy at each state (differentiable).
+        clip_coef: ratio clip epsilon (also the value clip range).
+        vf_coef: value loss weight. ent_coef: entropy bonus weight.
+        clip_vloss: clip the value loss. norm_adv: normalize advantages per minibatch.
+        mask: optional ``(B,)`` 0/1 tensor; means run over entries with mask 1.
+
+    Returns:
+        :class:`PPOLoss`; ``loss`` is what to backpropagate, the diagnostics are 0-d tensors.
+    """
+    n = new_logprob.shape[0] if isinstance(new_logprob, torch.Tensor) else -1
+    for name, t in (
+        ("new_logprob", new_logprob),
+        ("old_logprob", old_logprob),
+        ("advantages", advantages),
+        ("new_values", new_values),
+        ("old_values", old_values),
+        ("returns", returns),
+        ("entropy", entropy),
+    ):
+        _check(name, t, n)
+    m = None
+    if mask is not None:
+        _check("mask", mask, n)
+        m = mask.to(new_logprob.dtype)
+    if norm_adv:
+        advantages = normalize_minibatch_advantages(advantages, m)
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    pg1 = -advantages * ratio
+    pg2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    pg_loss = _masked_mean(torch.max(pg1, pg2), m)
+    v_unclipped = (new_values - returns) ** 2
+    if clip_vloss:
+        v_clipped = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
+        v_loss = 0.5 * _masked_mean(torch.max(v_unclipped, (v_clipped - returns) ** 2), m)
+    else:
+        v_loss = 0.5 * _masked_mean(v_unclipped, m)
+    ent = _masked_mean(entropy, m)
+    loss = pg_loss - ent_coef * ent + vf_coef * v_loss
+    with torch.no_grad():
+        approx_kl = _masked_mean((ratio - 1.0) - logratio, m)
+        old_approx_kl = _masked_mean(-logratio, m)
+        clipfrac = _masked_mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), m)
+    return PPOLoss(loss, pg_loss, v_loss, ent, approx_kl, old_approx_kl, clipfrac)
+
+
+def ppo_loss_reference(
+    new_logprob: list[float],
+    old_logprob: list[float],
+    advantages: list[float],
+    new_values: list[float],
+    old_values: list[float],
+    returns: list[float],
+    entropy: list[float],
+    *,
+    clip_coef: float = 0.2,
+    vf_coef: float = 0.5,
+    ent_coef: float = 0.01,
+    clip_vloss: bool = True,
+    norm_adv: bool = True,
+    mask: list[float] | None = None,
+) -> dict[str, float]:
+    """Plain-Python loop twin of :func:`ppo_loss` (floats in, floats out), for tests."""
+    n = len(new_logprob)
+    w = [1.0] * n if mask is None else [float(x) for x in mask]
+    k = sum(w)
+    adv = list(advantages)
+    if norm_adv and k >= 2:
+        mean = sum(a * wi for a, wi in zip(adv, w, strict=True)) / k
+        std = math.sqrt(sum(wi * (a - mean) ** 2 for a, wi in zip(adv, w, strict=True)) / (k - 1))
+        adv = [(a - mean) / (std + ADV_EPS) for a in adv]
+    tot = {"pg": 0.0, "v": 0.0, "ent": 0.0, "kl": 0.0, "okl": 0.0, "cf": 0.0}
+    for i in range(n):
+        lr = new_logprob[i] - old_logprob[i]
+        r = math.exp(lr)
+        rc = min(max(r, 1.0 - clip_coef), 1.0 + clip_coef)
+        tot["pg"] += w[i] * max(-adv[i] * r, -adv[i] * rc)
+        vu = (new_values[i] - returns[i]) ** 2
+        if clip_vloss:
+            d = min(max(new_values[i] - old_values[i], -clip_coef), clip_coef)
+            vu = max(vu, (old_values[i] + d - returns[i]) ** 2)
+        tot["v"] += w[i] * vu
+        tot["ent"] += w[i] * entropy[i]
+        tot["kl"] += w[i] * ((r - 1.0) - lr)
+        tot["okl"] += w[i] * (-lr)
+        tot["cf"] += w[i] * float(abs(r - 1.0) > clip_coef)
+    k = max(k, 1.0)
+    pg, v, ent = tot["pg"] / k, 0.5 * tot["v"] / k, tot["ent"] / k
+    return {
+        "loss": pg - ent_coef * ent + vf_coef * v,
+        "pg_loss": pg,
+        "v_loss": v,
+        "entropy": ent,
+        "approx_kl": tot["kl"] / k,
+        "old_approx_kl": tot["okl"] / k,
+        "clipfrac": tot["cf"] / k,
+    }

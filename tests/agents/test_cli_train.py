@@ -1,0 +1,82 @@
+"""``rlstore train`` through the real dispatcher (tiny budgets)."""
+
+from __future__ import annotations
+
+import sys
+
+from rlstore.agents.ppo.checkpoint import load_saved_checkpoint
+from rlstore.agents.ppo.cli_train import build_config
+from rlstore.agents.ppo.config import load_train_config
+from rlstore.cli import main
+
+TINY = ["--total-steps", "512", "--no-progress"]
+
+
+def test_default_config_is_the_tuned_cartpole_one() -> None:
+    import argparse
+
+    from rlstore.agents.ppo.cli_train import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args([]))
+    assert cfg.environment.env_id == "CartPole-v1" and cfg.agent == "fc"
+    assert (cfg.online.num_envs, cfg.online.num_steps, cfg.online.update_epochs) == (8, 32, 10)
+    assert cfg.online.total_timesteps == 40_000 and cfg.run.progress_bar
+
+
+def test_train_writes_run_folder_and_prints_summary(tmp_path, capsys) -> None:
+    rc = main(["train", *TINY, "--seed", "4", "--runs-dir", str(tmp_path)])
+    assert rc == 0
+    run = tmp_path / "CartPole-v1-fc-s4"
+    cfg = load_train_config(run / "config.yaml")
+    assert cfg.run.seed == 4 and cfg.online.total_timesteps == 512 and cfg.online.num_envs == 8
+    assert (run / "learning_curve.png").is_file() and list((run / "tb").iterdir())
+    ckpts = sorted((run / "checkpoints").iterdir())
+    assert len(ckpts) == 2  # 512 // 256 = 2 updates, checkpoints capped at one per update
+    assert load_saved_checkpoint(ckpts[-1], num_envs=1).train_config == cfg
+    out = capsys.readouterr().out
+    assert "env steps       512 in 2 updates" in out and "mean return" in out
+    # a second run with the same name does not overwrite the first
+    assert main(["train", *TINY, "--seed", "4", "--runs-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "CartPole-v1-fc-s4-1" / "config.yaml").is_file()
+
+
+def test_lstm_agent_and_config_file(tmp_path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "run: {exp_name: mine}\n"
+        "online: {num_envs: 2, num_steps: 16, num_minibatches: 2, update_epochs: 1, "
+        "num_checkpoints: 1}\n"
+        "lstm: {recurrence: 4, memory_dim: 16}\n"
+    )
+    rc = main(["train", "--config", str(cfg), "--agent", "lstm", "--total-steps", "32",
+               "--exp-name", "mine", "--runs-dir", str(tmp_path), "--no-progress"])  # fmt: skip
+    assert rc == 0
+    loaded = load_train_config(tmp_path / "mine" / "config.yaml")
+    assert loaded.agent == "lstm" and loaded.lstm.memory_dim == 16
+
+
+def test_resume_finished_run_and_conflicting_options(tmp_path, capsys) -> None:
+    assert main(["train", *TINY, "--exp-name", "r", "--runs-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "r"), "--no-progress"]) == 0
+    assert "env steps       512" in capsys.readouterr().out
+    assert main(["train", "--resume", str(tmp_path / "r"), "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume: continues the run with its own config.yaml; drop --seed" in err
+
+
+def test_bad_config_is_reported_not_raised(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("online: {learning_rat: 0.1}\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    assert "OnlineTrainConfig.learning_rat: unknown key" in capsys.readouterr().err
+
+
+def test_wandb_missing_is_skipped_with_a_message(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError
+    rc = main(["train", *TINY, "--wandb", "--no-tensorboard", "--runs-dir", str(tmp_path)])
+    assert rc == 0
+    assert "--wandb ignored: the wandb package is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "CartPole-v1-fc-s1" / "tb").exists()

@@ -1,0 +1,132 @@
+"""PPO loss: hand-computed values, the loop twin, and the gradient properties of the clip."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlstore.agents.ppo.loss import normalize_minibatch_advantages, ppo_loss, ppo_loss_reference
+from rlstore.errors import SpecError
+
+
+def _t(*xs: float) -> torch.Tensor:
+    return torch.tensor(xs, dtype=torch.float64)
+
+
+def _args(n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    old = torch.randn(n, generator=gen, dtype=torch.float64) - 1.0
+    return {
+        "new_logprob": old + 0.4 * torch.randn(n, generator=gen, dtype=torch.float64),
+        "old_logprob": old,
+        "advantages": torch.randn(n, generator=gen, dtype=torch.float64),
+        "new_values": torch.randn(n, generator=gen, dtype=torch.float64),
+        "old_values": torch.randn(n, generator=gen, dtype=torch.float64),
+        "returns": torch.randn(n, generator=gen, dtype=torch.float64),
+        "entropy": torch.rand(n, generator=gen, dtype=torch.float64),
+    }
+
+
+def test_same_policy_gives_ratio_one_no_clip_no_kl() -> None:
+    # first minibatch of an update: new logprobs == rollout logprobs, so r = exp(0) = 1 exactly
+    lp = _t(-0.3, -1.2, -2.0, -0.7)
+    out = ppo_loss(
+        lp.clone(), lp, _t(1.0, -2.0, 0.5, 3.0), _t(0, 0, 0, 0), _t(0, 0, 0, 0),
+        _t(1, 1, 1, 1), _t(0.5, 0.5, 0.5, 0.5),
+    )  # fmt: skip
+    assert out.approx_kl.item() == 0.0
+    assert out.old_approx_kl.item() == 0.0
+    assert out.clipfrac.item() == 0.0
+
+
+def test_hand_computed_policy_loss_and_diagnostics() -> None:
+    # r = [1.5, 0.5], A = [1, -1] (no normalization), eps = 0.2:
+    #   i0: max(-1*1.5, -1*1.2) = -1.2 ; i1: max(1*0.5, 1*0.8) = 0.8 ; pg = (-1.2 + 0.8) / 2 = -0.2
+    #   k3: (0.5 - ln 1.5 = 0.0945349) and (-0.5 - ln 0.5 = 0.1931472) -> mean 0.1438410
+    #   old_approx_kl = mean(-ln r) = (-0.4054651 + 0.6931472) / 2 = 0.1438410
+    #   clipfrac: |r - 1| = 0.5 > 0.2 for both -> 1
+    old = _t(-1.0, -1.0)
+    new = old + torch.log(_t(1.5, 0.5))
+    z = _t(0.0, 0.0)
+    out = ppo_loss(new, old, _t(1.0, -1.0), z, z, z, _t(0.3, 0.1), norm_adv=False,
+                   ent_coef=0.5, vf_coef=0.0)  # fmt: skip
+    assert out.pg_loss.item() == pytest.approx(-0.2, abs=1e-12)
+    assert out.approx_kl.item() == pytest.approx(0.1438410, abs=1e-6)
+    assert out.old_approx_kl.item() == pytest.approx(0.1438410, abs=1e-6)
+    assert out.clipfrac.item() == 1.0
+    # total = pg - 0.5 * mean(entropy) = -0.2 - 0.5 * 0.2 = -0.3
+    assert out.loss.item() == pytest.approx(-0.3, abs=1e-12)
+
+
+def test_value_clipping_hand_computed() -> None:
+    # v_old = [1.0, 0.0], v = [1.5, 0.1], R = [2.0, 1.0], eps = 0.2
+    #   i0: unclipped (1.5-2)^2 = 0.25 ; clipped v = 1 + 0.2 = 1.2 -> (1.2-2)^2 = 0.64 ; max 0.64
+    #   i1: unclipped (0.1-1)^2 = 0.81 ; clipped v = 0 + 0.1 = 0.1 -> 0.81 ; max 0.81
+    #   clipped loss = 0.5 * (0.64 + 0.81) / 2 = 0.3625
+    #   unclipped loss = 0.5 * (0.25 + 0.81) / 2 = 0.265
+    lp = _t(-1.0, -1.0)
+    args = (lp, lp, _t(0.0, 0.0), _t(1.5, 0.1), _t(1.0, 0.0), _t(2.0, 1.0), _t(0.0, 0.0))
+    assert ppo_loss(*args, clip_vloss=True).v_loss.item() == pytest.approx(0.3625, abs=1e-12)
+    assert ppo_loss(*args, clip_vloss=False).v_loss.item() == pytest.approx(0.265, abs=1e-12)
+
+
+@pytest.mark.parametrize("adv, ratio", [(2.0, 1.5), (-2.0, 0.5)])
+def test_clipped_side_has_zero_policy_gradient(adv: float, ratio: float) -> None:
+    # A > 0 and r > 1 + eps (or A < 0 and r < 1 - eps): the clipped term is the max and constant
+    old = _t(-1.0)
+    new = (old + math.log(ratio)).requires_grad_(True)
+    z = _t(0.0)
+    out = ppo_loss(new, old, _t(adv), z, z, z, z, norm_adv=False)
+    out.pg_loss.backward()
+    assert new.grad is not None and new.grad.item() == 0.0
+
+
+def test_unclipped_side_has_the_surrogate_gradient() -> None:
+    # A = 2 > 0, r = 1.1 inside [0.8, 1.2]: pg = -A r, d pg / d logp = -A r = -2.2
+    old = _t(-1.0)
+    new = (old + math.log(1.1)).requires_grad_(True)
+    z = _t(0.0)
+    ppo_loss(new, old, _t(2.0), z, z, z, z, norm_adv=False).pg_loss.backward()
+    assert new.grad.item() == pytest.approx(-2.2, abs=1e-12)
+
+
+def test_advantage_normalization_sample_std() -> None:
+    # algorithms.md 1.5: A = [1,2,3,4], sample std 1.290994 -> [-1.161895, -0.387298, ...]
+    got = normalize_minibatch_advantages(_t(1.0, 2.0, 3.0, 4.0))
+    assert torch.allclose(got, _t(-1.161895, -0.387298, 0.387298, 1.161895), atol=1e-6)
+    # masked: statistics over the real entries only (padding value 100 is ignored)
+    masked = normalize_minibatch_advantages(_t(1.0, 100.0, 2.0, 3.0, 4.0), _t(1, 0, 1, 1, 1))
+    assert torch.allclose(masked[[0, 2, 3, 4]], got, atol=1e-6)
+    # fewer than two entries: the std is undefined, left unchanged
+    assert normalize_minibatch_advantages(_t(5.0)).item() == 5.0
+
+
+@pytest.mark.parametrize("clip_vloss", [True, False])
+@pytest.mark.parametrize("norm_adv", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("n", [2, 7, 64])
+def test_matches_loop_reference(clip_vloss: bool, norm_adv: bool, masked: bool, n: int) -> None:
+    gen = torch.Generator().manual_seed(n * 8 + 4 * clip_vloss + 2 * norm_adv + masked)
+    args = _args(n, gen)
+    mask = None
+    if masked:
+        mask = (torch.rand(n, generator=gen) < 0.7).to(torch.float64)
+        mask[:2] = 1.0
+    kw = dict(clip_coef=0.2, vf_coef=0.7, ent_coef=0.03, clip_vloss=clip_vloss, norm_adv=norm_adv)
+    out = ppo_loss(**args, mask=mask, **kw)
+    ref = ppo_loss_reference(
+        **{k: v.tolist() for k, v in args.items()},
+        mask=None if mask is None else mask.tolist(),
+        **kw,
+    )
+    for key, value in ref.items():
+        assert getattr(out, key).item() == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+def test_shape_mismatch_names_the_argument() -> None:
+    a = torch.zeros(4)
+    with pytest.raises(SpecError, match=r"returns: expected a 1-D tensor of shape \(4,\)"):
+        ppo_loss(a, a, a, a, a, torch.zeros(3), a)
+    with pytest.raises(SpecError, match="mask"):
+        ppo_loss(a, a, a, a, a, a, a, mask=torch.ones(2))

@@ -1,0 +1,157 @@
+"""Learning tests: PPO agents must solve the probe environments on 3 seeds each.
+
+Tolerances are the library's acceptance criteria (algorithms.md section 7) and can fail: Probe3
+runs with gamma = 0.9, so a discount applied twice (V([0]) = 0.81) or not at all (1.0) misses
+V([0]) = 0.9 by far more than 0.02; a policy that ignores the observation gets pi(a=o|o) = 0.5
+on Probe5; an agent without memory gets a mean reward of 0.5 on Probe7.
+
+The agents are measured through their own networks here (``agent.critic`` / ``agent.actor`` for
+the FC agent), independently of ``cli_probe.trace_episode``; only the hyper-parameters come from
+``cli_probe``. Cost: about 15 short training runs of 2k steps and 9 runs of 8k steps (Probe7);
+Probe6 (40k steps x 3 seeds) is marked ``slow``; it is not reliable yet (see its docstring).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlstore.agents.ppo.cli_probe import (
+    evaluate_probe,
+    probe_model_config,
+    probe_online_config,
+)
+from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig
+from rlstore.agents.ppo.models import FCAgent
+from rlstore.agents.ppo.sampling import sample_from_agents
+from rlstore.agents.ppo.trainer import make_vector_env, train_ppo
+from rlstore.cli import main
+
+SEEDS = (0, 1, 2)
+
+
+def train(probe: int, agent: str, seed: int, **overrides):
+    oc = probe_online_config(probe, **overrides)
+    agent_obj, stats = train_ppo(
+        RunConfig(seed=seed, track=False),
+        oc,
+        EnvironmentConfig(env_id=f"rlstore/Probe{probe}-v0"),
+        probe_model_config(agent),
+    )
+    agent_obj.eval()
+    return agent_obj, stats, oc
+
+
+def fc_value_and_probs(agent: FCAgent, obs: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """V(o) and pi(.|o) of an FC agent for a batch of scalar observations."""
+    assert isinstance(agent, FCAgent)
+    x = torch.tensor(obs, dtype=torch.float32)[:, None]
+    with torch.no_grad():
+        v = agent.critic(x).squeeze(-1).double().numpy()
+        p = torch.softmax(agent.actor(x), -1).double().numpy()
+    return v, p
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe1_value(seed: int) -> None:
+    agent, _, _ = train(1, "fc", seed)
+    v, _ = fc_value_and_probs(agent, [0.0])
+    assert abs(v[0] - 1.0) < 0.02, f"V([0]) = {v[0]:.4f}, expected 1"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe2_value_depends_on_observation(seed: int) -> None:
+    agent, _, _ = train(2, "fc", seed)
+    v, _ = fc_value_and_probs(agent, [-1.0, 1.0])
+    np.testing.assert_allclose(v, [-1.0, 1.0], atol=0.02)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe3_discounting(seed: int) -> None:
+    agent, _, oc = train(3, "fc", seed)
+    assert oc.gamma == 0.9
+    v, _ = fc_value_and_probs(agent, [0.0, 1.0])
+    # V([0]) = 0 + gamma * V([1]) = 0.9 * 1 = 0.9, V([1]) = 1
+    np.testing.assert_allclose(v, [0.9, 1.0], atol=0.02)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe4_policy(seed: int) -> None:
+    agent, _, _ = train(4, "fc", seed)
+    v, p = fc_value_and_probs(agent, [0.0])
+    assert p[0, 1] > 0.95, f"pi(a=1) = {p[0, 1]:.3f}"
+    assert abs(v[0] - 1.0) < 0.1  # V = 2 pi(1) - 1 under the learned policy
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe5_policy_and_value_together(seed: int) -> None:
+    agent, _, _ = train(5, "fc", seed)
+    v, p = fc_value_and_probs(agent, [0.0, 1.0])
+    assert p[0, 0] > 0.9 and p[1, 1] > 0.9, f"pi(o|o) = {p[0, 0]:.3f}, {p[1, 1]:.3f}"
+    np.testing.assert_allclose(v, [1.0, 1.0], atol=0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe6_state_dependent_policy(seed: int) -> None:
+    """Known weak spot: with the shipped settings, measured on 3 seeds, min_t pi(t mod 2 | t) was
+    0.922, 0.917 and 0.874 (the last seed fails at t = 9); other settings trap one state at ~0
+    (see the comment above ``_ONLINE`` in cli_probe). The criterion is kept at the issue's 0.9."""
+    agent, _, _ = train(6, "fc", seed)
+    t = np.arange(10)
+    _, p = fc_value_and_probs(agent, [float(x) for x in t])
+    correct = p[t, t % 2]
+    assert correct.min() > 0.9, f"pi(t mod 2 | t) = {np.round(correct, 3)}"
+
+
+def probe7_mean_reward(agent, seed: int) -> float:
+    """Mean return of 200 episodes sampled from the trained policy (basic sampling)."""
+    (tr,) = sample_from_agents([agent], rollout_length=100, num_envs=8, seed=1000 + seed)
+    returns = tr.episode_returns()
+    assert returns.size == 200  # 4-step episodes: 8 envs x 100 steps
+    return float(returns.mean())
+
+
+@pytest.mark.parametrize("kind", ["lstm", "transformer"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe7_memory_agents_remember_the_cue(kind: str, seed: int) -> None:
+    agent, _, _ = train(7, kind, seed)
+    assert probe7_mean_reward(agent, seed) > 0.9
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_probe7_fc_agent_cannot_solve_it(seed: int) -> None:
+    """Negative control: the same budget without memory stays near the 0.5 of guessing."""
+    agent, _, _ = train(7, "fc", seed)
+    assert probe7_mean_reward(agent, seed) < 0.7
+
+
+# ---------------------------------------------------------------- rlstore probe
+
+
+def test_evaluate_probe_fails_an_untrained_agent() -> None:
+    cfg = EnvironmentConfig(env_id="rlstore/Probe4-v0")
+    envs = make_vector_env(cfg, 1)
+    agent = FCAgent(envs, cfg)
+    envs.close()
+    (check,) = evaluate_probe(4, "fc", agent, gamma=0.99)
+    # the actor's output layer is initialised with std 0.01: pi(1) ~ 0.5
+    assert not check.passed and abs(check.measured - 0.5) < 0.05
+
+
+def test_cli_probe_passes_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["probe", "--probes", "4", "--seeds", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Probe4" in out and "PASS" in out and "1/1 checks passed" in out
+    # one update of 128 steps cannot move pi(1) past 0.95 (the ratio clip allows ~ 0.5 x 1.2)
+    assert main(["probe", "--probes", "4", "--seeds", "0", "--total-steps", "128"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "0/1 checks passed" in out
+
+
+def test_cli_probe_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["probe", "--agents", "mlp"])
+    assert main(["probe", "--probes", "9"]) == 2
+    assert "probe: expected an int in 1..7" in capsys.readouterr().err
