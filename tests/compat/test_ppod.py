@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from rlstore.buffers.demo_mixer import ENV
 from rlstore.buffers.demos import Demo, save_demo
 from rlstore.compat.ppod import PPODBuffer
 from rlstore.compat.pytorchrl import (
@@ -16,6 +17,8 @@ from rlstore.compat.pytorchrl import (
     ADV,
     DONE,
     DONE2,
+    FVAL,
+    IVAL,
     LOGP,
     OBS,
     OBS2,
@@ -23,6 +26,7 @@ from rlstore.compat.pytorchrl import (
     REW,
     RHS,
     RHS2,
+    TRUNC2,
     VAL,
     GAEBuffer,
 )
@@ -317,3 +321,117 @@ def test_same_seed_gives_the_same_rollout(tmp_path):
     assert (a.data[LOGP][:30] == 0).any() and len(a.value_demos) == len(b.value_demos) > 0
     a.reset()  # abandons the replays in progress; the demos stay
     assert a.mixer is None and a.size == 0 and len(a.value_demos) > 0
+
+
+# ---------------------------------------------------------------------- fast path vs reference
+def _np(x):
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+class FullRoundTripPPOD(PPODBuffer):
+    """insert_transition as first written: every mixed key goes numpy -> tensor each step (the
+    obviously-correct twin of the fast path, which converts only the keys that changed)."""
+
+    def insert_transition(self, sample):
+        mixer = self._ensure_mixer(sample[OBS])
+        sample = dict(sample)
+        replaying = mixer.replaying()
+        if replaying.any() and self.data[OBS] is not None:
+            self._revalue_reference(sample, replaying)
+        done = _np(sample[DONE2]).reshape(-1) != 0
+        trunc = _np(sample[TRUNC2]).reshape(-1) != 0 if TRUNC2 in sample else np.zeros_like(done)
+        mixed = mixer.step(
+            _np(sample[ACT]),
+            _np(sample[REW]).reshape(-1),
+            done & ~trunc,
+            done & trunc,
+            _np(sample[OBS2]),
+            value=_np(sample[VAL]).reshape(-1),
+        )
+        demo = torch.as_tensor(mixed.from_demo)
+        for key, new in ((ACT, mixed.action), (REW, mixed.reward), (OBS2, mixed.next_obs)):
+            ref = torch.as_tensor(sample[key])
+            sample[key] = torch.as_tensor(new).reshape(ref.shape).to(ref.dtype)
+        logp = torch.as_tensor(sample[LOGP]).clone()
+        logp[demo] = 0
+        sample[LOGP] = logp
+        ref = torch.as_tensor(sample[DONE2])
+        new_done = torch.as_tensor(mixed.terminated | mixed.truncated)
+        sample[DONE2] = new_done.reshape(ref.shape).to(ref.dtype)
+        if TRUNC2 in sample:
+            ref = torch.as_tensor(sample[TRUNC2])
+            sample[TRUNC2] = torch.as_tensor(mixed.truncated).reshape(ref.shape).to(ref.dtype)
+        starts = torch.as_tensor(mixed.new_episode > ENV)
+        if starts.any() and sample.get(RHS2) is not None:
+            rhs = torch.as_tensor(sample[RHS2]).clone()
+            rhs[starts] = 0
+            sample[RHS2] = rhs
+        GAEBuffer.insert_transition(self, sample)
+
+    @torch.no_grad()
+    def _revalue_reference(self, sample, rows):
+        idx = torch.as_tensor(np.flatnonzero(rows))
+        obs = self.data[OBS][self.step][idx]
+        rhs = self.data.get(RHS)
+        rhs = None if rhs is None else rhs[self.step if self.recurrent_actor else 0][idx]
+        out = self.actor.get_value(obs, rhs, self.data[DONE][self.step][idx])
+        for key, name in ((VAL, "value_net1"), (IVAL, "ivalue_net1")):
+            if key in sample and name in out:
+                new = torch.as_tensor(sample[key]).clone()
+                new[idx] = out[name].to(new.dtype).reshape(new[idx].shape)
+                sample[key] = new
+
+
+@pytest.mark.parametrize(
+    "rew_dtype, done_values, with_trunc, recurrent, rho, phi",
+    [
+        (torch.float32, (0.0, 1.0), False, False, 0.3, 0.3),
+        (torch.float64, (0.0, 2.0), True, False, 0.3, 0.3),  # float32 round trip, 0/1 flags
+        (torch.float32, (0.0, 1.0), True, True, 0.5, 0.2),
+        (torch.float32, (0.0, 1.0), True, False, 0.0, 0.0),  # no replay: nothing converted
+    ],
+)
+@torch.no_grad()
+def test_fast_insert_matches_the_full_round_trip(
+    tmp_path, rew_dtype, done_values, with_trunc, recurrent, rho, phi
+):
+    human = tmp_path / "h"
+    human.mkdir()
+    write_npz_demo(human / "a.npz", L=3)
+    write_npz_demo(human / "b.npz", L=5, obs_offset=-7.0)
+    n, T = 4, 40
+    actor = GRUActor() if recurrent else LinearActor()
+    bufs = [
+        cls(T, "cpu", actor, Algo(), None, rho=rho, phi=phi, alpha=2.0,
+            initial_human_demos_dir=str(human), initial_reward_threshold=2.0, seed=7)
+        for cls in (PPODBuffer, FullRoundTripPPOD)
+    ]  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    obs, done, rhs = torch.randn(n, 2, generator=g), torch.zeros(n, 1), torch.zeros(n, 4)
+    for t in range(T):
+        d = (torch.rand(n, 1, generator=g) < 0.25) * done_values[1]
+        nobs = torch.randn(n, 2, generator=g) * 10
+        sample = {OBS: obs, DONE: done, ACT: torch.randint(0, 3, (n, 1), generator=g),
+                  REW: torch.randn(n, 1, generator=g, dtype=torch.float64).to(rew_dtype),
+                  VAL: torch.randn(n, 1, generator=g), LOGP: -torch.rand(n, 1, generator=g),
+                  OBS2: nobs, DONE2: d}  # fmt: skip
+        if with_trunc:
+            sample[TRUNC2] = (torch.rand(n, 1, generator=g) < 0.3).float()  # also on non-done
+            sample[FVAL] = torch.randn(n, 1, generator=g)
+        if recurrent:
+            sample.update({RHS: rhs, RHS2: torch.randn(n, 4, generator=g)})
+        for buf in bufs:
+            buf.insert_transition(sample)
+        if t % 7 == 3:  # PPODBuffer.sample_demo: a replay started outside insert_transition
+            assert bufs[0].sample_demo(t % n) == bufs[1].sample_demo(t % n)
+        obs, done, rhs = nobs, d, sample.get(RHS2, rhs)
+    fast, ref = bufs
+    assert (fast.data[LOGP][:T] == 0).any() == (rho + phi > 0)
+    fast.before_gradients()
+    ref.before_gradients()
+    assert fast.data.keys() == ref.data.keys()
+    for key in fast.data:
+        if fast.data[key] is not None:
+            assert fast.data[key].dtype == ref.data[key].dtype, key
+            torch.testing.assert_close(fast.data[key], ref.data[key], rtol=0, atol=0, msg=key)
+    assert fast.store.state_dict()["rng"] == ref.store.state_dict()["rng"]

@@ -1,4 +1,4 @@
-"""PPO+D demonstration buffers: a store of whole episodes and a seeded rollout mixer.
+"""PPO+D demonstration records and their store (the rollout mixer is in ``demo_mixer``).
 
 PPO+D (Libardi, De Fabritiis, Dittert 2021, arXiv:2007.03328) replays whole demonstration
 episodes inside the PPO rollout. rlstore follows the documented PyTorchRL ``PPODBuffer``
@@ -23,34 +23,33 @@ are marked **Decision** below and pinned by tests against naive references.
     ``delta = min(phi0 / |value demos|, phi)``, ``rho += delta``, ``phi -= delta``
     (**Decision**: the seed clipped rho and phi separately, which can break ``rho + phi =
     rho0 + phi0``; moving ``delta`` keeps the sum exactly).
-* :class:`DemoMixer`: per-env-slot state machine that replaces new episodes by demo replays
-  with probabilities ``(rho, phi, 1 - rho - phi)`` (chosen buffer empty -> env), using only the
-  store's seeded Generator, so a given seed and env stream yield the same rollout.
+* :class:`~rlstore.buffers.demo_mixer.DemoMixer` (module :mod:`rlstore.buffers.demo_mixer`,
+  re-exported here with :class:`~rlstore.buffers.demo_mixer.MixedStep` and the source codes
+  ``ENV``, ``REWARD_DEMO``, ``VALUE_DEMO``): the per-env-slot state machine that replaces new
+  episodes by demo replays with probabilities ``(rho, phi, 1 - rho - phi)``.
 
 Example:
     >>> import numpy as np
     >>> store = DemoStore(capacity=4, rho=1.0, phi=0.0, seed=0)
     >>> _ = store.add_initial(Demo(np.zeros((2, 3), np.float32), np.array([0, 1]),
     ...                        np.array([0.0, 1.0], np.float32), human=True))
-    >>> mix = DemoMixer(store, num_envs=1)
-    >>> _ = mix.reset(np.ones((1, 3), np.float32))
-    >>> out = mix.step(np.array([1]), np.zeros(1), np.array([True]), np.zeros(1, bool),
-    ...                np.ones((1, 3), np.float32))
-    >>> int(out.new_episode[0])  # the next episode of slot 0 replays a reward demo
-    1
+    >>> store.sample_source()  # rho = 1: every new episode replays a reward demo
+    'reward_demo'
+    >>> store.sample_demo("reward_demo").total_reward
+    1.0
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal
 
 import numpy as np
 
+from rlstore.buffers.demo_mixer import ENV, REWARD_DEMO, VALUE_DEMO, DemoMixer, MixedStep
 from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import make_rng, rng_state, set_rng_state
@@ -61,8 +60,6 @@ __all__ = [
     "list_demos", "ENV", "REWARD_DEMO", "VALUE_DEMO",
 ]  # fmt: skip
 
-ENV, REWARD_DEMO, VALUE_DEMO = 0, 1, 2
-"""Episode source codes used by :class:`DemoMixer` (``-1`` = no new episode this step)."""
 Source = Literal["reward_demo", "value_demo", "env"]
 
 
@@ -276,22 +273,25 @@ class DemoStore:
             Which list took it, or ``"rejected"``.
         """
         n = cut_after_last_positive(rewards)
-        demo = Demo(observations[:n], actions[:n], np.asarray(rewards)[:n], False, max_value)
+        rew = np.asarray(rewards)[:n]
+        # built with the next id, which is taken only if the demo is accepted
+        demo = Demo(observations[:n], actions[:n], rew, False, max_value, self._next_id)
         total = demo.total_reward
         if total >= self.reward_threshold:
             if total > self.max_demo_reward:
                 self.reward_demos = [d for d in self.reward_demos if d.human]
-            self.reward_demos.append(self._register(demo))
+            self._next_id += 1
+            self.reward_demos.append(demo)
             self.enforce_capacity()
             self.anneal()
             self._refresh_reward_stats()
             return "reward"
         smallest = min((d.max_value for d in self.value_demos), default=np.inf)
         if max_value >= smallest or len(self) < self.capacity:
-            new = self._register(demo)
-            self.value_demos.append(new)
+            self._next_id += 1
+            self.value_demos.append(demo)
             evicted = self.enforce_capacity()
-            return "rejected" if any(d is new for d in evicted) else "value"
+            return "rejected" if any(d is demo for d in evicted) else "value"
         return "rejected"
 
     def enforce_capacity(self) -> list[Demo]:
@@ -429,214 +429,3 @@ def list_demos(dirpath: str | os.PathLike[str]) -> list[str]:
     suffix = "_metadata.json"
     names = [p.name[: -len(suffix)] for p in d.glob(f"*{suffix}")]
     return sorted(n for n in names if metadata_file_path(d, f"{n}_").is_file())
-
-
-# ---------------------------------------------------------------------- mixer
-class MixedStep(NamedTuple):
-    """One vector step after demo mixing; every field has a leading env axis ``N``.
-
-    ``obs`` is what the agent acted on (``obs[t]``), ``next_obs`` what it acts on next. A demo
-    step carries the demo's action and reward, ``from_demo = True`` (store logp = 0: the
-    behaviour probability of a demo action is 1) and ``truncated = False``; the last step of a
-    demo is ``terminated``. ``new_episode`` is the source code (:data:`ENV`,
-    :data:`REWARD_DEMO`, :data:`VALUE_DEMO`) of the episode ``next_obs`` starts, else ``-1``.
-    """
-
-    obs: np.ndarray
-    action: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    next_obs: np.ndarray
-    from_demo: np.ndarray
-    new_episode: np.ndarray
-
-
-@dataclass
-class _Replay:
-    demo: Demo
-    kind: Source
-    pos: int = 0
-    max_value: float = float("-inf")
-    stack: np.ndarray | None = None
-
-
-_NEVER = np.iinfo(np.int64).max
-
-
-class DemoMixer:
-    """Per-slot PPO+D replay: new episodes of a vector env become demo replays.
-
-    Episode tracking is batched: each step appends the whole ``(N, ...)`` arrays once to a
-    history that reaches back to the oldest open env episode; a slot's episode is gathered
-    only when it ends. Python work per step is per *replaying or ending* slot, not per slot.
-
-    Args:
-        store: the :class:`DemoStore` (its Generator makes every draw).
-        num_envs: number of env slots ``N``.
-        reset_env: ``i -> obs`` resetting real env ``i`` when a demo ends and ``env`` is drawn
-            (PyTorchRL's ``reset_single_env``). Without it the slot continues from the real
-            env's current observation (documented limitation: a mid-episode start).
-        frame_stack: observations are ``(C * frame_stack, ...)`` stacks along axis 0; demos
-            store the last frame ``(C, ...)`` and replays rebuild the stack (first frame
-            repeated, then rolled), as in the seed.
-        track_episodes: offer every finished env episode to the store as a candidate demo.
-    """
-
-    def __init__(
-        self,
-        store: DemoStore,
-        num_envs: int,
-        *,
-        reset_env: Callable[[int], np.ndarray] | None = None,
-        frame_stack: int = 1,
-        track_episodes: bool = True,
-    ) -> None:
-        if num_envs < 1 or frame_stack < 1:
-            raise ConfigError(
-                f"num_envs, frame_stack: expected >= 1, got {num_envs}, {frame_stack}"
-            )
-        self.store, self.num_envs, self.reset_env = store, int(num_envs), reset_env
-        self.frame_stack, self.track_episodes = int(frame_stack), track_episodes
-        self._obs: np.ndarray | None = None
-        self.reset_tracking()
-
-    def reset_tracking(self) -> None:
-        """Forget replays and partial episodes (every slot restarts an env episode)."""
-        self._replays: list[_Replay | None] = [None] * self.num_envs
-        self._hist: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._t = self._base = 0  # global index of the next step / of _hist[0]
-        self._ep_start = np.zeros(self.num_envs, dtype=np.int64)  # _NEVER while replaying
-        self._ep_max = np.full(self.num_envs, -np.inf)
-        self._checked_upto = -1
-
-    def _frames(self, obs: np.ndarray) -> np.ndarray:
-        """Last frame of each stacked observation, ``(N, C, ...)``."""
-        return obs if self.frame_stack == 1 else obs[:, -(obs.shape[1] // self.frame_stack) :]
-
-    def _demo_obs(self, r: _Replay) -> np.ndarray:
-        frame = r.demo.observations[r.pos]
-        if self.frame_stack == 1:
-            return frame
-        if r.stack is None:
-            r.stack = np.concatenate([frame] * self.frame_stack, axis=0)
-        else:
-            r.stack = np.concatenate([r.stack[frame.shape[0] :], frame], axis=0)
-        return r.stack
-
-    def replaying(self) -> np.ndarray:
-        """``(N,)`` bool: slots whose current episode is a demo replay."""
-        return np.array([r is not None for r in self._replays])
-
-    def reset(self, obs: np.ndarray) -> np.ndarray:
-        """Start all slots on real env episodes from ``obs (N, *obs_shape)``; returns it."""
-        obs = np.asarray(obs)
-        if obs.shape[:1] != (self.num_envs,):
-            raise SpecError(f"obs: expected a leading env axis {self.num_envs}, got {obs.shape}")
-        self._obs = obs.copy()
-        self.reset_tracking()
-        return self._obs.copy()
-
-    def _begin(self, i: int, env_obs: Any, after_demo: bool, next_t: int) -> tuple[Any, int]:
-        source = self.store.sample_source()
-        self._ep_max[i] = -np.inf
-        if source == "env":
-            self._replays[i], self._ep_start[i] = None, next_t
-            if after_demo and self.reset_env is not None:
-                env_obs = self.reset_env(i)
-            return np.asarray(env_obs), ENV
-        r = _Replay(self.store.sample_demo(source), source)
-        self._replays[i], self._ep_start[i] = r, _NEVER
-        return self._demo_obs(r), REWARD_DEMO if source == "reward_demo" else VALUE_DEMO
-
-    def begin_episode(self, i: int) -> tuple[np.ndarray, int]:
-        """Abandon slot ``i``'s current episode and draw its next source now.
-
-        Returns:
-            ``(obs, code)``: the observation the slot's new episode starts from and its source.
-        """
-        if self._obs is None:
-            raise EmptyBufferError("begin_episode: call reset(obs) first")
-        obs, code = self._begin(i, self._obs[i], after_demo=True, next_t=self._t)
-        self._obs[i] = obs
-        return self._obs[i].copy(), code
-
-    def _offer(self, i: int) -> None:
-        rows = self._hist[self._ep_start[i] - self._base :]
-        obs, act, rew = (np.stack([h[k][i] for h in rows]) for k in range(3))
-        self.store.offer_episode(obs, act, rew, float(self._ep_max[i]))
-
-    def _check_demo_shapes(self) -> None:
-        if self._obs is None or self._checked_upto == self.store._next_id:
-            return
-        frame = self._frames(self._obs)[0].shape
-        for d in (*self.store.reward_demos, *self.store.value_demos):
-            if d.observations.shape[1:] != frame:
-                raise SpecError(
-                    f"demo {d.demo_id}: expected frames shaped {frame} like the env's "
-                    f"(frame_stack={self.frame_stack}), got {d.observations.shape[1:]}"
-                )
-        self._checked_upto = self.store._next_id
-
-    def step(
-        self,
-        action: np.ndarray,
-        reward: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        next_obs: np.ndarray,
-        value: np.ndarray | None = None,
-    ) -> MixedStep:
-        """Mix one real vector step (``(N, ...)`` arrays, next_obs after autoreset).
-
-        Args:
-            value: ``(N,)`` ``V(obs[t])`` the agent computed (on the demo frame for replaying
-                slots): tracks each episode's MaxValue.
-
-        Raises:
-            SpecError: bad shapes, or stored demos whose frames do not match the env's
-                (checked before anything changes).
-        """
-        if self._obs is None:
-            raise EmptyBufferError("step: call reset(obs) first")
-        n = self.num_envs
-        action, next_obs = np.asarray(action), np.asarray(next_obs)
-        reward = np.asarray(reward, dtype=np.float32).reshape(n)
-        term = np.asarray(terminated, dtype=bool).reshape(n).copy()
-        trunc = np.asarray(truncated, dtype=bool).reshape(n).copy()
-        if action.shape[:1] != (n,) or next_obs.shape != self._obs.shape:
-            raise SpecError(
-                f"action, next_obs: expected leading axis {n} and obs shape {self._obs.shape}, "
-                f"got {action.shape}, {next_obs.shape}"
-            )
-        self._check_demo_shapes()
-        vals = np.full(n, -np.inf) if value is None else np.asarray(value, float).reshape(n)
-        obs, act, rew, nxt = self._obs.copy(), action.copy(), reward.copy(), next_obs.copy()
-        replay = self.replaying()
-        new_ep = np.full(n, -1, dtype=np.int8)
-        if self.track_episodes:  # the real step of every slot; env slots read it back
-            self._hist.append((self._frames(obs).copy(), action.copy(), reward.copy()))
-            self._ep_max = np.where(replay, self._ep_max, np.maximum(self._ep_max, vals))
-        t = self._t
-        for i in np.flatnonzero(replay).tolist():
-            r = cast(_Replay, self._replays[i])
-            act[i], rew[i] = r.demo.actions[r.pos], r.demo.rewards[r.pos]
-            r.max_value = max(r.max_value, float(vals[i]))
-            trunc[i], term[i] = False, r.pos + 1 == r.demo.length
-            if not term[i]:
-                r.pos += 1
-                nxt[i] = self._demo_obs(r)
-                continue
-            if r.kind == "value_demo" and value is not None:
-                self.store.update_max_value(r.demo.demo_id, r.max_value)
-            nxt[i], new_ep[i] = self._begin(i, next_obs[i], after_demo=True, next_t=t + 1)
-        for i in np.flatnonzero(~replay & (term | trunc)).tolist():
-            if self.track_episodes:
-                self._offer(i)
-            nxt[i], new_ep[i] = self._begin(i, next_obs[i], after_demo=False, next_t=t + 1)
-        self._t += 1
-        keep_from = min(int(self._ep_start.min()), self._t)  # oldest open env episode
-        del self._hist[: max(0, keep_from - self._base)]
-        self._base = max(self._base, keep_from)
-        self._obs = nxt.copy()
-        return MixedStep(obs, act, rew, term, trunc, nxt, replay, new_ep)

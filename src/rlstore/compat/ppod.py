@@ -2,8 +2,8 @@
 
 A facade over :class:`rlstore.compat.pytorchrl.GAEBuffer` (layout C storage, GAE returns) and
 :mod:`rlstore.buffers.demos` (:class:`~rlstore.buffers.demos.DemoStore` holds the demo rules,
-:class:`~rlstore.buffers.demos.DemoMixer` the per-slot replay). ``insert_transition`` mixes the
-sample before storing it:
+:class:`~rlstore.buffers.demo_mixer.DemoMixer` the per-slot replay). ``insert_transition``
+mixes the sample before storing it:
 
 * a slot replaying a demo stores the demo's action and reward, ``LogProbability = 0`` (the
   behaviour probability of a demo action is 1) and ``Value`` recomputed by
@@ -79,6 +79,16 @@ _DEFAULT_DTYPES = {"Action": np.float32, "Observation": np.float32, "Reward": np
 
 def _np(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
+    """``new`` (a fresh array with ``ref``'s rows) as a CPU tensor with ``ref``'s shape and
+    dtype; zero-copy when they already match."""
+    ref = torch.as_tensor(ref)
+    out = torch.as_tensor(new)
+    if out.shape != ref.shape:
+        out = out.reshape(ref.shape)
+    return out if out.dtype == ref.dtype else out.to(ref.dtype)
 
 
 class PPODBuffer(GAEBuffer):
@@ -342,7 +352,14 @@ class PPODBuffer(GAEBuffer):
         return code
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Mix demo replays into one vector-env step, then store it (module doc)."""
+        """Mix demo replays into one vector-env step, then store it (module doc).
+
+        Only the keys the mixing changed are converted back to tensors: ``Action``,
+        ``LogProbability`` (0) and ``Reward`` when a slot replays a demo, ``NextObservation``
+        when a slot replays or starts a demo, ``NextDone`` / ``NextTruncated`` when the mixed
+        flags differ from the sample's, ``NextRecurrentHiddenStates`` (0) at demo starts.
+        Rewards always pass through float32 (the mixer's reward dtype).
+        """
         if self.size >= self.max_size:
             raise CapacityError(
                 f"insert_transition: the rollout is full ({self.max_size} transitions); call "
@@ -353,33 +370,38 @@ class PPODBuffer(GAEBuffer):
         replaying = mixer.replaying()
         if replaying.any() and self.data[OBS] is not None:
             self._revalue(sample, replaying)
-        done = _np(sample[DONE2]).reshape(-1) != 0
-        trunc = _np(sample[TRUNC2]).reshape(-1) != 0 if TRUNC2 in sample else np.zeros_like(done)
+        done_in = _np(sample[DONE2]).reshape(-1)
+        trunc_in = _np(sample[TRUNC2]).reshape(-1) if TRUNC2 in sample else None
+        done = done_in != 0
+        trunc = np.zeros_like(done) if trunc_in is None else trunc_in != 0
+        rew = torch.as_tensor(sample[REW])
         mixed = mixer.step(
             _np(sample[ACT]),
-            _np(sample[REW]).reshape(-1),
+            _np(rew).reshape(-1),
             done & ~trunc,
             done & trunc,
             _np(sample[OBS2]),
             value=_np(sample[VAL]).reshape(-1),
         )
-        demo = torch.as_tensor(mixed.from_demo)
-        for key, new in ((ACT, mixed.action), (REW, mixed.reward), (OBS2, mixed.next_obs)):
-            ref = torch.as_tensor(sample[key])
-            sample[key] = torch.as_tensor(new).reshape(ref.shape).to(ref.dtype)
-        logp = torch.as_tensor(sample[LOGP]).clone()
-        logp[demo] = 0
-        sample[LOGP] = logp
-        ref = torch.as_tensor(sample[DONE2])
-        new_done = torch.as_tensor(mixed.terminated | mixed.truncated)
-        sample[DONE2] = new_done.reshape(ref.shape).to(ref.dtype)
-        if TRUNC2 in sample:
-            ref = torch.as_tensor(sample[TRUNC2])
-            sample[TRUNC2] = torch.as_tensor(mixed.truncated).reshape(ref.shape).to(ref.dtype)
-        starts = torch.as_tensor(mixed.new_episode > ENV)
+        demo, starts = mixed.from_demo, mixed.new_episode > ENV
+        any_demo = bool(demo.any())
+        if any_demo:
+            sample[ACT] = _like(sample[ACT], mixed.action)
+            logp = torch.as_tensor(sample[LOGP]).clone()
+            logp[torch.from_numpy(demo)] = 0
+            sample[LOGP] = logp
+        if any_demo or rew.dtype != torch.float32:
+            sample[REW] = _like(rew, mixed.reward)
+        if any_demo or starts.any():
+            sample[OBS2] = _like(sample[OBS2], mixed.next_obs)
+        new_done = mixed.terminated | mixed.truncated
+        if not np.array_equal(done_in, new_done):
+            sample[DONE2] = _like(sample[DONE2], new_done)
+        if trunc_in is not None and not np.array_equal(trunc_in, mixed.truncated):
+            sample[TRUNC2] = _like(sample[TRUNC2], mixed.truncated)
         if starts.any() and sample.get(RHS2) is not None and not isinstance(sample[RHS2], dict):
             rhs = torch.as_tensor(sample[RHS2]).clone()
-            rhs[starts] = 0
+            rhs[torch.from_numpy(starts)] = 0
             sample[RHS2] = rhs
         super().insert_transition(sample)
 
@@ -387,7 +409,7 @@ class PPODBuffer(GAEBuffer):
     def _revalue(self, sample: dict[str, Any], rows: np.ndarray) -> None:
         """Recompute ``Value`` (and ``IntrinsicValue``) of replaying slots on the stored demo
         observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
-        idx = torch.as_tensor(np.flatnonzero(rows))
+        idx = torch.from_numpy(np.flatnonzero(rows))
         obs = self.data[OBS][self.step][idx]
         rhs = self.data.get(RHS)
         rhs = None if rhs is None else rhs[self.step if self.recurrent_actor else 0][idx]
@@ -395,7 +417,7 @@ class PPODBuffer(GAEBuffer):
         for key, name in ((VAL, "value_net1"), (IVAL, "ivalue_net1")):
             if key in sample and name in out:
                 new = torch.as_tensor(sample[key]).clone()
-                new[idx] = out[name].to(new.dtype).reshape(new[idx].shape)
+                new[idx] = out[name].to(new.dtype).reshape(len(idx), *new.shape[1:])
                 sample[key] = new
 
     def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:

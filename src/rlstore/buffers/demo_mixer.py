@@ -1,0 +1,432 @@
+"""PPO+D rollout mixer: new episodes of a vector env become demonstration replays.
+
+:class:`DemoMixer` is a per-env-slot state machine over a :class:`~rlstore.buffers.demos.
+DemoStore` (reference/algorithms.md section 3.2): whenever a slot starts a new episode, its
+source is drawn with probabilities ``(rho, phi, 1 - rho - phi)`` (reward demo, value demo, real
+env; an empty demo list falls back to the env). A replaying slot emits the demo's transitions
+instead of the env's; every finished env episode is offered to the store as a candidate demo.
+Every draw uses the store's seeded Generator, so a given seed and env stream yield the same
+rollout.
+
+Hot path (one :meth:`DemoMixer.step` per vector-env step) is batched over slots:
+
+* replay state is kept in ``(N,)`` arrays (position, length, row offset, running MaxValue);
+  the demos being replayed are copied once into flat arrays in the env's layout
+  (:class:`_DemoBank`), so the demo rows of all replaying slots are gathered with one fancy
+  index per field;
+* the real steps are appended to preallocated ``(H, N, ...)`` arrays (:class:`_StepHistory`)
+  that reach back to the oldest open env episode; an ending episode is one column slice.
+
+Python work per step is per *ending* slot (drawing the next source, offering the episode),
+never per replaying slot. ``tests/buffers/test_demo_mixer.py`` checks every output and the
+store's final state against the plain per-slot loop this replaced.
+
+Example:
+    >>> import numpy as np
+    >>> from rlstore.buffers.demos import Demo, DemoStore
+    >>> store = DemoStore(capacity=4, rho=1.0, phi=0.0, seed=0)
+    >>> _ = store.add_initial(Demo(np.zeros((2, 3), np.float32), np.array([0, 1]),
+    ...                        np.array([0.0, 1.0], np.float32), human=True))
+    >>> mix = DemoMixer(store, num_envs=1)
+    >>> _ = mix.reset(np.ones((1, 3), np.float32))
+    >>> out = mix.step(np.array([1]), np.zeros(1), np.array([True]), np.zeros(1, bool),
+    ...                np.ones((1, 3), np.float32))
+    >>> int(out.new_episode[0])  # the next episode of slot 0 replays a reward demo
+    1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+import numpy as np
+
+from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+
+if TYPE_CHECKING:
+    from rlstore.buffers.demos import Demo, DemoStore
+
+__all__ = ["DemoMixer", "MixedStep", "ENV", "REWARD_DEMO", "VALUE_DEMO"]
+
+ENV, REWARD_DEMO, VALUE_DEMO = 0, 1, 2
+"""Episode source codes used by :class:`DemoMixer` (``-1`` = no new episode this step)."""
+
+_NEVER = np.iinfo(np.int64).max
+
+
+class MixedStep(NamedTuple):
+    """One vector step after demo mixing; every field has a leading env axis ``N``.
+
+    ``obs`` is what the agent acted on (``obs[t]``), ``next_obs`` what it acts on next. A demo
+    step carries the demo's action and reward, ``from_demo = True`` (store logp = 0: the
+    behaviour probability of a demo action is 1) and ``truncated = False``; the last step of a
+    demo is ``terminated``. ``new_episode`` is the source code (:data:`ENV`,
+    :data:`REWARD_DEMO`, :data:`VALUE_DEMO`) of the episode ``next_obs`` starts, else ``-1``.
+    """
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    next_obs: np.ndarray
+    from_demo: np.ndarray
+    new_episode: np.ndarray
+
+
+def _assign_rows(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[j] = src[j]`` for every row ``j`` (numpy's per-row broadcasting and casting)."""
+    if dst.shape[1:] == src.shape[1:]:
+        dst[...] = src
+        return
+    for j in range(src.shape[0]):
+        dst[j] = src[j]
+
+
+class _DemoBank:
+    """Flat copies of the demos being replayed, in one env layout.
+
+    A banked demo of length ``L`` occupies rows ``offsets[id(demo)] .. + L - 1`` of ``obs``
+    ``(rows, *frame_shape)``, ``act`` ``(rows, *action_shape)`` (both in the env's dtypes, cast
+    as a per-row assignment would) and ``rew`` ``(rows,)`` float32. The bank keeps a reference
+    to every banked demo, so ``id`` keys stay unique. When it is full, :meth:`rebuild` keeps
+    only the demos still replayed and doubles the room (amortized O(1) copies per row).
+    """
+
+    def __init__(
+        self, key: tuple[Any, ...], frame_shape: tuple[int, ...], act_shape: tuple[int, ...]
+    ) -> None:
+        self.key = key  # (next_obs shape, next_obs dtype, action shape, action dtype)
+        obs_dtype, act_dtype = key[1], key[3]
+        self.obs = np.empty((0, *frame_shape), obs_dtype)
+        self.act = np.empty((0, *act_shape), act_dtype)
+        self.rew = np.empty(0, np.float32)
+        self.rows = 0
+        self.offsets: dict[int, int] = {}
+        self._demos: dict[int, Demo] = {}
+
+    def extend(self, demos: list[Demo]) -> None:
+        """Append ``demos`` (not banked yet); the caller checked the room."""
+        for d in demos:
+            at, L = self.rows, d.length
+            _assign_rows(self.obs[at : at + L], d.observations)
+            _assign_rows(self.act[at : at + L], d.actions)
+            self.rew[at : at + L] = d.rewards
+            self.offsets[id(d)], self._demos[id(d)] = at, d
+            self.rows += L
+
+    def rebuild(self, demos: list[Demo]) -> None:
+        """Keep exactly ``demos`` (distinct), with room for as many rows again."""
+        need = sum(d.length for d in demos)
+        cap = max(64, 2 * need)
+        self.obs = np.empty((cap, *self.obs.shape[1:]), self.obs.dtype)
+        self.act = np.empty((cap, *self.act.shape[1:]), self.act.dtype)
+        self.rew = np.empty(cap, np.float32)
+        self.rows, self.offsets, self._demos = 0, {}, {}
+        self.extend(demos)
+
+
+class _StepHistory:
+    """The real steps ``(frames, action, reward)`` of global steps ``base .. base + len - 1``.
+
+    Rows are ``(N, ...)`` each, stored in preallocated ``(capacity, N, ...)`` arrays that grow by
+    doubling; :meth:`trim` drops rows from the front. The row layout (shapes) is fixed while
+    rows are held; dtypes are promoted when a step brings a wider one.
+    """
+
+    def __init__(self) -> None:
+        self.base = 0  # global step index of the first held row
+        self._start = self._count = 0
+        self._arrays: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return self._count
+
+    def check(self, action: np.ndarray) -> None:
+        """Raise before anything changes if ``action``'s rows do not fit the held rows."""
+        if self._count and action.shape[1:] != self._arrays[1].shape[2:]:
+            raise SpecError(
+                f"action: expected rows shaped {self._arrays[1].shape[2:]} like the earlier "
+                f"steps of the open episodes, got {action.shape[1:]}"
+            )
+
+    def append(self, *rows: np.ndarray) -> None:
+        """Append one step's ``(N, ...)`` arrays (copied)."""
+        if not self._count and (
+            not self._arrays
+            or any(a.shape[1:] != r.shape for a, r in zip(self._arrays, rows, strict=True))
+        ):
+            self._arrays = [np.empty((16, *r.shape), r.dtype) for r in rows]
+            self._start = 0
+        for k, r in enumerate(rows):
+            a = self._arrays[k]
+            if r.dtype != a.dtype and not np.can_cast(r.dtype, a.dtype, casting="safe"):
+                self._arrays[k] = a.astype(np.result_type(a, r))
+        cap = self._arrays[0].shape[0]
+        if self._start + self._count == cap:
+            s, n = self._start, self._count
+            if n > cap // 2:  # grow
+                grown = (np.concatenate([a[s : s + n], np.empty_like(a)]) for a in self._arrays)
+                self._arrays = list(grown)
+            else:  # slide the held rows to the front
+                for a in self._arrays:
+                    a[:n] = a[s : s + n]
+            self._start = 0
+        at = self._start + self._count
+        for a, r in zip(self._arrays, rows, strict=True):
+            a[at] = r
+        self._count += 1
+
+    def column(self, i: int, start: int) -> tuple[np.ndarray, ...]:
+        """Copies of env ``i``'s rows from global step ``start`` to the newest row."""
+        s, e = self._start + start - self.base, self._start + self._count
+        return tuple(a[s:e, i].copy() for a in self._arrays)
+
+    def trim(self, keep_from: int) -> None:
+        """Drop the rows of global steps before ``keep_from``."""
+        drop = min(max(0, keep_from - self.base), self._count)
+        self._start, self._count = self._start + drop, self._count - drop
+        self.base = max(self.base, keep_from)
+
+
+class DemoMixer:
+    """Per-slot PPO+D replay: new episodes of a vector env become demo replays.
+
+    Args:
+        store: the :class:`~rlstore.buffers.demos.DemoStore` (its Generator makes every draw).
+        num_envs: number of env slots ``N``.
+        reset_env: ``i -> obs`` resetting real env ``i`` when a demo ends and ``env`` is drawn
+            (PyTorchRL's ``reset_single_env``). Without it the slot continues from the real
+            env's current observation (documented limitation: a mid-episode start).
+        frame_stack: observations are ``(C * frame_stack, ...)`` stacks along axis 0; demos
+            store the last frame ``(C, ...)`` and replays rebuild the stack (first frame
+            repeated, then rolled), as in the seed.
+        track_episodes: offer every finished env episode to the store as a candidate demo.
+            The action row shape is then fixed while an env episode is open.
+    """
+
+    def __init__(
+        self,
+        store: DemoStore,
+        num_envs: int,
+        *,
+        reset_env: Callable[[int], np.ndarray] | None = None,
+        frame_stack: int = 1,
+        track_episodes: bool = True,
+    ) -> None:
+        if num_envs < 1 or frame_stack < 1:
+            raise ConfigError(
+                f"num_envs, frame_stack: expected >= 1, got {num_envs}, {frame_stack}"
+            )
+        self.store, self.num_envs, self.reset_env = store, int(num_envs), reset_env
+        self.frame_stack, self.track_episodes = int(frame_stack), track_episodes
+        self._obs: np.ndarray | None = None
+        self._bank: _DemoBank | None = None
+        self._no_value = np.full(self.num_envs, -np.inf)  # read-only template
+        self._no_start = np.full(self.num_envs, -1, dtype=np.int8)  # copied each step
+        self.reset_tracking()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the demo bank: its keys are object ids, which do not survive a
+        round trip; the replaying slots bank their demos again at the next step."""
+        state = self.__dict__.copy()
+        state["_bank"], state["_off"] = None, np.full_like(self._off, -1)
+        return state
+
+    def reset_tracking(self) -> None:
+        """Forget replays and partial episodes (every slot restarts an env episode)."""
+        n = self.num_envs
+        self._demos: list[Demo | None] = [None] * n  # the demo each slot replays
+        self._replaying = np.zeros(n, dtype=bool)
+        self._kind = np.zeros(n, dtype=np.int8)  # REWARD_DEMO / VALUE_DEMO while replaying
+        self._pos = np.zeros(n, dtype=np.int64)  # demo transition replayed at the next step
+        self._len = np.zeros(n, dtype=np.int64)
+        self._off = np.full(n, -1, dtype=np.int64)  # bank row of the demo's step 0 (-1: none)
+        self._rmax = np.full(n, -np.inf)  # running max of V over the replay
+        self._hist = _StepHistory()
+        self._t = 0  # global index of the next step
+        self._ep_start = np.zeros(n, dtype=np.int64)  # _NEVER while replaying
+        self._ep_max = np.full(n, -np.inf)
+        self._checked_upto = -1
+
+    def _frames(self, obs: np.ndarray) -> np.ndarray:
+        """Last frame of each stacked observation, ``(N, C, ...)``."""
+        return obs if self.frame_stack == 1 else obs[:, -(obs.shape[1] // self.frame_stack) :]
+
+    def _first_obs(self, demo: Demo) -> np.ndarray:
+        frame = demo.observations[0]
+        if self.frame_stack == 1:
+            return frame
+        return np.concatenate([frame] * self.frame_stack, axis=0)
+
+    def replaying(self) -> np.ndarray:
+        """``(N,)`` bool: slots whose current episode is a demo replay."""
+        return self._replaying.copy()
+
+    def reset(self, obs: np.ndarray) -> np.ndarray:
+        """Start all slots on real env episodes from ``obs (N, *obs_shape)``; returns it."""
+        obs = np.asarray(obs)
+        if obs.shape[:1] != (self.num_envs,):
+            raise SpecError(f"obs: expected a leading env axis {self.num_envs}, got {obs.shape}")
+        self._obs = obs.copy()
+        self.reset_tracking()
+        return self._obs.copy()
+
+    def _begin(self, i: int, env_obs: Any, after_demo: bool, next_t: int) -> tuple[Any, int]:
+        source = self.store.sample_source()
+        self._ep_max[i] = -np.inf
+        if source == "env":
+            self._demos[i], self._replaying[i], self._ep_start[i] = None, False, next_t
+            if after_demo and self.reset_env is not None:
+                env_obs = self.reset_env(i)
+            return np.asarray(env_obs), ENV
+        demo = self.store.sample_demo(source)
+        code = REWARD_DEMO if source == "reward_demo" else VALUE_DEMO
+        self._demos[i], self._replaying[i], self._kind[i] = demo, True, code
+        self._pos[i], self._len[i], self._off[i], self._rmax[i] = 0, demo.length, -1, -np.inf
+        self._ep_start[i] = _NEVER
+        return self._first_obs(demo), code
+
+    def begin_episode(self, i: int) -> tuple[np.ndarray, int]:
+        """Abandon slot ``i``'s current episode and draw its next source now.
+
+        Returns:
+            ``(obs, code)``: the observation the slot's new episode starts from and its source.
+        """
+        if self._obs is None:
+            raise EmptyBufferError("begin_episode: call reset(obs) first")
+        self._check_demo_shapes()
+        obs, code = self._begin(i, self._obs[i], after_demo=True, next_t=self._t)
+        self._obs[i] = obs
+        return self._obs[i].copy(), code
+
+    def _offer(self, i: int) -> None:
+        obs, act, rew = self._hist.column(i, int(self._ep_start[i]))
+        self.store.offer_episode(obs, act, rew, float(self._ep_max[i]))
+
+    def _check_demo_shapes(self) -> None:
+        if self._obs is None or self._checked_upto == self.store._next_id:
+            return
+        frame = self._frames(self._obs)[0].shape
+        for d in (*self.store.reward_demos, *self.store.value_demos):
+            if d.observations.shape[1:] != frame:
+                raise SpecError(
+                    f"demo {d.demo_id}: expected frames shaped {frame} like the env's "
+                    f"(frame_stack={self.frame_stack}), got {d.observations.shape[1:]}"
+                )
+        self._checked_upto = self.store._next_id
+
+    def _bank_replays(self, rep: np.ndarray, action: np.ndarray, next_obs: np.ndarray) -> None:
+        """Give every replaying slot ``rep`` a bank offset (banking its demo if needed)."""
+        key = (next_obs.shape, next_obs.dtype, action.shape, action.dtype)
+        if self._bank is None or self._bank.key != key:  # first replay, or the env layout changed
+            frame_shape = self._frames(next_obs).shape[1:]
+            self._bank = _DemoBank(key, frame_shape, action.shape[1:])
+            self._off[:] = -1
+        bank = self._bank
+        new = rep[self._off[rep] < 0]
+        if not new.size:
+            return
+        demos = [self._demos[i] for i in new.tolist()]
+        missing = list({id(d): d for d in demos if id(d) not in bank.offsets}.values())
+        if bank.rows + sum(d.length for d in missing) > bank.obs.shape[0]:
+            live = [self._demos[i] for i in rep.tolist()]
+            bank.rebuild(list({id(d): d for d in live}.values()))  # type: ignore[misc]
+            new = rep
+        else:
+            bank.extend(missing)  # type: ignore[arg-type]
+        self._off[new] = [bank.offsets[id(self._demos[i])] for i in new.tolist()]
+
+    def _advance_replays(
+        self,
+        rep: np.ndarray,
+        arrays: tuple[np.ndarray, ...],
+        vals: np.ndarray,
+    ) -> np.ndarray:
+        """Write the demo transition of every replaying slot ``rep`` into the step's output
+        ``arrays = (obs, act, rew, term, trunc, nxt)`` and advance the replays; returns the
+        slots whose demo ended (their ``nxt`` rows are left for the caller)."""
+        obs, act, rew, term, trunc, nxt = arrays
+        bank = cast(_DemoBank, self._bank)  # set by _bank_replays
+        pos = self._pos[rep]
+        rows = self._off[rep] + pos
+        act[rep], rew[rep] = bank.act[rows], bank.rew[rows]
+        rmax, v = self._rmax[rep], vals[rep]
+        self._rmax[rep] = np.where(v > rmax, v, rmax)  # Python max(rmax, v): NaN never wins
+        ends = pos + 1 == self._len[rep]
+        term[rep], trunc[rep] = ends, False
+        go = rep[~ends]
+        if go.size:
+            self._pos[go] += 1
+            frames = bank.obs[self._off[go] + self._pos[go]]
+            if self.frame_stack == 1:
+                nxt[go] = frames
+            else:  # roll each stack by one frame: drop the oldest, append the demo's next
+                nxt[go] = np.concatenate([obs[go][:, frames.shape[1] :], frames], axis=1)
+        return rep[ends]
+
+    def step(
+        self,
+        action: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        next_obs: np.ndarray,
+        value: np.ndarray | None = None,
+    ) -> MixedStep:
+        """Mix one real vector step (``(N, ...)`` arrays, next_obs after autoreset).
+
+        Args:
+            action: ``(N, *act_shape)`` actions the agent took on ``obs[t]``.
+            reward: ``(N,)`` rewards (stored as float32).
+            terminated, truncated: ``(N,)`` flags of the real transitions.
+            next_obs: ``(N, *obs_shape)`` observations after the step (autoreset applied).
+            value: ``(N,)`` ``V(obs[t])`` the agent computed (on the demo frame for replaying
+                slots): tracks each episode's MaxValue.
+
+        Raises:
+            SpecError: bad shapes, or stored demos whose frames do not match the env's
+                (checked before anything changes).
+        """
+        if self._obs is None:
+            raise EmptyBufferError("step: call reset(obs) first")
+        n = self.num_envs
+        action, next_obs = np.asarray(action), np.asarray(next_obs)
+        reward = np.asarray(reward, dtype=np.float32).reshape(n)
+        term = np.asarray(terminated, dtype=bool).reshape(n).copy()
+        trunc = np.asarray(truncated, dtype=bool).reshape(n).copy()
+        if action.shape[:1] != (n,) or next_obs.shape != self._obs.shape:
+            raise SpecError(
+                f"action, next_obs: expected leading axis {n} and obs shape {self._obs.shape}, "
+                f"got {action.shape}, {next_obs.shape}"
+            )
+        if self.track_episodes:
+            self._hist.check(action)
+        self._check_demo_shapes()
+        vals = self._no_value if value is None else np.asarray(value, float).reshape(n)
+        obs, act, rew, nxt = self._obs.copy(), action.copy(), reward.copy(), next_obs.copy()
+        replay = self._replaying.copy()
+        rep = replay.nonzero()[0]
+        if rep.size:
+            self._bank_replays(rep, action, next_obs)
+        new_ep = self._no_start.copy()
+        if self.track_episodes:  # the real step of every slot; env slots read it back
+            self._hist.append(self._frames(obs), action, reward)
+            self._ep_max = np.where(replay, self._ep_max, np.maximum(self._ep_max, vals))
+        t = self._t
+        if rep.size:
+            ended = self._advance_replays(rep, (obs, act, rew, term, trunc, nxt), vals)
+            for i in ended.tolist():  # in slot order: each draw depends on the previous ones
+                demo = self._demos[i]
+                if self._kind[i] == VALUE_DEMO and value is not None and demo is not None:
+                    self.store.update_max_value(demo.demo_id, float(self._rmax[i]))
+                nxt[i], new_ep[i] = self._begin(i, next_obs[i], after_demo=True, next_t=t + 1)
+        for i in (~replay & (term | trunc)).nonzero()[0].tolist():
+            if self.track_episodes:
+                self._offer(i)
+            nxt[i], new_ep[i] = self._begin(i, next_obs[i], after_demo=False, next_t=t + 1)
+        self._t += 1
+        self._hist.trim(min(int(self._ep_start.min()), self._t))  # oldest open env episode
+        self._obs = nxt.copy()
+        return MixedStep(obs, act, rew, term, trunc, nxt, replay, new_ep)
