@@ -20,7 +20,6 @@ Example (``replay.yaml``)::
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -40,6 +39,7 @@ from pydantic import (
 )
 from pydantic import ValidationError as _PydanticValidationError
 
+from rlstore._imports import import_target
 from rlstore.errors import ConfigError
 
 __all__ = [
@@ -288,14 +288,10 @@ def validate_config(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> BufferCo
 
 
 def _import(target: str) -> Any:
-    module_name, _, qualname = target.partition(":")
     try:
-        attr: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            attr = getattr(attr, part)
+        return import_target(target)  # type: ignore[no-any-return]
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"type: cannot import buffer class {target!r} ({exc})") from exc
-    return attr
 
 
 def build_buffer(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> Any:

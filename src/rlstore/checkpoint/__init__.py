@@ -44,11 +44,12 @@ Example::
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from rlstore._imports import import_target
 
 # `_stage`, `_flatten` and `_unflatten` stay importable from here as in the single-module
 # version of rlstore.checkpoint (tests use `checkpoint._flatten`).
@@ -125,14 +126,10 @@ def _class_name(obj: object) -> str:
 
 
 def _import(target: str) -> type:
-    module_name, _, qualname = target.partition(":")
     try:
-        attr: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            attr = getattr(attr, part)
+        return import_target(target)  # type: ignore[no-any-return]
     except (ImportError, AttributeError) as exc:
         raise CheckpointError(f"cannot import checkpointable class {target!r} ({exc})") from exc
-    return attr
 
 
 def save(obj: Any, dirpath: str | os.PathLike[str], *, prefix: str = "buffer_") -> Path:
