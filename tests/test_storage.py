@@ -107,3 +107,20 @@ def test_side_store_empty_lookup_and_bad_state() -> None:
     assert not hit.any()
     with pytest.raises(CheckpointError, match="side.arrays.o: expected shape"):
         side.load_state_dict({"keys": np.arange(2), "arrays": {"o": np.zeros(3)}, "capacity": 4})
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_ring_pickle_keeps_field_arrays_as_views_of_the_records(packed: bool) -> None:
+    import pickle
+
+    specs = {"x": FieldSpec("x", (2,), np.float32), "f": FieldSpec("f", (), np.bool_)}
+    st = RingStorage(3, 2, specs, packed=packed)
+    st.write_row({"x": np.ones((2, 2), np.float32), "f": np.array([True, False])})
+    back = pickle.loads(pickle.dumps(st))
+    assert (back.cursor, back.size, back.rows_written) == (1, 1, 1)
+    back.write_row({"x": np.full((2, 2), 7, np.float32), "f": np.array([False, True])})
+    # a write through the field arrays must be what gather (records / flat views) reads
+    got = back.gather(np.array([0, 1, 2, 3]))
+    np.testing.assert_array_equal(got["x"][:, 0], [1, 1, 7, 7])
+    np.testing.assert_array_equal(got["f"], [True, False, False, True])
+    np.testing.assert_array_equal(back.arrays["x"], back.flat["x"].reshape(3, 2, 2))

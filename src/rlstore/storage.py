@@ -82,6 +82,27 @@ class RingStorage:
         self.size = 0
         self.rows_written = 0
 
+    def _views(self) -> None:
+        """(Re)build ``arrays`` / ``flat`` as views of ``records`` (packed layout)."""
+        rows = self.capacity_per_env * self.num_envs
+        self._flat_records = None
+        if self.records is not None:
+            self.arrays = {k: self.records[k] for k in self.specs}
+            self._flat_records = self.records.reshape(rows)
+        self.flat = {k: a.reshape(rows, *a.shape[2:]) for k, a in self.arrays.items()}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the records once: field views would otherwise come back as copies."""
+        state = dict(self.__dict__)
+        del state["flat"], state["_flat_records"]
+        if self.records is not None:
+            del state["arrays"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._views()
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the field arrays."""

@@ -16,6 +16,11 @@ terminated, truncated`` (+ extras) of one transition. Its ``next_obs`` is not st
 With ``store_next_obs_once=False`` ``next_obs`` is stored per row (twice the observation
 memory); it is the plain twin the compact layout is tested against: both draw identical batches.
 
+Modules. This file holds the layout, reading (``sample`` / ``gather``), ``warm`` and state; the
+write path (``add`` / ``extend``, validation, discontinuity detection) is the mixin
+``_replay_write.ReplayWriter``, whose fast add path for already well-typed input lives in
+``_replay_fast.py`` (tested byte for byte against the general path).
+
 Example:
     >>> import numpy as np
     >>> buf = ReplayBuffer(1000, seed=0)
@@ -37,9 +42,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
+from rlstore.buffers._replay_fast import FastPlan
+from rlstore.buffers._replay_write import ReplayWriter
+from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError
 from rlstore.samplers import UniformSampler
-from rlstore.specs import FieldSpec, TransitionSchema, all_finite
+from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import RingStorage, SideStore
 
 __all__ = ["ReplayBuffer", "ReplayBatch"]
@@ -69,7 +76,7 @@ class ReplayBatch(NamedTuple):
     extras: dict[str, torch.Tensor]
 
 
-class ReplayBuffer:
+class ReplayBuffer(ReplayWriter):
     """FIFO ring of transitions with uniform sampling with replacement.
 
     Args:
@@ -113,6 +120,8 @@ class ReplayBuffer:
         self._storage: RingStorage | None = None
         self._side: SideStore | None = None  # final observations of ended episodes
         self._disc: SideStore | None = None  # next_obs of discontinuous (non-done) rows
+        self._fast: FastPlan | None = None  # fast add path (common layout only)
+        self._pending: tuple[Any, int, bytes] | None = None  # see _replay_fast
         self._prev_open = np.zeros(self.num_envs, dtype=bool)
         self._prev_open_any = False
         self._prev_all = False
@@ -150,294 +159,30 @@ class ReplayBuffer:
         self._storage = storage
         self._side = SideStore({k: specs[k] for k in self._obs_names})
         self._disc = SideStore({k: specs[k] for k in self._obs_names}, capacity=1)
-        self._fast = None
-        core_ok = (
-            specs["reward"].shape == ()
-            and specs["reward"].dtype == np.float32
-            and specs["terminated"].shape == ()
-            and specs["truncated"].shape == ()
-            and specs["terminated"].dtype == np.bool_
-            and specs["truncated"].dtype == np.bool_
-        )
-        if (
-            not self._dict_obs
-            and not self._extra_names
-            and self.store_next_obs_once
-            and not self.allow_nonfinite
-            and core_ok
-        ):
-            a = self._storage.arrays
-            so, sa, n = specs["obs"], specs["action"], self.num_envs
-            self._fast = (
-                so.dtype,
-                (so.shape, (n, *so.shape)) if n == 1 else ((n, *so.shape),) * 2,
-                sa.dtype,
-                (sa.shape, (n, *sa.shape)) if n == 1 else ((n, *sa.shape),) * 2,
-                sa.is_float,
-                a["obs"],
-                a["action"],
-                a["reward"],
-                a["terminated"],
-                a["truncated"],
-            )
+        self._build_fast()
 
-    def _validate(
-        self, lead: tuple[int, ...], obs: Obs, next_obs: Obs, core: tuple, extra: dict[str, Any]
-    ) -> tuple[dict, dict, dict]:
-        assert self._schema is not None
-        return self._schema.validate(lead, obs, next_obs, core, extra)
+    def _build_fast(self) -> None:
+        """Fast add plan (views into the storage) for the common layout, else ``None``."""
+        st, specs, schema = self._storage, self.specs, self._schema
+        self._fast = self._pending = None
+        if st is not None and specs is not None and schema is not None:
+            if FastPlan.applies(
+                specs,
+                schema,
+                store_next_obs_once=self.store_next_obs_once,
+                allow_nonfinite=self.allow_nonfinite,
+            ):
+                self._fast = FastPlan(specs, st, self.num_envs)
 
-    def _infer(self, lead_ndim: int, obs: Obs, action: Any, reward: Any, extra: dict) -> None:
-        self._allocate(TransitionSchema.infer(lead_ndim, obs, action, reward, extra))
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the fast plan: its views are rebuilt on the unpickled storage."""
+        state = dict(self.__dict__)
+        state["_fast"] = state["_pending"] = None
+        return state
 
-    # ------------------------------------------------------------------ writing
-    def add(
-        self,
-        obs: Obs,
-        action: Any,
-        reward: Any,
-        next_obs: Obs,
-        terminated: Any,
-        truncated: Any,
-        **extra: Any,
-    ) -> None:
-        """Add one transition per env.
-
-        Args:
-            obs: ``(num_envs, *obs_shape)`` or a dict of them; with ``num_envs == 1`` the env
-                axis may be left out (single add; a scalar ``reward`` marks a single add on the
-                first call).
-            action: ``(num_envs, *action_shape)``.
-            reward: ``(num_envs,)``.
-            next_obs: the true successor of ``obs`` (the final observation when done).
-            terminated, truncated: ``(num_envs,)`` bool (0/1 ints accepted).
-            **extra: extra fields, ``(num_envs, *shape)`` each.
-
-        Raises:
-            SpecError: bad shape, dtype, NaN/inf, missing or unexpected field; nothing is
-                written then.
-        """
-        n = self.num_envs
-        if self.specs is None:
-            single = n == 1 and np.ndim(reward) == 0
-            self._infer(0 if single else 1, obs, action, reward, extra)
-        if (
-            self._fast is not None
-            and not extra
-            and self._add_fast(obs, action, reward, next_obs, terminated, truncated)
-        ):
-            return
-        o, no, vals = self._validate(
-            (n,), obs, next_obs, (action, reward, terminated, truncated), extra
-        )
-        st = self._storage
-        assert st is not None and self._side is not None and self._disc is not None
-        done = np.asarray(vals["terminated"] | vals["truncated"]).reshape(n)
-        if not self.store_next_obs_once:
-            vals.update({"next_" + k: v for k, v in no.items()})
-            vals.update(o)
-            st.write_row(vals)
-            return
-        c = st.cursor
-        if self._prev_open.any():
-            disc = self._prev_open & self._differs(o, c)
-            if disc.any():
-                cols = np.flatnonzero(disc)
-                self._disc.append(
-                    (st.rows_written - 1) * n + cols,
-                    {k: st.arrays[k][c, cols] for k in o},
-                    self._min_live_key(),
-                )
-        vals.update(o)
-        st.write_row(vals)
-        c2 = st.cursor
-        for k, v in no.items():
-            st.arrays[k][c2] = v
-        if done.any():
-            cols = np.flatnonzero(done)
-            self._side.append(
-                (st.rows_written - 1) * n + cols,
-                {k: st.arrays[k][c2, cols] for k in no},
-                self._min_live_key(),
-            )
-        np.logical_not(done, out=self._prev_open)
-        self._prev_open_any = bool(self._prev_open.any())
-        self._prev_all = bool(self._prev_open.all())
-
-    def _add_fast(
-        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
-    ) -> bool:
-        """Hot path for already well-typed input (numpy arrays of the stored dtype and shape,
-        Python or numpy scalars/arrays for reward and flags). Returns False, having written
-        nothing, whenever anything needs the general path (casting, errors)."""
-        odt, oshapes, adt, ashapes, afloat, ob, ac, rw, te, tr_ = self._fast  # type: ignore[misc]
-        if not (
-            type(obs) is np.ndarray
-            and obs.dtype == odt
-            and obs.shape in oshapes
-            and type(next_obs) is np.ndarray
-            and next_obs.dtype == odt
-            and next_obs.shape in oshapes
-            and type(action) is np.ndarray
-            and action.dtype == adt
-            and action.shape in ashapes
-        ):
-            return False
-        n = self.num_envs
-        tt, tr = type(terminated), type(truncated)
-        if n == 1 and tt is bool and tr is bool and type(reward) is float:
-            if not math.isfinite(reward):
-                return False
-            done = terminated or truncated
-            done_any = done
-        elif (
-            tt is np.ndarray
-            and tr is np.ndarray
-            and type(reward) is np.ndarray
-            and terminated.dtype == np.bool_
-            and truncated.dtype == np.bool_
-            and reward.dtype == np.float32
-            and terminated.shape == (n,)
-            and truncated.shape == (n,)
-            and reward.shape == (n,)
-        ):
-            if not math.isfinite(reward.sum()):
-                return False
-            done = terminated | truncated
-            done_any = done.any()
-        else:
-            return False
-        if not all_finite(next_obs) or (afloat and not all_finite(action)):
-            return False
-        st = self._storage
-        assert st is not None and self._side is not None
-        c = st.cursor
-        if not (self._prev_open_any and obs.tobytes() == ob[c].tobytes()):
-            if not all_finite(obs):
-                return False
-            if self._prev_open_any:
-                disc = self._prev_open & self._differs({"obs": obs}, c)
-                if disc.any():
-                    cols = np.flatnonzero(disc)
-                    self._disc.append(  # type: ignore[union-attr]
-                        (st.rows_written - 1) * n + cols, {"obs": ob[c, cols]}, self._min_live_key()
-                    )
-        ob[c] = obs
-        ac[c] = action
-        rw[c] = reward
-        te[c] = terminated
-        tr_[c] = truncated
-        c2 = c + 1 if c + 1 < st.capacity_per_env else 0
-        ob[c2] = next_obs
-        st.cursor = c2
-        st.rows_written += 1
-        if st.size < st.capacity_per_env:
-            st.size += 1
-        if done_any:
-            cols = np.flatnonzero(done)
-            self._side.append(
-                (st.rows_written - 1) * n + cols, {"obs": ob[c2, cols]}, self._min_live_key()
-            )
-            np.logical_not(done, out=self._prev_open)
-            self._prev_open_any = bool(self._prev_open.any())
-            self._prev_all = bool(self._prev_open.all())
-        elif not self._prev_all:  # every env goes on: all pending next_obs are open
-            self._prev_open[:] = True
-            self._prev_open_any = self._prev_all = True
-        return True
-
-    def extend(
-        self,
-        obs: Obs,
-        action: Any,
-        reward: Any,
-        next_obs: Obs,
-        terminated: Any,
-        truncated: Any,
-        **extra: Any,
-    ) -> None:
-        """Add ``T`` consecutive steps of every env: arguments shaped ``(T, num_envs, ...)``.
-
-        ``next_obs[t]`` is the true successor of ``obs[t]``; where it differs from
-        ``obs[t + 1]`` without a done flag, the stream is treated as discontinuous. ``T`` may
-        exceed the capacity (only the last ``capacity_per_env`` rows are kept).
-
-        Raises:
-            SpecError: as :meth:`add`; nothing is written then.
-        """
-        n = self.num_envs
-        if np.ndim(reward) < 1:
-            raise SpecError(f"reward: expected shape (T, {n}), got {np.shape(reward)}")
-        t = int(np.shape(reward)[0])
-        if self.specs is None:
-            self._infer(2, obs, action, reward, extra)
-        o, no, vals = self._validate(
-            (t, n), obs, next_obs, (action, reward, terminated, truncated), extra
-        )
-        cap = self.capacity_per_env
-        for a in range(0, t, cap):
-            b = min(a + cap, t)
-            self._write_block(
-                {k: v[a:b] for k, v in o.items()},
-                {k: v[a:b] for k, v in no.items()},
-                {k: v[a:b] for k, v in vals.items()},
-            )
-
-    def _write_block(
-        self, o: dict[str, np.ndarray], no: dict[str, np.ndarray], vals: dict[str, np.ndarray]
-    ) -> None:
-        """Write ``T <= capacity_per_env`` validated rows."""
-        st, side, disc_store = self._storage, self._side, self._disc
-        assert st is not None and side is not None and disc_store is not None
-        n, t = self.num_envs, len(vals["reward"])
-        if not self.store_next_obs_once:
-            vals.update({"next_" + k: v for k, v in no.items()})
-            vals.update(o)
-            st.write_block(vals)
-            return
-        done = vals["terminated"] | vals["truncated"]
-        c, g0 = st.cursor, st.rows_written
-        if self._prev_open_any:
-            disc = self._prev_open & self._differs({k: v[0] for k, v in o.items()}, c)
-            if disc.any():
-                cols = np.flatnonzero(disc)
-                disc_store.append(
-                    (g0 - 1) * n + cols, {k: st.arrays[k][c, cols] for k in o}, self._min_live_key()
-                )
-        jump = np.zeros_like(done)
-        for k in o if t > 1 else ():
-            jump[:-1] |= (no[k][:-1] != o[k][1:]).reshape(t - 1, n, -1).any(axis=2)
-        jump &= ~done
-        vals.update(o)
-        st.write_block(vals)
-        for k, v in no.items():
-            st.arrays[k][st.cursor] = v[-1]
-        for store, need in ((side, done), (disc_store, jump)):
-            ti, ni = np.nonzero(need)
-            if ti.size:
-                store.append(
-                    (g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()}, self._min_live_key()
-                )
-        np.logical_not(done[-1], out=self._prev_open)
-        self._prev_open_any = bool(self._prev_open.any())
-        self._prev_all = bool(self._prev_open.all())
-
-    def _differs(self, obs_row: dict[str, np.ndarray], row: int) -> np.ndarray:
-        """Per env column: does ``obs_row`` differ from the pending observation at ``row``?"""
-        st = self._storage
-        assert st is not None
-        out = np.zeros(self.num_envs, dtype=bool)
-        for k, v in obs_row.items():
-            stored = st.arrays[k][row]
-            if v.size == stored.size and v.tobytes() == stored.tobytes():
-                continue
-            out |= (np.broadcast_to(v, stored.shape) != stored).reshape(self.num_envs, -1).any(1)
-        return out
-
-    def _min_live_key(self) -> int:
-        st = self._storage
-        assert st is not None
-        return (st.rows_written - self._rows()) * self.num_envs
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._build_fast()
 
     # ------------------------------------------------------------------ reading
     def _rows(self) -> int:
@@ -638,6 +383,7 @@ class ReplayBuffer:
                     )
             if storage_sd is None:
                 self.specs, self._storage, self._side, self._disc = None, None, None, None
+                self._schema, self._fast = None, None
             else:
                 specs = TransitionSchema.parse(cfg["specs"])
                 if self.specs is not None and specs != self.specs:

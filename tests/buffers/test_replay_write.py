@@ -1,0 +1,287 @@
+"""The fast add path of ReplayBuffer against its slow twin, the general (validating) path.
+
+Two buffers get the same stream of transitions: one as input the fast path takes (numpy arrays
+of the stored dtype and shape, float / bool scalars for single adds), the other as input that
+only the general path accepts (nested Python lists, 0/1 integer flags). After every operation
+their whole ``state_dict`` must be equal byte for byte, and a spy checks that the fast buffer
+really took the fast path. Rejections on the fast path must name the field and leave the buffer
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.errors import SpecError
+from rlstore.specs import FieldSpec
+
+
+def flat_state(buf: ReplayBuffer) -> dict[str, bytes | str]:
+    """Every leaf of state_dict: arrays as dtype/shape/bytes, scalars as JSON."""
+    out: dict[str, bytes | str] = {}
+
+    def walk(prefix: str, x: Any) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(f"{prefix}/{k}", v)
+        elif isinstance(x, np.ndarray):
+            out[prefix] = f"{x.dtype}{x.shape}".encode() + x.tobytes()
+        else:
+            out[prefix] = json.dumps(x)
+
+    walk("", buf.state_dict())
+    return out
+
+
+def count_general(buf: ReplayBuffer) -> list[int]:
+    """Spy: count the calls of the general add path of ``buf`` (instance attribute)."""
+    calls = [0]
+    general = buf._add_general
+
+    def spy(*args: Any) -> None:
+        calls[0] += 1
+        general(*args)
+
+    buf._add_general = spy  # type: ignore[method-assign]
+    return calls
+
+
+class Stream:
+    """Rows of ``n`` envs with episode ends, truncations and discontinuities (obs jumps)."""
+
+    def __init__(self, n: int, obs_shape: tuple[int, ...], obs_dtype: Any, act: str, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.n, self.shape, self.dtype, self.act = n, obs_shape, np.dtype(obs_dtype), act
+        self.cur = self.fresh(n)
+
+    def fresh(self, k: int) -> np.ndarray:
+        if self.dtype.kind == "u":
+            return self.rng.integers(0, 256, (k, *self.shape), dtype=self.dtype)
+        return self.rng.standard_normal((k, *self.shape)).astype(self.dtype)
+
+    def row(self) -> dict[str, np.ndarray]:
+        n, rng = self.n, self.rng
+        event = rng.choice(4, size=n, p=[0.7, 0.1, 0.1, 0.1])  # go on, term, trunc, jump
+        obs = np.where(self._b(event == 3), self.fresh(n), self.cur)
+        nxt = self.fresh(n)
+        term, trunc = event == 1, event == 2
+        if self.act == "float":
+            action = rng.standard_normal((n, 3)).astype(np.float32)
+        else:
+            action = rng.integers(0, 5, n).astype(np.int64)
+        reward = rng.standard_normal(n).astype(np.float32)
+        self.cur = np.where(self._b(term | trunc), self.fresh(n), nxt)
+        return dict(
+            obs=obs, action=action, reward=reward, next_obs=nxt, terminated=term, truncated=trunc
+        )
+
+    def _b(self, mask: np.ndarray) -> np.ndarray:
+        return mask.reshape(self.n, *(1,) * len(self.shape))
+
+
+def fast_args(row: dict[str, np.ndarray], single: bool, step: int) -> dict[str, Any]:
+    """Input the fast path takes; single adds alternate numpy scalars (np.float32, np.bool_,
+    np.int64) with Python scalars (float, bool, int)."""
+    if not single:
+        return dict(row)
+    out: dict[str, Any] = {k: v[0] for k, v in row.items()}
+    if step % 2:
+        out["reward"] = float(out["reward"])
+        out["terminated"], out["truncated"] = bool(out["terminated"]), bool(out["truncated"])
+        if np.ndim(out["action"]) == 0:  # scalar (discrete) action: a Python int
+            out["action"] = int(out["action"])
+    return out
+
+
+def general_args(row: dict[str, np.ndarray], single: bool) -> dict[str, Any]:
+    """The same values as nested lists and 0/1 integer flags: only the general path takes them."""
+    out: dict[str, Any] = {k: (v[0] if single else v).tolist() for k, v in row.items()}
+    for k in ("terminated", "truncated"):
+        out[k] = np.asarray(row[k][0] if single else row[k]).astype(np.int64)
+    return out
+
+
+CASES = [  # (num_envs, single adds, obs shape, obs dtype, action kind, capacity)
+    (1, True, (4,), np.float32, "float", 5),
+    (1, True, (3,), np.float32, "int", 4),
+    (1, False, (4,), np.float32, "float", 5),
+    (3, False, (4,), np.float32, "float", 7),
+    (8, False, (17,), np.float32, "float", 40),
+    (1, True, (70,), np.float32, "float", 6),  # long obs: the numpy finiteness check
+    (2, False, (2, 3), np.float64, "int", 6),  # float64 stored when given as specs
+    (1, True, (2, 2), np.uint8, "int", 5),  # images: no finiteness check on obs
+    (4, False, (2, 2), np.uint8, "float", 9),
+]
+
+
+def make(
+    n: int, shape: tuple[int, ...], dtype: Any, act: str, cap: int, order: int
+) -> ReplayBuffer:
+    specs = {
+        "obs": FieldSpec("obs", shape, dtype),
+        "action": FieldSpec(
+            "action", (3,) if act == "float" else (), np.float32 if act == "float" else np.int64
+        ),
+    }
+    if order:  # another field order: single adds write field by field, not one record
+        specs = dict(reversed(list(specs.items())))
+    return ReplayBuffer(cap, num_envs=n, specs=specs, seed=0)
+
+
+@pytest.mark.parametrize(("n", "single", "shape", "dtype", "act", "cap"), CASES)
+@pytest.mark.parametrize("order", [0, 1])
+def test_fast_path_equals_general_path_byte_for_byte(n, single, shape, dtype, act, cap, order):
+    stream = Stream(n, shape, dtype, act, seed=cap + n)
+    fast = make(n, shape, dtype, act, cap, order)
+    slow = make(n, shape, dtype, act, cap, order)
+    assert fast._fast is not None
+    general_calls = count_general(fast)
+    for step in range(3 * cap + 5):  # several wrap-arounds
+        row = stream.row()
+        fast.add(**fast_args(row, single, step))
+        slow.add(**general_args(row, single))
+        assert flat_state(fast) == flat_state(slow), f"step {step}"
+    assert general_calls[0] == 0  # every add of `fast` took the fast path
+    assert len(fast) == len(slow) > 0
+    # and both reconstruct the same next_obs for every stored transition
+    a, b = fast.gather(np.arange(len(fast))), slow.gather(np.arange(len(slow)))
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_mixed_fast_general_and_extend_stay_equal(n: int) -> None:
+    """Any interleaving of fast adds, general adds and extend blocks (which invalidate the
+    bytes the fast path keeps of the pending observation) equals the all-general run."""
+    rng = np.random.default_rng(7)
+    stream = Stream(n, (3,), np.float32, "float", seed=11)
+    mixed = ReplayBuffer(6, num_envs=n, seed=0)
+    plain = ReplayBuffer(6, num_envs=n, seed=0)
+    for step in range(60):
+        kind = rng.choice(["fast", "general", "extend"], p=[0.6, 0.2, 0.2])
+        if kind == "extend":
+            rows = [stream.row() for _ in range(int(rng.integers(1, 4)))]
+            block = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+            mixed.extend(**block)
+            plain.extend(**{k: v.tolist() for k, v in block.items()})
+            continue
+        row = stream.row()
+        args = fast_args(row, False, step) if kind == "fast" else general_args(row, False)
+        mixed.add(**args)
+        plain.add(**general_args(row, False))
+        assert flat_state(mixed) == flat_state(plain), f"step {step} ({kind})"
+
+
+def test_pending_bytes_do_not_survive_load_state_dict() -> None:
+    """After loading another buffer's state, a fast add must compare against the loaded
+    pending observation, not the bytes kept from before the load."""
+    s1, s2 = Stream(2, (3,), np.float32, "float", 1), Stream(2, (3,), np.float32, "float", 2)
+    a, b = ReplayBuffer(5, num_envs=2, seed=0), ReplayBuffer(5, num_envs=2, seed=0)
+    for _ in range(4):
+        a.add(**s1.row())
+        b.add(**s2.row())
+    b.load_state_dict(a.state_dict())
+    for _ in range(4):
+        row = s1.row()
+        a.add(**row)
+        b.add(**row)
+    assert flat_state(a) == flat_state(b)
+
+
+def _buffer(n: int) -> tuple[ReplayBuffer, Stream]:
+    stream = Stream(n, (4,), np.float32, "float", seed=3)
+    buf = ReplayBuffer(6, num_envs=n, seed=0)
+    for _ in range(8):
+        buf.add(**stream.row())
+    return buf, stream
+
+
+BAD = [  # (field, index into the row, bad value, expected message)
+    ("next_obs", (0, 1), np.nan, "next_obs: expected finite"),
+    ("action", (0, 2), np.inf, "action: expected finite"),
+    ("reward", (0,), -np.inf, "reward: expected finite"),
+    ("obs", (0, 3), np.nan, "obs: expected finite"),
+]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize(("field", "idx", "value", "match"), BAD)
+@pytest.mark.parametrize("after_done", [False, True])
+def test_fast_path_rejects_nonfinite_and_leaves_buffer_unchanged(
+    n, field, idx, value, match, after_done
+) -> None:
+    buf, stream = _buffer(n)
+    row = stream.row()
+    if after_done:  # the previous row ended every episode: obs is checked on its own
+        last = stream.row()
+        last["terminated"][:] = True
+        buf.add(**last)
+    row[field] = row[field].copy()
+    row[field][(-1, *idx[1:])] = value  # the last env: nothing of the others may be written
+    before = flat_state(buf)
+    with pytest.raises(SpecError, match=match):
+        buf.add(**fast_args(row, single=False, step=0))
+    if n == 1:
+        with pytest.raises(SpecError, match=match):
+            buf.add(**fast_args(row, single=True, step=1))
+    assert flat_state(buf) == before
+
+
+def test_single_add_reward_overflowing_float32_is_rejected() -> None:
+    buf, stream = _buffer(1)
+    args = fast_args(stream.row(), single=True, step=0)
+    args["reward"] = np.float64(1e39)  # finite as float64, inf as the stored float32
+    before = flat_state(buf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow-in-cast warning
+        with pytest.raises(SpecError, match="reward: expected finite"):
+            buf.add(**args)
+    assert flat_state(buf) == before
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_pickled_buffer_continues_like_the_original(how: str, n: int) -> None:
+    """A copy writes into its own storage (the fast plan's views are rebuilt, not copied)."""
+    buf, stream = _buffer(n)
+    twin = pickle.loads(pickle.dumps(buf)) if how == "pickle" else copy.deepcopy(buf)
+    assert flat_state(twin) == flat_state(buf)
+    for step in range(9):  # across wrap-around, fast path (single adds when n == 1)
+        row = stream.row()
+        buf.add(**fast_args(row, single=n == 1, step=step))
+        twin.add(**fast_args(row, single=n == 1, step=step))
+        assert flat_state(twin) == flat_state(buf), f"step {step}"
+    a, b = buf.gather(np.arange(len(buf))), twin.gather(np.arange(len(twin)))
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_equal_but_not_identical_dtypes_take_the_fast_path() -> None:
+    """Dtype checks try identity first; an equal dtype object (here one with metadata) must
+    still be accepted by the fast path and store the same bytes as the general path."""
+    f32 = np.dtype(np.float32, metadata={"unit": "m"})
+    b8 = np.dtype(np.bool_, metadata={"unit": "flag"})
+    stream = Stream(3, (4,), np.float32, "float", seed=5)
+    fast, slow = ReplayBuffer(5, num_envs=3, seed=0), ReplayBuffer(5, num_envs=3, seed=0)
+    fast.add(**stream.row())
+    slow.load_state_dict(fast.state_dict())
+    general_calls = count_general(fast)
+    for _ in range(8):
+        row = stream.row()
+        odd = {
+            k: v.astype(b8 if v.dtype == np.bool_ else f32) if v.dtype.kind in "fb" else v
+            for k, v in row.items()
+        }
+        assert odd["obs"].dtype is not np.dtype(np.float32)
+        fast.add(**odd)
+        slow.add(**general_args(row, single=False))
+        assert flat_state(fast) == flat_state(slow)
+    assert general_calls[0] == 0
