@@ -66,7 +66,7 @@ StepResult = tuple[np.ndarray, float, bool, bool, dict[str, Any]]
 class _ProbeEnv(gym.Env[np.ndarray, np.int64]):
     """Shared plumbing: (1,)-shaped float32 observations, discrete actions, action validation."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
     _n_actions: ClassVar[int] = 1
     _low: ClassVar[float] = -1.0  # Box bounds; gymnasium warns when low == high
     _high: ClassVar[float] = 1.0
@@ -90,7 +90,7 @@ class _ProbeEnv(gym.Env[np.ndarray, np.int64]):
             )
         if not self.action_space.contains(action):
             raise SpecError(
-                f"action: expected an int in [0, {self.action_space.n - 1}] "
+                f"action: expected an int in [0, {self._n_actions - 1}] "
                 f"for {type(self).__name__}, got {action!r}"
             )
         return int(action)

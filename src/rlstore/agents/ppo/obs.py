@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -95,6 +95,13 @@ def is_minigrid_space(space: gym.Space) -> bool:
     )
 
 
+def _minigrid_parts(space: gym.Space) -> tuple[tuple[int, ...], gym.spaces.Discrete]:
+    """The image shape and the direction space of a MiniGrid dict space."""
+    d = cast(gym.spaces.Dict, space)
+    image = cast(gym.spaces.Box, d["image"])
+    return tuple(int(s) for s in image.shape), cast(gym.spaces.Discrete, d["direction"])
+
+
 def _unsupported(space: gym.Space, where: str) -> SpecError:
     return SpecError(
         f"{where}: unsupported observation space {space!r}; expected Box, Discrete, "
@@ -132,7 +139,8 @@ def _shape(space: gym.Space, where: str) -> tuple[int, ...]:
             raise _unsupported(space, where)
         return (int(space.nvec.sum()),)
     if is_minigrid_space(space):
-        return (int(np.prod(space["image"].shape)) + int(space["direction"].n),)
+        image_shape, direction = _minigrid_parts(space)
+        return (int(np.prod(image_shape)) + int(direction.n),)
     if isinstance(space, gym.spaces.Dict):
         total = 0
         for key, sub in space.spaces.items():
@@ -278,9 +286,9 @@ def get_obs_preprocessor(obs_space: gym.Space) -> ObsPreprocessor:
         torch.Size([2, 3, 8, 8])
     """
     if is_minigrid_space(obs_space):
-        image_shape = tuple(int(s) for s in obs_space["image"].shape)
-        n_dir = int(obs_space["direction"].n)
-        dir_start = int(obs_space["direction"].start)
+        image_shape, direction = _minigrid_parts(obs_space)
+        n_dir = int(direction.n)
+        dir_start = int(direction.start)
 
         def prep_minigrid(obs: Any, device: Any = None) -> torch.Tensor:
             image = _as_tensor(_get_key(obs, "image", "obs"), device, "obs['image']")
