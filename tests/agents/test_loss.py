@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlstore.agents.ppo.loss import normalize_minibatch_advantages, ppo_loss, ppo_loss_reference
+from rlstore.agents.ppo.loss import ppo_loss, ppo_loss_reference
 from rlstore.errors import SpecError
 
 
@@ -91,15 +91,29 @@ def test_unclipped_side_has_the_surrogate_gradient() -> None:
     assert new.grad.item() == pytest.approx(-2.2, abs=1e-12)
 
 
-def test_advantage_normalization_sample_std() -> None:
-    # algorithms.md 1.5: A = [1,2,3,4], sample std 1.290994 -> [-1.161895, -0.387298, ...]
-    got = normalize_minibatch_advantages(_t(1.0, 2.0, 3.0, 4.0))
-    assert torch.allclose(got, _t(-1.161895, -0.387298, 0.387298, 1.161895), atol=1e-6)
-    # masked: statistics over the real entries only (padding value 100 is ignored)
-    masked = normalize_minibatch_advantages(_t(1.0, 100.0, 2.0, 3.0, 4.0), _t(1, 0, 1, 1, 1))
-    assert torch.allclose(masked[[0, 2, 3, 4]], got, atol=1e-6)
-    # fewer than two entries: the std is undefined, left unchanged
-    assert normalize_minibatch_advantages(_t(5.0)).item() == 5.0
+def test_advantage_normalization_is_the_library_population_std() -> None:
+    # A = [1,2,3,4]: mean 2.5, population var (2.25+0.25+0.25+2.25)/4 = 1.25, std 1.1180340
+    #   -> A_n = [-1.3416408, -0.4472136, 0.4472136, 1.3416408] (rlstore.returns, ddof=0)
+    # r = [1.1, 1, 1, 1] (inside the 0.2 clip): pg = -mean(A_n * r) = -(sum A_n + 0.1 A_n[0]) / 4
+    #   = -0.1 * (-1.3416408) / 4 = 0.0335410 (the sample std would give 0.0290474)
+    old = _t(-1.0, -1.0, -1.0, -1.0)
+    new = old + torch.log(_t(1.1, 1.0, 1.0, 1.0))
+    z = torch.zeros(4, dtype=torch.float64)
+    out = ppo_loss(new, old, _t(1.0, 2.0, 3.0, 4.0), z, z, z, z)
+    assert out.pg_loss.item() == pytest.approx(0.0335410, abs=1e-7)
+    # masked: statistics over the real entries only (the padded advantage 100 is ignored)
+    old5, z5 = torch.cat([old, _t(-1.0)]), torch.zeros(5, dtype=torch.float64)
+    new5 = torch.cat([new, _t(-1.0)])
+    masked = ppo_loss(
+        new5, old5, _t(1.0, 2.0, 3.0, 4.0, 100.0), z5, z5, z5, z5, mask=_t(1, 1, 1, 1, 0)
+    )
+    assert masked.pg_loss.item() == pytest.approx(0.0335410, abs=1e-7)
+    # one entry: population std 0, so A_n = 0 / (0 + 1e-8) = 0 and pg = 0 whatever A was
+    one = ppo_loss(_t(-0.5), _t(-1.0), _t(5.0), _t(0.0), _t(0.0), _t(0.0), _t(0.0))
+    assert one.pg_loss.item() == 0.0
+    # a mask selecting nothing: no normalization error, every mean is 0
+    empty = ppo_loss(new, old, _t(1.0, 2.0, 3.0, 4.0), z, z, z, z, mask=z)
+    assert empty.loss.item() == 0.0
 
 
 @pytest.mark.parametrize("clip_vloss", [True, False])

@@ -203,5 +203,32 @@ def test_tuned_cartpole_config_solves(request) -> None:
         _, stats = train_ppo(run, cfg.online, cfg.environment, None)
         hits.append(stats.first_step_reaching(475.0, 20) or 10**9)
         finals.append(stats.mean_return(20))
+        print(f"cartpole_fc seed {seed}: first step >= 475: {hits[-1]}, final: {finals[-1]:.1f}")
     assert sorted(hits)[1] <= 30_000, hits
     assert sum(f >= 475.0 for f in finals) >= 2, finals
+
+
+def test_package_exports_resolve_without_plotting_or_logging_imports() -> None:
+    # every public name resolves to the object of its defining module, and resolving all of them
+    # (in a fresh interpreter) imports neither matplotlib nor tensorboard nor wandb
+    import subprocess
+    import sys
+
+    import rlstore.agents.ppo as ppo
+    from rlstore.agents.ppo import checkpoint, config, models, rollout, trainer
+
+    assert ppo.train_ppo is trainer.train_ppo and ppo.RolloutState is rollout.RolloutState
+    assert ppo.FCAgent is models.FCAgent and ppo.TrainConfig is config.TrainConfig
+    assert ppo.load_saved_checkpoint is checkpoint.load_saved_checkpoint
+    assert trainer.RolloutState is rollout.RolloutState  # the old import path still works
+    code = (
+        "import sys, rlstore.agents.ppo as p\n"
+        "[getattr(p, n) for n in p.__all__]\n"
+        "bad = sorted(m for m in ('matplotlib', 'tensorboard', 'wandb') if m in sys.modules)\n"
+        "print(len(p.__all__), bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["26", "[]"], out.stdout + out.stderr
+    assert sorted(ppo.__all__) == sorted(ppo._EXPORTS)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = ppo.no_such_name

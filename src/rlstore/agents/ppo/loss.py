@@ -4,8 +4,10 @@ Contract (all inputs are 1-D float tensors of the same length B, one entry per t
 minibatch; ``mask`` marks real entries of padded recurrent minibatches):
 
 * ratio ``r = exp(new_logprob - old_logprob)``
-* advantages are normalized per minibatch when ``norm_adv``: ``(A - mean) / (std + 1e-8)`` with
-  the sample std (ddof=1) over the masked entries; skipped when fewer than 2 entries.
+* advantages are normalized per minibatch when ``norm_adv`` by the library's
+  :func:`rlstore.returns.normalize_advantages`: ``(A - mean) / (std + 1e-8)`` with the
+  population std (ddof=0) over the masked entries (padded entries become 0; they are masked
+  out of every mean anyway); skipped when the mask selects no entry.
 * policy loss ``pg = mean(max(-A r, -A clip(r, 1-eps, 1+eps)))``
 * value loss, clipped: ``0.5 mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``,
   unclipped: ``0.5 mean((v - R)^2)``
@@ -24,8 +26,9 @@ from typing import NamedTuple
 import torch
 
 from rlstore.errors import SpecError
+from rlstore.returns import normalize_advantages
 
-__all__ = ["PPOLoss", "ppo_loss", "ppo_loss_reference", "normalize_minibatch_advantages"]
+__all__ = ["PPOLoss", "ppo_loss", "ppo_loss_reference"]
 
 ADV_EPS = 1e-8
 
@@ -56,35 +59,6 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def normalize_minibatch_advantages(
-    advantages: torch.Tensor, mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``(A - mean) / (std + 1e-8)`` over the (masked) entries, sample std (ddof=1).
-
-    Args:
-        advantages: ``(B,)`` float tensor.
-        mask: optional ``(B,)`` tensor of 0/1; padded entries are ignored by the statistics
-            (and come back as ``(0 - mean) / (std + eps)``; they are masked out of the loss anyway).
-
-    Returns:
-        ``(B,)`` tensor; unchanged when fewer than 2 real entries (the std is undefined).
-
-    Example: ``A = [1, 2, 3, 4]`` gives ``[-1.161895, -0.387298, 0.387298, 1.161895]``.
-    """
-    if mask is None:
-        n = advantages.shape[0]
-        if n < 2:
-            return advantages
-        return (advantages - advantages.mean()) / (advantages.std() + ADV_EPS)
-    m = mask.to(advantages.dtype)
-    count = float(m.sum())
-    if count < 2:
-        return advantages
-    mean = (advantages * m).sum() / count
-    var = (((advantages - mean) ** 2) * m).sum() / (count - 1)
-    return (advantages - mean) / (var.sqrt() + ADV_EPS)
-
-
 def ppo_loss(
     new_logprob: torch.Tensor,
     old_logprob: torch.Tensor,
@@ -113,7 +87,8 @@ def ppo_loss(
         entropy: ``(B,)`` policy entropy at each state (differentiable).
         clip_coef: ratio clip epsilon (also the value clip range).
         vf_coef: value loss weight. ent_coef: entropy bonus weight.
-        clip_vloss: clip the value loss. norm_adv: normalize advantages per minibatch.
+        clip_vloss: clip the value loss. norm_adv: normalize advantages per minibatch
+            (:func:`rlstore.returns.normalize_advantages`, population std, over the mask).
         mask: optional ``(B,)`` 0/1 tensor; means run over entries with mask 1.
 
     Returns:
@@ -134,8 +109,8 @@ def ppo_loss(
     if mask is not None:
         _check("mask", mask, n)
         m = mask.to(new_logprob.dtype)
-    if norm_adv:
-        advantages = normalize_minibatch_advantages(advantages, m)
+    if norm_adv and (m is None or bool(m.any())):
+        advantages = normalize_advantages(advantages, mask=m, eps=ADV_EPS)
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     pg1 = -advantages * ratio
@@ -177,9 +152,9 @@ def ppo_loss_reference(
     w = [1.0] * n if mask is None else [float(x) for x in mask]
     k = sum(w)
     adv = list(advantages)
-    if norm_adv and k >= 2:
+    if norm_adv and k >= 1:  # population std (ddof=0), like rlstore.returns.normalize_advantages
         mean = sum(a * wi for a, wi in zip(adv, w, strict=True)) / k
-        std = math.sqrt(sum(wi * (a - mean) ** 2 for a, wi in zip(adv, w, strict=True)) / (k - 1))
+        std = math.sqrt(sum(wi * (a - mean) ** 2 for a, wi in zip(adv, w, strict=True)) / k)
         adv = [(a - mean) / (std + ADV_EPS) for a in adv]
     tot = {"pg": 0.0, "v": 0.0, "ent": 0.0, "kl": 0.0, "okl": 0.0, "cf": 0.0}
     for i in range(n):

@@ -18,6 +18,9 @@ and ``learning_curve.png``); :func:`ppo_runner` also creates the run folder and 
 ``config.yaml``. Environments are Gymnasium vector envs in ``AutoresetMode.SAME_STEP``: every
 step is a real transition, and a truncated episode bootstraps from ``V(info["final_obs"])``.
 Returns come from the :class:`~rlstore.buffers.rollout.RolloutBuffer` (``rlstore.returns.gae``).
+
+Env construction and rollout collection live in :mod:`rlstore.agents.ppo.rollout`, logging and
+plotting in :mod:`rlstore.agents.ppo.run_logging`; their public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -41,13 +44,22 @@ from rlstore.agents.ppo.config import (
     TrainConfig,
     TransformerModelConfig,
 )
-from rlstore.agents.ppo.models import Memory, PPOAgent, get_agent
+from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.obs import set_global_seeds
+from rlstore.agents.ppo.rollout import (
+    SAMPLING_METHODS,
+    RolloutState,
+    make_vector_env,
+    run_rollout,
+)
+from rlstore.agents.ppo.run_logging import RunLogger
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
 
 __all__ = [
+    "SAMPLING_METHODS",
     "RolloutState",
+    "RunLogger",
     "TrainStats",
     "TrainResult",
     "make_vector_env",
@@ -56,218 +68,6 @@ __all__ = [
     "ppo_runner",
     "train_config_from_parts",
 ]
-
-SAMPLING_METHODS = ("basic", "greedy", "temperature", "topk")
-
-
-def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym.vector.VectorEnv:
-    """A ``SyncVectorEnv`` of ``num_envs`` copies of the configured env, autoreset SAME_STEP.
-
-    Probe ids (``rlstore/Probe*``) are registered and MiniGrid ids import ``minigrid`` first.
-    """
-    cfg = environment_config
-    if cfg.env_id.startswith("rlstore/"):
-        from rlstore.envs.probes import register_probes
-
-        register_probes()
-    wrappers: list[Any] = []
-    if cfg.env_id.startswith(("MiniGrid", "BabyAI")) or cfg.fully_observed or cfg.img_obs:
-        try:
-            import minigrid  # noqa: F401  (registers the MiniGrid ids)
-            from minigrid.wrappers import FullyObsWrapper, RGBImgPartialObsWrapper
-        except ImportError as err:
-            raise ConfigError(
-                f"environment.env_id: {cfg.env_id!r} needs the minigrid package "
-                "(pip install 'rlstore[minigrid]')"
-            ) from err
-        if cfg.fully_observed:
-            wrappers.append(FullyObsWrapper)
-        if cfg.img_obs:
-            wrappers.append(RGBImgPartialObsWrapper)
-    kwargs = dict(cfg.env_kwargs)
-    if cfg.max_steps is not None:
-        kwargs["max_episode_steps"] = cfg.max_steps
-    try:
-        return gym.make_vec(
-            cfg.env_id,
-            num_envs=num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-            wrappers=wrappers or None,
-            **kwargs,
-        )
-    except gym.error.Error as err:
-        raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
-
-
-@dataclass
-class RolloutState:
-    """What carries over between rollouts: the current observation, the agent's recurrent
-    memory, per-env episode counters and the finished-episode history.
-
-    Attributes:
-        next_obs: ``(N, *obs_shape)`` float32, preprocessed observation to act on next.
-        memory: the agent's recurrent memory (see ``PPOAgent.initial_memory``).
-        episode_time: ``(N,)`` int64 step index of ``next_obs`` within its episode.
-        episode_return: ``(N,)`` float64 return so far of the running episodes.
-        global_step: env steps taken so far (summed over envs).
-        episode_returns, episode_lengths, episode_end_steps: one entry per finished episode.
-    """
-
-    next_obs: torch.Tensor
-    memory: Memory
-    episode_time: torch.Tensor
-    episode_return: np.ndarray
-    global_step: int = 0
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
-    episode_end_steps: list[int] = field(default_factory=list)
-
-    @classmethod
-    def start(cls, agent: PPOAgent, envs: gym.vector.VectorEnv, seed: int | None) -> RolloutState:
-        """Reset ``envs`` (env i gets ``seed + i``) and the agent's memory."""
-        mode = envs.metadata.get("autoreset_mode")
-        if mode is not None and mode != gym.vector.AutoresetMode.SAME_STEP:
-            raise ConfigError(
-                f"envs: expected autoreset_mode SAME_STEP (see make_vector_env), got {mode}; "
-                "NEXT_STEP would store the reset pseudo-steps as transitions"
-            )
-        obs, _ = envs.reset(seed=seed)
-        n = envs.num_envs
-        return cls(
-            next_obs=agent.preprocess(obs, agent.device),
-            memory=agent.initial_memory(n),
-            episode_time=torch.zeros(n, dtype=torch.int64, device=agent.device),
-            episode_return=np.zeros(n, dtype=np.float64),
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything as tensors / lists (for checkpoints)."""
-        return {
-            "next_obs": self.next_obs.cpu(),
-            "memory": self.memory,
-            "episode_time": self.episode_time.cpu(),
-            "episode_return": torch.from_numpy(self.episode_return.copy()),
-            "global_step": self.global_step,
-            "episode_returns": list(self.episode_returns),
-            "episode_lengths": list(self.episode_lengths),
-            "episode_end_steps": list(self.episode_end_steps),
-        }
-
-    def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
-        self.next_obs = sd["next_obs"].to(self.next_obs.device)
-        self.memory = sd["memory"]
-        self.episode_time = sd["episode_time"].to(self.episode_time.device)
-        self.episode_return = sd["episode_return"].numpy().copy()
-        self.global_step = int(sd["global_step"])
-        self.episode_returns = [float(x) for x in sd["episode_returns"]]
-        self.episode_lengths = [int(x) for x in sd["episode_lengths"]]
-        self.episode_end_steps = [int(x) for x in sd["episode_end_steps"]]
-
-
-def _select_action(
-    agent: PPOAgent, params: torch.Tensor, dist: Any, method: str, kwargs: dict[str, Any]
-) -> torch.Tensor:
-    """Sample an action: ``basic`` from pi, ``greedy`` its mode, ``temperature``/``topk``."""
-    if method == "basic":
-        return dist.sample()
-    if method == "greedy":
-        return params.argmax(-1) if agent.discrete else params
-    if method == "temperature":
-        temp = float(kwargs.get("temperature", 1.0))
-        if not temp > 0:
-            raise ConfigError(f"temperature: expected > 0, got {temp}")
-        if agent.discrete:
-            return torch.distributions.Categorical(logits=params / temp).sample()
-        return params + temp * agent.actor_logstd.exp() * torch.randn_like(params)
-    if method == "topk":
-        if not agent.discrete:
-            raise ConfigError("sampling_method: 'topk' needs a Discrete action space")
-        k = int(kwargs.get("k", 1))
-        if not 1 <= k <= params.shape[-1]:
-            raise ConfigError(f"k: expected 1 <= k <= {params.shape[-1]}, got {k}")
-        kth = params.topk(k, dim=-1).values[..., -1:]
-        masked = params.masked_fill(params < kth, float("-inf"))
-        return torch.distributions.Categorical(logits=masked).sample()
-    raise ConfigError(f"sampling_method: expected one of {SAMPLING_METHODS}, got {method!r}")
-
-
-def _stack_final_obs(final_obs: np.ndarray, idx: np.ndarray) -> Any:
-    items = [final_obs[i] for i in idx]
-    if isinstance(items[0], dict):
-        return {k: np.stack([o[k] for o in items]) for k in items[0]}
-    return np.stack(items)
-
-
-def run_rollout(
-    agent: PPOAgent,
-    buffer: RolloutBuffer,
-    num_steps: int,
-    envs: gym.vector.VectorEnv,
-    state: RolloutState,
-    trajectory_writer: Any = None,
-    sampling_method: str = "basic",
-    sampling_kwargs: dict[str, Any] | None = None,
-) -> RolloutState:
-    """Collect ``num_steps`` steps of every env into ``buffer`` and compute GAE returns.
-
-    Per step: act on ``state.next_obs`` (no grad), step the envs, store
-    ``(obs, action, logp, value, reward, terminated, truncated)`` with ``final_value =
-    V(final_obs)`` for truncated envs and the agent's pre-step hidden state, reset the memory
-    of finished envs. At the end: ``buffer.compute_returns(V(next_obs))``.
-    """
-    kwargs = sampling_kwargs or {}
-    memory = agent.start_of_rollout(state.memory)
-    obs, ep_time = state.next_obs, state.episode_time
-    n = envs.num_envs
-    for _ in range(num_steps):
-        with torch.no_grad():
-            params, value, hidden, new_memory = agent._step(obs, memory, ep_time)
-            dist = agent.distribution(params)
-            action = _select_action(agent, params, dist, sampling_method, kwargs)
-            logp = dist.log_prob(action)
-        env_action = agent.env_action(action)
-        next_raw, reward, terminated, truncated, info = envs.step(env_action)
-        next_obs = agent.preprocess(next_raw, agent.device)
-        final_value = None
-        boot = truncated & ~terminated
-        if boot.any():  # bootstrap from the real successor, not the reset observation
-            idx = np.flatnonzero(boot)
-            succ = next_obs.clone()
-            succ[torch.as_tensor(idx)] = agent.preprocess(
-                _stack_final_obs(info["final_obs"], idx), agent.device
-            )
-            with torch.no_grad():
-                final_value = agent.get_value(succ, new_memory, ep_time + 1)
-        buffer.add(
-            obs, action, logp, value, reward, terminated, truncated,
-            final_value=final_value, hidden=hidden,
-        )  # fmt: skip
-        if trajectory_writer is not None:
-            trajectory_writer.accumulate_trajectory(
-                next_raw, reward, terminated, truncated, env_action, info
-            )
-        done = terminated | truncated
-        state.episode_return += reward
-        state.global_step += n
-        ep_time = ep_time + 1
-        if done.any():
-            for i in np.flatnonzero(done):
-                state.episode_returns.append(float(state.episode_return[i]))
-                state.episode_lengths.append(int(ep_time[i]))
-                state.episode_end_steps.append(state.global_step)
-            state.episode_return[done] = 0.0
-            done_t = torch.as_tensor(done, device=agent.device)
-            ep_time = torch.where(done_t, torch.zeros_like(ep_time), ep_time)
-            new_memory = agent.reset_memory(new_memory, done_t)
-        obs, memory = next_obs, new_memory
-    memory = agent.start_of_rollout(memory)  # bootstrap with the context the next rollout has
-    with torch.no_grad():
-        last_value = agent.get_value(obs, memory, ep_time)
-    buffer.compute_returns(last_value)
-    state.next_obs, state.memory, state.episode_time = obs, memory, ep_time
-    return state
 
 
 @dataclass
@@ -347,120 +147,6 @@ def _checkpoint_updates(num_updates: int, num_checkpoints: int) -> set[int]:
         return set()
     k = min(num_checkpoints, num_updates)
     return {int(round(num_updates * (i + 1) / k)) for i in range(k)}
-
-
-class RunLogger:
-    """TensorBoard / W&B scalars, the tqdm bar and the learning-curve plot of one run."""
-
-    def __init__(
-        self, cfg: TrainConfig, run_dir: str | Path | None, total_steps: int, state: RolloutState
-    ) -> None:
-        self.tb: Any = None
-        self.wandb: Any = None
-        self.bar: Any = None
-        self.n_episodes = len(state.episode_returns)  # already logged (resumed runs)
-        self.last_step = state.global_step
-        if run_dir is not None and cfg.run.track:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                print(
-                    "rlstore train: no TensorBoard logs: the tensorboard package is not "
-                    "installed (pip install 'rlstore[train]')",
-                    file=sys.stderr,
-                )
-            else:
-                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
-        if cfg.run.wandb:
-            try:
-                import wandb
-            except ImportError:
-                print(
-                    "rlstore train: --wandb ignored: the wandb package is not installed "
-                    "(pip install 'rlstore[wandb]'); logging to TensorBoard only.",
-                    file=sys.stderr,
-                )
-            else:
-                self.wandb = wandb.init(
-                    mode="offline", dir=str(run_dir or "."), project=cfg.run.wandb_project_name,
-                    entity=cfg.run.wandb_entity, name=cfg.run.exp_name, config=cfg.to_dict(),
-                )  # fmt: skip
-        if cfg.run.progress_bar:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=total_steps, initial=state.global_step, unit="step", file=sys.stderr,
-                dynamic_ncols=True, desc=cfg.environment.env_id,
-            )  # fmt: skip
-
-    def _scalar(self, name: str, value: float, step: int) -> None:
-        if self.tb is not None:
-            self.tb.add_scalar(name, value, step)
-        if self.wandb is not None:
-            self.wandb.log({name: value, "global_step": step})
-
-    def log_update(self, update: int, state: RolloutState, info: dict[str, float]) -> None:
-        """Log the episodes finished since the last call and the update's diagnostics."""
-        for i in range(self.n_episodes, len(state.episode_returns)):
-            step = state.episode_end_steps[i]
-            self._scalar("charts/episodic_return", state.episode_returns[i], step)
-            self._scalar("charts/episodic_length", state.episode_lengths[i], step)
-        self.n_episodes = len(state.episode_returns)
-        step = state.global_step
-        for key in ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl",
-                    "clipfrac", "explained_variance"):  # fmt: skip
-            if key in info:
-                self._scalar(f"losses/{key}", info[key], step)
-        self._scalar("charts/learning_rate", info["lr"], step)
-        self._scalar("charts/SPS", info["sps"], step)
-        if self.bar is not None:
-            recent = state.episode_returns[-20:]
-            self.bar.update(step - self.last_step)
-            self.bar.set_postfix(
-                sps=f"{info['sps']:.0f}",
-                ret=f"{np.mean(recent):.1f}" if recent else "-",
-                upd=update,
-            )
-        self.last_step = step
-
-    def close(self, state: RolloutState) -> None:
-        """Flush and close the writers and the bar."""
-        if self.bar is not None:
-            self.bar.close()
-        if self.tb is not None:
-            self.tb.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-
-    @staticmethod
-    def plot_learning_curve(stats: TrainStats, path: Path) -> None:
-        """Episode returns against env steps, with the mean of the last 20 episodes (PNG)."""
-        try:
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.figure import Figure
-        except ImportError:
-            print(
-                "rlstore train: no learning-curve plot: matplotlib is not installed "
-                "(pip install 'rlstore[train]')",
-                file=sys.stderr,
-            )
-            return
-
-        fig = Figure(figsize=(7, 4), dpi=100)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        x = np.asarray(stats.episode_end_steps)
-        r = np.asarray(stats.episode_returns, dtype=np.float64)
-        if r.size:
-            ax.plot(x, r, ".", alpha=0.3, markersize=3, label="episode return")
-            w = min(20, r.size)
-            ax.plot(x[w - 1 :], np.convolve(r, np.ones(w) / w, "valid"), label=f"mean of last {w}")
-            ax.legend(loc="lower right")
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("episodic return")
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(str(path))
 
 
 def train_ppo(
