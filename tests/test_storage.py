@@ -124,3 +124,30 @@ def test_ring_pickle_keeps_field_arrays_as_views_of_the_records(packed: bool) ->
     np.testing.assert_array_equal(got["x"][:, 0], [1, 1, 7, 7])
     np.testing.assert_array_equal(got["f"], [True, False, False, True])
     np.testing.assert_array_equal(back.arrays["x"], back.flat["x"].reshape(3, 2, 2))
+
+
+@pytest.mark.parametrize("obs_shape", [(17,), (24, 24, 4)])  # 98-byte and 2.3-kB records
+def test_gather_strategies_agree_with_the_unpacked_layout(obs_shape: tuple[int, ...]) -> None:
+    """Whole-record gathers (small records) and per-field gathers (large records) must both
+    return exactly what the plain one-array-per-field layout returns, as contiguous arrays."""
+    specs = {
+        "obs": FieldSpec("obs", obs_shape, np.uint8),
+        "action": FieldSpec("action", (6,), np.float32),
+        "terminated": FieldSpec("terminated", (), np.bool_),
+    }
+    rng = np.random.default_rng(0)
+    packed, plain = RingStorage(16, 2, specs), RingStorage(16, 2, specs, packed=False)
+    for _ in range(20):  # wraps around
+        row = {
+            "obs": rng.integers(0, 255, (2, *obs_shape), dtype=np.uint8),
+            "action": rng.standard_normal((2, 6)).astype(np.float32),
+            "terminated": rng.random(2) < 0.5,
+        }
+        packed.write_row(row)
+        plain.write_row(row)
+    idx = rng.integers(0, 32, 64)
+    got, want = packed.gather(idx), plain.gather(idx)
+    for name in ("obs", "action", "terminated"):
+        np.testing.assert_array_equal(got[name], want[name])
+        assert got[name].flags.c_contiguous
+    np.testing.assert_array_equal(packed.gather(idx, ["obs"])["obs"], want["obs"])

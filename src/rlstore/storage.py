@@ -33,6 +33,11 @@ from rlstore.specs import FieldSpec
 __all__ = ["RingStorage", "SideStore"]
 
 
+# Packed records up to this size are gathered whole; larger ones field by field (measured:
+# whole-record gathers win for ~100-byte vector records, per-field ones for image records).
+GATHER_WHOLE_RECORDS_MAX_BYTES = 1024
+
+
 class RingStorage:
     """Per-field preallocated arrays ``(capacity_per_env, num_envs, *shape)`` with a ring cursor.
 
@@ -123,9 +128,15 @@ class RingStorage:
             ``{name: (B, *shape)}`` contiguous arrays (safe to hand to ``torch.from_numpy``).
         """
         names = list(self.specs) if names is None else names
-        if self._flat_records is not None:
-            rec = self._flat_records.take(flat_index)
+        recs = self._flat_records
+        if recs is not None and recs.dtype.itemsize <= GATHER_WHOLE_RECORDS_MAX_BYTES:
+            # small records: one gather of whole records, then a compact copy per field
+            rec = recs.take(flat_index)
             return {k: rec[k].copy() for k in names}
+        if recs is not None:
+            # large records (images): gather each field straight from its strided view, so the
+            # bytes of a big observation are copied once, not twice
+            return {k: recs[k][flat_index] for k in names}
         return {k: self.flat[k].take(flat_index, axis=0) for k in names}
 
     def physical_rows(self, logical: np.ndarray) -> np.ndarray:
