@@ -157,7 +157,8 @@ class OnlineTrainConfig(_Config):
     update_epochs: int = Field(4, ge=1)
     """Passes over the rollout per update."""
     norm_adv: bool = True
-    """Normalize advantages per minibatch: ``(A - mean) / (std + 1e-8)``, sample std (ddof=1)."""
+    """Normalize advantages per minibatch with :func:`rlstore.returns.normalize_advantages`:
+    ``(A - mean) / (std + 1e-8)``, population std (ddof=0)."""
     clip_coef: float = Field(0.2, gt=0)
     """PPO ratio clip epsilon."""
     anneal_clip: bool = False
