@@ -234,6 +234,9 @@ def same_state(a: dict, b: dict) -> bool:
             "action: expected a leading env axis of size 2",
         ),
         ("hidden", torch.zeros(2, 5), "hidden: expected hidden=None"),
+        # fast-path-shaped inputs (float32 / bool tensors) that must still be rejected
+        ("logp", torch.tensor([float("inf"), 0.0]), "logp: expected finite"),
+        ("truncated", torch.tensor([False, True]), r"final_value: expected V\(final_obs\)"),
     ],
 )
 def test_rejected_add_names_field_and_leaves_buffer_unchanged(field, bad, match):
@@ -646,3 +649,82 @@ def test_contents_after_any_sequence_of_adds_match_a_list_model(ops):
             assert b.rewards[:, 0].tolist() == [r for r, _ in model]
             assert b.terminated[:, 0].tolist() == [d for _, d in model]
             assert b.obs[:, 0, 0].tolist() == [r for r, _ in model]
+
+
+# ----------------------------------------------------------------------------- fast add path
+
+
+def _state_bytes(tree):
+    """Flatten a state_dict to {path: (dtype, shape, raw bytes)} / JSON scalars."""
+    if isinstance(tree, dict):
+        return {f"{k}/{p}": v for k, sub in tree.items() for p, v in _state_bytes(sub).items()}
+    if isinstance(tree, (tuple, list)) and tree and isinstance(tree[0], torch.Tensor):
+        return {f"{i}/{p}": v for i, s in enumerate(tree) for p, v in _state_bytes(s).items()}
+    if isinstance(tree, torch.Tensor):
+        return {"": (tree.dtype, tuple(tree.shape), tree.contiguous().numpy().tobytes())}
+    if isinstance(tree, np.ndarray):
+        return {"": (tree.dtype, tree.shape, tree.tobytes())}
+    return {"": tree}
+
+
+@pytest.mark.parametrize("intrinsic", [None, IntrinsicConfig()])
+def test_fast_and_slow_add_paths_store_identical_bytes(monkeypatch, intrinsic):
+    """The same adds through the fast path and the validating twin give identical storage."""
+    from rlstore.buffers.rollout_checks import StepChecker
+
+    T, N = 6, 3
+    calls = {"step": 0}
+    orig_step = StepChecker.step
+
+    def counting_step(self, *args, **kwargs):
+        calls["step"] += 1
+        return orig_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(StepChecker, "step", counting_step)
+    fast, slow = (RolloutBuffer(T, N, intrinsic=intrinsic, seed=0) for _ in range(2))
+    slow._fast_add = False
+    rng = np.random.default_rng(0)
+
+    def step_args(t: int) -> dict:
+        term = rng.random(N) < 0.3
+        trunc = rng.random(N) < 0.4
+        fv = rng.normal(size=N)
+        fv[~(trunc & ~term)] = np.nan  # never read: must be stored as 0.0 by both paths
+        args = dict(
+            obs={"x": torch.randn(N, 4), "im": torch.randint(0, 255, (N, 2), dtype=torch.uint8)},
+            action=torch.randint(0, 5, (N,)),
+            logp=torch.randn(N),
+            value=torch.randn(N),
+            reward=rng.normal(size=N),  # float64 numpy (gymnasium)
+            terminated=term,
+            truncated=torch.as_tensor(trunc),
+            final_value=fv if (trunc & ~term).any() or t % 2 else None,
+            hidden=(torch.randn(N, 1, 2), torch.randn(N, 1, 2)),
+        )
+        if intrinsic is not None:
+            args |= dict(int_reward=rng.normal(size=N).astype(np.float32), int_value=torch.randn(N))
+        return args
+
+    fallbacks = {  # unusual but valid inputs: converted by the slow path
+        2: dict(value=torch.randn(N, 1), reward=rng.normal(size=N).tolist()),
+        4: dict(logp=torch.randn(N, dtype=torch.float64)),
+    }
+    for rollout in range(2):
+        for t in range(T):
+            args = step_args(t) | fallbacks.get(t, {})
+            if t == 4:  # 0/1 int flags instead of bool
+                args["terminated"] = args["terminated"].astype(np.int64)
+            if t == 3:  # reversed dict key order: leaves must still land in the right field
+                args["obs"] = dict(reversed(list(args["obs"].items())))
+            before = calls["step"]
+            fast.add(**args)
+            first = rollout == 0 and t == 0
+            assert calls["step"] - before == (1 if first or t in fallbacks else 0)
+            slow.add(**args)
+            assert calls["step"] - before == (2 if first or t in fallbacks else 1)
+            got = fast.get()
+            assert torch.equal(got.obs["im"][t], args["obs"]["im"])
+        fast.reset(), slow.reset()
+    a, b = _state_bytes(fast.state_dict()), _state_bytes(slow.state_dict())
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
+    assert len(a) > 10  # the comparison covered the storage, not an empty dict

@@ -105,3 +105,65 @@ def test_step_validates_everything_and_writes_nothing():
     both = step_args(int_reward=np.ones(2), int_value=np.full(2, 3.0))
     res = chk.step(both, stored, hidden_given=None, has_intrinsic=True)
     assert res.floats.shape == (6, 2) and res.floats[5].tolist() == [3.0, 3.0]
+
+
+def test_fast_step_matches_step_or_falls_back_on_anything_unusual():
+    """fast_step returns step's result exactly for conversion-free inputs, else None."""
+    N, chk = 3, StepChecker(3, CPU)
+    stored = {
+        "obs": {"x": torch.zeros(4, N, 2), "im": torch.zeros(4, N, 1, dtype=torch.uint8)},
+        "actions": torch.zeros(4, N, dtype=torch.int64),
+        "hidden": (torch.zeros(4, N, 5), torch.zeros(4, N, 5)),
+        "final_values": torch.zeros(4, N),
+    }
+    g = torch.Generator().manual_seed(0)
+    good = step_args(
+        N,
+        obs={"im": torch.ones(N, 1, dtype=torch.uint8), "x": torch.randn(N, 2, generator=g)},
+        action=torch.tensor([0, 1, 2]),
+        logp=torch.randn(N, generator=g),
+        value=torch.randn(N, generator=g),
+        reward=np.array([0.1, -2.5, 1e-9]),  # float64 numpy, as gymnasium returns it
+        terminated=np.array([True, False, False]),
+        truncated=torch.tensor([True, True, False]),  # env 1 bootstraps, env 0 terminates
+        final_value=np.array([np.nan, 4.0, np.inf]),  # read only where truncated & ~terminated
+        hidden=[torch.randn(N, 5, generator=g), torch.randn(N, 5, generator=g)],
+    )
+    kw = {"hidden_given": True, "has_intrinsic": False}
+    fast, slow = chk.fast_step(good, stored, **kw), chk.step(good, stored, **kw)
+    assert fast is not None
+    assert fast.floats.numpy().tobytes() == slow.floats.numpy().tobytes()
+    assert fast.floats[3].tolist() == [0.0, 4.0, 0.0]  # hand: only env 1 bootstraps
+    assert list(fast.row["obs"]) == ["x", "im"]  # the stored key order
+    assert isinstance(fast.row["hidden"], tuple)
+    for a, b in [(fast.terminated, slow.terminated), (fast.truncated, slow.truncated)]:
+        assert a.dtype == b.dtype == torch.bool and torch.equal(a, b)
+    for a, b in zip(*(_leaves(r.row) for r in (fast, slow)), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    unusual = [
+        {"reward": [0.0, 1.0, 2.0]},  # a list: needs conversion
+        {"value": torch.zeros(N, 1)},  # (N, 1): accepted by step, reshaped
+        {"logp": torch.zeros(N, dtype=torch.float64)},  # needs a cast
+        {"logp": torch.zeros(N, requires_grad=True)},
+        {"terminated": np.array([1, 0, 0])},  # 0/1 ints
+        {"reward": np.zeros(2 * N)[::2]},  # not contiguous
+        {"reward": np.array([0.0, np.nan, 0.0])},  # non-finite: step raises
+        {"final_value": None},  # env 1 needs one: step raises
+        {"action": torch.zeros(N, dtype=torch.int32)},
+        {"obs": {"x": torch.zeros(N, 2)}},  # a key missing
+        {"hidden": None},
+        {"hidden": (torch.zeros(N, 5),)},
+        {"int_reward": np.zeros(N), "int_value": np.zeros(N)},  # no intrinsic stream
+    ]
+    for over in unusual:
+        assert chk.fast_step(good | over, stored, **kw) is None, over
+    assert chk.fast_step(good, stored, hidden_given=None, has_intrinsic=False) is None
+    assert chk.fast_step(good, stored, hidden_given=True, has_intrinsic=True) is None
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        return [x for k in tree for x in _leaves(tree[k])]
+    if isinstance(tree, tuple):
+        return [x for v in tree for x in _leaves(v)]
+    return [tree]

@@ -101,6 +101,7 @@ class RolloutBuffer:
         self.intrinsic = intrinsic
         self.device = torch.device(device)
         self._check = StepChecker(self.num_envs, self.device)
+        self._fast_add = True  # False forces StepChecker.step (the slow twin; for tests)
         self._seed = None if seed is None or isinstance(seed, np.random.Generator) else int(seed)
         self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         T, N = self.num_steps, self.num_envs
@@ -202,6 +203,10 @@ class RolloutBuffer:
         Raises:
             CapacityError: the buffer already holds ``num_steps`` steps.
             SpecError: a field has the wrong shape, dtype or structure, or non-finite values.
+
+        After the first add, inputs that already have the stored dtypes, device and shapes
+        take a conversion-free fast path (:meth:`StepChecker.fast_step`); anything else goes
+        through the validating :meth:`StepChecker.step`. Both store identical bytes.
         """
         if self._pos >= self.num_steps:
             raise CapacityError(
@@ -222,9 +227,11 @@ class RolloutBuffer:
             "int_value": int_value,
         }
         d = self._data
-        row, block, term, trunc = self._check.step(
-            args, d, hidden_given=self._hidden_given, has_intrinsic=self.intrinsic is not None
-        )
+        kw = {"hidden_given": self._hidden_given, "has_intrinsic": self.intrinsic is not None}
+        # fast path (no conversion) when the inputs already match the storage; None -> the
+        # validating slow twin, which also raises the errors
+        checked = self._check.fast_step(args, d, **kw) if self._fast_add else None
+        row, block, term, trunc = checked or self._check.step(args, d, **kw)
         # ---- everything validated: allocate lazily, then write
         T = self.num_steps
         for k in ("obs", "actions", "hidden"):
@@ -233,6 +240,9 @@ class RolloutBuffer:
         self._hidden_given = hidden is not None
         p = self._pos
         for k, v in row.items():
+            if isinstance(v, torch.Tensor):  # the common single-tensor field
+                d[k][p] = v
+                continue
             for dst, src in zip(tree_leaves(d[k]), tree_leaves(v), strict=True):
                 dst[p] = src
         self._floats[:, p] = block

@@ -1,13 +1,18 @@
 """Input validation of :class:`rlstore.buffers.rollout.RolloutBuffer` (constructor and ``add``).
 
 Everything here validates and converts, and writes nothing: ``RolloutBuffer.add`` calls
-:meth:`StepChecker.step` first and only then touches its storage, so a rejected add leaves the
-buffer unchanged. Errors are :class:`~rlstore.errors.SpecError` / :class:`ConfigError` whose
-messages name the argument, the expected shape/dtype/range and what arrived.
+:meth:`StepChecker.fast_step` (after the first add) or :meth:`StepChecker.step` first and only
+then touches its storage, so a rejected add leaves the buffer unchanged. ``fast_step`` is the
+cached fast path for inputs that already have the stored dtypes, device and shapes (cheap
+attribute comparisons, no conversion); it returns None for anything unusual, and ``step`` (the
+slow, obviously-correct twin) then validates, converts and raises the error messages.
+Errors are :class:`~rlstore.errors.SpecError` / :class:`ConfigError` whose messages name
+the argument, the expected shape/dtype/range and what arrived.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -137,7 +142,8 @@ class StepChecker:
                 raise SpecError(f"{name}: expected keys {want} like the first add, got {sorted(x)}")
             if not x:
                 raise SpecError(f"{name}: expected a non-empty dict, got {{}}")
-            return {k: self.tree(f"{name}[{k!r}]", v, stored and stored[k]) for k, v in x.items()}
+            keys = x if stored is None else stored  # the stored key order: leaves are zipped
+            return {k: self.tree(f"{name}[{k!r}]", x[k], stored and stored[k]) for k in keys}
         if isinstance(x, (tuple, list)) and name.startswith("hidden"):
             if stored is not None and (not isinstance(stored, tuple) or len(stored) != len(x)):
                 raise SpecError(
@@ -225,3 +231,106 @@ class StepChecker:
             i = int((~torch.isfinite(block)).any(dim=1).nonzero()[0])
             raise SpecError(f"{_FLOAT_ARGS[i]}: expected finite values, got {floats[i].tolist()}")
         return CheckedStep(row, block, term, trunc)
+
+    # ------------------------------------------------------------------ fast path
+
+    def fast_step(
+        self,
+        args: Mapping[str, Any],
+        stored: Mapping[str, Any],
+        *,
+        hidden_given: bool | None,
+        has_intrinsic: bool,
+    ) -> CheckedStep | None:
+        """The :meth:`step` of inputs that need no conversion, or None to fall back to it.
+
+        Taken after the first add when ``obs`` / ``action`` / ``hidden`` are tensors of the
+        stored dtype, device and per-step shape (not requiring grad), the per-env scalars are
+        ``(N,)`` float32 tensors or native float32/float64 numpy arrays, the flags are ``(N,)``
+        bool tensors or arrays, and all floats are finite (one fused reduction). Anything else
+        (including every input :meth:`step` would reject) returns None; the result is then
+        computed, or the error raised, by :meth:`step`, which this matches byte for byte.
+        """
+        if hidden_given is None or "obs" not in stored or "actions" not in stored:
+            return None
+        obs = _same_tree(args["obs"], stored["obs"])
+        action = _same_tree(args["action"], stored["actions"])
+        if obs is None or action is None:
+            return None
+        row: dict[str, Any] = {"obs": obs, "actions": action}
+        hidden = args["hidden"]
+        if (hidden is not None) != hidden_given:
+            return None
+        if hidden is not None:
+            row["hidden"] = _same_tree(hidden, stored.get("hidden"))
+            if row["hidden"] is None:
+                return None
+        dev = stored["final_values"].device  # resolved ("cuda:0", not "cuda") like the inputs
+        term = self._fast_vector(args["terminated"], dev, flag=True)
+        trunc = self._fast_vector(args["truncated"], dev, flag=True)
+        names = ["logp", "value", "reward"]
+        if has_intrinsic:
+            names += ["int_reward", "int_value"]
+        elif args["int_reward"] is not None or args["int_value"] is not None:
+            return None
+        vecs = [self._fast_vector(args[k], dev) for k in names]
+        if term is None or trunc is None or any(v is None for v in vecs):
+            return None
+        block = torch.empty(len(vecs) + 1, self.num_envs, device=dev)  # (K, N) float32
+        for i, v in zip((0, 1, 2, 4, 5), vecs, strict=False):
+            block[i].copy_(v)
+        if args["final_value"] is None:
+            if bool(trunc.any()) and bool((trunc & ~term).any()):  # needs a final_value
+                return None
+            block[3].zero_()
+        else:
+            final_value = self._fast_vector(args["final_value"], dev)
+            if final_value is None:
+                return None
+            block[3].copy_(final_value).masked_fill_(term | ~trunc, 0.0)  # keep trunc & ~term
+        # one fused reduction: the sum is finite unless an entry is NaN / inf (or it overflows,
+        # a false alarm that only costs the fallback)
+        if not math.isfinite(block.sum().item()):
+            return None
+        return CheckedStep(row, block, term, trunc)
+
+    def _fast_vector(
+        self, x: Any, device: torch.device, *, flag: bool = False
+    ) -> torch.Tensor | None:
+        """``x`` as a tensor if it is an ``(N,)`` per-env vector needing no validation, else None.
+
+        Flags come back bool on the device; float numpy arrays come back as CPU views (the
+        caller's ``copy_`` casts them to float32 exactly like :meth:`vector`'s ``.to``).
+        """
+        if isinstance(x, torch.Tensor):
+            ok = x.dtype == torch.bool if flag else x.dtype == torch.float32
+            ok = ok and x.device == device and not x.requires_grad
+        elif isinstance(x, np.ndarray):
+            ok = x.dtype == np.bool_ if flag else x.dtype in (np.float32, np.float64)
+            ok = ok and x.flags.c_contiguous and x.flags.writeable  # from_numpy: no warning
+            if not (ok and x.shape == (self.num_envs,)):
+                return None
+            t = torch.from_numpy(x)
+            return t.to(device) if flag else t
+        else:
+            return None
+        return x if ok and x.shape == (self.num_envs,) else None
+
+
+def _same_tree(x: Any, stored: Any) -> Any:
+    """``x`` as a tree like ``stored`` (tuple for list) if every leaf is a tensor of the stored
+    dtype, device and per-step shape ``stored.shape[1:]`` not requiring grad, else None."""
+    if isinstance(stored, torch.Tensor):
+        ok = isinstance(x, torch.Tensor) and x.dtype == stored.dtype and x.device == stored.device
+        return x if ok and x.shape == stored.shape[1:] and not x.requires_grad else None
+    if isinstance(stored, dict):
+        if not isinstance(x, dict) or len(x) != len(stored):
+            return None
+        out = {k: _same_tree(x.get(k), v) for k, v in stored.items()}
+    elif isinstance(stored, tuple):
+        if not isinstance(x, (tuple, list)) or len(x) != len(stored):
+            return None
+        out = tuple(_same_tree(a, b) for a, b in zip(x, stored, strict=True))
+    else:
+        return None
+    return None if any(v is None for v in (out.values() if isinstance(out, dict) else out)) else out
