@@ -144,3 +144,36 @@ def test_shape_mismatch_names_the_argument() -> None:
         ppo_loss(a, a, a, a, a, torch.zeros(3), a)
     with pytest.raises(SpecError, match="mask"):
         ppo_loss(a, a, a, a, a, a, a, mask=torch.ones(2))
+
+
+@pytest.mark.parametrize("clip_vloss", [True, False])
+def test_zero_entropy_coef_keeps_value_and_gradient(clip_vloss: bool) -> None:
+    # with ent_coef = 0 the entropy term is left out of the graph; the loss and the gradients
+    # must equal those of the full formula pg - 0 * mean(entropy) + vf_coef * v_loss, written out
+    # here by hand over the same leaves (the entropy branch contributes exact zeros there)
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(16, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    v_new = torch.randn(16, generator=gen, dtype=torch.float64, requires_grad=True)
+    actions = torch.randint(0, 3, (16,), generator=gen)
+    old_lp = torch.randn(16, generator=gen, dtype=torch.float64) - 1.0
+    adv, v_old, ret = (torch.randn(16, generator=gen, dtype=torch.float64) for _ in range(3))
+
+    def parts() -> tuple[torch.Tensor, torch.Tensor]:
+        dist = torch.distributions.Categorical(logits=logits)
+        return dist.log_prob(actions), dist.entropy()
+
+    new_lp, ent = parts()
+    out = ppo_loss(new_lp, old_lp, adv, v_new, v_old, ret, ent, ent_coef=0.0, vf_coef=0.5,
+                   clip_vloss=clip_vloss, norm_adv=False)  # fmt: skip
+    g_logits, g_v = torch.autograd.grad(out.loss, (logits, v_new))
+    new_lp, ent = parts()
+    ratio = (new_lp - old_lp).exp()
+    pg = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)).mean()
+    vu = (v_new - ret) ** 2
+    if clip_vloss:
+        vu = torch.max(vu, (v_old + (v_new - v_old).clamp(-0.2, 0.2) - ret) ** 2)
+    full = pg - 0.0 * ent.mean() + 0.5 * (0.5 * vu.mean())
+    r_logits, r_v = torch.autograd.grad(full, (logits, v_new))
+    assert out.loss.item() == full.item()
+    assert torch.equal(g_logits, r_logits) and torch.equal(g_v, r_v)
+    assert out.entropy.item() == ent.mean().item() and out.entropy.requires_grad

@@ -11,7 +11,8 @@ minibatch; ``mask`` marks real entries of padded recurrent minibatches):
 * policy loss ``pg = mean(max(-A r, -A clip(r, 1-eps, 1+eps)))``
 * value loss, clipped: ``0.5 mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``,
   unclipped: ``0.5 mean((v - R)^2)``
-* total ``pg - ent_coef * mean(entropy) + vf_coef * v_loss``
+* total ``pg - ent_coef * mean(entropy) + vf_coef * v_loss`` (with ``ent_coef == 0`` the
+  entropy term is left out of the graph: same value, the backward pass skips the entropy branch)
 * diagnostics: ``approx_kl = mean((r - 1) - log r)`` (k3), ``old_approx_kl = mean(-log r)``,
   ``clipfrac = mean(|r - 1| > eps)``; all means are over the masked entries.
 
@@ -113,9 +114,11 @@ def ppo_loss(
         advantages = normalize_advantages(advantages, mask=m, eps=ADV_EPS)
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
-    pg1 = -advantages * ratio
-    pg2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-    pg_loss = _masked_mean(torch.max(pg1, pg2), m)
+    neg_adv = -advantages
+    pg_loss = _masked_mean(
+        torch.max(neg_adv * ratio, neg_adv * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)),
+        m,
+    )
     v_unclipped = (new_values - returns) ** 2
     if clip_vloss:
         v_clipped = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
@@ -123,11 +126,17 @@ def ppo_loss(
     else:
         v_loss = 0.5 * _masked_mean(v_unclipped, m)
     ent = _masked_mean(entropy, m)
-    loss = pg_loss - ent_coef * ent + vf_coef * v_loss
-    with torch.no_grad():
-        approx_kl = _masked_mean((ratio - 1.0) - logratio, m)
-        old_approx_kl = _masked_mean(-logratio, m)
-        clipfrac = _masked_mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), m)
+    if ent_coef == 0.0:
+        # pg - 0 * ent == pg exactly and the entropy branch would only add exact zeros to the
+        # gradient: keep it out of ``loss`` so backward skips it (``ent`` stays differentiable)
+        loss = pg_loss + vf_coef * v_loss
+    else:
+        loss = pg_loss - ent_coef * ent + vf_coef * v_loss
+    # diagnostics on detached tensors (no graph, no grad-mode switch)
+    lr_d, r1 = logratio.detach(), ratio.detach() - 1.0
+    approx_kl = _masked_mean(r1 - lr_d, m)
+    old_approx_kl = _masked_mean(-lr_d, m)
+    clipfrac = _masked_mean((r1.abs() > clip_coef).to(ratio.dtype), m)
     return PPOLoss(loss, pg_loss, v_loss, ent, approx_kl, old_approx_kl, clipfrac)
 
 
