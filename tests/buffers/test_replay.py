@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from _helpers import flat_state
 
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
 from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
@@ -15,23 +16,6 @@ from rlstore.specs import FieldSpec
 
 def o(v: float, d: int = 3) -> np.ndarray:
     return np.full(d, v, np.float32)
-
-
-def flat_state(buf: ReplayBuffer) -> dict[str, bytes | str]:
-    """Every leaf of state_dict: arrays as dtype/shape/bytes, scalars as JSON."""
-    out: dict[str, bytes | str] = {}
-
-    def walk(prefix: str, x) -> None:
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(f"{prefix}/{k}", v)
-        elif isinstance(x, np.ndarray):
-            out[prefix] = f"{x.dtype}{x.shape}".encode() + x.tobytes()
-        else:
-            out[prefix] = json.dumps(x)
-
-    walk("", buf.state_dict())
-    return out
 
 
 def test_single_adds_hand_case_with_wraparound_done_and_discontinuity() -> None:

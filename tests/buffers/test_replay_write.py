@@ -11,34 +11,17 @@ exactly as it was.
 from __future__ import annotations
 
 import copy
-import json
 import pickle
 import warnings
 from typing import Any
 
 import numpy as np
 import pytest
+from _helpers import flat_state
 
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec
-
-
-def flat_state(buf: ReplayBuffer) -> dict[str, bytes | str]:
-    """Every leaf of state_dict: arrays as dtype/shape/bytes, scalars as JSON."""
-    out: dict[str, bytes | str] = {}
-
-    def walk(prefix: str, x: Any) -> None:
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(f"{prefix}/{k}", v)
-        elif isinstance(x, np.ndarray):
-            out[prefix] = f"{x.dtype}{x.shape}".encode() + x.tobytes()
-        else:
-            out[prefix] = json.dumps(x)
-
-    walk("", buf.state_dict())
-    return out
 
 
 def count_general(buf: ReplayBuffer) -> list[int]:
