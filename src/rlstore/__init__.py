@@ -25,7 +25,7 @@ from rlstore.errors import (
 )
 from rlstore.minibatches import Minibatch, TrajectoryMinibatch
 from rlstore.normalize import DiscountedReturnNormalizer, RunningMeanStd
-from rlstore.returns import discount_cumsum, gae, nstep, normalize_advantages, td_lambda, vtrace
+from rlstore.returns import discount_cumsum, gae, normalize_advantages, nstep, td_lambda, vtrace
 from rlstore.specs import FieldSpec
 from rlstore.vector import AutoresetMode, TransitionAdapter
 

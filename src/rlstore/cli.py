@@ -13,9 +13,18 @@ from collections.abc import Sequence
 
 # sub-command name -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("rlstore.agents.ppo.cli_train", "Train a PPO agent (default: FC agent on CartPole-v1)."),
-    "probe": ("rlstore.agents.ppo.cli_probe", "Train PPO agents on the probe environments; pass/fail table."),
-    "demo": ("rlstore.demo", "Fill a replay buffer from a random policy, sample, save and reload it."),
+    "train": (
+        "rlstore.agents.ppo.cli_train",
+        "Train a PPO agent (default: FC agent on CartPole-v1).",
+    ),
+    "probe": (
+        "rlstore.agents.ppo.cli_probe",
+        "Train PPO agents on the probe environments; pass/fail table.",
+    ),
+    "demo": (
+        "rlstore.demo",
+        "Fill a replay buffer from a random policy, sample, save and reload it.",
+    ),
     "inspect": ("rlstore.inspect", "Print the metadata of a saved buffer or checkpoint folder."),
 }
 
