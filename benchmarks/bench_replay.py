@@ -266,11 +266,15 @@ def run_worker(lib: str, case: Case, repeats: int, seed: int, clock: str = "cpu"
     arrays = storage_nbytes(buf)
     out["array_bytes_per_transition"] = arrays / case.capacity if arrays else None
     out["own_nbytes_per_transition"] = adapter.own_nbytes(buf, case.capacity)
-    t = time_repeats(
-        lambda: [adapter.sample(buf, BATCH_SIZE) for _ in range(case.samples)],
-        items=case.samples,
-        repeats=repeats,
-    )
+    def sample_loop() -> None:
+        # like a training loop: each batch is dropped when the next one is bound (holding all
+        # of them would bill every library for page faults of gigabytes of image batches)
+        batch = None
+        for _ in range(case.samples):
+            batch = adapter.sample(buf, BATCH_SIZE)
+        del batch
+
+    t = time_repeats(sample_loop, items=case.samples, repeats=repeats)
     out["sample"] = _entry(t, clock)
 
     # single adds into the full buffer (steady state: the ring wraps over touched memory);
@@ -363,6 +367,28 @@ def run_in_subprocess(
         return json.loads(out.read_text())
 
 
+def merge_rounds(runs: list[dict]) -> dict:
+    """One result per library from its rounds: the median over rounds of every rate and memory
+    figure; ``seconds`` pools the timed repeats of all rounds (their spread is the ± column)."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    out = dict(ok[0], rounds=len(ok))
+    for key, *_ in WORKLOADS:
+        vals = [r.get(key) for r in ok]
+        if all(isinstance(v, dict) for v in vals):
+            rates = [v["rate"] for v in vals]
+            out[key] = dict(
+                vals[0],
+                rate=statistics.median(rates),
+                round_rates=rates,
+                seconds=[x for v in vals for x in v["seconds"]],
+            )
+        elif all(isinstance(v, (int, float)) for v in vals):
+            out[key] = statistics.median(vals)
+    return out
+
+
 def _value(res: dict, key: str) -> float | None:
     v = res.get(key)
     if isinstance(v, dict):
@@ -424,7 +450,7 @@ def case_tables(case: Case, results: list[dict]) -> tuple[str, list[list[str]]]:
     return markdown_table(headers, rows), summary
 
 
-def method_text(cases: list[Case], repeats: int, clock: str = "cpu") -> str:
+def method_text(cases: list[Case], repeats: int, clock: str = "cpu", rounds: int = 1) -> str:
     """The 'what was measured' section of the report."""
     how = (
         "process CPU time (user + system; the machine is shared, and CPU time is far less "
@@ -433,7 +459,11 @@ def method_text(cases: list[Case], repeats: int, clock: str = "cpu") -> str:
         else "wall-clock time"
     )
     lines = [
-        f"Median of {repeats} timed repeats after one warm-up, each library in a fresh process, "
+        f"{rounds} interleaved round(s) over the libraries (library order rotated each round; "
+        "the machine's speed drifts by up to 2x over minutes, so one pass in a fixed order can "
+        "bias a ratio), each the median of "
+        f"{repeats} timed repeats after one warm-up, each library in a fresh process; a row's "
+        "figure is the median over the rounds, ± the half range of all timed repeats; "
         f"torch with 1 thread; rates from {how}. Ratios are against the best peer "
         "(excluding rlstore) on that row: above 1 is faster for rates, below 1 is smaller "
         "for memory.",
@@ -444,7 +474,7 @@ def method_text(cases: list[Case], repeats: int, clock: str = "cpu") -> str:
             f"- **{c.name}** ({c.shapes}): single add = {c.single_adds:,} one-transition calls "
             f"per repeat; batched add = {c.batched_steps:,} calls of 8 envs; sample = "
             f"{c.samples:,} batches of {BATCH_SIZE} from a buffer filled to capacity, converted "
-            "to torch tensors; memory = growth of anonymous resident memory (`RssAnon`) "
+            "to torch tensors, each dropped when the next is drawn; memory = growth of anonymous resident memory (`RssAnon`) "
             "from before building the buffer to after filling it to capacity through the "
             "library's add path, / capacity; 'sum of arrays' adds `nbytes` of every "
             "array/tensor reachable from the buffer object (not visible for cpprb's C++ storage)."
@@ -464,6 +494,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sizes, for smoke tests")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds over the libraries (median over rounds; default 3, quick 1)",
+    )
+    ap.add_argument(
         "--clock",
         choices=["cpu", "wall"],
         default="cpu",
@@ -478,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 5)
+    args.rounds = args.rounds or (1 if args.quick else 3)
 
     if args.worker:  # child process
         fields = json.loads(args.case_json)
@@ -497,11 +534,13 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[list[str]] = []
     raw: list[dict] = []
     for case in cases:
-        results = []
-        for lib in libs:
-            print(f"[{case.name}] {lib} ...", file=sys.stderr, flush=True)
-            res = run_in_subprocess(lib, case, repeats, args.seed, args.timeout, args.clock)
-            results.append(res)
+        runs: dict[str, list[dict]] = {lib: [] for lib in libs}
+        for r in range(args.rounds):  # interleaved rounds, library order rotated each round
+            for lib in libs[r % len(libs) :] + libs[: r % len(libs)]:
+                print(f"[{case.name}] round {r + 1}/{args.rounds} {lib} ...", file=sys.stderr)
+                res = run_in_subprocess(lib, case, repeats, args.seed, args.timeout, args.clock)
+                runs[lib].append(res)
+        results = [merge_rounds(runs[lib]) for lib in libs]
         raw += results
         table, summ = case_tables(case, results)
         summary += summ
@@ -509,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     summ_headers = ["case", "workload", "rlstore", "best peer", "ratio", "target", "met"]
     sections.insert(0, ("Summary: rlstore vs the best peer", markdown_table(summ_headers, summary)))
     note = "Not importable here, skipped: " + (", ".join(missing) if missing else "none") + "."
-    sections.append(("Method", method_text(cases, repeats, args.clock) + "\n\n" + note))
+    sections.append(("Method", method_text(cases, repeats, args.clock, args.rounds) + "\n\n" + note))
     for heading, body in sections:
         print(f"\n## {heading}\n\n{body}")
     if args.json:

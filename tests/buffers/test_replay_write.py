@@ -1,11 +1,13 @@
 """The fast add path of ReplayBuffer against its slow twin, the general (validating) path.
 
-Two buffers get the same stream of transitions: one as input the fast path takes (numpy arrays
-of the stored dtype and shape, float / bool scalars for single adds), the other as input that
-only the general path accepts (nested Python lists, 0/1 integer flags). After every operation
-their whole ``state_dict`` must be equal byte for byte, and a spy checks that the fast buffer
-really took the fast path. Rejections on the fast path must name the field and leave the buffer
-exactly as it was.
+The fast path has two tiers: the compiled writer (``rlstore._accel``, the common case of
+continuing episodes) and the Python fast path (``_replay_fast.py``); the main test runs with
+the writer on and off. Two buffers get the same stream of transitions: one as input the fast
+path takes (numpy arrays of the stored dtype and shape, float / bool scalars for single adds),
+the other as input that only the general path accepts (nested Python lists, 0/1 integer
+flags). After every operation their whole ``state_dict`` must be equal byte for byte, and a spy
+checks that the fast buffer really took the fast path. Rejections on the fast path must name
+the field and leave the buffer exactly as it was.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 from _helpers import flat_state
 
+from rlstore.buffers._replay_fast import accel_available
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec
@@ -37,11 +40,49 @@ def count_general(buf: ReplayBuffer) -> list[int]:
     return calls
 
 
+class CountingWriter:
+    """Spy around the compiled writer: counts the adds it wrote (it returns True for those)."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer, self.written = writer, 0
+
+    def add(self, *args: Any) -> bool:
+        ok = self.writer.add(*args)
+        self.written += bool(ok)
+        return ok
+
+    def gather(self, *args: Any) -> int:
+        return self.writer.gather(*args)
+
+
+def set_accel(buf: ReplayBuffer, on: bool) -> CountingWriter | None:
+    """Writer on (wrapped in a spy) or off (the Python fast path does everything)."""
+    f = buf._fast
+    assert f is not None
+    if not on:
+        f.writer = None
+        return None
+    if f.writer is None:
+        pytest.skip("rlstore._accel is not built (no C compiler at install)")
+    spy = CountingWriter(f.writer)
+    f.writer = spy
+    return spy
+
+
 class Stream:
     """Rows of ``n`` envs with episode ends, truncations and discontinuities (obs jumps)."""
 
-    def __init__(self, n: int, obs_shape: tuple[int, ...], obs_dtype: Any, act: str, seed: int):
+    def __init__(
+        self,
+        n: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+        act: str,
+        seed: int,
+        p_events: float = 0.3,
+    ):
         self.rng = np.random.default_rng(seed)
+        self.p = [1 - p_events, *[p_events / 3] * 3]
         self.n, self.shape, self.dtype, self.act = n, obs_shape, np.dtype(obs_dtype), act
         self.cur = self.fresh(n)
 
@@ -52,7 +93,7 @@ class Stream:
 
     def row(self) -> dict[str, np.ndarray]:
         n, rng = self.n, self.rng
-        event = rng.choice(4, size=n, p=[0.7, 0.1, 0.1, 0.1])  # go on, term, trunc, jump
+        event = rng.choice(4, size=n, p=self.p)  # go on, term, trunc, jump
         obs = np.where(self._b(event == 3), self.fresh(n), self.cur)
         nxt = self.fresh(n)
         term, trunc = event == 1, event == 2
@@ -121,18 +162,30 @@ def make(
 
 @pytest.mark.parametrize(("n", "single", "shape", "dtype", "act", "cap"), CASES)
 @pytest.mark.parametrize("order", [0, 1])
-def test_fast_path_equals_general_path_byte_for_byte(n, single, shape, dtype, act, cap, order):
+@pytest.mark.parametrize("accel", [True, False], ids=["compiled", "python"])
+def test_fast_path_equals_general_path_byte_for_byte(
+    n, single, shape, dtype, act, cap, order, accel
+):
     stream = Stream(n, shape, dtype, act, seed=cap + n)
     fast = make(n, shape, dtype, act, cap, order)
     slow = make(n, shape, dtype, act, cap, order)
-    assert fast._fast is not None
+    steps = 3 * cap + 5 if n < 8 else 300  # several wrap-arounds
+    row = stream.row()
+    fast.add(**fast_args(row, single, 0))  # allocates: the writer exists from here on
+    slow.add(**general_args(row, single))
+    if order and accel:  # the writer covers the (obs, action, reward, flags) record order only
+        assert fast._fast is not None and fast._fast.writer is None
+        return
+    spy = set_accel(fast, accel)
     general_calls = count_general(fast)
-    for step in range(3 * cap + 5):  # several wrap-arounds
+    for step in range(1, steps):
         row = stream.row()
         fast.add(**fast_args(row, single, step))
         slow.add(**general_args(row, single))
         assert flat_state(fast) == flat_state(slow), f"step {step}"
     assert general_calls[0] == 0  # every add of `fast` took the fast path
+    if spy is not None:  # the compiled writer wrote the continuing rows
+        assert spy.written > 0
     assert len(fast) == len(slow) > 0
     # and both reconstruct the same next_obs for every stored transition
     a, b = fast.gather(np.arange(len(fast))), slow.gather(np.arange(len(slow)))
@@ -207,12 +260,18 @@ def test_fast_path_rejects_nonfinite_and_leaves_buffer_unchanged(
         last = stream.row()
         last["terminated"][:] = True
         buf.add(**last)
+    assert_rejected_unchanged(buf, row, field, idx, value, match)
+
+
+def assert_rejected_unchanged(buf, row, field, idx, value, match) -> None:
+    """Put ``value`` into the last env's ``field``: as a row (and as a single add when
+    ``num_envs == 1``) the add raises ``match`` and the buffer is exactly as it was."""
     row[field] = row[field].copy()
     row[field][(-1, *idx[1:])] = value  # the last env: nothing of the others may be written
     before = flat_state(buf)
     with pytest.raises(SpecError, match=match):
         buf.add(**fast_args(row, single=False, step=0))
-    if n == 1:
+    if buf.num_envs == 1:
         with pytest.raises(SpecError, match=match):
             buf.add(**fast_args(row, single=True, step=1))
     assert flat_state(buf) == before
@@ -268,3 +327,69 @@ def test_equal_but_not_identical_dtypes_take_the_fast_path() -> None:
         slow.add(**general_args(row, single=False))
         assert flat_state(fast) == flat_state(slow)
     assert general_calls[0] == 0
+
+
+@pytest.mark.parametrize(("n", "single", "shape", "dtype", "act", "cap"), CASES)
+def test_compiled_writer_takes_every_continuing_add(n, single, shape, dtype, act, cap) -> None:
+    """Episodes that never end: after the first add every add is the writer's common case
+    (Python floats, numpy float32 / float64 rewards, Python ints and numpy int64 actions
+    alternate), and the bytes equal the Python fast path's across wrap-arounds."""
+    stream = Stream(n, shape, dtype, act, seed=cap, p_events=0.0)
+    compiled, python = make(n, shape, dtype, act, cap, 0), make(n, shape, dtype, act, cap, 0)
+    row = stream.row()
+    compiled.add(**row)
+    python.add(**row)
+    spy, _ = set_accel(compiled, True), set_accel(python, False)
+    for step in range(1, 3 * cap + 5):
+        args = fast_args(stream.row(), single, step)
+        if single and step % 3 == 0:
+            args["reward"] = np.float64(args["reward"])
+        compiled.add(**args)
+        python.add(**args)
+        assert flat_state(compiled) == flat_state(python), f"step {step}"
+    assert spy is not None and spy.written == 3 * cap + 4
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize(("field", "idx", "value", "match"), BAD)
+def test_compiled_writer_leaves_bad_values_to_the_validating_path(n, field, idx, value, match):
+    """A continuing row with one NaN / inf: the writer writes nothing, the error names the
+    field, and the buffer is exactly as it was."""
+    stream = Stream(n, (4,), np.float32, "float", seed=3, p_events=0.0)
+    buf = ReplayBuffer(6, num_envs=n, seed=0)
+    buf.add(**stream.row())
+    spy = set_accel(buf, True)
+    for _ in range(4):
+        buf.add(**stream.row())
+    assert spy is not None and spy.written == 4
+    assert_rejected_unchanged(buf, stream.row(), field, idx, value, match)
+    assert spy.written == 4
+
+
+def test_compiled_writer_ignores_odd_input_types() -> None:
+    """Subclasses, non-contiguous views, swapped byte order, bool and out-of-range actions: the
+    writer declines (returns False, writes nothing); the Python paths decide."""
+    if not accel_available():
+        pytest.skip("rlstore._accel is not built (no C compiler at install)")
+    stream = Stream(2, (4,), np.float32, "float", seed=9, p_events=0.0)
+    buf = ReplayBuffer(6, num_envs=2, seed=0)
+    buf.add(**stream.row())
+    f = buf._fast
+    assert f is not None and f.writer is not None
+    row = stream.row()
+    before = flat_state(buf)
+    odd = [
+        dict(row, obs=row["obs"].view(np.ma.MaskedArray)),
+        dict(row, next_obs=np.asfortranarray(np.repeat(row["next_obs"], 2, 1))[:, ::2]),
+        dict(row, action=row["action"].astype(">f4")),
+        dict(row, reward=row["reward"].astype(np.float64)),
+        dict(row, terminated=row["terminated"].astype(np.int64)),
+        dict(row, obs=row["obs"][:1]),
+    ]
+    for args in odd:
+        assert f.writer.add(buf, *(args[k] for k in KEYS)) is False
+        assert flat_state(buf) == before
+    assert f.writer.add(buf, *(row[k] for k in KEYS)) is True
+
+
+KEYS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")

@@ -25,6 +25,7 @@ and obviously-correct twin, then decides and raises the error. Tests compare bot
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +35,18 @@ from rlstore.specs import FieldSpec, TransitionSchema, all_finite
 if TYPE_CHECKING:
     from rlstore.storage import RingStorage, SideStore
 
-__all__ = ["FastAdd", "FastPlan"]
+__all__ = ["FastAdd", "FastPlan", "accel_available"]
+
+try:  # the optional compiled twin of the common case (src/rlstore/_accel.c)
+    from rlstore import _accel
+except ImportError:  # built without a C compiler: the Python fast path does everything
+    _accel = None  # type: ignore[assignment]
+
+
+def accel_available() -> bool:
+    """Whether new buffers use the compiled writer (built, and ``RLSTORE_NO_ACCEL`` unset)."""
+    return _accel is not None and not os.environ.get("RLSTORE_NO_ACCEL")
+
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _F32, _BOOL = np.dtype(np.float32), np.dtype(np.bool_)
@@ -71,6 +83,8 @@ class FastPlan:
             float fields (``None`` for integer fields); all_o, all_a, all_r: their all-True
             bytes. ``np.isfinite(x, out).tobytes() == all`` is exact and warning-free.
         no_done: ``bytes(num_envs)``, the bytes of an all-False flag row.
+        writer: the compiled writer (``rlstore._accel.Writer``) of the common case, or None
+            (no compiler at install, ``RLSTORE_NO_ACCEL`` set, or a layout it does not cover).
     """
 
     __slots__ = (
@@ -101,6 +115,7 @@ class FastPlan:
         "all_a",
         "all_r",
         "no_done",
+        "writer",
     )
 
     def __init__(self, specs: dict[str, FieldSpec], storage: RingStorage, num_envs: int):
@@ -134,6 +149,7 @@ class FastPlan:
         self.all_a = b"\x01" * (self.fin_a.size if self.fin_a is not None else 0)
         self.all_r = b"\x01" * n
         self.no_done = bytes(n)
+        self.writer = _make_writer(storage, n) if accel_available() else None
 
     @staticmethod
     def applies(
@@ -159,6 +175,36 @@ class FastPlan:
             and store_next_obs_once
             and not allow_nonfinite
         )
+
+
+def _accel_field(rec: np.dtype, name: str) -> tuple[int, int, tuple[int, ...], int, int] | None:
+    """``(offset, nbytes, shape, dtype number, float kind)`` of a record field for the writer."""
+    dt, off = rec.fields[name][:2]  # type: ignore[index]
+    base = dt.base
+    if base.kind == "f" and base.itemsize not in (4, 8):
+        return None  # float16: no compiled finiteness check
+    if not base.isnative:
+        return None
+    kind = base.itemsize if base.kind == "f" else 0
+    return int(off), int(dt.itemsize), tuple(dt.shape), base.num, kind
+
+
+def _make_writer(storage: RingStorage, num_envs: int) -> Any:
+    """A compiled writer bound to ``storage``'s packed records, or None if not applicable."""
+    rec = storage.records
+    names = ("obs", "action", "reward", "terminated", "truncated")
+    if _accel is None or rec is None or rec.dtype.names != names or not rec.flags.c_contiguous:
+        return None
+    obs, act = _accel_field(rec.dtype, "obs"), _accel_field(rec.dtype, "action")
+    if obs is None or act is None:
+        return None
+    fields = rec.dtype.fields
+    assert fields is not None
+    return _accel.Writer(
+        storage, rec, np.float32, np.False_,
+        num_envs, storage.capacity_per_env, rec.dtype.itemsize, obs, act,
+        fields["reward"][1], fields["terminated"][1], fields["truncated"][1],
+    )  # fmt: skip
 
 
 class FastAdd:

@@ -81,6 +81,10 @@ class ReplayWriter(FastAdd):
                 written then.
         """
         f = self._fast
+        if f is not None and not extra:
+            w = f.writer  # compiled common case: True = written, False = nothing written
+            if w is not None and w.add(self, obs, action, reward, next_obs, terminated, truncated):
+                return
         if (
             f is not None
             and not extra

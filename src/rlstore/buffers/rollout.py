@@ -227,11 +227,17 @@ class RolloutBuffer:
             "int_value": int_value,
         }
         d = self._data
-        kw = {"hidden_given": self._hidden_given, "has_intrinsic": self.intrinsic is not None}
+        hg, hi = self._hidden_given, self.intrinsic is not None
         # fast path (no conversion) when the inputs already match the storage; None -> the
         # validating slow twin, which also raises the errors
-        checked = self._check.fast_step(args, d, **kw) if self._fast_add else None
-        row, block, term, trunc = checked or self._check.step(args, d, **kw)
+        checked = (
+            self._check.fast_step(args, d, hidden_given=hg, has_intrinsic=hi)
+            if self._fast_add
+            else None
+        )
+        row, block, term, trunc = checked or self._check.step(
+            args, d, hidden_given=hg, has_intrinsic=hi
+        )
         # ---- everything validated: allocate lazily, then write
         T = self.num_steps
         for k in ("obs", "actions", "hidden"):

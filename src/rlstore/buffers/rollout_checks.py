@@ -278,6 +278,7 @@ class StepChecker:
             return None
         block = torch.empty(len(vecs) + 1, self.num_envs, device=dev)  # (K, N) float32
         for i, v in zip((0, 1, 2, 4, 5), vecs, strict=False):
+            assert v is not None  # checked above
             block[i].copy_(v)
         if args["final_value"] is None:
             if bool(trunc.any()) and bool((trunc & ~term).any()):  # needs a final_value
@@ -326,7 +327,9 @@ def _same_tree(x: Any, stored: Any) -> Any:
     if isinstance(stored, dict):
         if not isinstance(x, dict) or len(x) != len(stored):
             return None
-        out = {k: _same_tree(x.get(k), v) for k, v in stored.items()}
+        out: dict[Any, Any] | tuple[Any, ...] = {
+            k: _same_tree(x.get(k), v) for k, v in stored.items()
+        }
     elif isinstance(stored, tuple):
         if not isinstance(x, (tuple, list)) or len(x) != len(stored):
             return None
