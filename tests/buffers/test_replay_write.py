@@ -393,3 +393,21 @@ def test_compiled_writer_ignores_odd_input_types() -> None:
 
 
 KEYS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+
+
+def test_rlstore_no_accel_turns_the_compiled_writer_off(monkeypatch) -> None:
+    """``RLSTORE_NO_ACCEL=1``: new buffers use the Python paths only, with the same bytes."""
+    stream = Stream(2, (4,), np.float32, "float", seed=12)
+    rows = [stream.row() for _ in range(20)]
+    monkeypatch.setenv("RLSTORE_NO_ACCEL", "1")
+    assert not accel_available()
+    plain = ReplayBuffer(7, num_envs=2, seed=0)
+    plain.add(**rows[0])  # the storage (and its add plan) is allocated on the first add
+    monkeypatch.delenv("RLSTORE_NO_ACCEL")
+    default = ReplayBuffer(7, num_envs=2, seed=0)
+    default.add(**rows[0])
+    for row in rows[1:]:
+        plain.add(**row)
+        default.add(**row)
+    assert plain._fast is not None and plain._fast.writer is None
+    assert flat_state(plain) == flat_state(default)
