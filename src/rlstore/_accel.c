@@ -38,7 +38,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *storage;  /* RingStorage */
-    PyObject *records;  /* its records array (identity checked on every call) */
+    PyObject *records;  /* its records array (kept alive; a new storage gets a new writer) */
     Py_buffer rec;      /* writable view of the records */
     int have_rec;
     PyObject *f32;      /* numpy.float32 */
@@ -52,25 +52,20 @@ static PyObject *s_prev_all, *s_cursor, *s_rows_written, *s_size;
 
 /* ---------------------------------------------------------------- helpers */
 
-static int finite_f32(const char *p, Py_ssize_t n)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, p + 4 * i, 4);
-        if ((u & 0x7f800000u) == 0x7f800000u) return 0;
+/* finite_f32 / finite_f64: are all n values finite (exponent bits not all ones)? */
+#define DEFINE_FINITE(name, T, EXP)                                    \
+    static int name(const char *p, Py_ssize_t n)                       \
+    {                                                                  \
+        for (Py_ssize_t i = 0; i < n; i++) {                           \
+            T u;                                                       \
+            memcpy(&u, p + sizeof(T) * i, sizeof(T));                  \
+            if ((u & (EXP)) == (EXP)) return 0;                        \
+        }                                                              \
+        return 1;                                                      \
     }
-    return 1;
-}
-
-static int finite_f64(const char *p, Py_ssize_t n)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t u;
-        memcpy(&u, p + 8 * i, 8);
-        if ((u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull) return 0;
-    }
-    return 1;
-}
+DEFINE_FINITE(finite_f32, uint32_t, 0x7f800000u)
+DEFINE_FINITE(finite_f64, uint64_t, 0x7ff0000000000000ull)
+#undef DEFINE_FINITE
 
 static int finite_kind(int kind, const char *p, Py_ssize_t nbytes)
 {

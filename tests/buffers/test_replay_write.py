@@ -411,3 +411,12 @@ def test_rlstore_no_accel_turns_the_compiled_writer_off(monkeypatch) -> None:
         default.add(**row)
     assert plain._fast is not None and plain._fast.writer is None
     assert flat_state(plain) == flat_state(default)
+
+
+def test_observations_of_many_dims_take_the_python_paths() -> None:
+    """The compiled writer covers items of up to 8 dims; more still work, in Python."""
+    obs = np.zeros((1,) * 9 + (2,), np.float32)
+    buf = ReplayBuffer(4, seed=0)
+    for _ in range(3):
+        buf.add(obs, np.float32(0), 1.0, obs, False, False)
+    assert buf._fast is not None and buf._fast.writer is None and len(buf) == 3
