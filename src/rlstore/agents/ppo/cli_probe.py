@@ -88,31 +88,23 @@ DEFAULT_AGENTS: dict[int, tuple[str, ...]] = {
 # CleanRL default), min_t pi measured 0.936-0.987 on seeds 0-5 at 40k steps and 0.943-0.988 on
 # seeds 0-11 at 60k (2026-11-22).
 # Probe 7 needs credit assignment over 4 steps.
+_SHORT: dict[str, Any] = dict(
+    total_timesteps=2048,
+    num_envs=4,
+    num_steps=32,
+    learning_rate=3e-3,
+    num_minibatches=4,
+    update_epochs=4,
+    ent_coef=0.0,
+)  # probes 1-5
 _ONLINE: dict[int, dict[str, Any]] = {
-    **{
-        p: dict(
-            total_timesteps=2048,
-            num_envs=4,
-            num_steps=32,
-            learning_rate=3e-3,
-            num_minibatches=4,
-            update_epochs=4,
-            ent_coef=0.0,
-        )  # fmt: skip
-        for p in (1, 2, 3, 4, 5)
-    },
+    1: _SHORT,
+    2: _SHORT,
     # gamma 0.9 instead of 0.99 so that V([0]) = gamma is told apart from a discount applied
     # twice (gamma^2 = 0.81) or not at all (1.0) by more than the 0.02 tolerance
-    3: dict(
-        total_timesteps=2048,
-        num_envs=4,
-        num_steps=32,
-        learning_rate=3e-3,
-        num_minibatches=4,
-        update_epochs=4,
-        ent_coef=0.0,
-        gamma=0.9,
-    ),  # fmt: skip
+    3: {**_SHORT, "gamma": 0.9},
+    4: _SHORT,
+    5: _SHORT,
     6: dict(
         total_timesteps=40_000,
         num_envs=16,
@@ -124,16 +116,8 @@ _ONLINE: dict[int, dict[str, Any]] = {
         num_minibatches=2,
         update_epochs=16,
         ent_coef=0.2,
-    ),  # fmt: skip
-    7: dict(
-        total_timesteps=8192,
-        num_envs=8,
-        num_steps=32,
-        learning_rate=3e-3,
-        num_minibatches=4,
-        update_epochs=4,
-        ent_coef=0.01,
-    ),  # fmt: skip
+    ),
+    7: {**_SHORT, "total_timesteps": 8192, "num_envs": 8, "ent_coef": 0.01},
 }
 
 # the scripted observation sequences (one list per episode) whose values / policies are checked
