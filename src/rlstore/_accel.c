@@ -475,6 +475,10 @@ PyMODINIT_FUNC PyInit__accel(void)
 #undef INTERN
     PyObject *m = PyModule_Create(&accel_module);
     if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "MAX_DIMS", MAXDIM) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&WriterType);
     if (PyModule_AddObject(m, "Writer", (PyObject *)&WriterType) < 0) {
         Py_DECREF(&WriterType);

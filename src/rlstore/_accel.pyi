@@ -4,6 +4,8 @@ from typing import Any
 
 import numpy as np
 
+MAX_DIMS: int  # most dims of an obs / action item the writer takes
+
 class Writer:
     def __init__(
         self,

@@ -367,8 +367,8 @@ def test_compiled_writer_leaves_bad_values_to_the_validating_path(n, field, idx,
 
 
 def test_compiled_writer_ignores_odd_input_types() -> None:
-    """Subclasses, non-contiguous views, swapped byte order, bool and out-of-range actions: the
-    writer declines (returns False, writes nothing); the Python paths decide."""
+    """A subclass, a non-contiguous view, swapped byte order, a float64 reward row, integer
+    flags, a wrong env count: the writer declines (returns False, writes nothing)."""
     if not accel_available():
         pytest.skip("rlstore._accel is not built (no C compiler at install)")
     stream = Stream(2, (4,), np.float32, "float", seed=9, p_events=0.0)

@@ -177,9 +177,6 @@ class FastPlan:
         )
 
 
-_ACCEL_MAX_DIMS = 8  # MAXDIM in _accel.c
-
-
 def _accel_field(rec: np.dtype, name: str) -> tuple[int, int, tuple[int, ...], int, int] | None:
     """``(offset, nbytes, shape, dtype number, float kind)`` of a record field for the writer."""
     dt, off = rec.fields[name][:2]  # type: ignore[index]
@@ -199,7 +196,7 @@ def _make_writer(storage: RingStorage, num_envs: int) -> Any:
     if _accel is None or rec is None or rec.dtype.names != names or not rec.flags.c_contiguous:
         return None
     obs, act = _accel_field(rec.dtype, "obs"), _accel_field(rec.dtype, "action")
-    if obs is None or act is None or max(len(obs[2]), len(act[2])) > _ACCEL_MAX_DIMS:
+    if obs is None or act is None or max(len(obs[2]), len(act[2])) > _accel.MAX_DIMS:
         return None
     fields = rec.dtype.fields
     assert fields is not None

@@ -85,19 +85,19 @@ class ReplayWriter(FastAdd):
             w = f.writer  # compiled common case: True = written, False = nothing written
             if w is not None and w.add(self, obs, action, reward, next_obs, terminated, truncated):
                 return
-        if (
-            f is not None
-            and not extra
-            and type(obs) is _NDARRAY
-            and type(next_obs) is _NDARRAY
-            and (obs.dtype is f.odt or obs.dtype == f.odt)
-            and (next_obs.dtype is f.odt or next_obs.dtype == f.odt)
-        ):
-            if self.num_envs == 1 and type(reward) in _FLOAT_SCALARS:
-                if self._add_fast_single(f, obs, action, reward, next_obs, terminated, truncated):
+            if (  # the Python fast path
+                type(obs) is _NDARRAY
+                and type(next_obs) is _NDARRAY
+                and (obs.dtype is f.odt or obs.dtype == f.odt)
+                and (next_obs.dtype is f.odt or next_obs.dtype == f.odt)
+            ):
+                if self.num_envs == 1 and type(reward) in _FLOAT_SCALARS:
+                    if self._add_fast_single(
+                        f, obs, action, reward, next_obs, terminated, truncated
+                    ):
+                        return
+                elif self._add_fast_row(f, obs, action, reward, next_obs, terminated, truncated):
                     return
-            elif self._add_fast_row(f, obs, action, reward, next_obs, terminated, truncated):
-                return
         self._add_general(obs, action, reward, next_obs, terminated, truncated, extra)
 
     def _add_general(
