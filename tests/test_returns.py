@@ -12,16 +12,18 @@ import torch
 from rlstore.errors import RLStoreError, SpecError
 from rlstore.returns import (
     discount_cumsum,
-    discount_cumsum_reference,
     gae,
-    gae_reference,
     normalize_advantages,
-    normalize_advantages_reference,
     nstep,
-    nstep_reference,
     td_lambda,
-    td_lambda_reference,
     vtrace,
+)
+from rlstore.returns.reference import (
+    discount_cumsum_reference,
+    gae_reference,
+    normalize_advantages_reference,
+    nstep_reference,
+    td_lambda_reference,
     vtrace_reference,
 )
 
@@ -528,3 +530,22 @@ def test_docstring_examples_run() -> None:
     for mod in (rlstore.returns, rlstore.normalize):
         result = doctest.testmod(mod, extraglobs={"np": np})
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+def test_loop_twins_live_in_reference_not_in_the_public_api() -> None:
+    import rlstore
+    import rlstore.returns
+    import rlstore.returns.reference as ref
+
+    for mod in (rlstore, rlstore.returns):
+        assert not [n for n in mod.__all__ if n.endswith("_reference")], mod.__name__
+        assert not hasattr(mod, "gae_reference"), mod.__name__
+    assert callable(ref.gae_reference) and not hasattr(ref, "__all__")
+    assert set(rlstore.returns.__all__) == {
+        "discount_cumsum",
+        "gae",
+        "td_lambda",
+        "vtrace",
+        "nstep",
+        "normalize_advantages",
+    }

@@ -11,16 +11,18 @@ from hypothesis import strategies as st
 
 from rlstore.returns import (
     discount_cumsum,
-    discount_cumsum_reference,
     gae,
-    gae_reference,
     normalize_advantages,
-    normalize_advantages_reference,
     nstep,
-    nstep_reference,
     td_lambda,
-    td_lambda_reference,
     vtrace,
+)
+from rlstore.returns.reference import (
+    discount_cumsum_reference,
+    gae_reference,
+    normalize_advantages_reference,
+    nstep_reference,
+    td_lambda_reference,
     vtrace_reference,
 )
 

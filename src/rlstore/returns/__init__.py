@@ -22,8 +22,10 @@ Conventions (stated once here, used by every estimator and buffer in rlstore):
   cached on disk) backward scans, the env loop innermost over contiguous memory; CPU tensors are
   viewed zero-copy as numpy arrays. ``nstep`` is ``O(T * n)``.
 
-Each estimator ``f`` has a plain-Python loop twin ``f_reference`` (float64 numpy out), which the
-tests use as an obviously-correct reference.
+Layout: this module holds the public estimators; ``_io`` checks the inputs and converts between
+numpy and torch, ``_kernels`` holds the compiled scans. Each estimator ``f`` has a plain-Python
+loop twin ``f_reference`` (float64 numpy out) in :mod:`rlstore.returns.reference`, an
+obviously-correct reference for tests, not part of the public API.
 """
 
 from __future__ import annotations
@@ -33,16 +35,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from rlstore._returns_io import _check_positive, _check_unit, _prepare, _to_numpy
-from rlstore._returns_reference import (
-    discount_cumsum_reference,
-    gae_reference,
-    normalize_advantages_reference,
-    nstep_reference,
-    td_lambda_reference,
-    vtrace_reference,
-)
 from rlstore.errors import SpecError
+from rlstore.returns._io import _check_positive, _check_unit, _prepare, _to_numpy
 
 __all__ = [
     "discount_cumsum",
@@ -51,12 +45,6 @@ __all__ = [
     "vtrace",
     "nstep",
     "normalize_advantages",
-    "discount_cumsum_reference",
-    "gae_reference",
-    "td_lambda_reference",
-    "vtrace_reference",
-    "nstep_reference",
-    "normalize_advantages_reference",
 ]
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
@@ -68,9 +56,9 @@ def _k() -> Any:
     """The compiled kernels, imported on first use (numba adds ~0.5 s to ``import rlstore``)."""
     global _KERNELS
     if _KERNELS is None:
-        from rlstore import _returns_kernels
+        from rlstore.returns import _kernels
 
-        _KERNELS = _returns_kernels
+        _KERNELS = _kernels
     return _KERNELS
 
 
