@@ -1,5 +1,5 @@
 """Fast estimators against their plain-loop twins, as Hypothesis properties over grids of
-T, N, dtype, gamma, lambda, clipping thresholds and done density (GUIDE section 4, kinds 2 and 4).
+T, N, dtype, gamma, lambda, clipping thresholds and done density, and identities between them.
 """
 
 from __future__ import annotations

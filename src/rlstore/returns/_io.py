@@ -228,6 +228,8 @@ def _real(name: str, value: Any, expected: str) -> float:
 
 def _check_unit(name: str, value: Any) -> float:
     """A discount or lambda: a real number in ``[0, 1]``."""
+    if type(value) is float and 0.0 <= value <= 1.0:  # the common case, kept cheap (NaN fails)
+        return value
     expected = "a number in [0, 1]"
     v = _real(name, value, expected)
     if not 0.0 <= v <= 1.0:
@@ -237,6 +239,8 @@ def _check_unit(name: str, value: Any) -> float:
 
 def _check_positive(name: str, value: Any) -> float:
     """A clipping threshold: a real number ``> 0``; ``inf`` disables clipping."""
+    if type(value) is float and value > 0.0:  # the common case, kept cheap (NaN fails)
+        return value
     expected = "a number > 0 (inf allowed)"
     v = _real(name, value, expected)
     if not v > 0.0:
@@ -246,6 +250,8 @@ def _check_positive(name: str, value: Any) -> float:
 
 def _check_eps(name: str, value: Any) -> float:
     """A finite real number ``>= 0`` (added to a standard deviation)."""
+    if type(value) is float and 0.0 <= value < math.inf:  # the common case (NaN fails)
+        return value
     expected = "a finite number >= 0"
     v = _real(name, value, expected)
     if not 0.0 <= v < math.inf:
