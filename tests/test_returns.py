@@ -9,19 +9,21 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.errors import RLStoreError, SpecError
+from rlstore.errors import ConfigError, RLStoreError, SpecError
 from rlstore.returns import (
     discount_cumsum,
-    discount_cumsum_reference,
     gae,
-    gae_reference,
     normalize_advantages,
-    normalize_advantages_reference,
     nstep,
-    nstep_reference,
     td_lambda,
-    td_lambda_reference,
     vtrace,
+)
+from rlstore.returns.reference import (
+    discount_cumsum_reference,
+    gae_reference,
+    normalize_advantages_reference,
+    nstep_reference,
+    td_lambda_reference,
     vtrace_reference,
 )
 
@@ -497,17 +499,17 @@ def test_flags_must_be_zero_or_one(bad: np.ndarray) -> None:
     ],
 )
 def test_gamma_and_lambda_ranges(kwargs: dict, match: str) -> None:
-    with pytest.raises(SpecError, match=match):
+    with pytest.raises(ConfigError, match=match):
         gae(np.zeros(4), np.zeros(4), np.zeros(4), F, F, **kwargs)
 
 
 def test_other_parameter_ranges() -> None:
     z = np.zeros(4)
-    with pytest.raises(SpecError, match="c_bar: expected a number > 0"):
+    with pytest.raises(ConfigError, match="c_bar: expected a number > 0"):
         vtrace(z, z, z, z, z, F, F, c_bar=0.0)
-    with pytest.raises(SpecError, match="n: expected an int >= 1"):
+    with pytest.raises(ConfigError, match="n: expected an int >= 1"):
         nstep(z, z, F, F, n=0, gamma=0.9)
-    with pytest.raises(SpecError, match="n: expected an int >= 1"):
+    with pytest.raises(ConfigError, match="n: expected an int >= 1"):
         nstep(z, z, F, F, n=2.0, gamma=0.9)  # type: ignore[arg-type]
     with pytest.raises(SpecError, match="mask: expected at least one true entry"):
         normalize_advantages(z, mask=np.zeros(4, bool))
@@ -519,6 +521,79 @@ def test_other_parameter_ranges() -> None:
     np.testing.assert_array_equal(discount_cumsum(np.array([1.0, 2.0, 3.0]), 1.0), [6, 5, 3])
 
 
+Z4 = np.zeros(4)
+
+# one call per estimator and hyperparameter, the bad value passed as that keyword
+_HYPER_CALLS = {
+    "discount": lambda v: discount_cumsum(Z4, v),
+    "gae.gamma": lambda v: gae(Z4, Z4, Z4, F, F, gamma=v),
+    "gae.lam": lambda v: gae(Z4, Z4, Z4, F, F, lam=v),
+    "td_lambda.gamma": lambda v: td_lambda(Z4, Z4, F, F, gamma=v, lam=0.9),
+    "td_lambda.lam": lambda v: td_lambda(Z4, Z4, F, F, gamma=0.9, lam=v),
+    "vtrace.gamma": lambda v: vtrace(Z4, Z4, Z4, Z4, Z4, F, F, gamma=v),
+    "vtrace.lam": lambda v: vtrace(Z4, Z4, Z4, Z4, Z4, F, F, lam=v),
+    "vtrace.rho_bar": lambda v: vtrace(Z4, Z4, Z4, Z4, Z4, F, F, rho_bar=v),
+    "vtrace.c_bar": lambda v: vtrace(Z4, Z4, Z4, Z4, Z4, F, F, c_bar=v),
+    "vtrace.pg_rho_bar": lambda v: vtrace(Z4, Z4, Z4, Z4, Z4, F, F, pg_rho_bar=v),
+    "nstep.gamma": lambda v: nstep(Z4, Z4, F, F, n=2, gamma=v),
+    "normalize_advantages.eps": lambda v: normalize_advantages(Z4 + np.arange(4), eps=v),
+}
+_UNIT = {"discount", "gae.gamma", "gae.lam", "td_lambda.gamma", "td_lambda.lam", "vtrace.gamma"}
+_UNIT |= {"vtrace.lam", "nstep.gamma"}
+
+
+@pytest.mark.parametrize("where", sorted(_HYPER_CALLS))
+@pytest.mark.parametrize(
+    "bad",
+    ["0.9", True, False, np.bool_(True), float("nan"), np.float32("nan"), 0.5 + 0j, None, [0.9]],
+    ids=repr,
+)
+def test_hyperparameters_reject_strings_bools_nan_and_non_numbers(where: str, bad: object) -> None:
+    """Until this fix float() accepted "0.9" and True silently (SpecError only for NaN)."""
+    name = where.split(".")[-1]
+    with pytest.raises(ConfigError, match=rf"^{name}: expected a"):
+        _HYPER_CALLS[where](bad)
+
+
+@pytest.mark.parametrize("where", sorted(_HYPER_CALLS))
+def test_hyperparameters_reject_out_of_range(where: str) -> None:
+    name = where.split(".")[-1]
+    bads = [-0.1, 1.5, 2, -np.inf] if where in _UNIT else [-1.0, -np.inf]
+    if where.startswith("vtrace.") and where not in _UNIT:
+        bads.append(0)  # clipping thresholds are > 0
+    if where == "normalize_advantages.eps":
+        bads.append(np.inf)  # a finite eps: inf would turn every advantage into 0
+    for bad in bads:
+        with pytest.raises(ConfigError, match=rf"^{name}: expected a"):
+            _HYPER_CALLS[where](bad)
+
+
+@pytest.mark.parametrize("where", sorted(_HYPER_CALLS))
+@pytest.mark.parametrize(
+    "good",
+    [0.5, 1, np.float32(0.5), np.float64(0.5), np.int64(1), np.array(0.5), torch.tensor(0.5)],
+    ids=repr,
+)
+def test_hyperparameters_accept_real_scalars_in_range(where: str, good: object) -> None:
+    expected = _HYPER_CALLS[where](float(good))  # type: ignore[arg-type]
+    got = _HYPER_CALLS[where](good)
+    for e, g in zip(
+        expected if isinstance(expected, tuple) else (expected,),
+        got if isinstance(got, tuple) else (got,),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_clipping_thresholds_accept_inf_and_n_rejects_strings_and_bools() -> None:
+    z = np.zeros(4)
+    vtrace(z, z, z, z, z, F, F, rho_bar=np.inf, c_bar=float("inf"), pg_rho_bar=np.float32("inf"))
+    for bad in ("2", True, np.bool_(True), 2.5, float("nan")):
+        with pytest.raises(ConfigError, match="n: expected an int >= 1"):
+            nstep(z, z, F, F, n=bad, gamma=0.9)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(nstep(z, z, F, F, n=np.int32(2), gamma=0.9), np.zeros(4))
+
+
 def test_docstring_examples_run() -> None:
     import doctest
 
@@ -528,3 +603,22 @@ def test_docstring_examples_run() -> None:
     for mod in (rlstore.returns, rlstore.normalize):
         result = doctest.testmod(mod, extraglobs={"np": np})
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+def test_loop_twins_live_in_reference_not_in_the_public_api() -> None:
+    import rlstore
+    import rlstore.returns
+    import rlstore.returns.reference as ref
+
+    for mod in (rlstore, rlstore.returns):
+        assert not [n for n in mod.__all__ if n.endswith("_reference")], mod.__name__
+        assert not hasattr(mod, "gae_reference"), mod.__name__
+    assert callable(ref.gae_reference) and not hasattr(ref, "__all__")
+    assert set(rlstore.returns.__all__) == {
+        "discount_cumsum",
+        "gae",
+        "td_lambda",
+        "vtrace",
+        "nstep",
+        "normalize_advantages",
+    }

@@ -1,5 +1,5 @@
 """Fast estimators against their plain-loop twins, as Hypothesis properties over grids of
-T, N, dtype, gamma, lambda, clipping thresholds and done density (GUIDE section 4, kinds 2 and 4).
+T, N, dtype, gamma, lambda, clipping thresholds and done density, and identities between them.
 """
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ from hypothesis import strategies as st
 
 from rlstore.returns import (
     discount_cumsum,
-    discount_cumsum_reference,
     gae,
-    gae_reference,
     normalize_advantages,
-    normalize_advantages_reference,
     nstep,
-    nstep_reference,
     td_lambda,
-    td_lambda_reference,
     vtrace,
+)
+from rlstore.returns.reference import (
+    discount_cumsum_reference,
+    gae_reference,
+    normalize_advantages_reference,
+    nstep_reference,
+    td_lambda_reference,
     vtrace_reference,
 )
 

@@ -9,6 +9,8 @@ Main entry points::
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from rlstore import checkpoint
 from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
 from rlstore.buffers.model_based import ModelBasedReplay
@@ -29,7 +31,17 @@ from rlstore.returns import discount_cumsum, gae, normalize_advantages, nstep, t
 from rlstore.specs import FieldSpec
 from rlstore.vector import AutoresetMode, TransitionAdapter
 
-__version__ = "0.1.0"
+
+def _package_version() -> str:
+    """The installed distribution's version (``pyproject.toml`` is the only place it is written);
+    ``"0+unknown"`` when rlstore runs from a source tree that was never installed."""
+    try:
+        return importlib.metadata.version("rlstore")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _package_version()
 
 __all__ = [
     "__version__",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rlstore.buffers.rollout import IntrinsicConfig, RolloutBuffer
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
-from rlstore.returns import vtrace_reference
+from rlstore.returns.reference import vtrace_reference
 
 # ----------------------------------------------------------------------------- helpers
 

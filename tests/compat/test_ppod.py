@@ -31,7 +31,7 @@ from rlstore.compat.pytorchrl import (
     GAEBuffer,
 )
 from rlstore.errors import CapacityError, ConfigError, SpecError
-from rlstore.returns import gae_reference
+from rlstore.returns.reference import gae_reference
 
 
 class LinearActor(nn.Module):

@@ -39,7 +39,7 @@ from rlstore.compat.pytorchrl import (
     VTraceBuffer,
 )
 from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
-from rlstore.returns import gae_reference
+from rlstore.returns.reference import gae_reference
 
 
 class LinearActor(nn.Module):
@@ -382,7 +382,7 @@ def test_recurrent_batches_are_whole_columns_and_reproduce_log_probs():
 
 
 def test_vtrace_off_policy_matches_reference_and_stores_new_log_probs():
-    from rlstore.returns import vtrace_reference
+    from rlstore.returns.reference import vtrace_reference
 
     envs, behaviour, T = make_envs(2), LinearActor(seed=5), 8
     target = LinearActor(seed=6)  # the learner has moved on: importance weights != 1

@@ -21,7 +21,7 @@ from rlstore.compat.src_ppo import (
     shift_rows,
 )
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
-from rlstore.returns import gae_reference
+from rlstore.returns.reference import gae_reference
 
 CPU = torch.device("cpu")
 

@@ -5,17 +5,23 @@ the argument), views CPU tensors as numpy arrays without copying, and returns co
 ``(T, N)`` arrays of one compute dtype (float32 or float64), ``bool`` flags, and an ``_Out`` that
 gives results back in the caller's type, dtype and device. Hot paths (contiguous 2-D numpy or CPU
 tensor inputs of one float dtype with bool flags) skip every copy and most checks' overhead.
+
+``_check_*`` validate the scalar hyperparameters (``gamma``, ``lam``, clipping thresholds, ``n``,
+``eps``): real numbers in range, never strings, bools or NaN, else
+:class:`~rlstore.errors.ConfigError` naming the argument.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlstore.errors import SpecError
+from rlstore.errors import ConfigError, SpecError
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -203,15 +209,58 @@ _TORCH_CPU_OUT = {
 }
 
 
-def _check_unit(name: str, value: float) -> float:
-    v = float(value)
+def _real(name: str, value: Any, expected: str) -> float:
+    """``value`` as a float if it is a real number (Python or numpy scalar, or a 0-d array or
+    tensor of a real dtype); strings, bools, complex and NaN raise ConfigError naming ``name``."""
+    x = value
+    if isinstance(x, (np.ndarray, torch.Tensor)) and x.ndim == 0:
+        x = x.item()
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise ConfigError(f"{name}: expected {expected}, got {value!r} ({type(value).__name__})")
+    try:
+        v = float(x)
+    except OverflowError:
+        v = math.copysign(math.inf, x)
+    if math.isnan(v):
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+    return v
+
+
+def _check_unit(name: str, value: Any) -> float:
+    """A discount or lambda: a real number in ``[0, 1]``."""
+    if type(value) is float and 0.0 <= value <= 1.0:  # the common case, kept cheap (NaN fails)
+        return value
+    expected = "a number in [0, 1]"
+    v = _real(name, value, expected)
     if not 0.0 <= v <= 1.0:
-        raise SpecError(f"{name}: expected a number in [0, 1], got {value!r}")
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
     return v
 
 
-def _check_positive(name: str, value: float) -> float:
-    v = float(value)
+def _check_positive(name: str, value: Any) -> float:
+    """A clipping threshold: a real number ``> 0``; ``inf`` disables clipping."""
+    if type(value) is float and value > 0.0:  # the common case, kept cheap (NaN fails)
+        return value
+    expected = "a number > 0 (inf allowed)"
+    v = _real(name, value, expected)
     if not v > 0.0:
-        raise SpecError(f"{name}: expected a number > 0 (inf allowed), got {value!r}")
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
     return v
+
+
+def _check_eps(name: str, value: Any) -> float:
+    """A finite real number ``>= 0`` (added to a standard deviation)."""
+    if type(value) is float and 0.0 <= value < math.inf:  # the common case (NaN fails)
+        return value
+    expected = "a finite number >= 0"
+    v = _real(name, value, expected)
+    if not 0.0 <= v < math.inf:
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+    return v
+
+
+def _check_count(name: str, value: Any) -> int:
+    """A window length: an int (Python or numpy, not bool) ``>= 1``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
+    return int(value)

@@ -1,9 +1,10 @@
-"""Plain-Python loop twins of the estimators in :mod:`rlstore.returns` (re-exported there).
+"""Plain-Python loop twins of the estimators in :mod:`rlstore.returns`: ``f_reference`` for ``f``.
 
 Obviously-correct, slow (one Python step per element), float64. They follow the conventions of
-:mod:`rlstore.returns` literally, one env column at a time, and exist to test the fast paths.
-Inputs are anything ``np.asarray`` accepts (CPU tensors included); outputs are float64 numpy
-arrays of the input shape.
+:mod:`rlstore.returns` literally, one env column at a time, and exist to test the fast paths;
+they are not part of the public API (no ``__all__``, no re-export) and do not validate their
+inputs. Inputs are anything ``np.asarray`` accepts (CPU tensors included); outputs are float64
+numpy arrays of the input shape.
 """
 
 from __future__ import annotations
@@ -12,15 +13,6 @@ import math
 from typing import Any
 
 import numpy as np
-
-__all__ = [
-    "discount_cumsum_reference",
-    "gae_reference",
-    "td_lambda_reference",
-    "vtrace_reference",
-    "nstep_reference",
-    "normalize_advantages_reference",
-]
 
 
 def _cols(*arrays: Any) -> tuple[tuple[int, ...], int, int, list[list[list[float]]]]:

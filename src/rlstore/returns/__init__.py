@@ -18,12 +18,18 @@ Conventions (stated once here, used by every estimator and buffer in rlstore):
   the first tensor argument. The output dtype is the promotion of the floating-point inputs
   (integer or bool rewards are cast to it); float32 stays float32. float16/bfloat16 are computed
   in float32 and cast back. Outputs carry no autograd history (targets are constants).
+* **Errors.** Arrays of the wrong shape, dtype or flag values raise
+  :class:`~rlstore.errors.SpecError`; hyperparameters (``gamma``, ``lam``, ``discount``, clipping
+  thresholds, ``n``, ``eps``) must be real numbers (Python or numpy scalars) in range, else
+  :class:`~rlstore.errors.ConfigError` (strings, bools and NaN included). Both name the argument.
 * **Cost.** Linear time and memory in ``T``: compiled (numba, compiled lazily on first use and
   cached on disk) backward scans, the env loop innermost over contiguous memory; CPU tensors are
   viewed zero-copy as numpy arrays. ``nstep`` is ``O(T * n)``.
 
-Each estimator ``f`` has a plain-Python loop twin ``f_reference`` (float64 numpy out), which the
-tests use as an obviously-correct reference.
+Layout: this module holds the public estimators; ``_io`` checks the inputs and converts between
+numpy and torch, ``_kernels`` holds the compiled scans. Each estimator ``f`` has a plain-Python
+loop twin ``f_reference`` (float64 numpy out) in :mod:`rlstore.returns.reference`, an
+obviously-correct reference for tests, not part of the public API.
 """
 
 from __future__ import annotations
@@ -33,16 +39,15 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from rlstore._returns_io import _check_positive, _check_unit, _prepare, _to_numpy
-from rlstore._returns_reference import (
-    discount_cumsum_reference,
-    gae_reference,
-    normalize_advantages_reference,
-    nstep_reference,
-    td_lambda_reference,
-    vtrace_reference,
-)
 from rlstore.errors import SpecError
+from rlstore.returns._io import (
+    _check_count,
+    _check_eps,
+    _check_positive,
+    _check_unit,
+    _prepare,
+    _to_numpy,
+)
 
 __all__ = [
     "discount_cumsum",
@@ -51,12 +56,6 @@ __all__ = [
     "vtrace",
     "nstep",
     "normalize_advantages",
-    "discount_cumsum_reference",
-    "gae_reference",
-    "td_lambda_reference",
-    "vtrace_reference",
-    "nstep_reference",
-    "normalize_advantages_reference",
 ]
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
@@ -68,9 +67,9 @@ def _k() -> Any:
     """The compiled kernels, imported on first use (numba adds ~0.5 s to ``import rlstore``)."""
     global _KERNELS
     if _KERNELS is None:
-        from rlstore import _returns_kernels
+        from rlstore.returns import _kernels
 
-        _KERNELS = _returns_kernels
+        _KERNELS = _kernels
     return _KERNELS
 
 
@@ -303,15 +302,14 @@ def nstep(
     Returns:
         ``G`` with the shape of ``rewards``. Cost ``O(T * n)``.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise SpecError(f"n: expected an int >= 1, got {n!r}")
+    steps = _check_count("n", n)
     g = _check_unit("gamma", gamma)
     (r, nv), (te, tr), out, shape = _prepare(
         [("rewards", rewards), ("next_values", next_values)],
         [("terminated", terminated), ("truncated", truncated)],
     )
     res = np.empty_like(r)
-    _k().nstep_kernel(r, nv, te, tr, int(n), r.dtype.type(g), res)
+    _k().nstep_kernel(r, nv, te, tr, steps, r.dtype.type(g), res)
     return out(res, shape)
 
 
@@ -327,14 +325,12 @@ def normalize_advantages(adv: ArrayT, *, mask: ArrayT | None = None, eps: float 
         mask: optional bool (or 0/1) array of the same shape; the statistics use the entries where
             it is true (e.g. unpadded steps of recurrent sequences), and the masked-out entries of
             the result are 0.
-        eps: added to the std, ``>= 0``.
+        eps: added to the std, finite and ``>= 0``.
 
     Returns:
         Normalized advantages, same shape, type, dtype and device as ``adv``.
     """
-    e = float(eps)
-    if not e >= 0.0:
-        raise SpecError(f"eps: expected a number >= 0, got {eps!r}")
+    e = _check_eps("eps", eps)
     if isinstance(adv, torch.Tensor):
         return _normalize_torch(adv, mask, e)
     return _normalize_numpy(np.asarray(adv), mask, e)
