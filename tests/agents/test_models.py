@@ -22,6 +22,7 @@ from rlstore.agents.ppo.loss import ppo_loss
 from rlstore.agents.ppo.models import (
     FCAgent,
     LSTMPPOAgent,
+    PPOAgent,
     TransformerPPOAgent,
     get_agent,
     layer_init,
@@ -92,6 +93,20 @@ def test_get_agent_dispatch(cartpole) -> None:
     assert isinstance(get_agent(MODELS[2], cartpole, ENV, oc), TransformerPPOAgent)
     with pytest.raises(ConfigError, match="model_config"):
         get_agent(oc, cartpole, ENV, oc)  # type: ignore[arg-type]
+
+
+def test_ppo_agent_base_is_abstract(cartpole) -> None:
+    # nn.Module's metaclass is plain `type`, so @abstractmethod alone was not enforced
+    with pytest.raises(TypeError, match="abstract"):
+        PPOAgent(cartpole)
+
+    class HalfAgent(PPOAgent):  # _evaluate missing
+        def _step(self, obs, memory, episode_time):
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match="_evaluate"):
+        HalfAgent(cartpole)
+    assert isinstance(FCAgent(cartpole, ENV), PPOAgent)  # concrete agents still build
 
 
 def test_fc_heads_init_and_shapes(cartpole) -> None:
