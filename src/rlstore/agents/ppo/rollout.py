@@ -23,7 +23,7 @@ from rlstore.errors import ConfigError
 if TYPE_CHECKING:
     from rlstore.agents.ppo.agent_base import Memory, PPOAgent
 
-__all__ = ["SAMPLING_METHODS", "make_vector_env", "RolloutState", "run_rollout"]
+__all__ = ["SAMPLING_METHODS", "check_env_id", "make_vector_env", "RolloutState", "run_rollout"]
 
 SAMPLING_METHODS = ("basic", "greedy", "temperature", "topk")
 
@@ -34,20 +34,11 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
     Probe ids (``rlstore/Probe*``) are registered and MiniGrid ids import ``minigrid`` first.
     """
     cfg = environment_config
-    if cfg.env_id.startswith("rlstore/"):
-        from rlstore.envs.probes import register_probes
-
-        register_probes()
+    check_env_id(cfg)
     wrappers: list[Any] = []
-    if cfg.env_id.startswith(("MiniGrid", "BabyAI")) or cfg.fully_observed or cfg.img_obs:
-        try:
-            import minigrid  # noqa: F401  (registers the MiniGrid ids)
-            from minigrid.wrappers import FullyObsWrapper, RGBImgPartialObsWrapper
-        except ImportError as err:
-            raise ConfigError(
-                f"environment.env_id: {cfg.env_id!r} needs the minigrid package "
-                "(pip install 'rlstore[minigrid]')"
-            ) from err
+    if _needs_minigrid(cfg):
+        from minigrid.wrappers import FullyObsWrapper, RGBImgPartialObsWrapper
+
         if cfg.fully_observed:
             wrappers.append(FullyObsWrapper)
         if cfg.img_obs:
@@ -66,6 +57,41 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
         )
     except gym.error.Error as err:
         raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
+
+
+def _needs_minigrid(cfg: EnvironmentConfig) -> bool:
+    return cfg.env_id.startswith(("MiniGrid", "BabyAI")) or cfg.fully_observed or cfg.img_obs
+
+
+def check_env_id(environment_config: EnvironmentConfig) -> None:
+    """Raise :class:`ConfigError` unless the configured id is registered with Gymnasium.
+
+    Registers the probe ids (``rlstore/Probe*``) and imports ``minigrid`` for MiniGrid ids
+    first; nothing else is imported (:class:`EnvironmentConfig` rejects ``module:`` ids).
+    Called before a run folder is created, so a bad id leaves nothing behind.
+    """
+    cfg = environment_config
+    if cfg.env_id.startswith("rlstore/"):
+        from rlstore.envs.probes import register_probes
+
+        register_probes()
+    if _needs_minigrid(cfg):
+        try:
+            import minigrid  # noqa: F401  (registers the MiniGrid ids)
+        except ImportError as err:
+            raise ConfigError(
+                f"environment.env_id: {cfg.env_id!r} needs the minigrid package "
+                "(pip install 'rlstore[minigrid]')"
+            ) from err
+    if ":" in cfg.env_id:  # a config built without validation (model_construct)
+        raise ConfigError(f"environment.env_id: expected no 'module:' prefix, got {cfg.env_id!r}")
+    try:
+        gym.spec(cfg.env_id)
+    except gym.error.Error as err:
+        raise ConfigError(
+            f"environment.env_id: expected an id registered with Gymnasium, got {cfg.env_id!r} "
+            f"({err})"
+        ) from None
 
 
 @dataclass
