@@ -119,8 +119,8 @@ def test_train_writes_run_folder(tmp_path) -> None:
     agent, stats = train_ppo(RunConfig(seed=0), oc, EnvironmentConfig(), run_dir=tmp_path)
     assert stats.global_step == 192 and stats.num_updates == 3 and len(stats.updates) == 3
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "checkpoint_0000.pt",
-        "checkpoint_0001.pt",
+        "checkpoint_0000",
+        "checkpoint_0001",
     ]
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
     assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -138,7 +138,7 @@ def test_resume_continues_the_same_learning_curve(tmp_path, model) -> None:
     straight, s_stats = train_ppo(run, oc, EnvironmentConfig(), model, run_dir=tmp_path / "a")
     # simulate a crash after the first checkpoint (update 2): drop the later one
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    (tmp_path / "b" / "checkpoints" / "checkpoint_0001.pt").unlink()
+    shutil.rmtree(tmp_path / "b" / "checkpoints" / "checkpoint_0001")
     torch.manual_seed(12345)  # the resumed run must not depend on the caller's RNG state
     resumed, r_stats = train_ppo(run, oc, EnvironmentConfig(), model, run_dir=tmp_path / "b",
                                  resume=True)  # fmt: skip
