@@ -145,7 +145,7 @@ def test_resume_continues_the_same_learning_curve(tmp_path, model) -> None:
     for (name, p), q in zip(
         straight.state_dict().items(), resumed.state_dict().values(), strict=True
     ):
-        assert torch.equal(p, q), name
+        assert torch.equal(p, q), name  # exact resume: same computations, same shapes and order
     assert r_stats.episode_returns == s_stats.episode_returns
     assert r_stats.global_step == s_stats.global_step
     drop = {"sps"}
