@@ -14,6 +14,7 @@ from rlstore.agents.ppo.config import (
     LSTMModelConfig,
     OnlineTrainConfig,
     RunConfig,
+    TransformerModelConfig,
 )
 from rlstore.agents.ppo.models import FCAgent
 from rlstore.agents.ppo.trainer import (
@@ -130,18 +131,29 @@ def test_train_writes_run_folder(tmp_path) -> None:
     assert sum(stats.episode_lengths) <= stats.global_step
 
 
-@pytest.mark.parametrize("model", [None, LSTMModelConfig(recurrence=4)], ids=["fc", "lstm"])
-def test_resume_continues_the_same_learning_curve(tmp_path, model) -> None:
-    """4 updates straight == 2 updates, crash, resume from the checkpoint, 2 more updates."""
+@pytest.mark.parametrize(
+    "model, env_id",
+    [
+        (None, "CartPole-v1"),
+        (LSTMModelConfig(recurrence=4), "CartPole-v1"),
+        (TransformerModelConfig(n_ctx=3), "CartPole-v1"),
+        (None, "Pendulum-v1"),  # continuous actions, a random reset state
+    ],
+    ids=["fc", "lstm", "transformer", "fc-pendulum"],
+)
+def test_resume_continues_the_same_learning_curve(tmp_path, model, env_id) -> None:
+    """4 updates straight == 2 updates, crash, resume from the checkpoint, 2 more updates.
+
+    The envs are not pickled: the resume rebuilds them and replays their current episodes."""
     oc = OnlineTrainConfig(total_timesteps=4 * 16 * 4, **TINY)
     run = RunConfig(seed=3, track=False)
-    straight, s_stats = train_ppo(run, oc, EnvironmentConfig(), model, run_dir=tmp_path / "a")
+    env = EnvironmentConfig(env_id=env_id, max_steps=20)  # short episodes: autoresets happen
+    straight, s_stats = train_ppo(run, oc, env, model, run_dir=tmp_path / "a")
     # simulate a crash after the first checkpoint (update 2): drop the later one
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "b" / "checkpoints" / "checkpoint_0001")
     torch.manual_seed(12345)  # the resumed run must not depend on the caller's RNG state
-    resumed, r_stats = train_ppo(run, oc, EnvironmentConfig(), model, run_dir=tmp_path / "b",
-                                 resume=True)  # fmt: skip
+    resumed, r_stats = train_ppo(run, oc, env, model, run_dir=tmp_path / "b", resume=True)
     for (name, p), q in zip(
         straight.state_dict().items(), resumed.state_dict().values(), strict=True
     ):
