@@ -192,9 +192,11 @@ def _tamper(folder, edit) -> None:
         (lambda s: s["model"].update({"actor.0.weight": s["model"]["actor.0.weight"].double()}),
          "actor.0.weight"),
         (lambda s: s["resume"]["state"]["next_obs"].add_(1.0), "did not reproduce"),
+        (lambda s: s["resume"]["optimizer"]["param_groups"][0].update(lr="os.system"),
+         "param_groups.lr"),
     ],
     ids=["wrapper-name", "agent-class", "pickle-bytes", "env-rng-name", "extra-key",
-         "numpy-rng-name", "lossy-dtype", "replay-mismatch"],
+         "numpy-rng-name", "lossy-dtype", "replay-mismatch", "optimizer-lr"],
 )  # fmt: skip
 def test_crafted_checkpoint_content_is_rejected_before_anything_runs(tmp_path, edit, match):
     from rlstore.agents.ppo.trainer import train_ppo

@@ -155,9 +155,8 @@ def _check_optimizer_state(saved: Any, optimizer: torch.optim.Optimizer) -> dict
                 f"{rg['params']} like this optimizer"
             )
         for k, v in g.items():
-            if type(v) is not type(rg[k]) and not (
-                isinstance(rg[k], tuple) and isinstance(v, list) or rg[k] is None or v is None
-            ):
+            want = list if isinstance(rg[k], tuple) else type(rg[k])  # JSON keeps no tuples
+            if type(v) is not want or isinstance(v, float) and not math.isfinite(v):
                 raise CheckpointError(
                     f"resume.optimizer.param_groups.{k}: expected {type(rg[k]).__name__}, "
                     f"got {type(v).__name__}"
@@ -165,13 +164,17 @@ def _check_optimizer_state(saved: Any, optimizer: torch.optim.Optimizer) -> dict
         out_groups.append({k: tuple(v) if isinstance(rg[k], tuple) else v for k, v in g.items()})
     params = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, entry in (saved["state"] or {}).items():
+    if not isinstance(saved["state"], dict):
+        raise CheckpointError("resume.optimizer.state: expected a dict of per-parameter states")
+    for key, entry in saved["state"].items():
         if not key.isdigit() or int(key) >= len(params) or not isinstance(entry, dict):
             raise CheckpointError(f"resume.optimizer.state: unexpected entry {key!r}")
         p = params[int(key)]
         for name, t in entry.items():
             if not isinstance(t, torch.Tensor) or t.dtype != p.dtype and t.ndim != 0:
-                raise CheckpointError(f"resume.optimizer.state.{key}.{name}: expected a tensor")
+                raise CheckpointError(
+                    f"resume.optimizer.state.{key}.{name}: expected a {p.dtype} tensor"
+                )
             if t.ndim != 0 and t.shape != p.shape:
                 raise CheckpointError(
                     f"resume.optimizer.state.{key}.{name}: expected shape {tuple(p.shape)}, "
