@@ -103,3 +103,16 @@ def test_module_env_id_never_imports_the_module(tmp_path, capsys, monkeypatch) -
     assert main(["train", *TINY, "--env", "evilmod:X-v0", "--runs-dir", str(tmp_path)]) == 2
     assert not marker.exists() and "evilmod" not in sys.modules
     assert "no 'module:' prefix" in capsys.readouterr().err
+
+
+def test_resume_of_a_run_folder_naming_a_module_runs_nothing(tmp_path, capsys, monkeypatch):
+    # a crafted run folder: its config.yaml names a module to import through the env id
+    marker = tmp_path / "imported"
+    (tmp_path / "evilmod2.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("environment: {env_id: 'evilmod2:X-v0'}\n")
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 2
+    assert not marker.exists() and "evilmod2" not in sys.modules
+    assert "env_id: expected a registered Gymnasium id" in capsys.readouterr().err
