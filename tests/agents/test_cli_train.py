@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from rlstore.agents.ppo.checkpoint import load_saved_checkpoint
 from rlstore.agents.ppo.cli_train import build_config
 from rlstore.agents.ppo.config import load_train_config
@@ -80,3 +82,37 @@ def test_wandb_missing_is_skipped_with_a_message(tmp_path, capsys, monkeypatch) 
     assert rc == 0
     assert "--wandb ignored: the wandb package is not installed" in capsys.readouterr().err
     assert not (tmp_path / "CartPole-v1-fc-s1" / "tb").exists()
+
+
+@pytest.mark.parametrize("env_id", ["nosuchmod:X-v0", "a:b:c", "NoSuch-v0", "CartPole-v99"])
+def test_bad_env_id_is_one_clear_line_and_writes_nothing(tmp_path, capsys, env_id) -> None:
+    rc = main(["train", *TINY, "--env", env_id, "--runs-dir", str(tmp_path / "runs")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert err[0].startswith("rlstore train: error: ") and "env_id: expected" in err[0]
+    assert repr(env_id) in err[0]
+    assert not (tmp_path / "runs").exists()  # rejected before the run folder is created
+
+
+def test_module_env_id_never_imports_the_module(tmp_path, capsys, monkeypatch) -> None:
+    # gymnasium imports `mod` for an id "mod:Name-v0": a config must not be able to run code
+    marker = tmp_path / "imported"
+    (tmp_path / "evilmod.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train", *TINY, "--env", "evilmod:X-v0", "--runs-dir", str(tmp_path)]) == 2
+    assert not marker.exists() and "evilmod" not in sys.modules
+    assert "no 'module:' prefix" in capsys.readouterr().err
+
+
+def test_resume_of_a_run_folder_naming_a_module_runs_nothing(tmp_path, capsys, monkeypatch):
+    # a crafted run folder: its config.yaml names a module to import through the env id
+    marker = tmp_path / "imported"
+    (tmp_path / "evilmod2.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("environment: {env_id: 'evilmod2:X-v0'}\n")
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 2
+    assert not marker.exists() and "evilmod2" not in sys.modules
+    assert "env_id: expected a registered Gymnasium id" in capsys.readouterr().err

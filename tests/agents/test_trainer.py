@@ -14,6 +14,7 @@ from rlstore.agents.ppo.config import (
     LSTMModelConfig,
     OnlineTrainConfig,
     RunConfig,
+    TransformerModelConfig,
 )
 from rlstore.agents.ppo.models import FCAgent
 from rlstore.agents.ppo.trainer import (
@@ -119,8 +120,8 @@ def test_train_writes_run_folder(tmp_path) -> None:
     agent, stats = train_ppo(RunConfig(seed=0), oc, EnvironmentConfig(), run_dir=tmp_path)
     assert stats.global_step == 192 and stats.num_updates == 3 and len(stats.updates) == 3
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "checkpoint_0000.pt",
-        "checkpoint_0001.pt",
+        "checkpoint_0000",
+        "checkpoint_0001",
     ]
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
     assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -130,22 +131,33 @@ def test_train_writes_run_folder(tmp_path) -> None:
     assert sum(stats.episode_lengths) <= stats.global_step
 
 
-@pytest.mark.parametrize("model", [None, LSTMModelConfig(recurrence=4)], ids=["fc", "lstm"])
-def test_resume_continues_the_same_learning_curve(tmp_path, model) -> None:
-    """4 updates straight == 2 updates, crash, resume from the checkpoint, 2 more updates."""
+@pytest.mark.parametrize(
+    "model, env_id",
+    [
+        (None, "CartPole-v1"),
+        (LSTMModelConfig(recurrence=4), "CartPole-v1"),
+        (TransformerModelConfig(n_ctx=3), "CartPole-v1"),
+        (None, "Pendulum-v1"),  # continuous actions, a random reset state
+    ],
+    ids=["fc", "lstm", "transformer", "fc-pendulum"],
+)
+def test_resume_continues_the_same_learning_curve(tmp_path, model, env_id) -> None:
+    """4 updates straight == 2 updates, crash, resume from the checkpoint, 2 more updates.
+
+    The envs are not pickled: the resume rebuilds them and replays their current episodes."""
     oc = OnlineTrainConfig(total_timesteps=4 * 16 * 4, **TINY)
     run = RunConfig(seed=3, track=False)
-    straight, s_stats = train_ppo(run, oc, EnvironmentConfig(), model, run_dir=tmp_path / "a")
+    env = EnvironmentConfig(env_id=env_id, max_steps=20)  # short episodes: autoresets happen
+    straight, s_stats = train_ppo(run, oc, env, model, run_dir=tmp_path / "a")
     # simulate a crash after the first checkpoint (update 2): drop the later one
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    (tmp_path / "b" / "checkpoints" / "checkpoint_0001.pt").unlink()
+    shutil.rmtree(tmp_path / "b" / "checkpoints" / "checkpoint_0001")
     torch.manual_seed(12345)  # the resumed run must not depend on the caller's RNG state
-    resumed, r_stats = train_ppo(run, oc, EnvironmentConfig(), model, run_dir=tmp_path / "b",
-                                 resume=True)  # fmt: skip
+    resumed, r_stats = train_ppo(run, oc, env, model, run_dir=tmp_path / "b", resume=True)
     for (name, p), q in zip(
         straight.state_dict().items(), resumed.state_dict().values(), strict=True
     ):
-        assert torch.equal(p, q), name
+        assert torch.equal(p, q), name  # exact resume: same computations, same shapes and order
     assert r_stats.episode_returns == s_stats.episode_returns
     assert r_stats.global_step == s_stats.global_step
     drop = {"sps"}

@@ -123,6 +123,7 @@ def test_rho_phi_zero_behaves_exactly_like_the_gae_buffer():
     collect([ppod, gae], actor, CountingVecEnv(), 8)
     ppod.before_gradients()
     gae.before_gradients()
+    # bitwise on purpose: PPODBuffer inherits GAEBuffer.before_gradients, same shapes and order
     for key in (OBS, DONE, ACT, REW, VAL, LOGP, RET, ADV):
         torch.testing.assert_close(ppod.data[key], gae.data[key], rtol=0, atol=0)
     assert len(ppod.reward_demos) > 0  # episodes were still tracked as candidate demos
@@ -433,5 +434,7 @@ def test_fast_insert_matches_the_full_round_trip(
     for key in fast.data:
         if fast.data[key] is not None:
             assert fast.data[key].dtype == ref.data[key].dtype, key
+            # bitwise on purpose: both inserts store copies of the same values, then run the
+            # same before_gradients on the same shapes
             torch.testing.assert_close(fast.data[key], ref.data[key], rtol=0, atol=0, msg=key)
     assert fast.store.state_dict()["rng"] == ref.store.state_dict()["rng"]

@@ -11,7 +11,7 @@ architectures live in :mod:`rlstore.agents.ppo.models` (FC, :func:`get_agent`) a
 from __future__ import annotations
 
 import math
-from abc import abstractmethod
+from abc import ABCMeta, abstractmethod
 from typing import Any
 
 import gymnasium as gym
@@ -49,8 +49,11 @@ def _spaces(envs: Any) -> tuple[gym.Space, gym.Space]:
     return obs_space, act_space
 
 
-class PPOAgent(nn.Module):
+class PPOAgent(nn.Module, metaclass=ABCMeta):
     """Base of the PPO agents: spaces, action distributions, optimizer, rollout and learn.
+
+    Abstract (``ABCMeta``, which ``nn.Module``'s plain ``type`` metaclass accepts): a class
+    that does not implement ``_step`` and ``_evaluate`` cannot be instantiated (TypeError).
 
     Args:
         envs: a gymnasium vector env (only its single observation / action spaces are kept).

@@ -1,42 +1,46 @@
 """PPO checkpoints: save an agent (and everything needed to resume training), load agents back.
 
-A checkpoint is one ``checkpoint_NNNN.pt`` file (``torch.save`` of a dict of tensors, strings
-and numbers), written atomically: a temporary sibling is written, flushed and fsynced, then
-``os.replace``-d over the final name, so the previous checkpoint stays loadable until the new
-one is complete. Its keys:
+A checkpoint is the folder ``checkpoints/checkpoint_NNNN/`` written by
+:func:`rlstore.checkpoint.save_state` (prefix ``ppo_``): tensors in ``ppo_state.safetensors``,
+everything else in the checksummed JSON sidecar ``ppo_metadata.json``, committed atomically by
+the project's one atomic writer (a killed save leaves the previous checkpoint loadable). Its state:
 
-* ``format_version``, ``agent_class``, ``config`` (the :class:`TrainConfig` as a dict),
+* ``format``, ``agent_class``, ``config`` (the :class:`TrainConfig` as a dict),
   ``checkpoint_num``, ``update`` (1-based number of updates done), ``global_step``;
 * ``model``: the agent's ``state_dict``;
-* ``resume`` (only when training state was given): optimizer, scheduler and rollout-buffer state
-  (its minibatch RNG), the :class:`~rlstore.agents.ppo.trainer.RolloutState` (current
-  observation, recurrent memory, episode counters and history), the torch / numpy / Python
-  global RNG states, the per-update log, and the pickled sub-environments of a
-  ``SyncVectorEnv`` (so a resumed run continues the exact same episodes).
+* ``resume`` (only when training state was given): optimizer tensors and settings, scheduler and
+  rollout-buffer state, the :class:`~rlstore.agents.ppo.rollout.RolloutState`, the global RNG
+  states (torch as a uint8 tensor, numpy and Python as JSON), the per-update log, and the
+  environments as a JSON spec plus what replays their current episodes
+  (:mod:`rlstore.agents.ppo.env_state`), so a resumed run continues the exact same episodes.
 
-Loading uses ``torch.load(weights_only=True)``; only :func:`restore_training` unpickles the
-stored environments, so resume only from checkpoints you wrote yourself.
+Loading never executes code from the folder: no pickle, no ``torch.load``, no names resolved
+to callables; every entry is checked (keys, shapes, dtypes, ranges) before any live object
+changes, and anything else is a :class:`CheckpointError`. The ``checkpoint_NNNN.pt`` files of
+earlier rlstore versions (pickle inside) are refused, not read.
 """
 
 from __future__ import annotations
 
-import os
-import pickle
+import math
 import random
 import re
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 
 from rlstore.agents.ppo.config import OnlineTrainConfig, RunConfig, TrainConfig
+from rlstore.agents.ppo.env_state import env_state, has_episode_logs, restore_envs
 from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.errors import CheckpointError
+from rlstore.agents.ppo.rollout import check_like
+from rlstore.checkpoint import load_state, metadata_file_path, save_state
+from rlstore.errors import CheckpointError, RLStoreError
 
 __all__ = [
-    "FORMAT_VERSION",
+    "FORMAT",
     "store_model_checkpoint",
     "read_checkpoint",
     "load_saved_checkpoint",
@@ -45,61 +49,153 @@ __all__ = [
     "restore_training",
 ]
 
-FORMAT_VERSION = 1
-_NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
+FORMAT = "rlstore.ppo/2"
+"""Value of the ``format`` entry of every PPO checkpoint this version writes and reads."""
+PREFIX = "ppo_"
+_NAME = re.compile(r"^checkpoint_(\d+)$")
+_LEGACY = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
 def checkpoint_path(folder: str | Path, checkpoint_num: int) -> Path:
-    """``folder / "checkpoint_{num:04d}.pt"``."""
-    return Path(folder) / f"checkpoint_{checkpoint_num:04d}.pt"
+    """``folder / "checkpoint_{num:04d}"`` (a folder)."""
+    return Path(folder) / f"checkpoint_{checkpoint_num:04d}"
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    if hasattr(os, "O_DIRECTORY"):  # persist the rename itself
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+# ----------------------------------------------------------------- global RNG states
 
 
 def _rng_states() -> dict[str, Any]:
-    state = np.random.get_state()  # noqa: NPY002 - saving the legacy global RNG
-    name, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], state)
+    npst = np.random.get_state(legacy=False)  # noqa: NPY002 - saving the legacy global RNG
+    version, internal, gauss = random.getstate()
     return {
         "torch": torch.get_rng_state(),
-        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
-        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": npst["bit_generator"],
+            "key": npst["state"]["key"].astype(np.uint32),
+            "pos": int(npst["state"]["pos"]),
+            "has_gauss": int(npst["has_gauss"]),
+            "gauss": float(npst["gauss"]),
+        },
+        "python": {"version": version, "internal": list(internal), "gauss": gauss},
     }
+
+
+def _check_rng_states(rng: Any) -> None:
+    """Raise :class:`CheckpointError` unless ``rng`` is a well-formed :func:`_rng_states`."""
+    ref = _rng_states()
+    if not isinstance(rng, dict) or set(rng) != set(ref):
+        raise CheckpointError("resume.rng: expected keys ['numpy', 'python', 'torch']")
+    t = rng["torch"]
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.shape != ref["torch"].shape:
+        raise CheckpointError(
+            f"resume.rng.torch: expected a uint8 tensor of {ref['torch'].numel()}"
+        )
+    n = rng["numpy"]
+    ok = (
+        isinstance(n, dict) and set(n) == set(ref["numpy"]) and n["bit_generator"] == "MT19937"
+        and isinstance(n["key"], np.ndarray) and n["key"].dtype == np.uint32
+        and n["key"].shape == (624,) and type(n["pos"]) is int and 0 <= n["pos"] <= 624
+        and n["has_gauss"] in (0, 1) and type(n["has_gauss"]) is int
+        and type(n["gauss"]) is float and math.isfinite(n["gauss"])
+    )  # fmt: skip
+    if not ok:
+        raise CheckpointError("resume.rng.numpy: expected an MT19937 state (key, pos, gauss)")
+    p = rng["python"]
+    ok = (
+        isinstance(p, dict) and set(p) == {"version", "internal", "gauss"} and p["version"] == 3
+        and isinstance(p["internal"], list) and len(p["internal"]) == 625
+        and all(type(x) is int and 0 <= x < 2**32 for x in p["internal"])
+        and p["internal"][-1] <= 624
+        and (p["gauss"] is None or (type(p["gauss"]) is float and math.isfinite(p["gauss"])))
+    )  # fmt: skip
+    if not ok:
+        raise CheckpointError("resume.rng.python: expected a version-3 Mersenne Twister state")
 
 
 def _set_rng_states(rng: dict[str, Any]) -> None:
     torch.set_rng_state(rng["torch"])
-    name, keys, pos, has_gauss, cached = rng["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))  # noqa: NPY002
-    random.setstate(rng["python"])
+    n = rng["numpy"]
+    np.random.set_state(  # noqa: NPY002 - restoring the legacy global RNG
+        {
+            "bit_generator": "MT19937",
+            "state": {"key": n["key"], "pos": n["pos"]},
+            "has_gauss": n["has_gauss"],
+            "gauss": n["gauss"],
+        }
+    )
+    p = rng["python"]
+    random.setstate((p["version"], tuple(p["internal"]), p["gauss"]))
 
 
-def _env_states(envs: Any) -> torch.Tensor | None:
-    subs = getattr(envs, "envs", None)
-    if subs is None:
-        return None
-    try:
-        blob = pickle.dumps(subs)
-    except Exception:  # noqa: BLE001 - any env that cannot be pickled: resume resets envs
-        return None
-    return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+# ----------------------------------------------------------------- optimizer state
+
+
+def _optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    sd = optimizer.state_dict()
+    return {
+        "state": {str(k): dict(v) for k, v in sd["state"].items()},
+        "param_groups": sd["param_groups"],
+    }
+
+
+def _check_optimizer_state(saved: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The torch ``state_dict`` for ``optimizer`` from a saved one, checked against its params."""
+    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
+        raise CheckpointError("resume.optimizer: expected keys ['param_groups', 'state']")
+    ref = optimizer.state_dict()
+    groups = saved["param_groups"]
+    ref_groups = ref["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(ref_groups):
+        raise CheckpointError(f"resume.optimizer.param_groups: expected {len(ref_groups)} groups")
+    out_groups = []
+    for g, rg in zip(groups, ref_groups, strict=True):
+        if not isinstance(g, dict) or set(g) != set(rg) or g["params"] != rg["params"]:
+            raise CheckpointError(
+                f"resume.optimizer.param_groups: expected keys {sorted(rg)} and params "
+                f"{rg['params']} like this optimizer"
+            )
+        for k, v in g.items():
+            want = list if isinstance(rg[k], tuple) else type(rg[k])  # JSON keeps no tuples
+            if type(v) is not want or isinstance(v, float) and not math.isfinite(v):
+                raise CheckpointError(
+                    f"resume.optimizer.param_groups.{k}: expected {type(rg[k]).__name__}, "
+                    f"got {type(v).__name__}"
+                )
+        out_groups.append({k: tuple(v) if isinstance(rg[k], tuple) else v for k, v in g.items()})
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    if not isinstance(saved["state"], dict):
+        raise CheckpointError("resume.optimizer.state: expected a dict of per-parameter states")
+    for key, entry in saved["state"].items():
+        if not key.isdigit() or int(key) >= len(params) or not isinstance(entry, dict):
+            raise CheckpointError(f"resume.optimizer.state: unexpected entry {key!r}")
+        p = params[int(key)]
+        for name, t in entry.items():
+            if not isinstance(t, torch.Tensor) or t.dtype != p.dtype and t.ndim != 0:
+                raise CheckpointError(
+                    f"resume.optimizer.state.{key}.{name}: expected a {p.dtype} tensor"
+                )
+            if t.ndim != 0 and t.shape != p.shape:
+                raise CheckpointError(
+                    f"resume.optimizer.state.{key}.{name}: expected shape {tuple(p.shape)}, "
+                    f"got {tuple(t.shape)}"
+                )
+        state[int(key)] = dict(entry)
+    return {"state": state, "param_groups": out_groups}
+
+
+def _check_model_state(saved: Any, agent: PPOAgent, where: str = "model") -> None:
+    ref = agent.state_dict()
+    if not isinstance(saved, dict) or set(saved) != set(ref):
+        raise CheckpointError(f"{where}: expected the parameters {sorted(ref)} of this agent")
+    for k, t in ref.items():
+        v = saved[k]
+        if not isinstance(v, torch.Tensor) or v.shape != t.shape or v.dtype != t.dtype:
+            got = (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__
+            raise CheckpointError(
+                f"{where}.{k}: expected a tensor of shape {tuple(t.shape)} and dtype {t.dtype}, "
+                f"got {got}"
+            )
 
 
 def store_model_checkpoint(
@@ -118,7 +214,7 @@ def store_model_checkpoint(
     update: int = 0,
     updates_log: list[dict[str, float]] | None = None,
 ) -> int:
-    """Write ``checkpoint_folder/checkpoint_{checkpoint_num:04d}.pt`` atomically.
+    """Write the folder ``checkpoint_folder/checkpoint_{checkpoint_num:04d}`` atomically.
 
     Args:
         agent: the agent (its ``state_dict`` is stored).
@@ -145,51 +241,82 @@ def store_model_checkpoint(
         )
         config = train_config_from_parts(run_config, online_config, env_cfg, model_cfg)
     payload: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format": FORMAT,
         "agent_class": type(agent).__name__,
         "config": config.to_dict(),
         "checkpoint_num": int(checkpoint_num),
         "update": int(update),
         "global_step": int(getattr(state, "global_step", 0)),
-        "model": agent.state_dict(),
+        "model": dict(agent.state_dict()),
     }
     if optimizer is not None:
+        envs_state = None if envs is None else env_state(envs, config.environment)
         payload["resume"] = {
-            "optimizer": optimizer.state_dict(),
+            "optimizer": _optimizer_state(optimizer),
             "scheduler": None if scheduler is None else scheduler.state_dict(),
             "buffer": None if buffer is None else buffer.state_dict(),
             "state": None if state is None else state.state_dict(),
             "rng": _rng_states(),
-            "envs": _env_states(envs),
+            "envs": envs_state,
             "updates_log": list(updates_log or []),
         }
-    _atomic_save(payload, checkpoint_path(checkpoint_folder, checkpoint_num))
+    save_state(
+        checkpoint_path(checkpoint_folder, checkpoint_num),
+        payload,
+        prefix=PREFIX,
+        metadata={k: payload[k] for k in ("format", "agent_class", "checkpoint_num", "update",
+                                          "global_step")},
+    )  # fmt: skip
     return checkpoint_num + 1
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint dict (``weights_only``); :class:`CheckpointError` if unreadable."""
+    """Load a checkpoint folder's state (no code is executed); :class:`CheckpointError` if
+    it is missing, damaged, of another format, or an old pickle-based ``.pt`` file."""
     p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(f"path: checkpoint file {str(p)!r} does not exist")
+    if _LEGACY.match(p.name) or p.suffix == ".pt":
+        raise CheckpointError(
+            f"path: {str(p)!r} is a checkpoint of an earlier rlstore (pickle inside); it is "
+            "not loaded because loading it could run code: retrain, or load it yourself with "
+            "torch.load only if you trust its origin"
+        )
+    if not metadata_file_path(p, PREFIX).is_file():
+        raise CheckpointError(
+            f"path: checkpoint folder {str(p)!r} does not exist or holds no {PREFIX}metadata.json"
+        )
     try:
-        payload = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - truncated / corrupted / foreign files
+        payload = load_state(p, prefix=PREFIX)
+    except RLStoreError as err:
         raise CheckpointError(
             f"path: {str(p)!r} is not a readable rlstore checkpoint ({err})"
         ) from None
-    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
-        got = payload.get("format_version") if isinstance(payload, dict) else type(payload).__name__
+    if payload.get("format") != FORMAT:
         raise CheckpointError(
-            f"format_version: expected {FORMAT_VERSION} in {str(p)!r}, got {got!r}"
+            f"format: expected {FORMAT!r} in {str(p)!r}, got {payload.get('format')!r}"
         )
+    for key in ("checkpoint_num", "update", "global_step"):
+        if type(payload.get(key)) is not int or payload[key] < 0:
+            raise CheckpointError(
+                f"{key}: expected an int >= 0 in {str(p)!r}, got {payload.get(key)!r}"
+            )
+    if not isinstance(payload.get("config"), dict) or not isinstance(
+        payload.get("agent_class"), str
+    ):
+        raise CheckpointError(f"config / agent_class: missing or malformed in {str(p)!r}")
     return payload
+
+
+def _config_of(payload: dict[str, Any]) -> TrainConfig:
+    try:
+        return TrainConfig.model_validate(payload["config"])
+    except (RLStoreError, ValueError) as err:
+        raise CheckpointError(f"config: not a valid TrainConfig ({err})") from None
 
 
 def _agent_from_payload(payload: dict[str, Any], num_envs: int) -> PPOAgent:
     from rlstore.agents.ppo.trainer import make_vector_env
 
-    cfg = TrainConfig.model_validate(payload["config"])
+    cfg = _config_of(payload)
     envs = make_vector_env(cfg.environment, num_envs)
     try:
         agent = get_agent(cfg.selected_model_config(), envs, cfg.environment, cfg.online)
@@ -198,18 +325,19 @@ def _agent_from_payload(payload: dict[str, Any], num_envs: int) -> PPOAgent:
     if type(agent).__name__ != payload["agent_class"]:
         raise CheckpointError(
             f"agent_class: config builds {type(agent).__name__}, checkpoint holds "
-            f"{payload['agent_class']}"
+            f"{payload['agent_class']!r}"
         )
+    _check_model_state(payload["model"], agent)
     agent.load_state_dict(payload["model"])
     agent.train_config = cfg
     return agent
 
 
 def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
-    """Rebuild the agent stored in the checkpoint file ``path``.
+    """Rebuild the agent stored in the checkpoint folder ``path``.
 
     Args:
-        path: a ``checkpoint_NNNN.pt`` file.
+        path: a ``checkpoint_NNNN`` folder.
         num_envs: number of envs of the temporary vector env used to read the spaces.
 
     Returns:
@@ -223,14 +351,32 @@ def _list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
     d = Path(folder)
     if not d.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))]
+    found = [
+        (int(m.group(1)), p)
+        for p in d.iterdir()
+        if (m := _NAME.match(p.name)) and metadata_file_path(p, PREFIX).is_file()
+    ]
     return sorted(found)
 
 
 def latest_checkpoint(folder: str | Path) -> Path | None:
-    """The highest-numbered ``checkpoint_NNNN.pt`` in ``folder`` (None if there is none)."""
+    """The highest-numbered committed ``checkpoint_NNNN`` folder in ``folder`` (None if none).
+
+    Raises:
+        CheckpointError: the folder holds only ``checkpoint_NNNN.pt`` files of an earlier
+            rlstore (they are never loaded: pickle inside).
+    """
     found = _list_checkpoints(folder)
-    return found[-1][1] if found else None
+    if found:
+        return found[-1][1]
+    d = Path(folder)
+    legacy = sorted(p.name for p in d.iterdir() if _LEGACY.match(p.name)) if d.is_dir() else []
+    if legacy:
+        raise CheckpointError(
+            f"checkpoints: {str(d)!r} holds only {legacy[-1]}-style files of an earlier rlstore "
+            "(pickle inside); they are not loaded because loading them could run code"
+        )
+    return None
 
 
 def load_all_agents_from_checkpoints(
@@ -244,9 +390,12 @@ def load_all_agents_from_checkpoints(
     found = _list_checkpoints(checkpoint_folder_path)
     if not found:
         raise CheckpointError(
-            f"checkpoint_folder_path: no checkpoint_NNNN.pt in {str(checkpoint_folder_path)!r}"
+            f"checkpoint_folder_path: no checkpoint_NNNN folder in {str(checkpoint_folder_path)!r}"
         )
     return [load_saved_checkpoint(p, num_envs) for _, p in found]
+
+
+_RESUME_KEYS = {"optimizer", "scheduler", "buffer", "state", "rng", "envs", "updates_log"}
 
 
 def restore_training(
@@ -260,43 +409,52 @@ def restore_training(
 ) -> tuple[int, int, list[dict[str, float]]]:
     """Load a resumable checkpoint into freshly built training objects (in place).
 
+    Everything is checked before the first object changes; the environments are rebuilt by
+    replaying their saved episodes (:func:`rlstore.agents.ppo.env_state.restore_envs`).
+
     Returns:
         ``(updates_done, next_checkpoint_num, updates_log)``.
 
     Raises:
-        CheckpointError: not resumable, or built for another agent / batch shape.
+        CheckpointError: not resumable, malformed, or built for another agent / batch shape.
     """
     payload = read_checkpoint(path)
     res = payload.get("resume")
     if res is None:
         raise CheckpointError(f"resume: {str(path)!r} holds no training state (model only)")
+    if not isinstance(res, dict) or set(res) != _RESUME_KEYS:
+        raise CheckpointError(f"resume: expected keys {sorted(_RESUME_KEYS)} in {str(path)!r}")
     if payload["agent_class"] != type(agent).__name__:
         raise CheckpointError(
             f"agent_class: expected {type(agent).__name__}, "
-            f"checkpoint holds {payload['agent_class']}"
+            f"checkpoint holds {payload['agent_class']!r}"
         )
-    agent.load_state_dict(payload["model"])
-    optimizer.load_state_dict(res["optimizer"])
+    _check_model_state(payload["model"], agent)
+    opt_state = _check_optimizer_state(res["optimizer"], optimizer)
+    _check_rng_states(res["rng"])
+    log = res["updates_log"]
+    if not isinstance(log, list) or not all(
+        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in log
+    ):
+        raise CheckpointError("resume.updates_log: expected a list of {name: number} dicts")
     if scheduler is not None and res["scheduler"] is not None:
-        scheduler.load_state_dict(res["scheduler"])
+        check_like("resume.scheduler", res["scheduler"], scheduler.state_dict())
+    cfg = _config_of(payload)
     if buffer is not None and res["buffer"] is not None:
         buffer.load_state_dict(res["buffer"])
     if state is not None and res["state"] is not None:
         state.load_state_dict(res["state"])
-    if res["envs"] is not None and hasattr(envs, "envs"):
-        subs = pickle.loads(res["envs"].numpy().tobytes())  # noqa: S301 - own checkpoint
-        if len(subs) != len(envs.envs):
-            raise CheckpointError(
-                f"envs: expected {len(subs)} envs like the run, got {len(envs.envs)}"
-            )
-        for old in envs.envs:
-            old.close()
-        envs.envs = subs
+    if res["envs"] is not None and state is not None and has_episode_logs(envs):
+        restore_envs(envs, cfg.environment, res["envs"], agent, state.next_obs)
     else:
         print(
             "rlstore: the checkpoint has no environment state; envs restart from a reset, so "
             "the resumed curve differs from an uninterrupted run",
             file=sys.stderr,
         )
+    agent.load_state_dict(payload["model"])
+    optimizer.load_state_dict(opt_state)
+    if scheduler is not None and res["scheduler"] is not None:
+        scheduler.load_state_dict(res["scheduler"])
     _set_rng_states(res["rng"])
-    return int(payload["update"]), int(payload["checkpoint_num"]) + 1, list(res["updates_log"])
+    return payload["update"], payload["checkpoint_num"] + 1, [dict(u) for u in log]

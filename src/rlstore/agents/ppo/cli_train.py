@@ -2,7 +2,8 @@
 
 Defaults: FC agent on CartPole-v1 with the tuned config ``rlstore/configs/cartpole_fc.yaml``.
 The run folder ``<runs_dir>/<exp_name>`` receives ``config.yaml`` (the resolved config),
-``tb/`` (TensorBoard), ``checkpoints/checkpoint_NNNN.pt`` and ``learning_curve.png``.
+``tb/`` (TensorBoard), ``checkpoints/checkpoint_NNNN/`` (safetensors + JSON, no pickle) and
+``learning_curve.png``.
 
 Examples::
 

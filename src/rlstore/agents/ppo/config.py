@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -60,6 +61,8 @@ def _format_validation_error(cls_name: str, err: ValidationError) -> str:
 
 
 _FIELDS: dict[str, list[str]] = {}
+_ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
+"""Shape of the env ids rlstore accepts: Gymnasium's ``namespace/name-vN`` without ``module:``."""
 
 
 class _Config(BaseModel):
@@ -129,6 +132,19 @@ class EnvironmentConfig(_Config):
     """MiniGrid only: wrap with ``FullyObsWrapper`` (whole grid instead of the agent's view)."""
     img_obs: bool = False
     """MiniGrid only: wrap with ``RGBImgPartialObsWrapper`` (pixels, not the grid encoding)."""
+
+    @model_validator(mode="after")
+    def _check_env_id(self) -> EnvironmentConfig:
+        # Gymnasium imports the module of a "module:Name-v0" id: a config (or a run folder's
+        # config.yaml) must never name code to import, so only plain registered ids pass.
+        if not _ENV_ID.fullmatch(self.env_id):
+            raise ValueError(
+                "env_id: expected a registered Gymnasium id such as 'CartPole-v1' or "
+                "'namespace/Name-v0' (letters, digits, '_', '.', '-', one optional '/'; "
+                f"no 'module:' prefix, modules named in a config are never imported), "
+                f"got {self.env_id!r}"
+            )
+        return self
 
 
 class OnlineTrainConfig(_Config):

@@ -9,6 +9,7 @@ over between rollouts (and into checkpoints).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +18,21 @@ import numpy as np
 import torch
 
 from rlstore.agents.ppo.config import EnvironmentConfig
+from rlstore.agents.ppo.env_state import WRAPPERS, wrapper_names
 from rlstore.buffers.rollout import RolloutBuffer
-from rlstore.errors import ConfigError
+from rlstore.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     from rlstore.agents.ppo.agent_base import Memory, PPOAgent
 
-__all__ = ["SAMPLING_METHODS", "make_vector_env", "RolloutState", "run_rollout"]
+__all__ = [
+    "SAMPLING_METHODS",
+    "check_env_id",
+    "check_like",
+    "make_vector_env",
+    "RolloutState",
+    "run_rollout",
+]
 
 SAMPLING_METHODS = ("basic", "greedy", "temperature", "topk")
 
@@ -31,27 +40,14 @@ SAMPLING_METHODS = ("basic", "greedy", "temperature", "topk")
 def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym.vector.VectorEnv:
     """A ``SyncVectorEnv`` of ``num_envs`` copies of the configured env, autoreset SAME_STEP.
 
+    Each sub-env is wrapped by its registered wrappers (:func:`wrapper_names`), the outermost
+    being :class:`~rlstore.agents.ppo.env_state.EpisodeLog` (what checkpoints replay).
+
     Probe ids (``rlstore/Probe*``) are registered and MiniGrid ids import ``minigrid`` first.
     """
     cfg = environment_config
-    if cfg.env_id.startswith("rlstore/"):
-        from rlstore.envs.probes import register_probes
-
-        register_probes()
-    wrappers: list[Any] = []
-    if cfg.env_id.startswith(("MiniGrid", "BabyAI")) or cfg.fully_observed or cfg.img_obs:
-        try:
-            import minigrid  # noqa: F401  (registers the MiniGrid ids)
-            from minigrid.wrappers import FullyObsWrapper, RGBImgPartialObsWrapper
-        except ImportError as err:
-            raise ConfigError(
-                f"environment.env_id: {cfg.env_id!r} needs the minigrid package "
-                "(pip install 'rlstore[minigrid]')"
-            ) from err
-        if cfg.fully_observed:
-            wrappers.append(FullyObsWrapper)
-        if cfg.img_obs:
-            wrappers.append(RGBImgPartialObsWrapper)
+    check_env_id(cfg)
+    wrappers = [WRAPPERS[name]() for name in wrapper_names(cfg)]
     kwargs = dict(cfg.env_kwargs)
     if cfg.max_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_steps
@@ -66,6 +62,41 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
         )
     except gym.error.Error as err:
         raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
+
+
+def _needs_minigrid(cfg: EnvironmentConfig) -> bool:
+    return cfg.env_id.startswith(("MiniGrid", "BabyAI")) or cfg.fully_observed or cfg.img_obs
+
+
+def check_env_id(environment_config: EnvironmentConfig) -> None:
+    """Raise :class:`ConfigError` unless the configured id is registered with Gymnasium.
+
+    Registers the probe ids (``rlstore/Probe*``) and imports ``minigrid`` for MiniGrid ids
+    first; nothing else is imported (:class:`EnvironmentConfig` rejects ``module:`` ids).
+    Called before a run folder is created, so a bad id leaves nothing behind.
+    """
+    cfg = environment_config
+    if cfg.env_id.startswith("rlstore/"):
+        from rlstore.envs.probes import register_probes
+
+        register_probes()
+    if _needs_minigrid(cfg):
+        try:
+            import minigrid  # noqa: F401  (registers the MiniGrid ids)
+        except ImportError as err:
+            raise ConfigError(
+                f"environment.env_id: {cfg.env_id!r} needs the minigrid package "
+                "(pip install 'rlstore[minigrid]')"
+            ) from err
+    if ":" in cfg.env_id:  # a config built without validation (model_construct)
+        raise ConfigError(f"environment.env_id: expected no 'module:' prefix, got {cfg.env_id!r}")
+    try:
+        gym.spec(cfg.env_id)
+    except gym.error.Error as err:
+        raise ConfigError(
+            f"environment.env_id: expected an id registered with Gymnasium, got {cfg.env_id!r} "
+            f"({err})"
+        ) from None
 
 
 @dataclass
@@ -110,12 +141,22 @@ class RolloutState:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything as tensors / lists (for checkpoints)."""
+        """Everything as CPU tensors / arrays / JSON lists (for ``rlstore.checkpoint.save_state``).
+
+        The memory is stored as ``{"kind": "none" | "tuple" | "dict", "items": {...}}``.
+        """
+        mem = self.memory
+        if mem is None:
+            memory: dict[str, Any] = {"kind": "none", "items": {}}
+        elif isinstance(mem, tuple):
+            memory = {"kind": "tuple", "items": {str(i): t.cpu() for i, t in enumerate(mem)}}
+        else:
+            memory = {"kind": "dict", "items": {k: t.cpu() for k, t in mem.items()}}
         return {
             "next_obs": self.next_obs.cpu(),
-            "memory": self.memory,
+            "memory": memory,
             "episode_time": self.episode_time.cpu(),
-            "episode_return": torch.from_numpy(self.episode_return.copy()),
+            "episode_return": self.episode_return.copy(),
             "global_step": self.global_step,
             "episode_returns": list(self.episode_returns),
             "episode_lengths": list(self.episode_lengths),
@@ -123,15 +164,70 @@ class RolloutState:
         }
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
-        self.next_obs = sd["next_obs"].to(self.next_obs.device)
-        self.memory = sd["memory"]
+        """Restore :meth:`state_dict` output of a run with the same agent and env count.
+
+        Every entry is checked against this state (keys, shapes, dtypes, counts) before
+        anything changes.
+
+        Raises:
+            CheckpointError: a missing, extra or malformed entry.
+        """
+        mine = self.state_dict()
+        check_like("state", sd, mine)
+        kind, items = sd["memory"]["kind"], sd["memory"]["items"]
+        device = self.next_obs.device
+        n_ep = len(sd["episode_returns"])
+        if len(sd["episode_lengths"]) != n_ep or len(sd["episode_end_steps"]) != n_ep:
+            raise CheckpointError("state: expected one length and end step per episode return")
+        self.next_obs = sd["next_obs"].to(device)
+        if kind == "tuple":
+            self.memory = tuple(items[str(i)].to(device) for i in range(len(items)))
+        elif kind == "dict":
+            self.memory = {k: items[k].to(device) for k in mine["memory"]["items"]}
         self.episode_time = sd["episode_time"].to(self.episode_time.device)
-        self.episode_return = sd["episode_return"].numpy().copy()
-        self.global_step = int(sd["global_step"])
+        self.episode_return = sd["episode_return"].copy()
+        self.global_step = sd["global_step"]
         self.episode_returns = [float(x) for x in sd["episode_returns"]]
-        self.episode_lengths = [int(x) for x in sd["episode_lengths"]]
-        self.episode_end_steps = [int(x) for x in sd["episode_end_steps"]]
+        self.episode_lengths = list(sd["episode_lengths"])
+        self.episode_end_steps = list(sd["episode_end_steps"])
+
+
+def check_like(where: str, got: Any, ref: Any) -> None:
+    """Raise :class:`CheckpointError` unless ``got`` has the structure of ``ref``: same dict
+    keys, tensors / arrays of the same shape and dtype, ints >= 0 where ``ref`` has ints, lists
+    of finite numbers (ints where ``ref``'s name says lengths or steps)."""
+    if isinstance(ref, dict):
+        if not isinstance(got, dict) or set(got) != set(ref):
+            keys = sorted(got) if isinstance(got, dict) else type(got).__name__
+            raise CheckpointError(f"{where}: expected keys {sorted(ref)}, got {keys}")
+        for k in ref:
+            check_like(f"{where}.{k}", got[k], ref[k])
+    elif isinstance(ref, (torch.Tensor, np.ndarray)):
+        if type(got) is not type(ref) or got.shape != ref.shape or got.dtype != ref.dtype:
+            have = (tuple(got.shape), got.dtype) if hasattr(got, "shape") else type(got).__name__
+            raise CheckpointError(
+                f"{where}: expected {type(ref).__name__} of shape {tuple(ref.shape)} and dtype "
+                f"{ref.dtype}, got {have}"
+            )
+    elif isinstance(ref, str):
+        if got != ref:
+            raise CheckpointError(f"{where}: expected {ref!r} like this agent, got {got!r}")
+    elif isinstance(ref, int):
+        if type(got) is not int or got < 0:
+            raise CheckpointError(f"{where}: expected an int >= 0, got {got!r}")
+    elif isinstance(ref, float):
+        if type(got) not in (int, float) or not math.isfinite(got):
+            raise CheckpointError(f"{where}: expected a finite number, got {got!r}")
+    elif isinstance(ref, list):
+        want_int = where.endswith(("lengths", "steps"))
+        ok = isinstance(got, list) and all(
+            type(x) is int and x >= 0 if want_int else type(x) in (int, float) and np.isfinite(x)
+            for x in got
+        )
+        if not ok:
+            raise CheckpointError(
+                f"{where}: expected a list of {'ints >= 0' if want_int else 'finite numbers'}"
+            )
 
 
 def _select_action(

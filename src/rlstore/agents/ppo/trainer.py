@@ -49,6 +49,7 @@ from rlstore.agents.ppo.obs import set_global_seeds
 from rlstore.agents.ppo.rollout import (
     SAMPLING_METHODS,
     RolloutState,
+    check_env_id,
     make_vector_env,
     run_rollout,
 )
@@ -273,6 +274,7 @@ def ppo_runner(
             run_dir=run_dir, resume=True,
         )  # fmt: skip
     cfg = train_config_from_parts(run_config, online_config, environment_config, model_config)
+    check_env_id(environment_config)  # before the run folder exists
     base = Path(run_config.runs_dir) / run_config.exp_name
     run_dir, k = base, 1
     while run_dir.exists():
