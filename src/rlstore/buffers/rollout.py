@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from typing import Any
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._trees import tree_from_state, tree_leaves, tree_map, tree_to_state
+from rlstore._trees import as_device, tree_from_state, tree_leaves, tree_map, tree_to_state
 from rlstore.buffers.rollout_checks import AdvNorm, StepChecker, check_rollout_args
 from rlstore.buffers.rollout_targets import IntrinsicConfig, gae_targets, vtrace_targets
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
@@ -57,11 +58,14 @@ from rlstore.minibatches import (
 )
 from rlstore.normalize import DiscountedReturnNormalizer
 from rlstore.returns import normalize_advantages
+from rlstore.samplers import rng_state, set_rng_state
 
 __all__ = ["RolloutBuffer", "RolloutBatch", "IntrinsicConfig"]
 
 _FLOATS = ("logprobs", "values", "rewards", "final_values")
 _INT_FLOATS = ("int_rewards", "int_values")
+_FLAGS = ("terminated", "truncated", "final_obs_given")
+_TREES = ("obs", "actions", "hidden", "final_obs")  # allocated lazily, dtypes preserved
 
 
 class RolloutBuffer:
@@ -99,22 +103,22 @@ class RolloutBuffer:
         self.gamma, self.lam = float(gamma), float(lam)
         self.advantage_normalization: AdvNorm = advantage_normalization
         self.intrinsic = intrinsic
-        self.device = torch.device(device)
+        self.device = as_device(device)
         self._check = StepChecker(self.num_envs, self.device)
-        self._fast_add = True  # False forces StepChecker.step (the slow twin; for tests)
         self._seed = None if seed is None or isinstance(seed, np.random.Generator) else int(seed)
         self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         T, N = self.num_steps, self.num_envs
         self._float_names = _FLOATS + (_INT_FLOATS if intrinsic is not None else ())
         if intrinsic is not None:  # RND reward scaling: running std of the discounted sum
             self._normalizer = DiscountedReturnNormalizer(gamma=intrinsic.int_gamma)
-        # the per-env scalar streams share one (K, T, N) float32 block and the two flags one
-        # (2, T, N) bool block, so that add() writes each with one copy; _data holds views.
-        # obs / actions / hidden are allocated lazily from the first add (dtypes preserved).
+        # the per-env scalar streams share one (K, T, N) float32 block and the three flags one
+        # (3, T, N) bool block, so that add() writes each with one copy; _data holds views.
+        # obs / actions / hidden are allocated lazily from the first add (dtypes preserved),
+        # final_obs from the first add that gives one.
         self._data: dict[str, Any] = {}
         self._pack(
             torch.zeros(len(self._float_names), T, N, device=self.device),
-            torch.zeros(2, T, N, dtype=torch.bool, device=self.device),
+            torch.zeros(len(_FLAGS), T, N, dtype=torch.bool, device=self.device),
         )
         self._data["episode_time"] = torch.zeros(T, N, dtype=torch.int64, device=self.device)
         self._hidden_given: bool | None = None
@@ -166,7 +170,7 @@ class RolloutBuffer:
     def _pack(self, floats: torch.Tensor, flags: torch.Tensor) -> None:
         self._floats, self._flags = floats, flags
         self._data |= dict(zip(self._float_names, floats, strict=True))
-        self._data |= {"terminated": flags[0], "truncated": flags[1]}
+        self._data |= dict(zip(_FLAGS, flags, strict=True))
 
     def add(
         self,
@@ -179,6 +183,7 @@ class RolloutBuffer:
         truncated: Any,
         *,
         final_value: Any = None,
+        final_obs: Any = None,
         hidden: Any = None,
         int_reward: Any = None,
         int_value: Any = None,
@@ -195,6 +200,13 @@ class RolloutBuffer:
             truncated: ``(N,)`` bool, the episode was cut (time limit) after this transition.
             final_value: ``(N,)`` ``V(final_obs)``, required when an env is truncated and not
                 terminated (read only for those envs).
+            final_obs: like ``obs``, the true successor observation ``final_obs`` of the
+                truncated-and-not-terminated envs (the rows of other envs are ignored and
+                stored as zeros, but must be finite numbers of the obs dtype). Optional for
+                :meth:`compute_returns` (which uses ``final_value``); required by
+                :meth:`compute_vtrace` for every such step, because V-trace re-evaluates
+                ``V(final_obs)`` with the current critic. Giving it keeps a second
+                ``(T, N, *obs_shape)`` array from then on.
             hidden: recurrent state *before* this step: a tensor or tuple of tensors with a
                 leading env axis (e.g. LSTM ``(h, c)`` each ``(N, layers, H)``).
             int_reward, int_value: ``(N,)`` intrinsic reward and value, required exactly when
@@ -222,6 +234,7 @@ class RolloutBuffer:
             "terminated": terminated,
             "truncated": truncated,
             "final_value": final_value,
+            "final_obs": final_obs,
             "hidden": hidden,
             "int_reward": int_reward,
             "int_value": int_value,
@@ -230,17 +243,13 @@ class RolloutBuffer:
         hg, hi = self._hidden_given, self.intrinsic is not None
         # fast path (no conversion) when the inputs already match the storage; None -> the
         # validating slow twin, which also raises the errors
-        checked = (
-            self._check.fast_step(args, d, hidden_given=hg, has_intrinsic=hi)
-            if self._fast_add
-            else None
-        )
-        row, block, term, trunc = checked or self._check.step(
+        checked = self._check.fast_step(args, d, hidden_given=hg, has_intrinsic=hi)
+        row, block, term, trunc, given = checked or self._check.step(
             args, d, hidden_given=hg, has_intrinsic=hi
         )
         # ---- everything validated: allocate lazily, then write
         T = self.num_steps
-        for k in ("obs", "actions", "hidden"):
+        for k in _TREES:
             if k in row and k not in d:
                 d[k] = tree_map(lambda x: x.new_zeros((T, *x.shape)), row[k])
         self._hidden_given = hidden is not None
@@ -252,7 +261,7 @@ class RolloutBuffer:
             for dst, src in zip(tree_leaves(d[k]), tree_leaves(v), strict=True):
                 dst[p] = src
         self._floats[:, p] = block
-        self._flags[0, p], self._flags[1, p] = term, trunc
+        self._flags[0, p], self._flags[1, p], self._flags[2, p] = term, trunc, given
         d["episode_time"][p] = self._next_episode_time
         done = term | trunc
         self._next_episode_time = torch.where(done, 0, self._next_episode_time + 1)
@@ -322,8 +331,13 @@ class RolloutBuffer:
         ``evaluate(obs, actions, hidden)`` receives the stored ``(P, N, ...)`` observations,
         actions and per-step hidden states (None if none were stored) and returns
         ``(target_logp, values)``, each ``(P, N)``, of the current policy and critic; it runs
-        under ``torch.no_grad()``. The behaviour log-probs are the stored ``logprobs``; the
-        ``final_value`` of truncated steps is the stored rollout-time ``V(final_obs)``.
+        under ``torch.no_grad()``. The behaviour log-probs are the stored ``logprobs``.
+        Truncated (and not terminated) steps bootstrap from the *current* critic too:
+        ``evaluate`` is called a second time on their stored ``final_obs``, shaped
+        ``(K, 1, ...)`` with the actions and hidden states of those steps, and its values are
+        used (the rollout-time ``final_value`` is not). Such steps therefore need
+        ``add(..., final_obs=...)``; without it this raises a :class:`SpecError` before
+        ``evaluate`` is called.
         Afterwards ``returns`` holds ``vs`` and ``advantages`` the policy-gradient advantages;
         the stored ``values`` / ``logprobs`` are unchanged (they stay PPO's "old" values).
 
@@ -451,7 +465,7 @@ class RolloutBuffer:
             "config": self.config(),
             "pos": self._pos,
             "hidden_given": self._hidden_given,
-            "rng": self._rng.bit_generator.state,
+            "rng": rng_state(self._rng),
             "data": tree_to_state(self._data),
             "next_episode_time": tree_to_state(self._next_episode_time),
             "results": tree_to_state(self._results),
@@ -461,12 +475,33 @@ class RolloutBuffer:
         return state
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of a buffer with the same num_steps / num_envs."""
+        """Restore a :meth:`state_dict` of a buffer with the same num_steps / num_envs.
+
+        All or nothing: the whole state (config, field names, shapes and dtypes, ``pos``,
+        ``hidden_given``, results, normalizer and RNG state) is validated before anything of
+        this buffer changes.
+
+        Raises:
+            CheckpointError: anything missing, malformed or inconsistent (the message says what).
+        """
+        staged = self._stage_state(sd)
+        normalizer, rng = staged.pop("normalizer"), staged.pop("rng")
+        if normalizer is not None:
+            self._normalizer = normalizer
+        self._data, self._results = staged["data"], staged["results"]
+        self._next_episode_time = staged["next_episode_time"]
+        self._pack(staged["floats"], staged["flags"])
+        self._pos, self._hidden_given = staged["pos"], staged["hidden_given"]
+        self._rng = set_rng_state(self._rng, rng)  # validated on a scratch Generator
+
+    def _stage_state(self, sd: Any) -> dict[str, Any]:
+        """Validate a state dict and build every new attribute, touching nothing."""
+        T, N = self.num_steps, self.num_envs
         try:
             cfg = sd["config"]
-            if (cfg["num_steps"], cfg["num_envs"]) != (self.num_steps, self.num_envs):
+            if (cfg["num_steps"], cfg["num_envs"]) != (T, N):
                 raise CheckpointError(
-                    f"state_dict: expected num_steps={self.num_steps}, num_envs={self.num_envs}, "
+                    f"state_dict: expected num_steps={T}, num_envs={N}, "
                     f"got num_steps={cfg['num_steps']}, num_envs={cfg['num_envs']}"
                 )
             if (cfg.get("intrinsic") is None) != (self.intrinsic is None):
@@ -476,26 +511,69 @@ class RolloutBuffer:
             data = tree_from_state(sd["data"], self.device)
             results = tree_from_state(sd["results"], self.device)
             nxt = tree_from_state(sd["next_episode_time"], self.device)
-            pos, hidden_given, rng_state = int(sd["pos"]), sd["hidden_given"], sd["rng"]
-            normalizer = sd.get("normalizer")
-        except (KeyError, TypeError, AttributeError) as exc:
+            pos, hidden_given, rng = sd["pos"], sd["hidden_given"], sd["rng"]
+            normalizer_state = sd.get("normalizer")
+        except CheckpointError:
+            raise
+        except Exception as exc:  # KeyError, TypeError, torch's RuntimeError, ...
             raise CheckpointError(f"state_dict: missing or malformed entry {exc!r}") from exc
-        missing = set(self._data) - set(data)
-        if missing or not 0 <= pos <= self.num_steps:
-            raise CheckpointError(f"state_dict: missing fields {sorted(missing)} or bad pos={pos}")
-        try:
-            floats = torch.stack([data[k].float() for k in self._float_names])
-            flags = torch.stack([data["terminated"].bool(), data["truncated"].bool()])
-        except RuntimeError as exc:
-            raise CheckpointError(f"state_dict: inconsistent field shapes ({exc})") from exc
-        if floats.shape[1:] != (self.num_steps, self.num_envs):
+        if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos <= T:
+            raise CheckpointError(f"pos: expected an int in [0, {T}], got {pos!r}")
+        if hidden_given not in (None, True, False):
+            raise CheckpointError(f"hidden_given: expected None or a bool, got {hidden_given!r}")
+        if not isinstance(data, dict) or not isinstance(results, dict):
+            raise CheckpointError("state_dict: expected dicts under 'data' and 'results'")
+        data.setdefault("final_obs_given", torch.zeros(T, N, dtype=torch.bool))  # older states
+        data["final_obs_given"] = data["final_obs_given"].to(self.device)
+        fixed = {k: torch.float32 for k in self._float_names}
+        fixed |= {k: torch.bool for k in _FLAGS} | {"episode_time": torch.int64}
+        unknown = set(data) - set(fixed) - set(_TREES)
+        missing = set(fixed) - set(data)
+        if missing or unknown:
             raise CheckpointError(
-                f"state_dict: expected fields of shape ({self.num_steps}, {self.num_envs}), "
-                f"got {tuple(floats.shape[1:])}"
+                f"data: expected the fields {sorted(fixed)} (+ {list(_TREES)}), "
+                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
             )
-        if normalizer is not None:
-            self._normalizer.load_state_dict(normalizer)
-        self._data, self._results, self._next_episode_time = data, results, nxt
-        self._pack(floats, flags)
-        self._pos, self._hidden_given = pos, hidden_given
-        self._rng.bit_generator.state = rng_state
+        if (hidden_given is True) != ("hidden" in data):
+            raise CheckpointError(f"hidden_given={hidden_given!r} disagrees with the stored data")
+        for k, v in data.items():
+            for leaf in tree_leaves(v):
+                _check_state_leaf(f"data.{k}", leaf, (T, N), fixed.get(k))
+        for k, v in results.items():
+            _check_state_leaf(f"results.{k}", v, (int(pos), N), torch.float32)
+        _check_state_leaf("next_episode_time", nxt, (N,), torch.int64)
+        normalizer = None
+        if normalizer_state is not None and self.intrinsic is not None:
+            normalizer = copy.deepcopy(self._normalizer)
+            try:
+                normalizer.load_state_dict(normalizer_state)
+            except Exception as exc:
+                raise CheckpointError(f"normalizer: malformed state ({exc!r})") from exc
+        try:
+            set_rng_state(np.random.default_rng(), rng)  # a scratch Generator: nothing changes
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"rng: malformed bit-generator state ({exc!r})") from exc
+        return {
+            "data": data,
+            "results": results,
+            "next_episode_time": nxt,
+            "floats": torch.stack([data[k] for k in self._float_names]),
+            "flags": torch.stack([data[k] for k in _FLAGS]),
+            "pos": int(pos),
+            "hidden_given": hidden_given,
+            "normalizer": normalizer,
+            "rng": rng,
+        }
+
+
+def _check_state_leaf(name: str, x: Any, lead: tuple[int, ...], dtype: torch.dtype | None) -> None:
+    """A loaded tensor must have the leading shape ``lead`` and ``dtype`` (if given)."""
+    if not isinstance(x, torch.Tensor) or tuple(x.shape[: len(lead)]) != lead:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise CheckpointError(f"{name}: expected a tensor of shape {lead}+..., got {got}")
+    if dtype is not None and x.dtype != dtype:
+        raise CheckpointError(f"{name}: expected dtype {dtype}, got {x.dtype}")
+    if x.is_complex() or (dtype is not None and x.dim() != len(lead)):
+        raise CheckpointError(f"{name}: expected shape {lead} of real numbers, got {x.shape}")

@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from rlstore._trees import as_tensor
+from rlstore._trees import as_tensor, check_real, real_number, tree_leaves, tree_map
 from rlstore.buffers.rollout_targets import IntrinsicConfig
 from rlstore.errors import ConfigError, SpecError
 
@@ -51,8 +51,7 @@ def check_rollout_args(
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ConfigError(f"{name}: expected an int >= 1, got {v!r}")
     for name, g in (("gamma", gamma), ("lam", lam)):
-        if not 0.0 <= float(g) <= 1.0:
-            raise ConfigError(f"{name}: expected a value in [0, 1], got {g!r}")
+        real_number(name, g, 0.0, 1.0)
     if advantage_normalization not in ("none", "batch", "minibatch"):
         raise ConfigError(
             "advantage_normalization: expected 'none', 'batch' or 'minibatch', "
@@ -79,12 +78,15 @@ class CheckedStep(NamedTuple):
             truncated-and-not-terminated)[, int_reward, int_value].
         terminated: ``(N,)`` bool.
         truncated: ``(N,)`` bool.
+        final_obs_given: ``(N,)`` bool, a ``final_obs`` row was given for a truncated and not
+            terminated env (``row["final_obs"]`` then holds it; other rows are zeros).
     """
 
     row: dict[str, Any]
     floats: torch.Tensor
     terminated: torch.Tensor
     truncated: torch.Tensor
+    final_obs_given: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ class StepChecker:
                 f"{name}: expected a {type(stored).__name__} like the first add, "
                 f"got {type(x).__name__}"
             )
-        t = as_tensor(name, x, self.device)
+        t = check_real(name, as_tensor(name, x, self.device))  # finite floats, no complex
         if t.dim() == 0 or t.shape[0] != N:
             raise SpecError(
                 f"{name}: expected a leading env axis of size {N}, got shape {tuple(t.shape)}"
@@ -182,7 +184,8 @@ class StepChecker:
 
         Args:
             args: ``obs, action, logp, value, reward, terminated, truncated, final_value,
-                hidden, int_reward, int_value`` by name (optional ones may be None).
+                hidden, int_reward, int_value`` and optionally ``final_obs`` by name
+                (optional ones may be None).
             stored: the buffer's storage (``obs`` / ``actions`` / ``hidden`` once allocated and
                 the ``(T, N)`` ``final_values``).
             hidden_given: whether earlier adds had a hidden state (None: no add yet).
@@ -230,7 +233,17 @@ class StepChecker:
         if not bool(torch.isfinite(block).all()):  # one check for all streams
             i = int((~torch.isfinite(block)).any(dim=1).nonzero()[0])
             raise SpecError(f"{_FLOAT_ARGS[i]}: expected finite values, got {floats[i].tolist()}")
-        return CheckedStep(row, block, term, trunc)
+        given = torch.zeros_like(boot)
+        final_obs = args.get("final_obs")
+        if final_obs is not None:  # like obs (the stored obs, or this add's on the first add)
+            like = stored.get("obs")
+            like = tree_map(lambda x: x[None], row["obs"]) if like is None else like
+            fo = self.tree("final_obs", final_obs, like)
+            row["final_obs"] = tree_map(lambda x: _rows_where(boot, x), fo)
+            given = boot
+        elif "final_obs" in stored:  # keep unused rows zero, like the slow and fast paths
+            row["final_obs"] = tree_map(lambda x: x.new_zeros(x.shape[1:]), stored["final_obs"])
+        return CheckedStep(row, block, term, trunc, given)
 
     # ------------------------------------------------------------------ fast path
 
@@ -252,6 +265,8 @@ class StepChecker:
         computed, or the error raised, by :meth:`step`, which this matches byte for byte.
         """
         if hidden_given is None or "obs" not in stored or "actions" not in stored:
+            return None
+        if args.get("final_obs") is not None:  # rare (truncations): validated by step
             return None
         obs = _same_tree(args["obs"], stored["obs"])
         action = _same_tree(args["action"], stored["actions"])
@@ -289,11 +304,18 @@ class StepChecker:
             if final_value is None:
                 return None
             block[3].copy_(final_value).masked_fill_(term | ~trunc, 0.0)  # keep trunc & ~term
-        # one fused reduction: the sum is finite unless an entry is NaN / inf (or it overflows,
-        # a false alarm that only costs the fallback)
-        if not math.isfinite(block.sum().item()):
+        # one fused reduction over the scalars and every float leaf of obs / action / hidden: the
+        # sum is finite unless an entry is NaN / inf (or it overflows, a false alarm that only
+        # costs the fallback)
+        total = block.sum()
+        for leaf in tree_leaves(tuple(row.values())):
+            if leaf.is_floating_point():
+                total = total + leaf.sum(dtype=torch.float32)
+        if not math.isfinite(total.item()):
             return None
-        return CheckedStep(row, block, term, trunc)
+        if "final_obs" in stored:
+            row["final_obs"] = tree_map(lambda x: x.new_zeros(x.shape[1:]), stored["final_obs"])
+        return CheckedStep(row, block, term, trunc, torch.zeros_like(term))
 
     def _fast_vector(
         self, x: Any, device: torch.device, *, flag: bool = False
@@ -316,6 +338,12 @@ class StepChecker:
         else:
             return None
         return x if ok and x.shape == (self.num_envs,) else None
+
+
+def _rows_where(rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(N, ...)`` with the rows where ``rows`` ``(N,)`` is False set to zero."""
+    keep = rows.reshape(-1, *([1] * (x.dim() - 1)))
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def _same_tree(x: Any, stored: Any) -> Any:
