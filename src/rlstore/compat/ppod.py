@@ -70,7 +70,7 @@ from rlstore.compat.pytorchrl import (
     GAEBuffer,
     OnPolicyDataKeys,
 )
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
+from rlstore.errors import CheckpointError, ConfigError, SpecError
 
 __all__ = ["PPODBuffer"]
 

@@ -106,7 +106,8 @@ class VanillaOnPolicyBuffer:
         gamma = getattr(algorithm, "gamma", None)
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
             raise ConfigError(
-                f"algorithm.gamma: expected an Algorithm with a float attribute 'gamma', got {gamma!r}"
+                "algorithm.gamma: expected an Algorithm with a float attribute 'gamma', "
+                f"got {gamma!r}"
             )
         real_number("algorithm.gamma", gamma, 0.0, 1.0)
         self.envs = envs
