@@ -18,25 +18,8 @@ from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 N = 2
 
 
-class _NumpyState:
-    """Adapter: a buffer's state_dict with tensors as numpy arrays, for ``flat_state``."""
-
-    def __init__(self, buf: Any) -> None:
-        self.buf = buf
-
-    def state_dict(self) -> Any:
-        def conv(x: Any) -> Any:
-            if isinstance(x, dict):
-                return {k: conv(v) for k, v in x.items()}
-            if isinstance(x, torch.Tensor):
-                return x.detach().cpu().numpy()
-            return x
-
-        return conv(self.buf.state_dict())
-
-
 def fingerprint(buf: Any) -> dict[str, bytes | str]:
-    return flat_state(_NumpyState(buf))
+    return flat_state(buf)  # every leaf of state_dict (tensors as dtype/shape/bytes)
 
 
 class SlowChecker(StepChecker):

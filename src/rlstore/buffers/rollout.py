@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from typing import Any
@@ -42,10 +41,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._trees import as_device, tree_from_state, tree_leaves, tree_map, tree_to_state
-from rlstore.buffers.rollout_checks import AdvNorm, StepChecker, check_rollout_args
+from rlstore._trees import (
+    as_device,
+    real_number,
+    tree_leaves,
+    tree_map,
+    tree_to_state,
+)
+from rlstore.buffers.rollout_checks import (
+    FLAGS,
+    TREES,
+    AdvNorm,
+    StepChecker,
+    check_rollout_args,
+    stage_rollout_state,
+)
 from rlstore.buffers.rollout_targets import IntrinsicConfig, gae_targets, vtrace_targets
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
+from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import (
     Hidden,
     Minibatch,
@@ -64,8 +76,6 @@ __all__ = ["RolloutBuffer", "RolloutBatch", "IntrinsicConfig"]
 
 _FLOATS = ("logprobs", "values", "rewards", "final_values")
 _INT_FLOATS = ("int_rewards", "int_values")
-_FLAGS = ("terminated", "truncated", "final_obs_given")
-_TREES = ("obs", "actions", "hidden", "final_obs")  # allocated lazily, dtypes preserved
 
 
 class RolloutBuffer:
@@ -118,7 +128,7 @@ class RolloutBuffer:
         self._data: dict[str, Any] = {}
         self._pack(
             torch.zeros(len(self._float_names), T, N, device=self.device),
-            torch.zeros(len(_FLAGS), T, N, dtype=torch.bool, device=self.device),
+            torch.zeros(len(FLAGS), T, N, dtype=torch.bool, device=self.device),
         )
         self._data["episode_time"] = torch.zeros(T, N, dtype=torch.int64, device=self.device)
         self._hidden_given: bool | None = None
@@ -170,7 +180,7 @@ class RolloutBuffer:
     def _pack(self, floats: torch.Tensor, flags: torch.Tensor) -> None:
         self._floats, self._flags = floats, flags
         self._data |= dict(zip(self._float_names, floats, strict=True))
-        self._data |= dict(zip(_FLAGS, flags, strict=True))
+        self._data |= dict(zip(FLAGS, flags, strict=True))
 
     def add(
         self,
@@ -249,7 +259,7 @@ class RolloutBuffer:
         )
         # ---- everything validated: allocate lazily, then write
         T = self.num_steps
-        for k in _TREES:
+        for k in TREES:
             if k in row and k not in d:
                 d[k] = tree_map(lambda x: x.new_zeros((T, *x.shape)), row[k])
         self._hidden_given = hidden is not None
@@ -299,6 +309,11 @@ class RolloutBuffer:
         p = self._require_steps("compute_returns")
         last = self._finite("last_value", last_value)
         last_i = None
+        if self.intrinsic is None and last_int_value is not None:
+            raise ConfigError(
+                "last_int_value: given but the buffer has no intrinsic stream; construct it "
+                "with intrinsic=IntrinsicConfig(...)"
+            )
         if self.intrinsic is not None:
             if last_int_value is None:
                 raise SpecError(
@@ -350,8 +365,15 @@ class RolloutBuffer:
         if self.intrinsic is not None:
             raise ConfigError("compute_vtrace: not supported with an intrinsic stream")
         p = self._require_steps("compute_vtrace")
+        if not callable(evaluate):
+            raise ConfigError(
+                f"evaluate: expected a callable (obs, actions, hidden) -> (target_logp, "
+                f"values), got {type(evaluate).__name__}"
+            )
         last = self._finite("last_value", last_value)
+        lam = real_number("lam", lam, 0.0, 1.0)
         clip = {"rho_bar": rho_bar, "c_bar": c_bar, "pg_rho_bar": pg_rho_bar}
+        clip = {k: real_number(k, v, 0.0) for k, v in clip.items()}
         batch = self._view(p)
         self._results = vtrace_targets(batch, evaluate, last, gamma=self.gamma, lam=lam, **clip)
 
@@ -484,7 +506,14 @@ class RolloutBuffer:
         Raises:
             CheckpointError: anything missing, malformed or inconsistent (the message says what).
         """
-        staged = self._stage_state(sd)
+        staged = stage_rollout_state(
+            sd,
+            num_steps=self.num_steps,
+            num_envs=self.num_envs,
+            float_names=self._float_names,
+            device=self.device,
+            normalizer=self._normalizer if self.intrinsic is not None else None,
+        )
         normalizer, rng = staged.pop("normalizer"), staged.pop("rng")
         if normalizer is not None:
             self._normalizer = normalizer
@@ -493,87 +522,3 @@ class RolloutBuffer:
         self._pack(staged["floats"], staged["flags"])
         self._pos, self._hidden_given = staged["pos"], staged["hidden_given"]
         self._rng = set_rng_state(self._rng, rng)  # validated on a scratch Generator
-
-    def _stage_state(self, sd: Any) -> dict[str, Any]:
-        """Validate a state dict and build every new attribute, touching nothing."""
-        T, N = self.num_steps, self.num_envs
-        try:
-            cfg = sd["config"]
-            if (cfg["num_steps"], cfg["num_envs"]) != (T, N):
-                raise CheckpointError(
-                    f"state_dict: expected num_steps={T}, num_envs={N}, "
-                    f"got num_steps={cfg['num_steps']}, num_envs={cfg['num_envs']}"
-                )
-            if (cfg.get("intrinsic") is None) != (self.intrinsic is None):
-                raise CheckpointError(
-                    "state_dict: intrinsic stream presence differs from this buffer"
-                )
-            data = tree_from_state(sd["data"], self.device)
-            results = tree_from_state(sd["results"], self.device)
-            nxt = tree_from_state(sd["next_episode_time"], self.device)
-            pos, hidden_given, rng = sd["pos"], sd["hidden_given"], sd["rng"]
-            normalizer_state = sd.get("normalizer")
-        except CheckpointError:
-            raise
-        except Exception as exc:  # KeyError, TypeError, torch's RuntimeError, ...
-            raise CheckpointError(f"state_dict: missing or malformed entry {exc!r}") from exc
-        if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos <= T:
-            raise CheckpointError(f"pos: expected an int in [0, {T}], got {pos!r}")
-        if hidden_given not in (None, True, False):
-            raise CheckpointError(f"hidden_given: expected None or a bool, got {hidden_given!r}")
-        if not isinstance(data, dict) or not isinstance(results, dict):
-            raise CheckpointError("state_dict: expected dicts under 'data' and 'results'")
-        data.setdefault("final_obs_given", torch.zeros(T, N, dtype=torch.bool))  # older states
-        data["final_obs_given"] = data["final_obs_given"].to(self.device)
-        fixed = {k: torch.float32 for k in self._float_names}
-        fixed |= {k: torch.bool for k in _FLAGS} | {"episode_time": torch.int64}
-        unknown = set(data) - set(fixed) - set(_TREES)
-        missing = set(fixed) - set(data)
-        if missing or unknown:
-            raise CheckpointError(
-                f"data: expected the fields {sorted(fixed)} (+ {list(_TREES)}), "
-                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
-            )
-        if (hidden_given is True) != ("hidden" in data):
-            raise CheckpointError(f"hidden_given={hidden_given!r} disagrees with the stored data")
-        for k, v in data.items():
-            for leaf in tree_leaves(v):
-                _check_state_leaf(f"data.{k}", leaf, (T, N), fixed.get(k))
-        for k, v in results.items():
-            _check_state_leaf(f"results.{k}", v, (int(pos), N), torch.float32)
-        _check_state_leaf("next_episode_time", nxt, (N,), torch.int64)
-        normalizer = None
-        if normalizer_state is not None and self.intrinsic is not None:
-            normalizer = copy.deepcopy(self._normalizer)
-            try:
-                normalizer.load_state_dict(normalizer_state)
-            except Exception as exc:
-                raise CheckpointError(f"normalizer: malformed state ({exc!r})") from exc
-        try:
-            set_rng_state(np.random.default_rng(), rng)  # a scratch Generator: nothing changes
-        except CheckpointError:
-            raise
-        except Exception as exc:
-            raise CheckpointError(f"rng: malformed bit-generator state ({exc!r})") from exc
-        return {
-            "data": data,
-            "results": results,
-            "next_episode_time": nxt,
-            "floats": torch.stack([data[k] for k in self._float_names]),
-            "flags": torch.stack([data[k] for k in _FLAGS]),
-            "pos": int(pos),
-            "hidden_given": hidden_given,
-            "normalizer": normalizer,
-            "rng": rng,
-        }
-
-
-def _check_state_leaf(name: str, x: Any, lead: tuple[int, ...], dtype: torch.dtype | None) -> None:
-    """A loaded tensor must have the leading shape ``lead`` and ``dtype`` (if given)."""
-    if not isinstance(x, torch.Tensor) or tuple(x.shape[: len(lead)]) != lead:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise CheckpointError(f"{name}: expected a tensor of shape {lead}+..., got {got}")
-    if dtype is not None and x.dtype != dtype:
-        raise CheckpointError(f"{name}: expected dtype {dtype}, got {x.dtype}")
-    if x.is_complex() or (dtype is not None and x.dim() != len(lead)):
-        raise CheckpointError(f"{name}: expected shape {lead} of real numbers, got {x.shape}")
