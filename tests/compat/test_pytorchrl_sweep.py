@@ -165,6 +165,9 @@ def test_pytorchrl_lossless_conversions_and_grad_tensors_are_accepted():
         ({"device": "nope"}, "device"),
         ({"size": True}, "size"),
         ({"algorithm": Algo("0.9")}, "gamma"),
+        ({"algorithm": Algo(True)}, "gamma"),
+        ({"gae_lambda": True}, "gae_lambda"),
+        ({"gae_lambda": "0.9"}, "gae_lambda"),
     ],
 )
 def test_pytorchrl_constructor_rejections_are_named(kw, name):
