@@ -16,6 +16,8 @@ def flat_state(buf: Any) -> dict[str, bytes | str]:
         if isinstance(x, dict):
             for k, v in x.items():
                 walk(f"{prefix}/{k}", v)
+        elif hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor: as an array
+            walk(prefix, x.detach().cpu().numpy())
         elif isinstance(x, np.ndarray):
             out[prefix] = f"{x.dtype}{x.shape}".encode() + x.tobytes()
         else:

@@ -9,15 +9,26 @@ Used by :mod:`rlstore.buffers.rollout`, :mod:`rlstore.compat.src_ppo` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlstore.errors import SpecError
+from rlstore.errors import ConfigError, SpecError
 
-__all__ = ["as_tensor", "tree_map", "tree_leaves", "tree_to_state", "tree_from_state"]
+__all__ = [
+    "as_tensor",
+    "check_real",
+    "cast_lossless",
+    "as_device",
+    "real_number",
+    "tree_map",
+    "tree_leaves",
+    "tree_to_state",
+    "tree_from_state",
+]
 
 
 def as_tensor(name: str, x: Any, device: torch.device | None = None) -> torch.Tensor:
@@ -30,10 +41,13 @@ def as_tensor(name: str, x: Any, device: torch.device | None = None) -> torch.Te
         SpecError: ``x`` cannot be converted (the message names ``name`` and the type).
     """
     if isinstance(x, torch.Tensor):
-        x = x.detach()
+        x = x.detach()  # a tensor that requires grad is stored detached
         return x if device is None else x.to(device)
     try:
-        return torch.as_tensor(np.asarray(x), device=device)
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "biufc":  # strings, objects, dates: not numbers
+            raise TypeError(arr.dtype)
+        return torch.as_tensor(arr, device=device)
     except Exception as exc:  # numpy / torch raise TypeError, ValueError or RuntimeError
         raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
 
@@ -74,3 +88,93 @@ def tree_from_state(tree: Any, device: torch.device) -> Any:
             return tuple(tree_from_state(tree[f"tuple:{i}"], device) for i in range(len(tree)))
         return {k: tree_from_state(v, device) for k, v in tree.items()}
     return torch.as_tensor(tree).to(device)
+
+
+def check_real(name: str, t: torch.Tensor, *, finite: bool = True) -> torch.Tensor:
+    """``t`` itself if it holds real numbers (bool / int / float), finite floats if ``finite``.
+
+    Raises:
+        SpecError: a complex (or other non-real) dtype, or NaN / inf in a float tensor.
+    """
+    if t.is_complex() or not (t.is_floating_point() or t.dtype == torch.bool or _is_int(t.dtype)):
+        raise SpecError(f"{name}: expected real numbers (bool, int or float), got dtype {t.dtype}")
+    if finite and t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise SpecError(f"{name}: expected finite values, got {bad} NaN/inf entries")
+    return t
+
+
+def _is_int(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def cast_lossless(
+    name: str, t: torch.Tensor, dtype: torch.dtype, *, finite: bool = True
+) -> torch.Tensor:
+    """``t`` (checked by :func:`check_real`) converted to ``dtype`` only if no value changes.
+
+    Accepted: any widening, float narrowing that stays finite, ints (or integral floats) that
+    fit an int dtype, 0/1 values into bool. Rejected with a :class:`SpecError` naming ``name``:
+    fractional values into an int field (0.5 is never stored as 0), out-of-range ints, float
+    overflow (1e300 is never stored as float32 inf), complex numbers, NaN / inf when ``finite``.
+    """
+    check_real(name, t, finite=finite)
+    if t.dtype == dtype:
+        return t
+    if dtype == torch.bool:
+        if not bool(((t == 0) | (t == 1)).all()):
+            raise SpecError(f"{name}: expected bool or 0/1 values, got dtype {t.dtype}")
+        return t != 0
+    if _is_int(dtype):
+        if t.is_floating_point() and not bool((t == t.trunc()).all()):
+            raise SpecError(
+                f"{name}: expected integral values for dtype {dtype}, got fractional {t.dtype}"
+            )
+        info = torch.iinfo(dtype)
+        if t.numel() and t.dtype != torch.bool:
+            lo, hi = t.min().item(), t.max().item()
+            if lo < info.min or hi > info.max:
+                raise SpecError(
+                    f"{name}: expected values of dtype {dtype} in [{info.min}, {info.max}], "
+                    f"got values in [{lo}, {hi}]"
+                )
+        return t.to(dtype)
+    out = t.to(dtype)
+    if finite and out.numel() and not bool(torch.isfinite(out).all()):
+        raise SpecError(f"{name}: expected values that fit {dtype}, got overflow from {t.dtype}")
+    return out
+
+
+def as_device(device: Any, name: str = "device") -> torch.device:
+    """``device`` (a string such as ``"cpu"`` / ``"cuda:0"`` or a :class:`torch.device`) parsed.
+
+    Raises:
+        ConfigError: not a device string or object torch understands (names ``name``).
+    """
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise ConfigError(
+            f"{name}: expected a device string like 'cpu' or 'cuda:0', got {device!r}"
+        )
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"{name}: expected a device string like 'cpu' or 'cuda:0', got {device!r}"
+        ) from exc
+
+
+def real_number(name: str, value: Any, low: float = -math.inf, high: float = math.inf) -> float:
+    """``value`` as a float if it is a real number (int / float, numpy too; not bool, not str) in
+    ``[low, high]``.
+
+    Raises:
+        ConfigError: naming ``name``, the range and what arrived.
+    """
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    if not ok or not low <= float(value) <= high:
+        raise ConfigError(f"{name}: expected a number in [{low}, {high}], got {value!r}")
+    return float(value)

@@ -126,7 +126,9 @@ class RolloutBatch:
     ``advantages`` / ``returns`` are None until returns are computed; with an intrinsic stream,
     ``advantages`` is the combined ``ext_coef * A_ext + int_coef * A_int`` and ``returns`` the
     extrinsic value target. ``episode_time`` ``(T, N)`` int64 is the step index of each step
-    within its episode (0 at an episode's first step).
+    within its episode (0 at an episode's first step). ``final_obs`` (like ``obs``, or None
+    when no add gave one) holds the true successor observation of truncated-not-terminated
+    steps (zeros elsewhere) and ``final_obs_given`` ``(T, N)`` bool marks where one was given.
     """
 
     obs: Obs
@@ -145,6 +147,8 @@ class RolloutBatch:
     int_values: torch.Tensor | None = None
     int_advantages: torch.Tensor | None = None
     int_returns: torch.Tensor | None = None
+    final_obs: Obs | None = None
+    final_obs_given: torch.Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -283,6 +287,11 @@ def _check_epochs(num_epochs: int) -> None:
     _positive_int("num_epochs", num_epochs)
 
 
+def _check_flag(name: str, value: Any) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name}: expected a bool, got {value!r}")
+
+
 def _require_returns(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
     if batch.advantages is None or batch.returns is None:
         raise EmptyBufferError(
@@ -361,6 +370,7 @@ def flat_minibatches(
     """
     advantages, returns = _require_returns(batch)
     _check_epochs(num_epochs)
+    _check_flag("shuffle", shuffle)
     total = batch.num_steps * batch.num_envs
     size = resolve_minibatch_size(
         total, num_minibatches=num_minibatches, mini_batch_size=mini_batch_size
@@ -429,6 +439,7 @@ def recurrent_minibatches(
     shuffled and split into ``num_minibatches`` groups (sizes differ by at most one).
     """
     _check_epochs(num_epochs)
+    _check_flag("shuffle", shuffle)
     _require_returns(batch)
     T, N = batch.num_steps, batch.num_envs
     device = batch.rewards.device
@@ -484,7 +495,8 @@ def trajectory_minibatches(
     advantages, returns = _require_returns(batch)
     _check_epochs(num_epochs)
     timesteps = _positive_int("timesteps", timesteps)
-    if not 0.0 <= float(prob_go_from_end) <= 1.0:
+    p_ok = isinstance(prob_go_from_end, (int, float, np.integer, np.floating))
+    if isinstance(prob_go_from_end, bool) or not p_ok or not 0.0 <= prob_go_from_end <= 1.0:
         raise ConfigError(
             f"prob_go_from_end: expected a probability in [0, 1], got {prob_go_from_end!r}"
         )

@@ -52,6 +52,25 @@ def random_rollout(
     }
 
 
+def final_obs_of(data: dict[str, np.ndarray]) -> np.ndarray:
+    """(T, N, 3) final observations that encode V(final_obs) = final_values (see critic)."""
+    return np.repeat(data["final_values"][..., None], 3, axis=-1)
+
+
+def critic(logp, values, calls: list | None = None):
+    """An ``evaluate`` returning ``(logp, values)`` on the stored steps (the first call) and
+    ``V(final_obs) = final_obs[..., 0]`` on the final observations (the second call)."""
+    seen: list = [] if calls is None else calls
+
+    def evaluate(obs, actions, hidden):
+        seen.append((tuple(obs.shape), tuple(actions.shape), hidden))
+        if len(seen) % 2 == 1:
+            return torch.as_tensor(logp), torch.as_tensor(values)
+        return torch.zeros(obs.shape[:2]), obs[..., 0]
+
+    return evaluate
+
+
 def naive_gae(data, last_value, gamma, lam):
     """Per-env Python loop in float64, written from GUIDE section 2 (independent of returns.py)."""
     r, v = data["rewards"].astype(np.float64), data["values"].astype(np.float64)
@@ -373,15 +392,11 @@ def test_vtrace_on_policy_equals_gae_lambda_one():
     data = random_rollout(rng, 12, 3, 0.3)
     last = rng.normal(size=3).astype(np.float32)
     rb = RolloutBuffer(12, 3, gamma=0.9, lam=1.0)
-    fill(rb, data)
-    calls = []
-
-    def evaluate(obs, actions, hidden):  # on-policy: the rollout's own log-probs and values
-        calls.append((obs.shape, actions.shape, hidden))
-        return torch.as_tensor(data["logprobs"]), torch.as_tensor(data["values"])
-
-    rb.compute_vtrace(evaluate, last)
-    assert calls == [((12, 3, 3), (12, 3), None)]
+    fill(rb, data, final_obs=final_obs_of(data))
+    calls: list = []  # on-policy: the rollout's own log-probs and values
+    rb.compute_vtrace(critic(data["logprobs"], data["values"], calls), last)
+    K = int((data["truncated"] & ~data["terminated"]).sum())
+    assert K > 0 and calls == [((12, 3, 3), (12, 3), None), ((K, 1, 3), (K, 1), None)]
     vs, pg = rb.get().returns.clone(), rb.get().advantages.clone()
     adv, ret = naive_gae(data, last, 0.9, 1.0)  # n-step targets bootstrapped at the rollout end
     np.testing.assert_allclose(vs.numpy(), ret, rtol=1e-5, atol=1e-5)
@@ -393,11 +408,11 @@ def test_vtrace_off_policy_matches_reference_loop():
     data = random_rollout(rng, 10, 2, 0.3)
     last = rng.normal(size=2).astype(np.float32)
     rb = RolloutBuffer(10, 2, gamma=0.95)
-    fill(rb, data)
+    fill(rb, data, final_obs=final_obs_of(data))
     target_logp = data["logprobs"] + rng.normal(scale=0.5, size=(10, 2)).astype(np.float32)
     new_values = rng.normal(size=(10, 2)).astype(np.float32)
     rb.compute_vtrace(
-        lambda o, a, h: (torch.as_tensor(target_logp), torch.as_tensor(new_values)),
+        critic(target_logp, new_values),
         last,
         rho_bar=1.0,
         c_bar=0.9,
@@ -598,15 +613,13 @@ def test_vtrace_evaluate_receives_stored_hidden_states():
     data = random_rollout(rng, 4, 2, 0.3)
     h = rng.normal(size=(4, 2, 3)).astype(np.float32)
     rb = RolloutBuffer(4, 2)
-    fill(rb, data, hidden=[(h[t], -h[t]) for t in range(4)])
-    seen = {}
-
-    def evaluate(obs, actions, hidden):
-        seen["hidden"] = hidden
-        return torch.as_tensor(data["logprobs"]), torch.as_tensor(data["values"])
-
-    rb.compute_vtrace(evaluate, np.zeros(2))
-    torch.testing.assert_close(seen["hidden"][1], -torch.as_tensor(h))
+    fill(rb, data, hidden=[(h[t], -h[t]) for t in range(4)], final_obs=final_obs_of(data))
+    calls: list = []
+    rb.compute_vtrace(critic(data["logprobs"], data["values"], calls), np.zeros(2))
+    torch.testing.assert_close(calls[0][2][1], -torch.as_tensor(h))
+    boot = torch.as_tensor(data["truncated"] & ~data["terminated"])
+    assert len(calls) == 2  # final observations: the hidden states of the truncated steps
+    torch.testing.assert_close(calls[1][2][1][:, 0], -torch.as_tensor(h)[boot])
 
 
 @given(
@@ -681,8 +694,15 @@ def test_fast_and_slow_add_paths_store_identical_bytes(monkeypatch, intrinsic):
         return orig_step(self, *args, **kwargs)
 
     monkeypatch.setattr(StepChecker, "step", counting_step)
+
+    class SlowChecker(StepChecker):
+        """Declines every fast path: each add goes through the validating slow twin."""
+
+        def fast_step(self, *args, **kwargs):
+            return None
+
     fast, slow = (RolloutBuffer(T, N, intrinsic=intrinsic, seed=0) for _ in range(2))
-    slow._fast_add = False
+    slow._check = SlowChecker(N, slow.device)  # no test switch in the library: swap the checker
     rng = np.random.default_rng(0)
 
     def step_args(t: int) -> dict:

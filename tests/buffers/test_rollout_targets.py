@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,7 @@ def batch_of(rng: np.random.Generator, T: int, N: int, p_done: float = 0.3) -> R
     term = torch.as_tensor(rng.random((T, N)) < p_done / 2)
     trunc = torch.as_tensor(rng.random((T, N)) < p_done / 2) & ~term
     f = lambda: torch.as_tensor(rng.normal(size=(T, N)).astype(np.float32))  # noqa: E731
-    return RolloutBatch(
+    b = RolloutBatch(
         obs=f()[..., None],
         actions=torch.zeros(T, N, dtype=torch.long),
         logprobs=-f().abs(),
@@ -33,6 +35,9 @@ def batch_of(rng: np.random.Generator, T: int, N: int, p_done: float = 0.3) -> R
         int_rewards=f(),
         int_values=f(),
     )
+    # final observations that encode V(final_obs) = final_values (final_obs[..., 0])
+    boot = b.truncated & ~b.terminated
+    return replace(b, final_obs=b.final_values[..., None], final_obs_given=boot)
 
 
 def loop_gae(r, v, last, gamma, lam, term=None, trunc=None, final=None):
@@ -133,6 +138,8 @@ def test_vtrace_targets_on_policy_lambda_one_is_the_monte_carlo_gae_return():
     seen = {}
 
     def evaluate(obs, actions, hidden):
+        if seen:  # the second call: V(final_obs) of the truncated steps
+            return torch.zeros(obs.shape[:2]), obs[..., 0]
         seen.update(obs=obs, hidden=hidden, grad=torch.is_grad_enabled())
         return b.logprobs.clone(), b.values.clone()  # on-policy: rho = c = 1
 

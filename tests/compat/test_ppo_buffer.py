@@ -133,7 +133,7 @@ def test_finish_path_argument_forms():
     assert one(last_val=np.array([[2.0]])) == 2.0
     with pytest.raises(RLStoreError, match="not both"):
         one(last_val=1.0, action_obj=1.0)
-    with pytest.raises(SpecError, match="last_val: expected a finite"):
+    with pytest.raises(SpecError, match="last_val: expected finite"):
         one(last_val=float("nan"))
     with pytest.raises(SpecError, match="scalar"):
         one(last_val=np.zeros(2))
@@ -146,7 +146,7 @@ def test_store_validation_is_atomic():
         ({**_step(), "reward": 1.0}, "unknown \\['reward'\\]"),
         ({**_step(), "obs": np.zeros(3)}, "obs: expected shape \\(2,\\)"),
         ({**_step(), "act": np.zeros((2, 1))}, "act: expected shape"),
-        ({**_step(), "rew": float("inf")}, "rew: expected a finite"),
+        ({**_step(), "rew": float("inf")}, "rew: expected finite"),
         ({**_step(), "val": np.zeros(2)}, "val: expected a scalar"),
         ({**_step(), "obs": np.array([0.0, np.nan])}, "obs: expected finite"),
     ]

@@ -41,10 +41,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._trees import tree_from_state, tree_leaves, tree_map, tree_to_state
-from rlstore.buffers.rollout_checks import AdvNorm, StepChecker, check_rollout_args
+from rlstore._trees import (
+    as_device,
+    real_number,
+    tree_leaves,
+    tree_map,
+    tree_to_state,
+)
+from rlstore.buffers.rollout_checks import (
+    FLAGS,
+    TREES,
+    AdvNorm,
+    StepChecker,
+    check_rollout_args,
+    stage_rollout_state,
+)
 from rlstore.buffers.rollout_targets import IntrinsicConfig, gae_targets, vtrace_targets
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
+from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import (
     Hidden,
     Minibatch,
@@ -57,6 +70,7 @@ from rlstore.minibatches import (
 )
 from rlstore.normalize import DiscountedReturnNormalizer
 from rlstore.returns import normalize_advantages
+from rlstore.samplers import rng_state, set_rng_state
 
 __all__ = ["RolloutBuffer", "RolloutBatch", "IntrinsicConfig"]
 
@@ -99,22 +113,22 @@ class RolloutBuffer:
         self.gamma, self.lam = float(gamma), float(lam)
         self.advantage_normalization: AdvNorm = advantage_normalization
         self.intrinsic = intrinsic
-        self.device = torch.device(device)
+        self.device = as_device(device)
         self._check = StepChecker(self.num_envs, self.device)
-        self._fast_add = True  # False forces StepChecker.step (the slow twin; for tests)
         self._seed = None if seed is None or isinstance(seed, np.random.Generator) else int(seed)
         self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         T, N = self.num_steps, self.num_envs
         self._float_names = _FLOATS + (_INT_FLOATS if intrinsic is not None else ())
         if intrinsic is not None:  # RND reward scaling: running std of the discounted sum
             self._normalizer = DiscountedReturnNormalizer(gamma=intrinsic.int_gamma)
-        # the per-env scalar streams share one (K, T, N) float32 block and the two flags one
-        # (2, T, N) bool block, so that add() writes each with one copy; _data holds views.
-        # obs / actions / hidden are allocated lazily from the first add (dtypes preserved).
+        # the per-env scalar streams share one (K, T, N) float32 block and the three flags one
+        # (3, T, N) bool block, so that add() writes each with one copy; _data holds views.
+        # obs / actions / hidden are allocated lazily from the first add (dtypes preserved),
+        # final_obs from the first add that gives one.
         self._data: dict[str, Any] = {}
         self._pack(
             torch.zeros(len(self._float_names), T, N, device=self.device),
-            torch.zeros(2, T, N, dtype=torch.bool, device=self.device),
+            torch.zeros(len(FLAGS), T, N, dtype=torch.bool, device=self.device),
         )
         self._data["episode_time"] = torch.zeros(T, N, dtype=torch.int64, device=self.device)
         self._hidden_given: bool | None = None
@@ -166,7 +180,7 @@ class RolloutBuffer:
     def _pack(self, floats: torch.Tensor, flags: torch.Tensor) -> None:
         self._floats, self._flags = floats, flags
         self._data |= dict(zip(self._float_names, floats, strict=True))
-        self._data |= {"terminated": flags[0], "truncated": flags[1]}
+        self._data |= dict(zip(FLAGS, flags, strict=True))
 
     def add(
         self,
@@ -179,6 +193,7 @@ class RolloutBuffer:
         truncated: Any,
         *,
         final_value: Any = None,
+        final_obs: Any = None,
         hidden: Any = None,
         int_reward: Any = None,
         int_value: Any = None,
@@ -195,6 +210,13 @@ class RolloutBuffer:
             truncated: ``(N,)`` bool, the episode was cut (time limit) after this transition.
             final_value: ``(N,)`` ``V(final_obs)``, required when an env is truncated and not
                 terminated (read only for those envs).
+            final_obs: like ``obs``, the true successor observation ``final_obs`` of the
+                truncated-and-not-terminated envs (the rows of other envs are ignored and
+                stored as zeros, but must be finite numbers of the obs dtype). Optional for
+                :meth:`compute_returns` (which uses ``final_value``); required by
+                :meth:`compute_vtrace` for every such step, because V-trace re-evaluates
+                ``V(final_obs)`` with the current critic. Giving it keeps a second
+                ``(T, N, *obs_shape)`` array from then on.
             hidden: recurrent state *before* this step: a tensor or tuple of tensors with a
                 leading env axis (e.g. LSTM ``(h, c)`` each ``(N, layers, H)``).
             int_reward, int_value: ``(N,)`` intrinsic reward and value, required exactly when
@@ -222,6 +244,7 @@ class RolloutBuffer:
             "terminated": terminated,
             "truncated": truncated,
             "final_value": final_value,
+            "final_obs": final_obs,
             "hidden": hidden,
             "int_reward": int_reward,
             "int_value": int_value,
@@ -230,17 +253,13 @@ class RolloutBuffer:
         hg, hi = self._hidden_given, self.intrinsic is not None
         # fast path (no conversion) when the inputs already match the storage; None -> the
         # validating slow twin, which also raises the errors
-        checked = (
-            self._check.fast_step(args, d, hidden_given=hg, has_intrinsic=hi)
-            if self._fast_add
-            else None
-        )
-        row, block, term, trunc = checked or self._check.step(
+        checked = self._check.fast_step(args, d, hidden_given=hg, has_intrinsic=hi)
+        row, block, term, trunc, given = checked or self._check.step(
             args, d, hidden_given=hg, has_intrinsic=hi
         )
         # ---- everything validated: allocate lazily, then write
         T = self.num_steps
-        for k in ("obs", "actions", "hidden"):
+        for k in TREES:
             if k in row and k not in d:
                 d[k] = tree_map(lambda x: x.new_zeros((T, *x.shape)), row[k])
         self._hidden_given = hidden is not None
@@ -252,7 +271,7 @@ class RolloutBuffer:
             for dst, src in zip(tree_leaves(d[k]), tree_leaves(v), strict=True):
                 dst[p] = src
         self._floats[:, p] = block
-        self._flags[0, p], self._flags[1, p] = term, trunc
+        self._flags[0, p], self._flags[1, p], self._flags[2, p] = term, trunc, given
         d["episode_time"][p] = self._next_episode_time
         done = term | trunc
         self._next_episode_time = torch.where(done, 0, self._next_episode_time + 1)
@@ -290,6 +309,11 @@ class RolloutBuffer:
         p = self._require_steps("compute_returns")
         last = self._finite("last_value", last_value)
         last_i = None
+        if self.intrinsic is None and last_int_value is not None:
+            raise ConfigError(
+                "last_int_value: given but the buffer has no intrinsic stream; construct it "
+                "with intrinsic=IntrinsicConfig(...)"
+            )
         if self.intrinsic is not None:
             if last_int_value is None:
                 raise SpecError(
@@ -322,8 +346,13 @@ class RolloutBuffer:
         ``evaluate(obs, actions, hidden)`` receives the stored ``(P, N, ...)`` observations,
         actions and per-step hidden states (None if none were stored) and returns
         ``(target_logp, values)``, each ``(P, N)``, of the current policy and critic; it runs
-        under ``torch.no_grad()``. The behaviour log-probs are the stored ``logprobs``; the
-        ``final_value`` of truncated steps is the stored rollout-time ``V(final_obs)``.
+        under ``torch.no_grad()``. The behaviour log-probs are the stored ``logprobs``.
+        Truncated (and not terminated) steps bootstrap from the *current* critic too:
+        ``evaluate`` is called a second time on their stored ``final_obs``, shaped
+        ``(K, 1, ...)`` with the actions and hidden states of those steps, and its values are
+        used (the rollout-time ``final_value`` is not). Such steps therefore need
+        ``add(..., final_obs=...)``; without it this raises a :class:`SpecError` before
+        ``evaluate`` is called.
         Afterwards ``returns`` holds ``vs`` and ``advantages`` the policy-gradient advantages;
         the stored ``values`` / ``logprobs`` are unchanged (they stay PPO's "old" values).
 
@@ -336,8 +365,15 @@ class RolloutBuffer:
         if self.intrinsic is not None:
             raise ConfigError("compute_vtrace: not supported with an intrinsic stream")
         p = self._require_steps("compute_vtrace")
+        if not callable(evaluate):
+            raise ConfigError(
+                f"evaluate: expected a callable (obs, actions, hidden) -> (target_logp, "
+                f"values), got {type(evaluate).__name__}"
+            )
         last = self._finite("last_value", last_value)
+        lam = real_number("lam", lam, 0.0, 1.0)
         clip = {"rho_bar": rho_bar, "c_bar": c_bar, "pg_rho_bar": pg_rho_bar}
+        clip = {k: real_number(k, v, 0.0) for k, v in clip.items()}
         batch = self._view(p)
         self._results = vtrace_targets(batch, evaluate, last, gamma=self.gamma, lam=lam, **clip)
 
@@ -451,7 +487,7 @@ class RolloutBuffer:
             "config": self.config(),
             "pos": self._pos,
             "hidden_given": self._hidden_given,
-            "rng": self._rng.bit_generator.state,
+            "rng": rng_state(self._rng),
             "data": tree_to_state(self._data),
             "next_episode_time": tree_to_state(self._next_episode_time),
             "results": tree_to_state(self._results),
@@ -461,41 +497,28 @@ class RolloutBuffer:
         return state
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of a buffer with the same num_steps / num_envs."""
-        try:
-            cfg = sd["config"]
-            if (cfg["num_steps"], cfg["num_envs"]) != (self.num_steps, self.num_envs):
-                raise CheckpointError(
-                    f"state_dict: expected num_steps={self.num_steps}, num_envs={self.num_envs}, "
-                    f"got num_steps={cfg['num_steps']}, num_envs={cfg['num_envs']}"
-                )
-            if (cfg.get("intrinsic") is None) != (self.intrinsic is None):
-                raise CheckpointError(
-                    "state_dict: intrinsic stream presence differs from this buffer"
-                )
-            data = tree_from_state(sd["data"], self.device)
-            results = tree_from_state(sd["results"], self.device)
-            nxt = tree_from_state(sd["next_episode_time"], self.device)
-            pos, hidden_given, rng_state = int(sd["pos"]), sd["hidden_given"], sd["rng"]
-            normalizer = sd.get("normalizer")
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise CheckpointError(f"state_dict: missing or malformed entry {exc!r}") from exc
-        missing = set(self._data) - set(data)
-        if missing or not 0 <= pos <= self.num_steps:
-            raise CheckpointError(f"state_dict: missing fields {sorted(missing)} or bad pos={pos}")
-        try:
-            floats = torch.stack([data[k].float() for k in self._float_names])
-            flags = torch.stack([data["terminated"].bool(), data["truncated"].bool()])
-        except RuntimeError as exc:
-            raise CheckpointError(f"state_dict: inconsistent field shapes ({exc})") from exc
-        if floats.shape[1:] != (self.num_steps, self.num_envs):
-            raise CheckpointError(
-                f"state_dict: expected fields of shape ({self.num_steps}, {self.num_envs}), "
-                f"got {tuple(floats.shape[1:])}"
-            )
+        """Restore a :meth:`state_dict` of a buffer with the same num_steps / num_envs.
+
+        All or nothing: the whole state (config, field names, shapes and dtypes, ``pos``,
+        ``hidden_given``, results, normalizer and RNG state) is validated before anything of
+        this buffer changes.
+
+        Raises:
+            CheckpointError: anything missing, malformed or inconsistent (the message says what).
+        """
+        staged = stage_rollout_state(
+            sd,
+            num_steps=self.num_steps,
+            num_envs=self.num_envs,
+            float_names=self._float_names,
+            device=self.device,
+            normalizer=self._normalizer if self.intrinsic is not None else None,
+        )
+        normalizer, rng = staged.pop("normalizer"), staged.pop("rng")
         if normalizer is not None:
-            self._normalizer.load_state_dict(normalizer)
-        self._data, self._results, self._next_episode_time = data, results, nxt
-        self._pack(floats, flags)
-        self._pos, self._hidden_given = pos, hidden_given
-        self._rng.bit_generator.state = rng_state
+            self._normalizer = normalizer
+        self._data, self._results = staged["data"], staged["results"]
+        self._next_episode_time = staged["next_episode_time"]
+        self._pack(staged["floats"], staged["flags"])
+        self._pos, self._hidden_given = staged["pos"], staged["hidden_given"]
+        self._rng = set_rng_state(self._rng, rng)  # validated on a scratch Generator

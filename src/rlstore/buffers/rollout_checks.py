@@ -12,6 +12,7 @@ the argument, the expected shape/dtype/range and what arrived.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,13 +21,33 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from rlstore._trees import as_tensor
+from rlstore._trees import (
+    as_tensor,
+    check_real,
+    real_number,
+    tree_from_state,
+    tree_leaves,
+    tree_map,
+)
 from rlstore.buffers.rollout_targets import IntrinsicConfig
-from rlstore.errors import ConfigError, SpecError
+from rlstore.errors import CheckpointError, ConfigError, SpecError
+from rlstore.samplers import set_rng_state
 
-__all__ = ["AdvNorm", "CheckedStep", "StepChecker", "check_rollout_args"]
+__all__ = [
+    "AdvNorm",
+    "CheckedStep",
+    "StepChecker",
+    "check_rollout_args",
+    "stage_rollout_state",
+    "FLAGS",
+    "TREES",
+]
 
 AdvNorm = Literal["none", "batch", "minibatch"]
+FLAGS = ("terminated", "truncated", "final_obs_given")
+"""The per-step flags, stored together as one ``(3, T, N)`` bool block."""
+TREES = ("obs", "actions", "hidden", "final_obs")
+"""Fields allocated lazily from the first add that gives them (dtypes preserved)."""
 _FLOAT_ARGS = ("logp", "value", "reward", "final_value", "int_reward", "int_value")
 
 
@@ -51,8 +72,7 @@ def check_rollout_args(
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ConfigError(f"{name}: expected an int >= 1, got {v!r}")
     for name, g in (("gamma", gamma), ("lam", lam)):
-        if not 0.0 <= float(g) <= 1.0:
-            raise ConfigError(f"{name}: expected a value in [0, 1], got {g!r}")
+        real_number(name, g, 0.0, 1.0)
     if advantage_normalization not in ("none", "batch", "minibatch"):
         raise ConfigError(
             "advantage_normalization: expected 'none', 'batch' or 'minibatch', "
@@ -79,12 +99,15 @@ class CheckedStep(NamedTuple):
             truncated-and-not-terminated)[, int_reward, int_value].
         terminated: ``(N,)`` bool.
         truncated: ``(N,)`` bool.
+        final_obs_given: ``(N,)`` bool, a ``final_obs`` row was given for a truncated and not
+            terminated env (``row["final_obs"]`` then holds it; other rows are zeros).
     """
 
     row: dict[str, Any]
     floats: torch.Tensor
     terminated: torch.Tensor
     truncated: torch.Tensor
+    final_obs_given: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -158,7 +181,7 @@ class StepChecker:
                 f"{name}: expected a {type(stored).__name__} like the first add, "
                 f"got {type(x).__name__}"
             )
-        t = as_tensor(name, x, self.device)
+        t = check_real(name, as_tensor(name, x, self.device))  # finite floats, no complex
         if t.dim() == 0 or t.shape[0] != N:
             raise SpecError(
                 f"{name}: expected a leading env axis of size {N}, got shape {tuple(t.shape)}"
@@ -182,7 +205,8 @@ class StepChecker:
 
         Args:
             args: ``obs, action, logp, value, reward, terminated, truncated, final_value,
-                hidden, int_reward, int_value`` by name (optional ones may be None).
+                hidden, int_reward, int_value`` and optionally ``final_obs`` by name
+                (optional ones may be None).
             stored: the buffer's storage (``obs`` / ``actions`` / ``hidden`` once allocated and
                 the ``(T, N)`` ``final_values``).
             hidden_given: whether earlier adds had a hidden state (None: no add yet).
@@ -230,7 +254,17 @@ class StepChecker:
         if not bool(torch.isfinite(block).all()):  # one check for all streams
             i = int((~torch.isfinite(block)).any(dim=1).nonzero()[0])
             raise SpecError(f"{_FLOAT_ARGS[i]}: expected finite values, got {floats[i].tolist()}")
-        return CheckedStep(row, block, term, trunc)
+        given = torch.zeros_like(boot)
+        final_obs = args.get("final_obs")
+        if final_obs is not None:  # like obs (the stored obs, or this add's on the first add)
+            like = stored.get("obs")
+            like = tree_map(lambda x: x[None], row["obs"]) if like is None else like
+            fo = self.tree("final_obs", final_obs, like)
+            row["final_obs"] = tree_map(lambda x: _rows_where(boot, x), fo)
+            given = boot
+        elif "final_obs" in stored:  # keep unused rows zero, like the slow and fast paths
+            row["final_obs"] = tree_map(lambda x: x.new_zeros(x.shape[1:]), stored["final_obs"])
+        return CheckedStep(row, block, term, trunc, given)
 
     # ------------------------------------------------------------------ fast path
 
@@ -252,6 +286,8 @@ class StepChecker:
         computed, or the error raised, by :meth:`step`, which this matches byte for byte.
         """
         if hidden_given is None or "obs" not in stored or "actions" not in stored:
+            return None
+        if args.get("final_obs") is not None:  # rare (truncations): validated by step
             return None
         obs = _same_tree(args["obs"], stored["obs"])
         action = _same_tree(args["action"], stored["actions"])
@@ -289,11 +325,18 @@ class StepChecker:
             if final_value is None:
                 return None
             block[3].copy_(final_value).masked_fill_(term | ~trunc, 0.0)  # keep trunc & ~term
-        # one fused reduction: the sum is finite unless an entry is NaN / inf (or it overflows,
-        # a false alarm that only costs the fallback)
-        if not math.isfinite(block.sum().item()):
+        # one fused reduction over the scalars and every float leaf of obs / action / hidden: the
+        # sum is finite unless an entry is NaN / inf (or it overflows, a false alarm that only
+        # costs the fallback)
+        total = block.sum()
+        for leaf in tree_leaves(tuple(row.values())):
+            if leaf.is_floating_point():
+                total = total + leaf.sum(dtype=torch.float32)
+        if not math.isfinite(total.item()):
             return None
-        return CheckedStep(row, block, term, trunc)
+        if "final_obs" in stored:
+            row["final_obs"] = tree_map(lambda x: x.new_zeros(x.shape[1:]), stored["final_obs"])
+        return CheckedStep(row, block, term, trunc, torch.zeros_like(term))
 
     def _fast_vector(
         self, x: Any, device: torch.device, *, flag: bool = False
@@ -318,6 +361,12 @@ class StepChecker:
         return x if ok and x.shape == (self.num_envs,) else None
 
 
+def _rows_where(rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(N, ...)`` with the rows where ``rows`` ``(N,)`` is False set to zero."""
+    keep = rows.reshape(-1, *([1] * (x.dim() - 1)))
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def _same_tree(x: Any, stored: Any) -> Any:
     """``x`` as a tree like ``stored`` (tuple for list) if every leaf is a tensor of the stored
     dtype, device and per-step shape ``stored.shape[1:]`` not requiring grad, else None."""
@@ -337,3 +386,109 @@ def _same_tree(x: Any, stored: Any) -> Any:
     else:
         return None
     return None if any(v is None for v in (out.values() if isinstance(out, dict) else out)) else out
+
+
+def stage_rollout_state(
+    sd: Any,
+    *,
+    num_steps: int,
+    num_envs: int,
+    float_names: tuple[str, ...],
+    device: torch.device,
+    normalizer: Any,
+) -> dict[str, Any]:
+    """Validate a ``RolloutBuffer.state_dict()`` and build the new attributes, changing nothing.
+
+    Args:
+        sd: the state dict to load.
+        num_steps, num_envs, float_names, device: the loading buffer's layout.
+        normalizer: the buffer's intrinsic reward normalizer (None without an intrinsic
+            stream); a deep copy is loaded and returned, the live one is not touched.
+
+    Returns:
+        ``{"data", "results", "next_episode_time", "floats", "flags", "pos",
+        "hidden_given", "normalizer", "rng"}`` ready to be assigned.
+
+    Raises:
+        CheckpointError: anything missing, malformed or inconsistent.
+    """
+    T, N = num_steps, num_envs
+    intrinsic = normalizer is not None
+    try:
+        cfg = sd["config"]
+        if (cfg["num_steps"], cfg["num_envs"]) != (T, N):
+            raise CheckpointError(
+                f"state_dict: expected num_steps={T}, num_envs={N}, "
+                f"got num_steps={cfg['num_steps']}, num_envs={cfg['num_envs']}"
+            )
+        if (cfg.get("intrinsic") is None) != (not intrinsic):
+            raise CheckpointError("state_dict: intrinsic stream presence differs from this buffer")
+        data = tree_from_state(sd["data"], device)
+        results = tree_from_state(sd["results"], device)
+        nxt = tree_from_state(sd["next_episode_time"], device)
+        pos, hidden_given, rng = sd["pos"], sd["hidden_given"], sd["rng"]
+        normalizer_state = sd.get("normalizer")
+    except CheckpointError:
+        raise
+    except Exception as exc:  # KeyError, TypeError, torch's RuntimeError, ...
+        raise CheckpointError(f"state_dict: missing or malformed entry {exc!r}") from exc
+    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos <= T:
+        raise CheckpointError(f"pos: expected an int in [0, {T}], got {pos!r}")
+    if hidden_given not in (None, True, False):
+        raise CheckpointError(f"hidden_given: expected None or a bool, got {hidden_given!r}")
+    if not isinstance(data, dict) or not isinstance(results, dict):
+        raise CheckpointError("state_dict: expected dicts under 'data' and 'results'")
+    data.setdefault("final_obs_given", torch.zeros(T, N, dtype=torch.bool))  # older states
+    data["final_obs_given"] = data["final_obs_given"].to(device)
+    fixed = {k: torch.float32 for k in float_names}
+    fixed |= {k: torch.bool for k in FLAGS} | {"episode_time": torch.int64}
+    unknown = set(data) - set(fixed) - set(TREES)
+    missing = set(fixed) - set(data)
+    if missing or unknown:
+        raise CheckpointError(
+            f"data: expected the fields {sorted(fixed)} (+ {list(TREES)}), "
+            f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
+    if (hidden_given is True) != ("hidden" in data):
+        raise CheckpointError(f"hidden_given={hidden_given!r} disagrees with the stored data")
+    for k, v in data.items():
+        for leaf in tree_leaves(v):
+            _check_state_leaf(f"data.{k}", leaf, (T, N), fixed.get(k))
+    for k, v in results.items():
+        _check_state_leaf(f"results.{k}", v, (int(pos), N), torch.float32)
+    _check_state_leaf("next_episode_time", nxt, (N,), torch.int64)
+    new_normalizer = None
+    if normalizer_state is not None and intrinsic:
+        new_normalizer = copy.deepcopy(normalizer)
+        try:
+            new_normalizer.load_state_dict(normalizer_state)
+        except Exception as exc:
+            raise CheckpointError(f"normalizer: malformed state ({exc!r})") from exc
+    try:
+        set_rng_state(np.random.default_rng(), rng)  # a scratch Generator: nothing changes
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"rng: malformed bit-generator state ({exc!r})") from exc
+    return {
+        "data": data,
+        "results": results,
+        "next_episode_time": nxt,
+        "floats": torch.stack([data[k] for k in float_names]),
+        "flags": torch.stack([data[k] for k in FLAGS]),
+        "pos": int(pos),
+        "hidden_given": hidden_given,
+        "normalizer": new_normalizer,
+        "rng": rng,
+    }
+
+
+def _check_state_leaf(name: str, x: Any, lead: tuple[int, ...], dtype: torch.dtype | None) -> None:
+    """A loaded tensor must have the leading shape ``lead`` and ``dtype`` (if given)."""
+    if not isinstance(x, torch.Tensor) or tuple(x.shape[: len(lead)]) != lead:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise CheckpointError(f"{name}: expected a tensor of shape {lead}+..., got {got}")
+    if dtype is not None and x.dtype != dtype:
+        raise CheckpointError(f"{name}: expected dtype {dtype}, got {x.dtype}")
+    if x.is_complex() or (dtype is not None and x.dim() != len(lead)):
+        raise CheckpointError(f"{name}: expected shape {lead} of real numbers, got {x.shape}")

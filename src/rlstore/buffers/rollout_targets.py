@@ -19,12 +19,12 @@ and ``last_int_value``, and the training advantage is ``ext_coef * A_ext + int_c
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from rlstore._trees import as_tensor
+from rlstore._trees import as_tensor, real_number, tree_map
 from rlstore.errors import ConfigError, SpecError
 from rlstore.minibatches import Hidden, Obs, RolloutBatch
 from rlstore.returns import gae, vtrace
@@ -51,10 +51,13 @@ class IntrinsicConfig:
     normalize_rewards: bool = True
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.int_gamma <= 1.0:
-            raise ConfigError(f"int_gamma: expected a value in [0, 1], got {self.int_gamma!r}")
-        if self.int_lam is not None and not 0.0 <= self.int_lam <= 1.0:
-            raise ConfigError(f"int_lam: expected a value in [0, 1] or None, got {self.int_lam!r}")
+        real_number("int_gamma", self.int_gamma, 0.0, 1.0)
+        real_number("ext_coef", self.ext_coef)
+        real_number("int_coef", self.int_coef)
+        if self.int_lam is not None:
+            real_number("int_lam", self.int_lam, 0.0, 1.0)
+        if not isinstance(self.normalize_rewards, bool):
+            raise ConfigError(f"normalize_rewards: expected a bool, got {self.normalize_rewards!r}")
 
 
 def successor_values(
@@ -126,6 +129,21 @@ def gae_targets(
     }
 
 
+def _evaluated(out: Any, shape: tuple[int, int], device: torch.device) -> list[torch.Tensor]:
+    """The ``(target_logp, values)`` returned by ``evaluate``, checked: ``shape``, finite."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise SpecError(f"evaluate: expected (target_logp, values), got {type(out).__name__}")
+    checked = []
+    for name, x in zip(("target_logp", "values"), out, strict=True):
+        t = as_tensor(f"evaluate: {name}", x, device).float()
+        if tuple(t.shape) != shape:
+            raise SpecError(f"evaluate: {name} expected shape {shape}, got {tuple(t.shape)}")
+        if not bool(torch.isfinite(t).all()):
+            raise SpecError(f"evaluate: {name} expected finite values, got NaN/inf")
+        checked.append(t)
+    return checked
+
+
 def vtrace_targets(
     batch: RolloutBatch,
     evaluate: Callable[[Obs, torch.Tensor, Hidden | None], tuple[Any, Any]],
@@ -139,11 +157,19 @@ def vtrace_targets(
 ) -> dict[str, torch.Tensor]:
     """V-trace targets (IMPALA section 4) of ``batch`` under the learner's current networks.
 
+    Every value comes from the current critic: ``V(obs[t])`` from ``evaluate`` on the stored
+    steps, and ``V(final_obs)`` of truncated-and-not-terminated steps from a second call of
+    ``evaluate`` on their stored final observations, shaped ``(K, 1, ...)`` (K such steps, one
+    column), with the actions and hidden states stored for those steps (the recurrent state
+    *after* a step is not stored; the one before it is passed). Its ``target_logp`` output is
+    not used. The rollout-time ``final_values`` are not used.
+
     Args:
-        batch: ``P`` stored steps of ``N`` envs; ``logprobs`` are the behaviour log-probs and
-            ``final_values`` the rollout-time ``V(final_obs)`` of truncated steps.
+        batch: ``P`` stored steps of ``N`` envs; ``logprobs`` are the behaviour log-probs;
+            ``final_obs`` must be given (``final_obs_given``) for every truncated-and-not-
+            terminated step.
         evaluate: ``evaluate(obs, actions, hidden)`` -> ``(target_logp, values)``, each
-            ``(P, N)``, run under ``torch.no_grad()``.
+            ``(P, N)`` (``(K, 1)`` for the final observations), run under ``torch.no_grad()``.
         last_value: ``(N,)`` float32 current-critic ``V(next_obs)`` after step ``P - 1``.
         gamma: discount in [0, 1]; lam: trace lambda (IMPALA uses 1.0).
         rho_bar, c_bar, pg_rho_bar: importance-weight clipping thresholds
@@ -153,22 +179,37 @@ def vtrace_targets(
         ``{"advantages": pg_advantages, "returns": vs}``, each ``(P, N)``.
 
     Raises:
-        SpecError: ``evaluate`` returned something other than two ``(P, N)`` arrays.
+        SpecError: a truncated step has no stored ``final_obs`` (checked before ``evaluate`` is
+            called), or ``evaluate`` returned something other than two finite arrays of the
+            expected shape.
     """
     P, N = batch.num_steps, batch.num_envs
     device = batch.rewards.device
+    boot = batch.truncated & ~batch.terminated
+    given = batch.final_obs_given
+    if bool(boot.any()):
+        lacking = boot if given is None or batch.final_obs is None else boot & ~given
+        if bool(lacking.any()):
+            where = torch.nonzero(lacking).tolist()[:5]
+            raise SpecError(
+                "final_obs: compute_vtrace re-evaluates V(final_obs) of truncated steps with the "
+                f"current critic, but steps (t, env) {where} were truncated without "
+                "add(..., final_obs=...); pass final_obs when adding truncated steps"
+            )
     with torch.no_grad():
-        out = evaluate(batch.obs, batch.actions, batch.hidden)
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise SpecError(f"evaluate: expected (target_logp, values), got {type(out).__name__}")
-    tl, v = (
-        as_tensor(f"evaluate: {n}", x, device).float()
-        for n, x in zip(("target_logp", "values"), out, strict=True)
-    )
-    for name, x in (("target_logp", tl), ("values", v)):
-        if tuple(x.shape) != (P, N):
-            raise SpecError(f"evaluate: {name} expected shape ({P}, {N}), got {tuple(x.shape)}")
-    nv = successor_values(v, last_value, batch)
+        tl, v = _evaluated(evaluate(batch.obs, batch.actions, batch.hidden), (P, N), device)
+        final_values = torch.zeros_like(v)
+        if bool(boot.any()):
+            idx = torch.nonzero(boot, as_tuple=True)
+            K = int(idx[0].numel())
+            fo = tree_map(lambda x: x[idx][:, None], batch.final_obs)
+            acts = batch.actions[idx][:, None]
+            hid = (
+                None if batch.hidden is None else tree_map(lambda h: h[idx][:, None], batch.hidden)
+            )
+            _, fv = _evaluated(evaluate(fo, acts, hid), (K, 1), device)
+            final_values[idx] = fv[:, 0]
+    nv = successor_values(v, last_value, replace(batch, final_values=final_values))
     vs, pg = vtrace(
         batch.logprobs,
         tl,

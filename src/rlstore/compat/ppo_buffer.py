@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from rlstore import returns as _returns
+from rlstore._trees import as_tensor, cast_lossless, real_number
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
@@ -123,13 +124,14 @@ class ConfigSchema:
         return out
 
 
-def _as_numpy(value: Any, field: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
-    try:
-        return np.asarray(value)
-    except Exception as exc:  # pragma: no cover - exotic inputs
-        raise SpecError(f"{field}: expected an array-like, got {type(value).__name__}") from exc
+def _as_float32(value: Any, field: str) -> np.ndarray:
+    """``value`` as a float32 array if the conversion is lossless and the values finite.
+
+    Rejected with a :class:`SpecError` naming ``field``: strings, None and other non-numbers,
+    complex numbers, NaN / inf, and values that overflow float32 (1e300 is never stored as inf).
+    Tensors that require grad are converted detached.
+    """
+    return cast_lossless(field, as_tensor(field, value), torch.float32).cpu().numpy()
 
 
 def _as_shape(dim: int | tuple[int, ...], field: str) -> tuple[int, ...]:
@@ -226,8 +228,7 @@ class PPOBuffer:
             ("lam", lam, 0.0, 1.0),
             ("eps", eps, 0.0, math.inf),
         ):
-            if not (isinstance(value, (int, float)) and low <= float(value) <= high):
-                raise ConfigError(f"{name}: expected a float in [{low}, {high}], got {value!r}")
+            real_number(name, value, low, high)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.max_size, self.batch_size = int(size), int(batch_size)
         self.gamma, self.lam, self.eps = float(gamma), float(lam), float(eps)
@@ -279,13 +280,10 @@ class PPOBuffer:
         act = self._shaped(buffer_dict["act"], self.act_shape, "act")
         scalars = {}
         for key in ("rew", "val", "logp"):
-            arr = _as_numpy(buffer_dict[key], key)
+            arr = _as_float32(buffer_dict[key], key)
             if arr.size != 1:
                 raise SpecError(f"{key}: expected a scalar (size 1), got shape {arr.shape}")
-            value = float(arr.reshape(()))
-            if not math.isfinite(value):
-                raise SpecError(f"{key}: expected a finite number, got {value}")
-            scalars[key] = value
+            scalars[key] = arr.reshape(())
         self.obs_buf[self.ptr] = obs
         self.act_buf[self.ptr] = act
         self.rew_buf[self.ptr] = scalars["rew"]
@@ -295,13 +293,11 @@ class PPOBuffer:
 
     @staticmethod
     def _shaped(value: Any, shape: tuple[int, ...], field: str) -> np.ndarray:
-        arr = _as_numpy(value, field)
+        arr = _as_float32(value, field)
         if arr.shape == (1, *shape):
             arr = arr[0]
         if arr.shape != shape:
             raise SpecError(f"{field}: expected shape {shape} (or (1, *{shape})), got {arr.shape}")
-        if arr.dtype == object or not np.all(np.isfinite(arr.astype(np.float64))):
-            raise SpecError(f"{field}: expected finite numbers, got {arr!r}")
         return arr
 
     def finish_path(self, last_val: Any = None, action_obj: Any = None) -> None:
@@ -333,15 +329,14 @@ class PPOBuffer:
                     f"got keys {list(value)}"
                 )
             value = value[keys[0]]
-        bootstrap = 0.0 if value is None else _as_numpy(value, "last_val")
-        if isinstance(bootstrap, np.ndarray):
-            if bootstrap.size != 1:
+        bootstrap = 0.0
+        if value is not None:
+            arr = cast_lossless("last_val", as_tensor("last_val", value), torch.float64)
+            if arr.numel() != 1:
                 raise SpecError(
-                    f"last_val: expected a scalar (size 1), got shape {bootstrap.shape}"
+                    f"last_val: expected a scalar (size 1), got shape {tuple(arr.shape)}"
                 )
-            bootstrap = float(bootstrap.reshape(()))
-        if not math.isfinite(bootstrap):
-            raise SpecError(f"last_val: expected a finite number, got {bootstrap}")
+            bootstrap = float(arr.reshape(()))
         path = slice(self.path_start_idx, self.ptr)
         n = self.ptr - self.path_start_idx
         if n == 0:

@@ -70,7 +70,7 @@ from rlstore.compat.pytorchrl import (
     GAEBuffer,
     OnPolicyDataKeys,
 )
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
+from rlstore.errors import CheckpointError, ConfigError, SpecError
 
 __all__ = ["PPODBuffer"]
 
@@ -333,6 +333,8 @@ class PPODBuffer(GAEBuffer):
         """Set the counters to zero and abandon the demo replays in progress (demos are kept)."""
         super().reset()
         self.mixer = None
+        self._tracked: tuple[Mapping[str, Any], dict[str, Any]] | None = None  # see track_...
+        self._inserted: Mapping[str, Any] | None = None
 
     def sample_demo(self, env_id: int) -> int:
         """Draw the source of slot ``env_id``'s next episode now and start it at the current
@@ -352,7 +354,40 @@ class PPODBuffer(GAEBuffer):
         return code
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Mix demo replays into one vector-env step, then store it (module doc).
+        """Track and mix demo replays into one vector-env step, then store it (module doc).
+
+        Calls :meth:`track_potential_demos` unless it was already called with this very
+        ``sample`` object (the seed's workflow may call it first): each step is tracked once.
+        A rejected sample changes nothing (it is validated before any tracking).
+        """
+        tracked, self._tracked = self._tracked, None
+        if tracked is not None and tracked[0] is sample:
+            mixed = tracked[1]
+        else:
+            mixed = self._track(sample)
+        super().insert_transition(mixed)
+        self._inserted = sample
+
+    def track_potential_demos(self, sample: Mapping[str, Any]) -> None:
+        """Tracks current episodes looking for potential demos (seed 001 signature).
+
+        Feeds one vector-env step to the demo mixer: the step is appended to the open env
+        episodes, every finished episode is offered to the demo store (a reward demo when its
+        total reward reaches the threshold, else a value-demo candidate by MaxValue), and the
+        slots that replay demos get their demo transition. The mixed step is kept for the
+        following :meth:`insert_transition` of the same ``sample`` object, which then stores
+        it without tracking it again; calling it after :meth:`insert_transition` with the same
+        object does nothing (the step was tracked there).
+
+        Raises:
+            CapacityError, SpecError: like :meth:`insert_transition` (nothing changes).
+        """
+        if sample is self._inserted or (self._tracked is not None and self._tracked[0] is sample):
+            return
+        self._tracked = (sample, self._track(sample))
+
+    def _track(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate ``sample`` and mix demo replays into it; returns the sample to store.
 
         Only the keys the mixing changed are converted back to tensors: ``Action``,
         ``LogProbability`` (0) and ``Reward`` when a slot replays a demo, ``NextObservation``
@@ -360,11 +395,7 @@ class PPODBuffer(GAEBuffer):
         flags differ from the sample's, ``NextRecurrentHiddenStates`` (0) at demo starts.
         Rewards always pass through float32 (the mixer's reward dtype).
         """
-        if self.size >= self.max_size:
-            raise CapacityError(
-                f"insert_transition: the rollout is full ({self.max_size} transitions); call "
-                "before_gradients() / after_gradients() (or reset()) first"
-            )
+        self._prepare(sample)  # validates (capacity, keys, shapes, dtypes, finite values)
         mixer = self._ensure_mixer(sample[OBS])
         sample = dict(sample)
         replaying = mixer.replaying()
@@ -403,7 +434,7 @@ class PPODBuffer(GAEBuffer):
             rhs = torch.as_tensor(sample[RHS2]).clone()
             rhs[torch.from_numpy(starts)] = 0
             sample[RHS2] = rhs
-        super().insert_transition(sample)
+        return sample
 
     @torch.no_grad()
     def _revalue(self, sample: dict[str, Any], rows: np.ndarray) -> None:

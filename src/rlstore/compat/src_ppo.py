@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._trees import tree_map
+from rlstore._trees import as_device, as_tensor, cast_lossless, tree_map
 from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.buffers.rollout_checks import StepChecker
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import Minibatch, TrajectoryMinibatch
@@ -145,7 +146,7 @@ class Memory:
             raise ConfigError(f"args: expected an OnlineTrainConfig-like object; missing {missing}")
         self.envs, self.args = envs, args
         self.num_envs = int(envs.num_envs)
-        self.device = torch.device(device)
+        self.device = as_device(device)
         self.obs_preprocessor = obs_preprocessor
         self.next_obs: Any = None
         self.next_done: torch.Tensor | None = None
@@ -182,23 +183,61 @@ class Memory:
                 "data: expected (obs, done, action, logprob, value, reward[, hidden]), "
                 f"got {len(data)} items"
             )
-        done = torch.as_tensor(data[1])
-        if tuple(done.shape) != (self.num_envs,):
-            raise SpecError(f"done: expected shape ({self.num_envs},), got {tuple(done.shape)}")
-        if truncated is not None:
-            if not self.experiences and bool(torch.as_tensor(truncated).any()):
-                raise SpecError(
-                    "truncated: on the first add of a rollout it would describe the previous "
-                    "rollout; set memory.next_truncated / next_final_value instead"
-                )
-            if final_value is None:
-                raise SpecError("final_value: expected V(final_obs) (N,) together with truncated")
+        self._validate(data, truncated, final_value)
         self.experiences.append(tuple(data))
         self._cache = None
         self._trunc.append(None if truncated is None else (truncated, final_value))
         self.global_step += self.num_envs
         if info:
             self._record_episodes(info)
+
+    def _validate(self, data: tuple[Any, ...], truncated: Any, final_value: Any) -> None:
+        """Check one :meth:`add` like :meth:`RolloutBuffer.add` would (finite real numbers,
+        shapes and dtypes like the rollout's first add) before anything is stored."""
+        N = self.num_envs
+        done = as_tensor("done", data[1])
+        if tuple(done.shape) != (N,):
+            raise SpecError(f"done: expected shape ({N},), got {tuple(done.shape)}")
+        cast_lossless("done", done, torch.bool)  # 0/1 (float or int) or bool
+        if truncated is not None:
+            trunc = as_tensor("truncated", truncated)
+            if tuple(trunc.shape) != (N,):
+                raise SpecError(f"truncated: expected shape ({N},), got {tuple(trunc.shape)}")
+            trunc = cast_lossless("truncated", trunc, torch.bool)
+            if not self.experiences and bool(trunc.any()):
+                raise SpecError(
+                    "truncated: on the first add of a rollout it would describe the previous "
+                    "rollout; set memory.next_truncated / next_final_value instead"
+                )
+            if final_value is None:
+                raise SpecError("final_value: expected V(final_obs) (N,) together with truncated")
+            fv = StepChecker(N, self.device).vector("final_value", final_value, finite_where=trunc)
+            if not bool(torch.isfinite(fv).all()):
+                raise SpecError("final_value: expected finite values for the truncated envs")
+        first = self.experiences[0] if self.experiences else None
+        like: dict[str, Any] = {"final_values": torch.zeros(1, N, device=self.device)}
+        if first is not None:  # the first add fixes structure, shapes and dtypes
+            chk = StepChecker(N, self.device)
+            like["obs"] = tree_map(lambda x: x[None], chk.tree("obs", first[0], None))
+            like["actions"] = chk.tree("action", first[2], None)[None]
+            if len(first) > 6:
+                like["hidden"] = tree_map(lambda x: x[None], chk.tree("hidden", first[6], None))
+        no = torch.zeros(N, dtype=torch.bool)
+        args = {
+            "obs": data[0],
+            "action": data[2],
+            "logp": data[3],
+            "value": data[4],
+            "reward": data[5],
+            "terminated": no,
+            "truncated": no,
+            "final_value": None,
+            "hidden": data[6] if len(data) > 6 else None,
+            "int_reward": None,
+            "int_value": None,
+        }
+        hidden_given = None if first is None else len(first) > 6
+        StepChecker(N, self.device).step(args, like, hidden_given=hidden_given, has_intrinsic=False)
 
     def _record_episodes(self, info: Mapping[str, Any]) -> None:
         found: list[tuple[float, float]] = []

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
+from rlstore._trees import real_number
 from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
 from rlstore.compat.pytorchrl.vanilla import VanillaOnPolicyBuffer
-from rlstore.errors import ConfigError
 
 __all__ = ["GAEBuffer"]
 
@@ -37,9 +37,7 @@ class GAEBuffer(VanillaOnPolicyBuffer):
         envs: Any,
         gae_lambda: float = 0.95,
     ) -> None:
-        if not isinstance(gae_lambda, (int, float)) or not 0.0 <= float(gae_lambda) <= 1.0:
-            raise ConfigError(f"gae_lambda: expected a float in [0, 1], got {gae_lambda!r}")
-        self.gae_lambda = float(gae_lambda)
+        self.gae_lambda = real_number("gae_lambda", gae_lambda, 0.0, 1.0)  # no bools, strings
         super().__init__(size, device, actor, algorithm, envs)
 
     @property

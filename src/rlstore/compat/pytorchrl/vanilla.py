@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rlstore import returns as R
-from rlstore._trees import as_tensor
+from rlstore._trees import as_device, as_tensor, cast_lossless, check_real, real_number
 from rlstore.compat.pytorchrl._layout import (
     Data,
     carry_over,
@@ -103,12 +103,17 @@ class VanillaOnPolicyBuffer:
             raise CapacityError(f"size: expected a positive int, got {size!r}")
         if not isinstance(getattr(actor, "is_recurrent", None), bool):
             raise ConfigError("actor: expected an Actor with a bool attribute 'is_recurrent'")
-        if not isinstance(getattr(algorithm, "gamma", None), (int, float)):
-            raise ConfigError("algorithm: expected an Algorithm with a float attribute 'gamma'")
+        gamma = getattr(algorithm, "gamma", None)
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
+            raise ConfigError(
+                "algorithm.gamma: expected an Algorithm with a float attribute 'gamma', "
+                f"got {gamma!r}"
+            )
+        real_number("algorithm.gamma", gamma, 0.0, 1.0)
         self.envs = envs
         self.num_envs = getattr(envs, "num_envs", None) if envs is not None else None
         self.actor, self.algo = actor, algorithm
-        self.device = torch.device(device)
+        self.device = as_device(device)
         self.recurrent_actor = actor.is_recurrent
         self.max_size, self.size, self.step = int(size), 0, 0
         self.data: Data = {k: None for k in self.storage_tensors}
@@ -132,7 +137,7 @@ class VanillaOnPolicyBuffer:
         return self.size
 
     def _alloc_like(self, key: str, value: Any) -> torch.Tensor:
-        v = as_tensor(key, value)
+        v = check_real(key, as_tensor(key, value))  # no complex storage
         rows = 1 if key == RHS and not self.recurrent_actor else self.max_size + 1
         return torch.zeros(rows, *v.shape, dtype=v.dtype, device=self.device)
 
@@ -197,7 +202,8 @@ class VanillaOnPolicyBuffer:
             raise SpecError(
                 f"{key}: expected shape {tuple(target.shape[1:])}, got {tuple(v.shape)}"
             )
-        return v
+        # lossless only: no 0.5 into an int field, no NaN / inf, no float32 overflow, no complex
+        return cast_lossless(key, v, target.dtype)
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Store one vector-env step (see the module docstring for keys and positions).
@@ -207,20 +213,8 @@ class VanillaOnPolicyBuffer:
             SpecError: a required key is missing or a value has the wrong shape (the buffer is
                 left unchanged).
         """
-        if self.size >= self.max_size:
-            raise CapacityError(
-                f"insert_transition: the rollout is full ({self.max_size} transitions); call "
-                "before_gradients() / after_gradients() (or reset()) first"
-            )
-        saved = None if self.data[OBS] is not None else dict(self.data)
-        if saved is not None:
-            self.init_tensors(sample)
-        try:
-            writes = self._planned_writes(sample)
-        except SpecError:
-            if saved is not None:  # a rejected first sample leaves nothing allocated
-                self.data = saved
-            raise
+        data, writes = self._prepare(sample)
+        self.data = data
         for k, pos, v in writes:
             if isinstance(v, dict):
                 for x in v:
@@ -232,6 +226,26 @@ class VanillaOnPolicyBuffer:
         self._fresh = False
         self.step = (self.step + 1) % self.max_size
         self.size += 1
+
+    def _prepare(self, sample: Mapping[str, Any]) -> tuple[Data, list[tuple[str, int, Any]]]:
+        """Validate ``sample`` without changing anything: ``(data, writes)``, where ``data`` is
+        the storage dict to use (newly allocated on the first sample) and ``writes`` the
+        planned ``(key, position, value)`` copies. Raises what :meth:`insert_transition` does."""
+        if self.size >= self.max_size:
+            raise CapacityError(
+                f"insert_transition: the rollout is full ({self.max_size} transitions); call "
+                "before_gradients() / after_gradients() (or reset()) first"
+            )
+        if not isinstance(sample, Mapping):
+            raise SpecError(f"sample: expected a dict of tensors, got {type(sample).__name__}")
+        saved = self.data
+        self.data = dict(saved)
+        try:
+            if self.data[OBS] is None:  # the first sample: allocate into the copy
+                self.init_tensors(sample)
+            return self.data, self._planned_writes(sample)
+        finally:
+            self.data = saved  # a rejected first sample leaves nothing allocated
 
     def _planned_writes(self, sample: Mapping[str, Any]) -> list[tuple[str, int, Any]]:
         """Validate ``sample`` against the allocated tensors: ``[(key, position, value)]``."""
