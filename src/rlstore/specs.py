@@ -228,7 +228,17 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
             return arr.astype(dtype)
         raise SpecError(f"{name}: expected dtype bool (or 0/1 integers), got {src}")
     if dtype.kind == "f":
-        return arr.astype(dtype)  # bool/int/uint -> float and float narrowing are accepted
+        # bool/int/uint -> float and float narrowing are accepted, overflow to inf is not
+        with np.errstate(over="ignore"):
+            out = arr.astype(dtype)
+        if src.kind == "f" and src.itemsize > dtype.itemsize and arr.size:
+            overflow = np.isinf(out) & np.isfinite(arr)
+            if overflow.any():
+                raise SpecError(
+                    f"{name}: expected values within the {dtype} range "
+                    f"(|x| <= {float(np.finfo(dtype).max):.4g}), got {arr[overflow].ravel()[0]!r}"
+                )
+        return out
     # integer target
     if src.kind == "f":
         raise SpecError(f"{name}: expected dtype {dtype}, got {src} (float -> int is unsafe)")
