@@ -6,11 +6,12 @@ field as an array of shape ``(*lead, *spec.shape)`` where ``lead`` is e.g. ``(T,
 
 Casting rules (:func:`cast_to_spec`): only *safe* conversions are accepted.
 
-* same kind or widening (``int -> float``, ``bool -> int``), and float narrowing
-  (``float64 -> float32``), which is what every RL library does with observations;
+* same kind or widening (``int -> float``), and float narrowing (``float64 -> float32``),
+  which is what every RL library does with observations, unless a value overflows to inf;
 * integer narrowing (``int64 -> uint8``) only when every value fits the target range;
 * ``bool`` fields accept integer input whose values are all 0 or 1;
-* anything else (``float -> int``, ``complex -> float``, objects, strings) is a :class:`SpecError`.
+* anything else (``float -> int``, ``bool -> int/float``, ``complex -> float``, objects,
+  strings) is a :class:`SpecError`.
 
 Float fields reject NaN and +-inf unless ``allow_nonfinite`` is set.
 
@@ -227,6 +228,8 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
         if src.kind in "iu" and np.isin(arr, (0, 1)).all():
             return arr.astype(dtype)
         raise SpecError(f"{name}: expected dtype bool (or 0/1 integers), got {src}")
+    if src.kind == "b":
+        raise SpecError(f"{name}: expected dtype {dtype}, got bool (a flag, not a number)")
     if dtype.kind == "f":
         # bool/int/uint -> float and float narrowing are accepted, overflow to inf is not
         with np.errstate(over="ignore"):
