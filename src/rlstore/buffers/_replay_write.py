@@ -196,6 +196,15 @@ class ReplayWriter(FastAdd):
         if len(_shape("reward", reward)) < 1 or isinstance(reward, dict):
             raise SpecError(f"reward: expected shape (T, {n}), got {np.shape(reward)}")
         t = int(np.shape(reward)[0])
+        args = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                "terminated": terminated, "truncated": truncated, **extra}  # fmt: skip
+        lengths = {}
+        for k, v in args.items():
+            for kk, vv in v.items() if isinstance(v, dict) and k.endswith("obs") else [(k, v)]:
+                lengths[kk if kk == k else f"{k}.{kk}"] = _shape(k, vv)[:1]
+        if any(v != (t,) for v in lengths.values()):
+            shown = ", ".join(f"{k}={v[0] if v else None}" for k, v in lengths.items())
+            raise SpecError(f"T: expected one leading length T for every argument, got {shown}")
         schema, (o, no, vals) = self._check(
             (t, n), obs, next_obs, (action, reward, terminated, truncated), extra
         )
