@@ -145,6 +145,9 @@ VELORA = {"state": ("float", np.zeros(4, F)), "action": ("float", np.zeros(2, F)
           "done": ("flag", False), "hidden": ("float", np.zeros(3, F))}  # fmt: skip
 
 
+ORDER = ("state", "action", "reward", "next_state", "done", "hidden")
+
+
 @pytest.mark.parametrize("field", sorted(VELORA))
 def test_velora(field: str) -> None:
     buf = VeloraBuffer(8, 4, 2, 3, seed=0)
@@ -159,8 +162,7 @@ def test_velora(field: str) -> None:
         multi = {k: np.stack([v, v]) if isinstance(v, np.ndarray) else [v, v] for k, v in
                  row.items()}  # fmt: skip
         multi[field] = [bad, bad]
-        order = ("state", "action", "reward", "next_state", "done", "hidden")
-        _check(state, lambda m=multi: buf.add_multi(*(m[k] for k in order)), field + "s")
+        _check(state, lambda m=multi: buf.add_multi(*(m[k] for k in ORDER)), field + "s")
     for bad in (True, 0, 2.5, "2", None, 100):
         _check(state, lambda b=bad: buf.sample(b), "batch_size")
 
