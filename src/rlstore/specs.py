@@ -331,15 +331,20 @@ class TransitionSchema:
         """
         if specs is None:
             return None
-        if isinstance(specs, Mapping):
-            out = {
-                k: s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s})
-                for k, s in specs.items()
-            }
-        elif isinstance(specs, Sequence):
-            out = {d["name"]: FieldSpec.from_json(d) for d in specs}
-        else:
-            raise SpecError(f"specs: expected dict of FieldSpec or list of dicts, got {specs!r}")
+        try:
+            if isinstance(specs, Mapping):
+                out = {
+                    k: s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s})
+                    for k, s in specs.items()
+                }
+            elif isinstance(specs, Sequence) and not isinstance(specs, str):
+                out = {d["name"]: FieldSpec.from_json(d) for d in specs}
+            else:
+                raise TypeError(type(specs).__name__)
+        except (TypeError, KeyError) as exc:
+            raise SpecError(
+                f"specs: expected dict of FieldSpec / dicts or list of dicts, got {specs!r}"
+            ) from exc
         if not any(k == "obs" or k.startswith("obs.") for k in out) or "action" not in out:
             raise SpecError(f"specs: expected 'obs' (or 'obs.<key>') and 'action', got {list(out)}")
         if any(k == "next_obs" or k.startswith("next_obs.") for k in out):

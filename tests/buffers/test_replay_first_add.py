@@ -207,3 +207,19 @@ def test_bad_device_is_a_config_error() -> None:
     for bad in ("nope", "cuda:x", 3.5):
         with pytest.raises(ConfigError, match="device"):
             ReplayBuffer(10, device=bad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "named"),
+    [
+        ({"specs": [1]}, SpecError, "specs"),
+        ({"specs": {"obs": 3}}, SpecError, "specs"),
+        ({"specs": "obs"}, SpecError, "specs"),
+        ({"specs": [{"shape": [2], "dtype": "float32"}]}, SpecError, "specs"),
+        ({"store_next_obs_once": "no"}, ConfigError, "store_next_obs_once"),
+        ({"allow_nonfinite": 1}, ConfigError, "allow_nonfinite"),
+    ],
+)
+def test_malformed_constructor_arguments_are_named(kwargs: dict, error: type, named: str) -> None:
+    with pytest.raises(error, match=named):
+        ReplayBuffer(10, **kwargs)

@@ -45,7 +45,7 @@ import torch
 from rlstore._output_pool import OutputPool
 from rlstore.buffers._replay_fast import FastPlan
 from rlstore.buffers._replay_write import ReplayWriter
-from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import UniformSampler
 from rlstore.specs import FieldSpec, TransitionSchema, as_device, check_count
 from rlstore.storage import RingStorage, SideStore
@@ -114,6 +114,12 @@ class ReplayBuffer(ReplayWriter):
         self.num_envs = check_count("num_envs", num_envs)
         self.capacity_per_env = math.ceil(self.capacity / self.num_envs)
         self.device = as_device(device)
+        for name, flag in (
+            ("store_next_obs_once", store_next_obs_once),
+            ("allow_nonfinite", allow_nonfinite),
+        ):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ConfigError(f"{name}: expected a bool, got {flag!r}")
         self.store_next_obs_once = bool(store_next_obs_once)
         self.allow_nonfinite = bool(allow_nonfinite)
         self._seed = int(seed) if isinstance(seed, (int, np.integer)) else None

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlstore import checkpoint
 from rlstore.buffers.replay import ReplayBuffer as _CoreReplayBuffer
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
-from rlstore.specs import FieldSpec, as_device, as_flags, cast_to_spec
+from rlstore.specs import FieldSpec, as_device, as_flags, cast_to_spec, check_count
 
 __all__ = ["BatchExperience", "BufferBase", "ReplayBuffer", "BufferConfig"]
 
@@ -500,7 +500,7 @@ class ReplayBuffer(BufferBase):
 
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 2:
             raise ConfigError(f"num_envs: expected an int >= 2, got {num_envs!r}")
-        if not 0 < int(n_samples) <= self.capacity:
+        if check_count("n_samples", n_samples) > self.capacity:
             raise CapacityError(
                 f"n_samples: expected 0 < n_samples <= capacity={self.capacity}, got {n_samples}"
             )
