@@ -201,9 +201,7 @@ class BufferBase(ABC):
             hidden: actor hidden state, ``(hidden_dim,)``.
 
         Raises:
-            SpecError: naming the argument (``state``, ``done``, ...): a wrong shape, NaN/inf,
-                a value that is not a number, or a ``done`` other than a bool or exact 0/1;
-                nothing is stored then.
+            SpecError: as :meth:`add_multi`, naming ``state``, ``done``, ...
         """
         self._store(_SINGLE, 1, state, action, reward, next_state, done, hidden, None)
 
@@ -339,21 +337,22 @@ class BufferBase(ABC):
             raise CheckpointError(
                 f"state_dict: expected keys {sorted(_FIELDS)} (or 'core'), got {sorted(sd)}"
             )
-        old = self._core
-        new = _CoreReplayBuffer(self.capacity, specs=old.specs, device=self.device, seed=self._seed)
-        new._sampler = old._sampler  # contents are replaced, the random stream goes on
-        self._core = new
+        old, self._core = (
+            self._core,
+            _CoreReplayBuffer(
+                self.capacity, specs=self._core.specs, device=self.device, seed=self._seed
+            ),
+        )
+        self._core._sampler = old._sampler  # contents are replaced, the random stream goes on
         try:
             n = int(_to_numpy("states", sd["states"]).shape[0])
             if n > self.capacity:
-                raise CheckpointError(f"states: expected <= capacity={self.capacity} rows, got {n}")
-            if n:
-                self.add_multi(*(sd[k] for k in _FIELDS))
-        except (SpecError, IndexError) as exc:
+                raise SpecError(f"states: expected <= capacity={self.capacity} rows, got {n}")
+            self.add_multi(*(sd[k] for k in _FIELDS))
+        except BaseException as exc:
             self._core = old
-            raise CheckpointError(f"state_dict: {exc}") from exc
-        except BaseException:
-            self._core = old
+            if isinstance(exc, (SpecError, IndexError)):
+                raise CheckpointError(f"state_dict: {exc}") from exc
             raise
 
     # ------------------------------------------------------------------ persistence
