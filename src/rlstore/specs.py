@@ -153,7 +153,7 @@ def _infer_one(
         raise SpecError(f"{name}: expected an array, got a dict with keys {list(value)}")
     try:
         arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
         raise SpecError(f"{name}: expected an array, got {type(value).__name__}: {exc}") from exc
     if lead is not None and arr.shape[:batch_ndim] != lead:
         raise SpecError(f"{name}: expected leading axes {lead} like reward, got shape {arr.shape}")
@@ -203,7 +203,7 @@ def cast_to_spec(
             raise SpecError(f"{name}: expected an array of shape {expected}, got a dict")
         try:
             arr = np.asarray(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
             raise SpecError(
                 f"{name}: expected an array of shape {expected}, got {value!r}"
             ) from exc
@@ -430,9 +430,13 @@ class TransitionSchema:
 
 def _lead(value: Any, spec: FieldSpec, lead: tuple[int, ...], single: bool) -> tuple[int, ...]:
     """Expected lead shape: ``()`` for a single add (num_envs == 1, env axis left out)."""
-    if single and np.ndim(value) == len(spec.shape):
-        return ()
-    return lead
+    if not single:
+        return lead
+    try:
+        ndim = np.ndim(value)
+    except (TypeError, ValueError, RuntimeError):  # ragged: cast_to_spec names the field
+        return lead
+    return () if ndim == len(spec.shape) else lead
 
 
 def as_flags(name: str, value: Any) -> np.ndarray:
@@ -445,7 +449,7 @@ def as_flags(name: str, value: Any) -> np.ndarray:
         raise SpecError(f"{name}: expected bool flags, got a dict")
     try:
         arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
         raise SpecError(f"{name}: expected bool flags, got {type(value).__name__}") from exc
     kind = arr.dtype.kind
     if kind == "b":

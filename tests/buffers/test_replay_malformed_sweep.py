@@ -68,9 +68,10 @@ REPLAY_KINDS = {"obs": "float", "next_obs": "float", "action": "int", "reward": 
 @pytest.mark.parametrize("field", sorted(REPLAY_KINDS))
 def test_replay_add(n: int, field: str) -> None:
     buf, row = _replay(n)
-    for bad in _junk(REPLAY_KINDS[field]):
-        if n > 1 and not isinstance(bad, (dict, str)) and bad is not None:
-            bad = np.full(np.shape(row[field]), bad) if np.ndim(bad) == 0 else bad
+    ragged, grad = [1, [2, 3]], torch.zeros(np.shape(row[field]), requires_grad=True)
+    for bad in [*_junk(REPLAY_KINDS[field]), ragged, grad]:
+        if n > 1 and isinstance(bad, (int, float, complex)):
+            bad = np.full(np.shape(row[field]), bad)
         _check(lambda: flat_state(buf), lambda b=bad: buf.add(**{**row, field: b}), field)
     _check(lambda: flat_state(buf), lambda: buf.add(**row, hidden=np.zeros(2)), "extras")
 

@@ -261,5 +261,5 @@ def _shape(name: str, value: Any) -> tuple[int, ...]:
     """``np.shape(value)``; a value numpy cannot read as an array is a named SpecError."""
     try:
         return tuple(np.shape(value))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:
         raise SpecError(f"{name}: expected an array, got {type(value).__name__}: {exc}") from exc

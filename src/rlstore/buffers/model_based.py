@@ -115,7 +115,7 @@ class ModelBasedReplay:
                 raise SpecError(f"{k}: expected an array with a leading row axis, got a dict")
             try:
                 raw[k] = np.asarray(v)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RuntimeError) as exc:
                 raise SpecError(f"{k}: expected an array, got {type(v).__name__}") from exc
         lengths = {k: (a.shape[0] if a.ndim else None) for k, a in raw.items()}
         n = lengths[keys[0]]
@@ -173,7 +173,7 @@ class ModelBasedReplay:
                 raise SpecError(f"{k}: expected an array, got a dict")
             try:
                 rows[k] = np.asarray(v)[None]
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RuntimeError) as exc:
                 raise SpecError(f"{k}: expected an array, got {type(v).__name__}") from exc
         self.insert_data_slice(rows)
 

@@ -466,7 +466,7 @@ def _check_indices(indices: Any) -> np.ndarray:
     """User indices as a 1-D int64 array: integer input only (no floats, bools, objects)."""
     try:
         arr = np.asarray(indices)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:
         raise SpecError(f"indices: expected a 1-D integer array, got {indices!r}") from exc
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise SpecError(
