@@ -57,7 +57,6 @@ def test_cast_to_spec_fast_path_returns_input_unchanged() -> None:
     [
         (np.array([1.5, 2.25], np.float64), np.float32, np.array([1.5, 2.25], np.float32)),
         ([1, 2], np.float32, np.array([1.0, 2.0], np.float32)),  # int -> float is safe
-        ([True, False], np.float32, np.array([1.0, 0.0], np.float32)),
         (np.array([0, 255], np.int64), np.uint8, np.array([0, 255], np.uint8)),  # values fit
         (np.array([3, 4], np.int32), np.int64, np.array([3, 4], np.int64)),
         (np.array([0, 1], np.int64), np.bool_, np.array([False, True])),
@@ -80,6 +79,11 @@ def test_cast_to_spec_accepts_safe_casts(value, dtype, expected) -> None:
         (np.array([1j, 2j]), np.float32, r"action: expected dtype float32, got complex128"),
         (np.zeros(3, np.float32), np.float32, r"action: expected shape \(2,\), got \(3,\)"),
         ({"a": 1}, np.float32, r"action: expected an array of shape \(2,\), got a dict"),
+        # issue 8: no bools where numbers are expected, no float32 overflow to inf
+        ([True, False], np.float32, r"action: expected dtype float32, got bool"),
+        ([True, False], np.int64, r"action: expected dtype int64, got bool"),
+        (np.array([1e300, 0.0]), np.float32, r"action: expected values within the float32"),
+        (["1", "2"], np.float32, r"action: expected dtype float32, got <U1"),
     ],
 )
 def test_cast_to_spec_rejects_unsafe_input_naming_the_field(value, dtype, match) -> None:

@@ -156,3 +156,17 @@ def test_fill_buffer_rejects_incompatible_env() -> None:
     with pytest.raises(ConfigError, match="multiple of the buffer's num_envs=3"):
         fill_buffer(ReplayBuffer(30, num_envs=3), None, 10, env=env)
     env.close()
+
+
+def test_counts_are_ints_not_bools() -> None:
+    """Issue 8: ``True`` passed as num_envs / n_samples; now a named CapacityError."""
+    from rlstore.errors import CapacityError
+
+    with pytest.raises(CapacityError, match="num_envs"):
+        TransitionAdapter(AutoresetMode.SAME_STEP, True)
+    buf = ReplayBuffer(16)
+    for kwargs, named in (({"n_samples": True}, "n_samples"), ({"n_samples": "8"}, "n_samples"),
+                          ({"n_samples": 8, "num_envs": True}, "num_envs")):  # fmt: skip
+        with pytest.raises(CapacityError, match=named):
+            fill_buffer(buf, None, **kwargs)
+    assert len(buf) == 0

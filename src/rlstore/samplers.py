@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError
+from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError
+from rlstore.specs import check_count
 
 __all__ = ["UniformSampler", "make_rng", "rng_state", "set_rng_state"]
 
@@ -79,8 +80,7 @@ class UniformSampler:
             CapacityError: ``batch_size <= 0``.
             EmptyBufferError: nothing valid to sample from.
         """
-        if int(batch_size) <= 0:
-            raise CapacityError(f"batch_size: expected > 0, got {batch_size}")
+        check_count("batch_size", batch_size)  # ints only: not True, 2.5 or "4"
         if isinstance(valid_count_or_mask, np.ndarray) and valid_count_or_mask.dtype == bool:
             valid = np.flatnonzero(valid_count_or_mask)
             if valid.size == 0:

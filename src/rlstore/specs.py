@@ -6,11 +6,12 @@ field as an array of shape ``(*lead, *spec.shape)`` where ``lead`` is e.g. ``(T,
 
 Casting rules (:func:`cast_to_spec`): only *safe* conversions are accepted.
 
-* same kind or widening (``int -> float``, ``bool -> int``), and float narrowing
-  (``float64 -> float32``), which is what every RL library does with observations;
+* same kind or widening (``int -> float``), and float narrowing (``float64 -> float32``),
+  which is what every RL library does with observations, unless a value overflows to inf;
 * integer narrowing (``int64 -> uint8``) only when every value fits the target range;
 * ``bool`` fields accept integer input whose values are all 0 or 1;
-* anything else (``float -> int``, ``complex -> float``, objects, strings) is a :class:`SpecError`.
+* anything else (``float -> int``, ``bool -> int/float``, ``complex -> float``, objects,
+  strings) is a :class:`SpecError`.
 
 Float fields reject NaN and +-inf unless ``allow_nonfinite`` is set.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rlstore.errors import SpecError
+from rlstore.errors import CapacityError, ConfigError, SpecError
 
 __all__ = [
     "FieldSpec",
@@ -39,6 +40,9 @@ __all__ = [
     "validate_batch",
     "cast_to_spec",
     "all_finite",
+    "as_flags",
+    "check_count",
+    "as_device",
 ]
 
 
@@ -108,7 +112,9 @@ def _default_dtype(arr: np.ndarray, name: str) -> np.dtype:
     raise SpecError(f"{name}: cannot store dtype {arr.dtype} (expected bool, int, uint or float)")
 
 
-def infer_specs(sample: Mapping[str, Any], batch_ndim: int) -> dict[str, FieldSpec]:
+def infer_specs(
+    sample: Mapping[str, Any], batch_ndim: int, *, lead: tuple[int, ...] | None = None
+) -> dict[str, FieldSpec]:
     """Infer field specs from one batch of values.
 
     Args:
@@ -117,6 +123,7 @@ def infer_specs(sample: Mapping[str, Any], batch_ndim: int) -> dict[str, FieldSp
             shape ``(*batch, *item_shape)``.
         batch_ndim: number of leading batch axes to strip (0 for a single item, 1 for
             ``(num_envs, ...)``, 2 for ``(T, num_envs, ...)``).
+        lead: when given, the batch axes every value must have (e.g. the reward's shape).
 
     Returns:
         ``{name: FieldSpec}`` in the order of ``sample``. Floats wider than 32 bits become
@@ -133,14 +140,23 @@ def infer_specs(sample: Mapping[str, Any], batch_ndim: int) -> dict[str, FieldSp
                 if isinstance(v, Mapping):
                     raise SpecError(f"{key}.{sub}: only one level of dict is supported")
                 name = f"{key}.{sub}"
-                specs[name] = _infer_one(name, v, batch_ndim)
+                specs[name] = _infer_one(name, v, batch_ndim, lead)
         else:
-            specs[key] = _infer_one(key, value, batch_ndim)
+            specs[key] = _infer_one(key, value, batch_ndim, lead)
     return specs
 
 
-def _infer_one(name: str, value: Any, batch_ndim: int) -> FieldSpec:
-    arr = np.asarray(value)
+def _infer_one(
+    name: str, value: Any, batch_ndim: int, lead: tuple[int, ...] | None = None
+) -> FieldSpec:
+    if isinstance(value, Mapping):
+        raise SpecError(f"{name}: expected an array, got a dict with keys {list(value)}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
+        raise SpecError(f"{name}: expected an array, got {type(value).__name__}: {exc}") from exc
+    if lead is not None and arr.shape[:batch_ndim] != lead:
+        raise SpecError(f"{name}: expected leading axes {lead} like reward, got shape {arr.shape}")
     if arr.ndim < batch_ndim:
         raise SpecError(f"{name}: expected at least {batch_ndim} batch axes, got shape {arr.shape}")
     return FieldSpec(name, arr.shape[batch_ndim:], _default_dtype(arr, name))
@@ -187,7 +203,7 @@ def cast_to_spec(
             raise SpecError(f"{name}: expected an array of shape {expected}, got a dict")
         try:
             arr = np.asarray(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
             raise SpecError(
                 f"{name}: expected an array of shape {expected}, got {value!r}"
             ) from exc
@@ -212,8 +228,20 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
         if src.kind in "iu" and np.isin(arr, (0, 1)).all():
             return arr.astype(dtype)
         raise SpecError(f"{name}: expected dtype bool (or 0/1 integers), got {src}")
+    if src.kind == "b":
+        raise SpecError(f"{name}: expected dtype {dtype}, got bool (a flag, not a number)")
     if dtype.kind == "f":
-        return arr.astype(dtype)  # bool/int/uint -> float and float narrowing are accepted
+        # bool/int/uint -> float and float narrowing are accepted, overflow to inf is not
+        with np.errstate(over="ignore"):
+            out = arr.astype(dtype)
+        if src.kind == "f" and src.itemsize > dtype.itemsize and arr.size:
+            overflow = np.isinf(out) & np.isfinite(arr)
+            if overflow.any():
+                raise SpecError(
+                    f"{name}: expected values within the {dtype} range "
+                    f"(|x| <= {float(np.finfo(dtype).max):.4g}), got {arr[overflow].ravel()[0]!r}"
+                )
+        return out
     # integer target
     if src.kind == "f":
         raise SpecError(f"{name}: expected dtype {dtype}, got {src} (float -> int is unsafe)")
@@ -303,15 +331,20 @@ class TransitionSchema:
         """
         if specs is None:
             return None
-        if isinstance(specs, Mapping):
-            out = {
-                k: s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s})
-                for k, s in specs.items()
-            }
-        elif isinstance(specs, Sequence):
-            out = {d["name"]: FieldSpec.from_json(d) for d in specs}
-        else:
-            raise SpecError(f"specs: expected dict of FieldSpec or list of dicts, got {specs!r}")
+        try:
+            if isinstance(specs, Mapping):
+                out = {
+                    k: s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s})
+                    for k, s in specs.items()
+                }
+            elif isinstance(specs, Sequence) and not isinstance(specs, str):
+                out = {d["name"]: FieldSpec.from_json(d) for d in specs}
+            else:
+                raise TypeError(type(specs).__name__)
+        except (TypeError, KeyError) as exc:
+            raise SpecError(
+                f"specs: expected dict of FieldSpec / dicts or list of dicts, got {specs!r}"
+            ) from exc
         if not any(k == "obs" or k.startswith("obs.") for k in out) or "action" not in out:
             raise SpecError(f"specs: expected 'obs' (or 'obs.<key>') and 'action', got {list(out)}")
         if any(k == "next_obs" or k.startswith("next_obs.") for k in out):
@@ -323,15 +356,18 @@ class TransitionSchema:
         lead_ndim: int, obs: Any, action: Any, reward: Any, extra: Mapping[str, Any]
     ) -> dict[str, FieldSpec]:
         """Specs from a first add with ``lead_ndim`` batch axes (rewards float32, flags bool)."""
-        specs = infer_specs({"obs": obs, "action": action, "reward": reward, **extra}, lead_ndim)
-        if specs["reward"].shape != ():
-            raise SpecError(
-                f"reward: expected one scalar per env, got item shape {specs['reward'].shape}"
-            )
+        for name, value in (("action", action), ("reward", reward), *extra.items()):
+            if isinstance(value, Mapping):  # only obs / next_obs may be dicts
+                raise SpecError(f"{name}: expected an array, got a dict with keys {list(value)}")
+        reward_spec = _infer_one("reward", reward, 0)  # checked first: blame the right field
+        if len(reward_spec.shape) != lead_ndim:
+            want = "a scalar" if lead_ndim == 0 else f"shape with {lead_ndim} axes (one per env)"
+            raise SpecError(f"reward: expected {want}, got shape {reward_spec.shape}")
+        sample = {"obs": obs, "action": action, "reward": reward, **extra}
+        specs = infer_specs(sample, lead_ndim, lead=reward_spec.shape)
         specs.update(DEFAULT_SPECS)
         out = TransitionSchema.parse(specs)
-        assert out is not None
-        return out
+        return {} if out is None else out  # never None: specs is a dict
 
     def obs_keys(self) -> list[str]:
         """Sorted keys of dict observations."""
@@ -394,6 +430,59 @@ class TransitionSchema:
 
 def _lead(value: Any, spec: FieldSpec, lead: tuple[int, ...], single: bool) -> tuple[int, ...]:
     """Expected lead shape: ``()`` for a single add (num_envs == 1, env axis left out)."""
-    if single and np.ndim(value) == len(spec.shape):
-        return ()
-    return lead
+    if not single:
+        return lead
+    try:
+        ndim = np.ndim(value)
+    except (TypeError, ValueError, RuntimeError):  # ragged: cast_to_spec names the field
+        return lead
+    return () if ndim == len(spec.shape) else lead
+
+
+def as_flags(name: str, value: Any) -> np.ndarray:
+    """Episode-end flags as a bool array, accepting only exact encodings.
+
+    bools, 0/1 integers and 0.0/1.0 floats convert; anything else (``0.5``, ``2``, NaN,
+    strings, ``None``, objects) is a :class:`SpecError` naming ``name``. The shape is kept.
+    """
+    if isinstance(value, Mapping):
+        raise SpecError(f"{name}: expected bool flags, got a dict")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
+        raise SpecError(f"{name}: expected bool flags, got {type(value).__name__}") from exc
+    kind = arr.dtype.kind
+    if kind == "b":
+        return arr
+    if kind in "iuf" and bool(np.isin(arr, (0, 1)).all()):  # NaN is never in (0, 1)
+        return arr.astype(bool)
+    shown = repr(value) if kind not in "iuf" else f"{arr.dtype} values {arr.ravel()[:4].tolist()}"
+    raise SpecError(f"{name}: expected bools (or exact 0/1), got {shown}")
+
+
+def check_count(name: str, value: Any, *, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum``: Python or numpy ints only (not bools, floats, strings).
+
+    Raises:
+        CapacityError: naming ``name``, the expectation and what arrived.
+    """
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, np.integer))
+        or value < minimum
+    ):
+        bound = f"> {minimum - 1}" if minimum == 1 else f">= {minimum}"
+        raise CapacityError(f"{name}: expected an int {bound}, got {value!r}")
+    return int(value)
+
+
+def as_device(device: Any, name: str = "device") -> Any:
+    """``torch.device(device)``; a malformed device is a :class:`ConfigError` naming ``name``."""
+    import torch
+
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{name}: expected a torch device such as 'cpu' or 'cuda:0', got {device!r}"
+        ) from exc

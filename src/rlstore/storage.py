@@ -72,12 +72,22 @@ class RingStorage:
         self.packed = bool(packed) and bool(self.specs)
         shape = (self.capacity_per_env, self.num_envs)
         self.records: np.ndarray | None = None
-        if self.packed:
-            rec = np.dtype([(k, s.dtype, s.shape) for k, s in self.specs.items()])
-            self.records = np.zeros(shape, dtype=rec)
-            self.arrays: dict[str, np.ndarray] = {k: self.records[k] for k in self.specs}
-        else:
-            self.arrays = {k: np.zeros((*shape, *s.shape), s.dtype) for k, s in self.specs.items()}
+        try:
+            if self.packed:
+                rec = np.dtype([(k, s.dtype, s.shape) for k, s in self.specs.items()])
+                self.records = np.zeros(shape, dtype=rec)
+                self.arrays: dict[str, np.ndarray] = {k: self.records[k] for k in self.specs}
+            else:
+                self.arrays = {
+                    k: np.zeros((*shape, *s.shape), s.dtype) for k, s in self.specs.items()
+                }
+        except (MemoryError, ValueError) as exc:  # ValueError: "array is too big"
+            item = sum(s.item_nbytes for s in self.specs.values())
+            need = self.capacity_per_env * self.num_envs * item
+            raise CapacityError(
+                f"capacity: cannot allocate {need:,} bytes for {self.capacity_per_env} rows x "
+                f"{self.num_envs} envs x {item} bytes per item ({type(exc).__name__}: {exc})"
+            ) from None
         rows = self.capacity_per_env * self.num_envs
         self.flat: dict[str, np.ndarray] = {
             k: a.reshape(rows, *a.shape[2:]) for k, a in self.arrays.items()

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from rlstore.errors import CapacityError, ConfigError, SpecError
+from rlstore.errors import ConfigError, SpecError
+from rlstore.specs import check_count
 
 if TYPE_CHECKING:
     from rlstore.buffers.replay import ReplayBuffer
@@ -95,9 +96,7 @@ class TransitionAdapter:
             raise ConfigError(
                 f"mode: expected one of {[m.value for m in AutoresetMode]}, got {mode!r}"
             ) from exc
-        if int(num_envs) <= 0:
-            raise ConfigError(f"num_envs: expected > 0, got {num_envs}")
-        self.num_envs = int(num_envs)
+        self.num_envs = check_count("num_envs", num_envs)
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
 
     @classmethod
@@ -230,8 +229,9 @@ def fill_buffer(
     """
     import gymnasium as gym
 
-    if int(n_samples) <= 0:
-        raise CapacityError(f"n_samples: expected > 0, got {n_samples}")
+    check_count("n_samples", n_samples)
+    check_count("num_envs", num_envs)
+    check_count("chunk", chunk)
     own = env is None
     if own:
         env = gym.make_vec(

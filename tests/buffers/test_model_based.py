@@ -73,7 +73,7 @@ def test_reading_returns_copies_and_rejections_leave_the_buffer_unchanged():
         buf.insert_data_slice({"x": np.zeros((2, 2)), "k": np.zeros(3)})
     with pytest.raises(SpecError, match="fields"):
         buf.insert_data_slice({"x": np.zeros((2, 2))})
-    with pytest.raises(SpecError, match="row shape"):
+    with pytest.raises(SpecError, match=r"x: expected shape \(2, 2\)"):
         buf.insert_data_slice({"x": np.zeros((2, 3)), "k": np.zeros(2)})
     with pytest.raises(SpecError, match="start_pos"):
         buf.get_data_slice(2, 4)
@@ -201,3 +201,49 @@ def test_generic_checkpoint_save_load_once_registered(tmp_path):
     clone = checkpoint.load(tmp_path)
     assert isinstance(clone, ModelBasedReplay) and clone.max_size == 4
     assert clone.get_all()["k"].tolist() == [2, 3, 4, 5] and clone.step == buf.step
+
+
+def test_later_inserts_convert_only_losslessly_and_rejections_change_nothing():
+    """Issue 8: 1.7 into an int field was stored as 1; NaN/inf were stored; state_dict() was
+    the live arrays. Every rejection names the field and leaves the state as it was."""
+    from _helpers import flat_state
+
+    buf = ModelBasedReplay(3, seed=0)
+    buf.insert_data_slice({"x": np.zeros((2, 2), np.float32), "k": np.array([1, 2])})
+    saved = buf.state_dict()
+    before = flat_state(buf)
+    bad = [
+        ({"x": np.zeros((1, 2)), "k": np.array([1.7])}, "k"),
+        ({"x": np.zeros((1, 2)), "k": np.array([1.0])}, "k"),  # float -> int: refused
+        ({"x": np.full((1, 2), np.nan), "k": np.array([1])}, "x"),
+        ({"x": np.full((1, 2), np.inf), "k": np.array([1])}, "x"),
+        ({"x": np.full((1, 2), 1e300), "k": np.array([1])}, "x"),  # float32 inf
+        ({"x": np.zeros((1, 2)) + 1j, "k": np.array([1])}, "x"),
+        ({"x": np.zeros((1, 2)), "k": np.array([None], dtype=object)}, "k"),
+        ({"x": np.zeros((1, 2)), "k": np.array(["1"])}, "k"),
+        ({"x": np.zeros((1, 2)), "k": np.array([2**40])}, "k"),  # out of int64? no: ok below
+        ({"x": {"a": 1}, "k": np.array([1])}, "x"),
+        ({"x": np.zeros((1, 2)), "k": 1}, "new_data"),
+    ]
+    for data, named in bad:
+        if named == "k" and data["k"].dtype == np.int64:
+            buf2 = ModelBasedReplay(3)
+            buf2.insert_data_slice({"k": np.zeros(1, np.int8)})
+            with pytest.raises(SpecError, match="k: expected values of dtype int8"):
+                buf2.insert_data_slice({"k": np.array([2**40])})
+            continue
+        with pytest.raises(SpecError, match=named):
+            buf.insert_data_slice(data)
+        if named != "new_data":  # the same row through insert_transition
+            with pytest.raises(SpecError, match=named):
+                buf.insert_transition({k: v[0] if isinstance(v, np.ndarray) else v
+                                       for k, v in data.items()})  # fmt: skip
+        assert flat_state(buf) == before
+    buf.insert_data_slice({"x": np.ones((2, 2)), "k": np.array([3, 4], np.int32)})  # lossless
+    assert buf.get_all()["k"].tolist() == [2, 3, 4] and buf.data["k"].dtype == np.int64
+    assert saved["data"]["k"].tolist() == [1, 2, 0]  # the saved state did not follow
+    for first in ({"x": np.array([[np.nan]])}, {"x": np.array([object()])}, {"x": 1.0}):
+        fresh = ModelBasedReplay(3)
+        with pytest.raises(SpecError, match="x"):
+            fresh.insert_data_slice(first)
+        assert fresh.data == {} and len(fresh) == 0

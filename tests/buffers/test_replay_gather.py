@@ -13,6 +13,7 @@ import torch
 
 from rlstore.buffers._replay_fast import accel_available
 from rlstore.buffers.replay import ReplayBuffer
+from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec
 
 pytestmark = pytest.mark.skipif(
@@ -103,7 +104,7 @@ def test_gather_rejects_indices_out_of_range(accel: bool) -> None:
     if not accel:
         buf._fast.writer = None
     for bad in ([len(buf)], [-1], [0, 1, 99]):
-        with pytest.raises(IndexError, match=r"indices: expected values in \[0, 6\)"):
+        with pytest.raises(SpecError, match=r"indices: expected values in \[0, 6\)"):
             buf.gather(np.array(bad))
 
 

@@ -11,7 +11,7 @@ import torch
 
 from rlstore.compat.model_based import MBReplayBuffer
 from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW
-from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+from rlstore.errors import ConfigError, EmptyBufferError, RLStoreError, SpecError
 
 
 def sample(k, n_envs=2):
@@ -115,3 +115,45 @@ def test_errors_and_parameters():
     built = factory("cpu", None, None, None)
     assert isinstance(built, MBReplayBuffer) and built.max_size == 7
     assert built.after_gradients(None, {"a": 1}) == {"a": 1}
+
+
+def test_rejected_inserts_change_nothing_and_are_named():
+    """Issue 8's repro: an object action after a valid obs wrote the obs (oldest row read 99)
+    and raised a bare TypeError; fractional actions were truncated, NaN rewards stored."""
+    from _helpers import flat_state
+
+    buf = MBReplayBuffer(3, "cpu", None, None, None)
+    for k in range(3):
+        buf.insert_transition(sample(k))
+    before = flat_state(buf.core)
+    bad = sample(9)
+    cases = [
+        ({**bad, OBS: torch.full((2, 2), 99.0), ACT: np.array([[None], [None]], dtype=object)},
+         ACT),
+        ({**bad, ACT: torch.tensor([[0.5], [1.0]])}, ACT),
+        ({**bad, REW: torch.tensor([[float("nan")], [0.0]])}, REW),
+        ({**bad, OBS: torch.tensor([[float("inf"), 0.0], [0.0, 0.0]])}, OBS),
+        ({**bad, OBS2: np.zeros((2, 3), np.float32)}, OBS2),
+        ({**bad, REW: "x"}, REW),
+        ({**bad, REW: {"a": 1}}, REW),
+    ]  # fmt: skip
+    for data, named in cases:
+        with pytest.raises(SpecError, match=named):
+            buf.insert_transition(data)
+        assert flat_state(buf.core) == before
+    assert 99.0 not in buf.get_all_buffer_data()[OBS]
+    storage: dict = {}
+    with pytest.raises(SpecError, match=ACT):
+        buf.insert_single_tensor_slice(storage, ACT, np.array([[None]], dtype=object))
+    assert storage == {}
+
+
+def test_constructor_arguments_are_checked():
+    with pytest.raises(ConfigError, match="device"):
+        MBReplayBuffer(10, "nope", None, None, None)
+    for kw, named in (({"max_holdout": True}, "max_holdout"), ({"ensemble_size": 0},
+                      "ensemble_size"), ({"max_holdout": "5"}, "max_holdout")):  # fmt: skip
+        with pytest.raises(RLStoreError, match=named):
+            make(10, **kw)
+    with pytest.raises(RLStoreError, match="max_size"):
+        make(True)

@@ -104,8 +104,28 @@ def test_torch_inputs_and_scalar_action() -> None:
         (lambda d: d.update(obs2=d["obs"]), "expected keys"),
         (lambda d: d.update(obs=np.zeros(4)), r"buffer_dict\['obs'\]: expected shape \(3,\)"),
         (lambda d: d.update(act=np.zeros(3)), r"buffer_dict\['act'\]: expected shape \(2,\)"),
-        (lambda d: d.update(done=0.5), r"buffer_dict\['done'\]: expected bool or 0/1"),
-        (lambda d: d.update(rew=np.nan), "reward"),
+        (lambda d: d.update(done=0.5), r"buffer_dict\['done'\]: expected bools"),
+        # issue 8: every rejection names the key of buffer_dict, no lossy or non-finite value
+        (lambda d: d.update(rew=np.nan), r"buffer_dict\['rew'\]: expected finite"),
+        (lambda d: d.update(done="False"), r"buffer_dict\['done'\]"),
+        (lambda d: d.update(done=2), r"buffer_dict\['done'\]"),
+        (lambda d: d.update(done=np.nan), r"buffer_dict\['done'\]"),
+        (lambda d: d.update(obs=np.full(3, np.inf)), r"buffer_dict\['obs'\]"),
+        (lambda d: d.update(next_obs=np.full(3, 1e300)), r"buffer_dict\['next_obs'\]"),
+        (lambda d: d.update(act=np.zeros(2) + 1j), r"buffer_dict\['act'\]"),
+        (lambda d: d.update(act=["a", "b"]), r"buffer_dict\['act'\]"),
+        (lambda d: d.update(rew=None), r"buffer_dict\['rew'\]"),
+        (lambda d: d.update(rew={"r": 1}), r"buffer_dict\['rew'\]"),
+        (
+            lambda d: d.update(
+                obs=np.zeros((2, 3)),
+                rew=np.zeros(2),
+                act=np.zeros((2, 2)),
+                next_obs=np.zeros((2, 3)),
+                done=[0.0, 0.5],
+            ),
+            r"buffer_dict\['done'\]",
+        ),  # batched
     ],
 )
 def test_bad_store_is_rejected_and_changes_nothing(edit: Any, match: str) -> None:

@@ -206,7 +206,7 @@ def test_load_with_plain_metadata_and_generic_load(tmp_path: Path, filled: Repla
     generic = checkpoint.load(tmp_path)
     assert isinstance(generic, ReplayBuffer)
     twin = ReplayBuffer(20, S, A, H, seed=123)
-    twin.load_state_dict(filled.state_dict())
+    twin.load_state_dict(filled.checkpoint_state())
     expected = _future(filled)
     for other in (restored, generic, twin):
         _assert_same_batches(expected, _future(other))
@@ -223,7 +223,7 @@ def test_generic_save_writes_each_array_once(tmp_path: Path, filled: ReplayBuffe
     assert set(generic["schema"]) == set(own["schema"])
     assert generic["schema"] and all(k.startswith("core/") for k in generic["schema"])
     assert not set(FIELDS) & set(generic["schema"])
-    assert set(filled.state_dict()) == {*FIELDS, "core"}  # velora's state_dict is unchanged
+    assert set(filled.state_dict()) == set(FIELDS)  # velora's documented state_dict
     restored = checkpoint.load(tmp_path / "generic")
     assert isinstance(restored, ReplayBuffer)
     _same_future(filled, restored)
@@ -334,3 +334,71 @@ def test_warm_argument_checks() -> None:
         buf.warm(agent, 5, num_envs=1)
     with pytest.raises(CapacityError, match="n_samples: expected 0 < n_samples <= capacity=10"):
         buf.warm(agent, 11)
+
+
+def test_state_dict_is_exactly_the_documented_tensor_dict() -> None:
+    """Issue 8: state_dict() carried a nested 'core' dict, so the documented
+    ``{k: v.cpu() for k, v in buf.state_dict().items()}`` raised."""
+    ts = _transitions(5)
+    buf = ReplayBuffer(8, S, A, H, seed=0)
+    for t in ts:
+        buf.add(**t)
+    sd = buf.state_dict()
+    assert list(sd) == list(FIELDS) and all(isinstance(v, torch.Tensor) for v in sd.values())
+    cpu = {k: v.cpu() for k, v in sd.items()}
+    twin = ReplayBuffer(8, S, A, H, seed=0)
+    twin.load_state_dict(cpu)  # the documented layout restores the contents
+    _assert_contents(twin, ts)
+    with pytest.raises(CheckpointError, match="state_dict"):
+        twin.load_state_dict({**cpu, "states": torch.zeros(5, S + 1)})
+    _assert_contents(twin, ts)
+
+
+@pytest.mark.parametrize("bad", ["False", 0.5, 2, float("nan"), -1, None, np.array([2])])
+def test_done_flags_are_bools_or_exact_zero_one(bad: Any) -> None:
+    from _helpers import flat_state
+
+    buf = ReplayBuffer(8, S, A, H, seed=0)
+    t = _transitions(1)[0]
+    buf.add(**t)
+    before = flat_state(buf._core)
+    with pytest.raises(SpecError, match="^done"):
+        buf.add(**{**t, "done": bad})
+    with pytest.raises(SpecError, match="^dones"):
+        buf.add_multi(*(np.stack([t[k]] * 2) for k in ("state", "action")),
+                      np.zeros(2), np.stack([t["next_state"]] * 2), [bad, bad],
+                      np.stack([t["hidden"]] * 2))  # fmt: skip
+    assert flat_state(buf._core) == before
+    for ok, want in ((True, 1.0), (0, 0.0), (1.0, 1.0), (np.float32(0), 0.0)):
+        buf.add(**{**t, "done": ok})
+        assert buf.state_dict()["dones"][-1].item() == want
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("state", np.full(S, np.nan)), ("next_state", np.full(S, np.inf)), ("state", "abcd"),
+     ("action", np.zeros(A) + 1j), ("reward", None), ("hidden", np.full(H, np.nan)),
+     ("reward", 1e300), ("next_state", np.zeros(S + 1))],
+)  # fmt: skip
+def test_errors_use_velora_argument_names(field: str, value: Any) -> None:
+    """Errors say ``state`` / ``next_state`` (velora's names), never rlstore's ``obs``."""
+    from _helpers import flat_state
+
+    buf = ReplayBuffer(8, S, A, H, seed=0)
+    t = _transitions(1)[0]
+    buf.add(**t)
+    before = flat_state(buf._core)
+    with pytest.raises(SpecError, match=f"^{field}:") as info:
+        buf.add(**{**t, field: value})
+    assert "obs" not in str(info.value)
+    plural = {**{k: np.stack([v] * 2) for k, v in t.items() if k != "reward"}, "reward": [1, 2]}
+    plural[field] = [value, value]
+    with pytest.raises(SpecError, match=f"^{field}s:"):
+        buf.add_multi(*(plural[k] for k in ("state", "action", "reward", "next_state", "done",
+                                             "hidden")))  # fmt: skip
+    assert flat_state(buf._core) == before
+
+
+def test_bad_device_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="device"):
+        ReplayBuffer(8, S, A, H, device="gpu0")

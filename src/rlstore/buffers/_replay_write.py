@@ -44,15 +44,39 @@ class ReplayWriter(FastAdd):
         raise NotImplementedError  # provided by ReplayBuffer
 
     # ------------------------------------------------------------------ general path
-    def _validate(
-        self, lead: tuple[int, ...], obs: Any, next_obs: Any, core: tuple, extra: dict[str, Any]
-    ) -> tuple[dict, dict, dict]:
-        if self._schema is None:
-            raise SpecError("specs: buffer has no schema yet (add or pass specs first)")
-        return self._schema.validate(lead, obs, next_obs, core, extra)
+    def _check(
+        self,
+        lead: tuple[int, ...],
+        obs: Any,
+        next_obs: Any,
+        core: tuple[Any, Any, Any, Any],
+        extra: dict[str, Any],
+    ) -> tuple[TransitionSchema, tuple[dict, dict, dict]]:
+        """Validate a whole add against the schema, inferring it first on the first add.
 
-    def _infer(self, lead_ndim: int, obs: Any, action: Any, reward: Any, extra: dict) -> None:
-        self._allocate(TransitionSchema.infer(lead_ndim, obs, action, reward, extra))
+        On the first add the schema is inferred from these values and the whole transition
+        (``next_obs``, flags and extras included) is validated against it before anything is
+        allocated, so a rejected first add leaves the buffer exactly as constructed. The caller
+        allocates (:meth:`_adopt`) only after this returned.
+        """
+        schema = self._schema
+        if schema is None:
+            action, reward = core[0], core[1]
+            if lead == (1,):  # num_envs == 1: a scalar reward marks a single add
+                lead_ndim = 0 if _shape("reward", reward) == () else 1
+            else:
+                lead_ndim = len(lead)
+            if lead_ndim and _shape("reward", reward) != lead:  # the reward fixes the batch axes
+                raise SpecError(f"reward: expected shape {lead} (one per env), got "
+                                f"{np.shape(reward)}")  # fmt: skip
+            specs = TransitionSchema.infer(lead_ndim, obs, action, reward, extra)
+            schema = TransitionSchema(specs, allow_nonfinite=self.allow_nonfinite)
+        return schema, schema.validate(lead, obs, next_obs, core, extra)
+
+    def _adopt(self, schema: TransitionSchema) -> None:
+        """Allocate the storage of a schema inferred by :meth:`_check` (first add only)."""
+        if self._schema is None:
+            self._allocate(schema.specs)
 
     def add(
         self,
@@ -112,14 +136,10 @@ class ReplayWriter(FastAdd):
     ) -> None:
         """Validate everything, then write (the slow, obviously-correct twin of the fast path)."""
         n = self.num_envs
-        if self.specs is None:
-            single = n == 1 and np.ndim(reward) == 0
-            self._infer(0 if single else 1, obs, action, reward, extra)
-            if self._fast is not None and not extra:  # a first add may take the fast path too
-                return self.add(obs, action, reward, next_obs, terminated, truncated)
-        o, no, vals = self._validate(
+        schema, (o, no, vals) = self._check(
             (n,), obs, next_obs, (action, reward, terminated, truncated), extra
         )
+        self._adopt(schema)
         st, side, disc_store = self._storage, self._side, self._disc
         if st is None or side is None or disc_store is None:  # _allocate sets all three
             raise SpecError("specs: storage missing after validation")
@@ -173,14 +193,22 @@ class ReplayWriter(FastAdd):
             SpecError: as :meth:`add`; nothing is written then.
         """
         n = self.num_envs
-        if np.ndim(reward) < 1:
+        if len(_shape("reward", reward)) < 1 or isinstance(reward, dict):
             raise SpecError(f"reward: expected shape (T, {n}), got {np.shape(reward)}")
         t = int(np.shape(reward)[0])
-        if self.specs is None:
-            self._infer(2, obs, action, reward, extra)
-        o, no, vals = self._validate(
+        args = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                "terminated": terminated, "truncated": truncated, **extra}  # fmt: skip
+        lengths = {}
+        for k, v in args.items():
+            for kk, vv in v.items() if isinstance(v, dict) and k.endswith("obs") else [(k, v)]:
+                lengths[kk if kk == k else f"{k}.{kk}"] = _shape(k, vv)[:1]
+        if any(v != (t,) for v in lengths.values()):
+            shown = ", ".join(f"{k}={v[0] if v else None}" for k, v in lengths.items())
+            raise SpecError(f"T: expected one leading length T for every argument, got {shown}")
+        schema, (o, no, vals) = self._check(
             (t, n), obs, next_obs, (action, reward, terminated, truncated), extra
         )
+        self._adopt(schema)
         cap = self.capacity_per_env
         for a in range(0, t, cap):
             b = min(a + cap, t)
@@ -227,3 +255,11 @@ class ReplayWriter(FastAdd):
                     (g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()}, self._min_live_key()
                 )
         self._set_open(done[-1])
+
+
+def _shape(name: str, value: Any) -> tuple[int, ...]:
+    """``np.shape(value)``; a value numpy cannot read as an array is a named SpecError."""
+    try:
+        return tuple(np.shape(value))
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise SpecError(f"{name}: expected an array, got {type(value).__name__}: {exc}") from exc

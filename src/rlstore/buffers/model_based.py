@@ -40,6 +40,7 @@ import numpy as np
 
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import make_rng, rng_state, set_rng_state
+from rlstore.specs import FieldSpec, cast_to_spec
 
 __all__ = [
     "ModelBasedReplay",
@@ -95,38 +96,66 @@ class ModelBasedReplay:
         return {"max_size": self.max_size}
 
     # ------------------------------------------------------------------ writing
-    def _check(self, new_data: Mapping[str, Any], rows: int | None) -> tuple[dict, int]:
-        if not new_data:
-            raise SpecError("new_data: expected at least one field, got an empty dict")
-        arrays = {str(k): np.asarray(v) for k, v in new_data.items()}
-        lengths = {k: (a.shape[0] if a.ndim else -1) for k, a in arrays.items()}
-        n = rows if rows is not None else next(iter(lengths.values()))
-        if any(v != n or v < 0 for v in lengths.values()):
-            raise SpecError(f"new_data: expected every field with leading axis {n}, got {lengths}")
-        if self.data:
-            if set(arrays) != set(self.data):
-                raise SpecError(
-                    f"new_data: expected fields {sorted(self.data)}, got {sorted(arrays)}"
-                )
-            for k, a in arrays.items():
-                if a.shape[1:] != self.data[k].shape[1:]:
-                    raise SpecError(
-                        f"{k}: expected row shape {self.data[k].shape[1:]}, got {a.shape[1:]}"
-                    )
+    def _check(self, new_data: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+        """Validate a whole insert; nothing is written or allocated here.
+
+        Every field must have the same leading length; later inserts must match the stored row
+        shapes and convert losslessly to the stored dtypes (the rules of
+        :func:`rlstore.specs.cast_to_spec`: no float -> int, no complex/object/str, integers in
+        range); float fields must be finite.
+        """
+        if not isinstance(new_data, Mapping) or not new_data:
+            raise SpecError(f"new_data: expected a non-empty dict of arrays, got {new_data!r}")
+        keys = [str(k) for k in new_data]
+        if self.data and sorted(keys) != sorted(self.data):
+            raise SpecError(f"new_data: expected fields {sorted(self.data)}, got {sorted(keys)}")
+        raw: dict[str, np.ndarray] = {}
+        for k, v in zip(keys, new_data.values(), strict=True):
+            if isinstance(v, Mapping):
+                raise SpecError(f"{k}: expected an array with a leading row axis, got a dict")
+            try:
+                raw[k] = np.asarray(v)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise SpecError(f"{k}: expected an array, got {type(v).__name__}") from exc
+        lengths = {k: (a.shape[0] if a.ndim else None) for k, a in raw.items()}
+        n = lengths[keys[0]]
+        if n is None or any(v != n for v in lengths.values()):
+            raise SpecError(
+                f"new_data: expected every field with one leading axis L, got {lengths}"
+            )
+        arrays = {}
+        for k, a in raw.items():
+            stored = self.data.get(k)
+            spec = (
+                FieldSpec(k, a.shape[1:], a.dtype)  # first insert: dtype kept (bool/int/float)
+                if stored is None
+                else FieldSpec(k, stored.shape[1:], stored.dtype)
+            )
+            arrays[k] = cast_to_spec(k, a, spec, (n,), allow_nonfinite=False)
         return arrays, n
 
     def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
         """Append ``L`` rows (``{field: (L, *shape)}``) at the cursor, wrapping circularly.
 
         Storage is allocated from the first call (dtype of each field kept). With
-        ``L > max_size`` only the newest ``max_size`` rows remain. A rejected call leaves the
-        buffer unchanged.
+        ``L > max_size`` only the newest ``max_size`` rows remain.
+
+        Raises:
+            SpecError: missing/extra fields, unequal lengths, wrong row shapes, a lossy cast
+                (1.7 into an int field), NaN/inf; a rejected call leaves the buffer unchanged.
         """
-        arrays, n = self._check(new_data, None)
+        arrays, n = self._check(new_data)
         if not self.data:
-            self.data = {
-                k: np.zeros((self.max_size, *a.shape[1:]), dtype=a.dtype) for k, a in arrays.items()
-            }
+            data = {}
+            for k, a in arrays.items():
+                try:
+                    data[k] = np.zeros((self.max_size, *a.shape[1:]), dtype=a.dtype)
+                except (MemoryError, ValueError) as exc:
+                    raise CapacityError(
+                        f"max_size: cannot allocate {self.max_size} rows of {k} "
+                        f"{a.shape[1:]} {a.dtype} ({exc})"
+                    ) from None
+            self.data = data
         keep = min(n, self.max_size)
         pos = (self.step + (n - keep) + np.arange(keep)) % self.max_size
         for k, a in arrays.items():
@@ -135,8 +164,18 @@ class ModelBasedReplay:
         self.size = min(self.size + n, self.max_size)
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Store one row ``{field: (*shape)}``."""
-        self.insert_data_slice({k: np.asarray(v)[None] for k, v in sample.items()})
+        """Store one row ``{field: (*shape)}`` (validated like :meth:`insert_data_slice`)."""
+        if not isinstance(sample, Mapping):
+            raise SpecError(f"sample: expected a dict of arrays, got {type(sample).__name__}")
+        rows = {}
+        for k, v in sample.items():
+            if isinstance(v, Mapping):
+                raise SpecError(f"{k}: expected an array, got a dict")
+            try:
+                rows[k] = np.asarray(v)[None]
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise SpecError(f"{k}: expected an array, got {type(v).__name__}") from exc
+        self.insert_data_slice(rows)
 
     # ------------------------------------------------------------------ reading
     def chronological_positions(self) -> np.ndarray:
@@ -200,9 +239,9 @@ class ModelBasedReplay:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Arrays (all rows of storage), cursor, size and the RNG state."""
+        """Copies of the arrays (all rows of storage), cursor, size and the RNG state."""
         return {
-            "data": dict(self.data),
+            "data": {k: v.copy() for k, v in self.data.items()},
             "step": self.step,
             "size": self.size,
             "rng": rng_state(self.rng),

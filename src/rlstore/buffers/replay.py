@@ -45,9 +45,9 @@ import torch
 from rlstore._output_pool import OutputPool
 from rlstore.buffers._replay_fast import FastPlan
 from rlstore.buffers._replay_write import ReplayWriter
-from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import UniformSampler
-from rlstore.specs import FieldSpec, TransitionSchema
+from rlstore.specs import FieldSpec, TransitionSchema, as_device, check_count
 from rlstore.storage import RingStorage, SideStore
 
 __all__ = ["ReplayBuffer", "ReplayBatch"]
@@ -110,14 +110,16 @@ class ReplayBuffer(ReplayWriter):
         store_next_obs_once: bool = True,
         allow_nonfinite: bool = False,
     ):
-        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-            raise CapacityError(f"capacity: expected an int > 0, got {capacity!r}")
-        if not isinstance(num_envs, (int, np.integer)) or num_envs <= 0:
-            raise CapacityError(f"num_envs: expected an int > 0, got {num_envs!r}")
-        self.capacity = int(capacity)
-        self.num_envs = int(num_envs)
+        self.capacity = check_count("capacity", capacity)
+        self.num_envs = check_count("num_envs", num_envs)
         self.capacity_per_env = math.ceil(self.capacity / self.num_envs)
-        self.device = torch.device(device)
+        self.device = as_device(device)
+        for name, flag in (
+            ("store_next_obs_once", store_next_obs_once),
+            ("allow_nonfinite", allow_nonfinite),
+        ):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ConfigError(f"{name}: expected a bool, got {flag!r}")
         self.store_next_obs_once = bool(store_next_obs_once)
         self.allow_nonfinite = bool(allow_nonfinite)
         self._seed = int(seed) if isinstance(seed, (int, np.integer)) else None
@@ -139,18 +141,14 @@ class ReplayBuffer(ReplayWriter):
 
     # ------------------------------------------------------------------ layout
     def _allocate(self, specs: dict[str, FieldSpec], storage: RingStorage | None = None) -> None:
+        """Build the schema and storage of ``specs``; nothing is assigned before every
+        allocation succeeded (a failed one raises :class:`CapacityError`, buffer unchanged)."""
         schema = TransitionSchema(specs, allow_nonfinite=self.allow_nonfinite)
-        self.specs, self._schema = schema.specs, schema
-        self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
-        self._extra_names = schema.extra_names
-        self._next_names = {k: "next_" + k for k in self._obs_names}
+        next_names = {k: "next_" + k for k in schema.obs_names}
         stored = dict(specs)
         if not self.store_next_obs_once:
             stored.update(
-                {
-                    n: FieldSpec(n, specs[k].shape, specs[k].dtype)
-                    for k, n in self._next_names.items()
-                }
+                {n: FieldSpec(n, specs[k].shape, specs[k].dtype) for k, n in next_names.items()}
             )
         if storage is None:
             storage = RingStorage(self.capacity_per_env + 1, self.num_envs, stored)
@@ -164,9 +162,13 @@ class ReplayBuffer(ReplayWriter):
                 f"{list(storage.specs)} with "
                 f"{storage.arrays['reward'].shape[:2]}"
             )
-        self._storage = storage
-        self._side = SideStore({k: specs[k] for k in self._obs_names})
-        self._disc = SideStore({k: specs[k] for k in self._obs_names}, capacity=1)
+        side = SideStore({k: specs[k] for k in schema.obs_names})
+        disc = SideStore({k: specs[k] for k in schema.obs_names}, capacity=1)
+        self.specs, self._schema = schema.specs, schema
+        self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
+        self._extra_names = schema.extra_names
+        self._next_names = next_names
+        self._storage, self._side, self._disc = storage, side, disc
         self._build_fast()
 
     def _build_fast(self) -> None:
@@ -210,8 +212,7 @@ class ReplayBuffer(ReplayWriter):
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
         """Draw flat transition indices ``row * num_envs + env`` (row 0 = oldest), int64."""
-        if not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
-            raise CapacityError(f"batch_size: expected an int > 0, got {batch_size!r}")
+        check_count("batch_size", batch_size)
         cap = self.capacity_per_env * self.num_envs  # capacity rounded up to whole rows
         if batch_size > cap:
             raise CapacityError(f"batch_size: expected <= capacity={cap}, got {batch_size}")
@@ -229,17 +230,26 @@ class ReplayBuffer(ReplayWriter):
         ``next_obs.<key>``. Reading never mutates the buffer.
 
         Raises:
-            IndexError: an index outside ``[0, len(self))``.
+            EmptyBufferError: nothing was added yet.
+            SpecError: ``indices`` not a 1-D integer array, or an index outside
+                ``[0, len(self))``.
         """
-        st, side = self._storage, self._side
-        assert st is not None and side is not None
+        st, side, disc = self._storage, self._side, self._disc
+        if st is None or side is None or disc is None:
+            raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
+        if type(indices) is not np.ndarray or indices.dtype != np.int64:
+            indices = _check_indices(indices)
+        elif indices.ndim != 1:
+            raise SpecError(f"indices: expected a 1-D integer array, got shape {indices.shape}")
         f = self._fast
         if f is not None and f.writer is not None:
-            return self._gather_compiled(f.writer, indices)
-        indices = np.asarray(indices)
+            try:
+                return self._gather_compiled(f.writer, indices)
+            except IndexError as exc:  # the compiled ring checks the range as it reads
+                raise SpecError(str(exc)) from None
         if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
             bad = indices[(indices < 0) | (indices >= len(self))][0]
-            raise IndexError(f"indices: expected values in [0, {len(self)}), got {bad}")
+            raise SpecError(f"indices: expected values in [0, {len(self)}), got {bad}")
         n, rows = self.num_envs, st.capacity_per_env
         if n == 1:
             g = indices + (st.rows_written - self._rows())
@@ -262,8 +272,6 @@ class ReplayBuffer(ReplayWriter):
             where = np.flatnonzero(done)
             keys = g[where] * n + col[where] if col is not None else g[where]
             self._patch(out, side, where, keys)
-        disc = self._disc
-        assert disc is not None
         if disc.n:
             self._patch(out, disc, np.arange(len(flat)), g * n + col if col is not None else g)
         return out
@@ -272,13 +280,13 @@ class ReplayBuffer(ReplayWriter):
         """:meth:`gather` by the compiled ring (one pass over the records), then the same
         side-store patches; tested equal to the numpy path (``test_replay_gather.py``)."""
         st, side, disc = self._storage, self._side, self._disc
-        assert st is not None and side is not None and disc is not None
+        rec = None if st is None else st.records  # the compiled ring exists only for records
+        if st is None or side is None or disc is None or rec is None:  # gather checked these
+            raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
         idx = np.ascontiguousarray(indices, dtype=np.int64)
         b, specs = len(idx), st.specs
         fields = {k: ((b, *specs[k].shape), specs[k].dtype) for k in specs}
         fields["next_obs"] = fields["obs"]
-        rec = st.records  # the compiled ring exists only for packed records
-        assert rec is not None
         if b * rec.dtype.itemsize >= POOLED_BATCH_MIN_BYTES:
             out = self._outputs.take(fields)  # large (image) batches: no page faults
         else:  # small batches come from the heap cheaply; the pool's bookkeeping would cost more
@@ -452,3 +460,18 @@ class ReplayBuffer(ReplayWriter):
             self._seed = cfg.get("seed")
         except (KeyError, TypeError) as exc:
             raise CheckpointError(f"state_dict: missing or malformed entry {exc}") from exc
+
+
+def _check_indices(indices: Any) -> np.ndarray:
+    """User indices as a 1-D int64 array: integer input only (no floats, bools, objects)."""
+    try:
+        arr = np.asarray(indices)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise SpecError(f"indices: expected a 1-D integer array, got {indices!r}") from exc
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise SpecError(
+            f"indices: expected a 1-D integer array, got {arr.dtype} of shape {arr.shape}"
+        )
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise SpecError(f"indices: expected values in [0, 2**63), got {int(arr.max())}")
+    return arr.astype(np.int64, copy=False)

@@ -38,12 +38,20 @@ from rlstore.buffers.model_based import (
 )
 from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+from rlstore.specs import FieldSpec, as_device, cast_to_spec, check_count
 
 __all__ = ["MBReplayBuffer"]
 
 
-def _np(x: Any) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+def _np(x: Any, name: str = "sample") -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    if isinstance(x, Mapping):
+        raise SpecError(f"{name}: expected an array or tensor, got a dict")
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
 
 
 class MBReplayBuffer:
@@ -79,11 +87,14 @@ class MBReplayBuffer:
     ) -> None:
         if not 0.0 <= validation_ratio < 1.0:
             raise ConfigError(f"validation_ratio: expected [0, 1), got {validation_ratio!r}")
+        max_holdout = check_count("max_holdout", max_holdout, minimum=0)
+        if ensemble_size is not None:
+            ensemble_size = check_count("ensemble_size", ensemble_size)
+        self.device = as_device(device)
         self.core = ModelBasedReplay(size, seed=seed)
         self.max_size = self.core.max_size
-        self.device = torch.device(device)
         self.actor, self.algo, self.envs = actor, algorithm, envs
-        self.validation_ratio, self.max_holdout = float(validation_ratio), int(max_holdout)
+        self.validation_ratio, self.max_holdout = float(validation_ratio), max_holdout
         self.ensemble_size = ensemble_size
         self.scaler: StandardScaler | None = None
 
@@ -113,17 +124,28 @@ class MBReplayBuffer:
 
     # ------------------------------------------------------------------ writing
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
-        """Allocate zero storage ``(size, *row_shape)`` for every key of ``sample``."""
+        """Allocate zero storage ``(size, *row_shape)`` for every key of ``sample``.
+
+        Raises:
+            SpecError: a value that is not a bool/int/float array with a leading env axis.
+        """
         if not self.core.data:
+            specs = {}
+            for k, v in sample.items():
+                if v is not None:
+                    a = _np(v, k)
+                    if a.ndim < 1:
+                        raise SpecError(f"{k}: expected a leading env axis, got a scalar")
+                    specs[k] = FieldSpec(k, a.shape[1:], a.dtype)  # rejects object/str/complex
             self.core.data = {
-                k: np.zeros((self.max_size, *_np(v).shape[1:]), dtype=_np(v).dtype)
-                for k, v in sample.items()
-                if v is not None
+                k: np.zeros((self.max_size, *s.shape), s.dtype) for k, s in specs.items()
             }
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
-        rows = {k: _np(v) for k, v in sample.items() if v is not None}
+        if not isinstance(sample, Mapping):
+            raise SpecError(f"sample: expected a dict of tensors, got {type(sample).__name__}")
+        rows = {k: _np(v, k) for k, v in sample.items() if v is not None}
         for k, v in rows.items():
             if v.ndim < 1:
                 raise SpecError(f"{k}: expected a leading env axis, got a scalar")
@@ -136,10 +158,22 @@ class MBReplayBuffer:
         wrapping circularly (zeros ``(size, ...)`` allocated if missing); returns ``L``.
 
         The cursor is not moved (:meth:`insert_data_slice` does that once for all keys).
+
+        Raises:
+            SpecError: values that do not convert losslessly to the stored rows (or NaN/inf).
         """
-        v = _np(tensor_values)
-        if tensor_key not in tensor_storage:
-            tensor_storage[tensor_key] = np.zeros((self.max_size, *v.shape[1:]), dtype=v.dtype)
+        v = _np(tensor_values, tensor_key)
+        stored = tensor_storage.get(tensor_key)
+        if v.ndim < 1:
+            raise SpecError(f"{tensor_key}: expected a leading axis L, got a scalar")
+        spec = FieldSpec(
+            tensor_key,
+            v.shape[1:] if stored is None else stored.shape[1:],
+            v.dtype if stored is None else stored.dtype,
+        )
+        v = cast_to_spec(tensor_key, v, spec, v.shape[:1], allow_nonfinite=False)
+        if stored is None:
+            tensor_storage[tensor_key] = np.zeros((self.max_size, *spec.shape), spec.dtype)
         n = v.shape[0]
         keep = min(n, self.max_size)
         pos = (self.core.step + (n - keep) + np.arange(keep)) % self.max_size
@@ -148,7 +182,9 @@ class MBReplayBuffer:
 
     def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
         """Append rows ``{key: (L, ...)}`` at the cursor, wrapping (every key the same L)."""
-        self.core.insert_data_slice({k: _np(v) for k, v in new_data.items()})
+        if not isinstance(new_data, Mapping):
+            raise SpecError(f"new_data: expected a dict of arrays, got {type(new_data).__name__}")
+        self.core.insert_data_slice({k: _np(v, k) for k, v in new_data.items()})
 
     # ------------------------------------------------------------------ reading
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:

@@ -44,7 +44,7 @@ from pydantic import ValidationError as _PydanticValidationError
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.config import format_validation_error, load_config_file
 from rlstore.errors import CapacityError, ConfigError, SpecError
-from rlstore.specs import FieldSpec
+from rlstore.specs import FieldSpec, as_flags, cast_to_spec
 
 __all__ = ["SimpleReplayBuffer", "SimpleReplayBufferSchema"]
 
@@ -144,7 +144,9 @@ class SimpleReplayBuffer:
                 (obs_dim,), "done": ()}``, or each with a leading batch axis ``B``.
 
         Raises:
-            SpecError: missing/extra keys or shapes that do not match; nothing is stored then.
+            SpecError: naming the key (``buffer_dict['rew']``): missing/extra keys, shapes that
+                do not match, NaN/inf, non-numbers, ``done`` other than bools or exact 0/1;
+                nothing is stored then.
         """
         if not isinstance(buffer_dict, dict):
             raise SpecError(f"buffer_dict: expected a dict, got {type(buffer_dict).__name__}")
@@ -160,17 +162,19 @@ class SimpleReplayBuffer:
                 (self.obs_dim,), "done": ()}  # fmt: skip
         for k, shape in want.items():
             full = (b, *shape) if batched else shape
-            a = d[k]
+            a, name = d[k], f"buffer_dict[{k!r}]"
             if k == "act" and a.shape != full and a.size == int(np.prod(full)):
                 a = a.reshape(full)  # a scalar action when act_dim == 1
             if a.shape != full:
-                raise SpecError(f"buffer_dict[{k!r}]: expected shape {full}, got {a.shape}")
-            d[k] = a.reshape((b, *shape))[:, None]
+                raise SpecError(f"{name}: expected shape {full}, got {a.shape}")
+            a = a.reshape((b, *shape))
+            if k == "done":  # bools or exact 0/1 (0.5, 2, NaN, "False" are refused)
+                d[k] = as_flags(name, a)[:, None]
+            else:  # finite numbers, lossless casts only (no complex, str, 1e300 -> inf)
+                spec = FieldSpec(name, shape, np.dtype(np.float32))
+                d[k] = cast_to_spec(name, a, spec, (b,), allow_nonfinite=False)[:, None]
         done = d["done"]
-        if done.dtype.kind not in "biu" or not np.isin(done, (0, 1)).all():
-            raise SpecError(f"buffer_dict['done']: expected bool or 0/1, got {done.ravel()[:4]}")
-        args = (d["obs"], d["act"], d["rew"], d["next_obs"], done.astype(bool),
-                np.zeros_like(done, bool))  # fmt: skip
+        args = (d["obs"], d["act"], d["rew"], d["next_obs"], done, np.zeros_like(done))
         if b == 1:  # one row of the single env column
             self._core.add(*(a[0] for a in args))
         elif b > 1:

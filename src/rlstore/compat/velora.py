@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlstore import checkpoint
 from rlstore.buffers.replay import ReplayBuffer as _CoreReplayBuffer
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
-from rlstore.specs import FieldSpec
+from rlstore.specs import FieldSpec, as_device, as_flags, cast_to_spec, check_count
 
 __all__ = ["BatchExperience", "BufferBase", "ReplayBuffer", "BufferConfig"]
 
@@ -109,12 +109,28 @@ def _rows(name: str, x: Any, batch: int | None, dim: int | None) -> np.ndarray:
     return a
 
 
+_F32 = np.dtype(np.float32)
+
+
+def _floats(name: str, x: Any, batch: int, dim: int | None) -> np.ndarray:
+    """``_rows`` as finite float32 (lossless casts only), errors named by velora's argument."""
+    a = _rows(name, x, batch, dim)
+    return cast_to_spec(
+        name, a, FieldSpec(name, a.shape[1:], _F32), (batch,), allow_nonfinite=False
+    )
+
+
+_SINGLE = ("state", "action", "reward", "next_state", "done", "hidden", "truncated")
+_MULTI = ("states", "actions", "rewards", "next_states", "dones", "hiddens", "truncated")
+_FIELDS = ("states", "actions", "rewards", "next_states", "dones", "hiddens")
+
+
 TensorLike = torch.Tensor | np.ndarray
 """A torch tensor or numpy array (plain Python numbers are accepted for scalars)."""
 
 
 def _device(device: torch.device | str | None) -> torch.device:
-    return torch.device("cpu") if device is None else torch.device(device)
+    return torch.device("cpu") if device is None else as_device(device)
 
 
 class BufferBase(ABC):
@@ -183,15 +199,11 @@ class BufferBase(ABC):
             next_state: next state observation, ``(state_dim,)``.
             done: whether the episode ended (stored as termination: no bootstrap).
             hidden: actor hidden state, ``(hidden_dim,)``.
+
+        Raises:
+            SpecError: as :meth:`add_multi`, naming ``state``, ``done``, ...
         """
-        self.add_multi(
-            _rows("state", state, 1, self.state_dim),
-            _rows("action", action, 1, self.action_dim),
-            _rows("reward", reward, 1, None),
-            _rows("next_state", next_state, 1, self.state_dim),
-            _rows("done", done, 1, None),
-            _rows("hidden", hidden, 1, self.hidden_dim),
-        )
+        self._store(_SINGLE, 1, state, action, reward, next_state, done, hidden, None)
 
     def add_multi(
         self,
@@ -218,22 +230,28 @@ class BufferBase(ABC):
                 from ``next_states``) where it is True.
 
         Raises:
-            SpecError: a shape that does not match the dims; nothing is stored then.
+            SpecError: naming the argument: a shape that does not match the dims, NaN/inf, a
+                value that is not a number, or flags other than bools or exact 0/1; nothing is
+                stored then.
         """
         s = _to_numpy("states", states)
         b = s.shape[0] if s.ndim >= 1 else 1
-        dn = _rows("dones", dones, b, None).astype(bool)
-        tr = np.zeros(b, bool) if truncated is None else _rows("truncated", truncated, b, None)
-        tr = tr.astype(bool)
-        args = (
-            _rows("states", s, b, self.state_dim)[:, None],
-            _rows("actions", actions, b, self.action_dim)[:, None],
-            _rows("rewards", rewards, b, None)[:, None],
-            _rows("next_states", next_states, b, self.state_dim)[:, None],
-            (dn & ~tr)[:, None],
-            (dn & tr)[:, None],
-        )
-        hidden = _rows("hiddens", hiddens, b, self.hidden_dim)[:, None]
+        self._store(_MULTI, b, s, actions, rewards, next_states, dones, hiddens, truncated)
+
+    def _store(self, names: tuple[str, ...], b: int, *values: Any) -> None:
+        """Validate ``b`` experiences under velora's argument ``names``, then store them."""
+        ns, na, nr, nn, nd, nh, nt = names
+        states, actions, rewards, next_states, dones, hiddens, truncated = values
+        s = _floats(ns, states, b, self.state_dim)
+        act = _floats(na, actions, b, self.action_dim)
+        rew = _floats(nr, rewards, b, None)
+        nxt = _floats(nn, next_states, b, self.state_dim)
+        hid = _floats(nh, hiddens, b, self.hidden_dim)
+        dn = as_flags(nd, _rows(nd, dones, b, None))
+        tr = np.zeros(b, bool) if truncated is None else as_flags(nt, _rows(nt, truncated, b, None))
+        args = (s[:, None], act[:, None], rew[:, None], nxt[:, None], (dn & ~tr)[:, None],
+                (dn & tr)[:, None])  # fmt: skip
+        hidden = hid[:, None]
         if b == 1:  # one row of the single env column
             self._core.add(*(a[0] for a in args), hidden=hidden[0])
         elif b > 1:
@@ -277,13 +295,13 @@ class BufferBase(ABC):
             }
         return self._core.gather(np.arange(n, dtype=np.int64))
 
-    def state_dict(self) -> dict[str, Any]:
-        """Return a dictionary containing the buffer's state.
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Return a dictionary containing the buffer's state (velora's ``Dict[str, Tensor]``).
 
-        Includes ``states``, ``actions``, ``rewards``, ``next_states``, ``dones`` and
-        ``hiddens`` (CPU tensors of the ``len(self)`` stored items, oldest first, shaped like a
-        :class:`BatchExperience`) and ``core``, the rlstore state (ring, cursor, sampler RNG)
-        that :meth:`load_state_dict` restores exactly.
+        Exactly ``states``, ``actions``, ``rewards``, ``next_states``, ``dones`` and
+        ``hiddens``: CPU tensors of the ``len(self)`` stored items, oldest first, shaped like a
+        :class:`BatchExperience`. What an exact resume needs besides (cursor, sampler RNG,
+        truncation flags) is in :meth:`checkpoint_state`, which :meth:`save` writes.
         """
         data = self._all()
         return {
@@ -293,23 +311,49 @@ class BufferBase(ABC):
             "next_states": torch.from_numpy(data["next_obs"]),
             "dones": torch.from_numpy(data["terminated"].astype(np.float32)).unsqueeze(1),
             "hiddens": torch.from_numpy(data["hidden"]),
-            "core": self._core.state_dict(),
         }
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """The part of :meth:`state_dict` that :meth:`load_state_dict` needs: ``{"core": ...}``.
-
-        :meth:`save` and :func:`rlstore.checkpoint.save` write this instead of
-        :meth:`state_dict`, whose velora-layout tensors are copies of the core's arrays (saving
-        them would write every stored transition twice).
-        """
+        """Everything an exact resume needs: ``{"core": ...}``, the rlstore buffer state (ring,
+        cursor, side stores, sampler RNG). :meth:`save` and :func:`rlstore.checkpoint.save`
+        write this; :meth:`load_state_dict` restores it exactly."""
         return {"core": self._core.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (only its ``core`` entry is needed)."""
-        if "core" not in sd:
-            raise CheckpointError("state_dict: missing key 'core' (the rlstore buffer state)")
-        self._core.load_state_dict(sd["core"])
+        """Restore :meth:`checkpoint_state` output exactly, or the contents of a velora
+        :meth:`state_dict` (stored again oldest first; ``dones`` as terminations; the sampler
+        keeps its current state).
+
+        Raises:
+            CheckpointError: neither layout, or values that do not fit this buffer; the buffer
+                is unchanged then.
+        """
+        if not isinstance(sd, dict):
+            raise CheckpointError(f"state_dict: expected a dict, got {type(sd).__name__}")
+        if "core" in sd:
+            self._core.load_state_dict(sd["core"])
+            return
+        if sorted(sd) != sorted(_FIELDS):
+            raise CheckpointError(
+                f"state_dict: expected keys {sorted(_FIELDS)} (or 'core'), got {sorted(sd)}"
+            )
+        old, self._core = (
+            self._core,
+            _CoreReplayBuffer(
+                self.capacity, specs=self._core.specs, device=self.device, seed=self._seed
+            ),
+        )
+        self._core._sampler = old._sampler  # contents are replaced, the random stream goes on
+        try:
+            n = int(_to_numpy("states", sd["states"]).shape[0])
+            if n > self.capacity:
+                raise SpecError(f"states: expected <= capacity={self.capacity} rows, got {n}")
+            self.add_multi(*(sd[k] for k in _FIELDS))
+        except BaseException as exc:
+            self._core = old
+            if isinstance(exc, (SpecError, IndexError)):
+                raise CheckpointError(f"state_dict: {exc}") from exc
+            raise
 
     # ------------------------------------------------------------------ persistence
     def _config_dict(self) -> dict[str, Any]:
@@ -455,7 +499,7 @@ class ReplayBuffer(BufferBase):
 
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 2:
             raise ConfigError(f"num_envs: expected an int >= 2, got {num_envs!r}")
-        if not 0 < int(n_samples) <= self.capacity:
+        if check_count("n_samples", n_samples) > self.capacity:
             raise CapacityError(
                 f"n_samples: expected 0 < n_samples <= capacity={self.capacity}, got {n_samples}"
             )
