@@ -44,6 +44,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -160,47 +161,59 @@ def build_from_record(
 ) -> Any:
     """Rebuild an object from a sidecar/header record and its state dict.
 
-    Construction uses ``cls.from_config(config)`` when the class has it, else
-    ``cls(**config)`` (``config()`` is the class's own constructor kwargs), else, for kwargs
-    that are JSON stand-ins of objects (a rollout buffer's ``intrinsic``), the typed config
-    model of :mod:`rlstore.config`; then ``load_state_dict(state)``. ``device`` overrides the
-    saved device.
+    One construction path per class: ``cls.from_config(config)`` when the class has it; else,
+    for a class :mod:`rlstore.config` has a typed config model for (``ReplayBuffer``,
+    ``RolloutBuffer``), the validated model's kwargs; else ``cls(**config)`` once the kwargs
+    are known to bind to the constructor's signature. Then ``load_state_dict(state)``.
+    ``device`` overrides the saved device.
+
+    Raises:
+        CheckpointError: an unregistered class, a config that is not a dict, does not bind to
+            the constructor or is rejected by it (an :class:`RLStoreError`), or a state that
+            ``load_state_dict`` rejects. Other exceptions of a constructor (bugs) propagate.
     """
+    if not isinstance(record, Mapping):
+        raise CheckpointError(f"record: expected a dict, got {type(record).__name__}")
     name = record.get("class")
-    if name not in CHECKPOINT_REGISTRY:
+    if not isinstance(name, str) or name not in CHECKPOINT_REGISTRY:
         raise CheckpointError(
             f"class: expected one of {sorted(CHECKPOINT_REGISTRY)}, got {name!r} "
             "(use load_state() for raw state dicts)"
         )
     target = CHECKPOINT_REGISTRY[name]
     cls = _import(target)
-    config = dict(record.get("config") or {})
+    raw = record.get("config")
+    if raw is not None and not isinstance(raw, Mapping):
+        raise CheckpointError(f"config: expected a dict, got {type(raw).__name__}")
+    config = dict(raw or {})
     if device is not None:
         config["device"] = device
     from_config = getattr(cls, "from_config", None)
     try:
-        obj = from_config(config) if callable(from_config) else cls(**config)
-    except (TypeError, RLStoreError) as exc:
-        typed = None if callable(from_config) else _typed_kwargs(target, config)
-        if typed is None:
-            raise CheckpointError(f"config: cannot rebuild {name} from {config!r} ({exc})") from exc
-        obj = cls(**typed)
+        if callable(from_config):
+            obj = from_config(config)
+        else:
+            obj = cls(**_constructor_kwargs(name, target, cls, config))
+    except RLStoreError as exc:
+        raise CheckpointError(f"config: cannot rebuild {name} from {config!r} ({exc})") from exc
     obj.load_state_dict(state)
     return obj
 
 
-def _typed_kwargs(target: str, config: dict[str, Any]) -> dict[str, Any] | None:
-    """Constructor kwargs through the typed config model when :mod:`rlstore.config` knows the
-    class (it rebuilds nested objects such as ``specs`` or ``intrinsic``), else ``None``."""
+def _constructor_kwargs(name: str, target: str, cls: type, config: dict[str, Any]) -> dict:
+    """Constructor kwargs of ``cls`` from a saved config: through the typed config model of
+    :mod:`rlstore.config` when it knows the class (it rebuilds nested objects such as
+    ``specs`` or ``intrinsic``), else ``config`` itself once it binds to the signature."""
     from rlstore.config import BUFFER_REGISTRY, CONFIG_MODELS, validate_config
 
     for kind, registered in BUFFER_REGISTRY.items():
         if registered == target and kind in CONFIG_MODELS:
-            try:
-                return validate_config({**config, "type": kind}).to_kwargs()
-            except RLStoreError:
-                return None
-    return None
+            return validate_config({**config, "type": kind}).to_kwargs()
+    try:
+        inspect.signature(cls).bind(**config)
+    except TypeError as exc:
+        raise CheckpointError(f"config: does not fit {name}'s constructor ({exc})") from exc
+    return config
 
 
 def load(

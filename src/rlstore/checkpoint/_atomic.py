@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlstore.checkpoint._safetensors_io import _HEADER_KEY, _header, _write_safetensors
+from rlstore.checkpoint._tree import SIDECAR_DIGEST_KEY, _sidecar_digest
 
 _PACKAGE = __name__.rpartition(".")[0]  # "rlstore.checkpoint", which holds `_stage_hook`
 
@@ -76,8 +77,8 @@ def _write_checkpoint_files(
         final_state: the ``<prefix>state.safetensors`` path.
         final_meta: the ``<prefix>metadata.json`` path (the commit point).
         arrays: flat ``'/'``-joined key -> array, written into the state file.
-        record: the JSON-able sidecar content; ``state_file``, ``state_sha256`` and
-            ``state_nbytes`` are added to it.
+        record: the JSON-able sidecar content; ``state_file``, ``state_sha256``,
+            ``state_nbytes`` and ``sidecar_sha256`` (over all the rest) are added to it.
         header: ``json.dumps(record)``, embedded in the state file's header.
 
     Returns:
@@ -105,6 +106,7 @@ def _write_checkpoint_files(
             "state_sha256": digest,
             "state_nbytes": nbytes,
         }
+        sidecar[SIDECAR_DIGEST_KEY] = _sidecar_digest(sidecar)
         with open(tmp_meta, "w", encoding="utf-8") as f:
             json.dump(sidecar, f, indent=2)
             f.flush()
