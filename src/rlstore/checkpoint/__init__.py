@@ -46,15 +46,11 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlstore._imports import import_target
-
-# `_stage`, `_flatten` and `_unflatten` stay importable from here as in the single-module
-# version of rlstore.checkpoint (tests use `checkpoint._flatten`).
-from rlstore.checkpoint._atomic import _stage as _stage
 from rlstore.checkpoint._state import (
     _load_with_sidecar,
     load_state,
@@ -66,8 +62,6 @@ from rlstore.checkpoint._state import (
     state_file_path,
 )
 from rlstore.checkpoint._tree import FORMAT_VERSION
-from rlstore.checkpoint._tree import _flatten as _flatten
-from rlstore.checkpoint._tree import _unflatten as _unflatten
 from rlstore.errors import CheckpointError, RLStoreError
 
 __all__ = [
@@ -94,11 +88,6 @@ CHECKPOINT_REGISTRY: dict[str, str] = {
     "velora.ReplayBuffer": "rlstore.compat.velora:ReplayBuffer",
     "SimpleReplayBuffer": "rlstore.compat.simple_replay:SimpleReplayBuffer",
 }
-
-# Test seam: called with the name of each stage of a save ("written", "linked",
-# "state_replaced", "committed"). Crash tests set it in a child process to die at that stage;
-# rlstore.checkpoint._atomic._stage reads it from this module at every call.
-_stage_hook: Callable[[str], None] | None = None
 
 
 def register_checkpointable(name: str, target: str | type) -> None:

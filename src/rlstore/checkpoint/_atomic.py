@@ -12,9 +12,10 @@ sidecar is replaced, the new one afterwards. Temporaries of a killed save (files
 with the library's temporary inside) are removed by the next save. One writer at a time per
 folder and prefix (concurrent saves to the same checkpoint are not supported).
 
-Test seam: the package attribute ``rlstore.checkpoint._stage_hook`` (``None`` normally) is
-called with the name of each stage of a save (``"written"``, ``"linked"``,
-``"state_replaced"``, ``"committed"``); crash tests set it in a child process to die there.
+The stages of a save, in order: both temporaries written and fsynced ("written"), the
+committed state file linked as ``.prev`` ("linked"), the state file replaced
+("state_replaced"), the sidecar replaced ("committed"). The crash tests interrupt a save at
+each of them by wrapping ``_keep_committed_state_reachable`` and ``os.replace``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,15 +32,6 @@ import numpy as np
 
 from rlstore.checkpoint._safetensors_io import _HEADER_KEY, _header, _write_safetensors
 from rlstore.checkpoint._tree import SIDECAR_DIGEST_KEY, _sidecar_digest
-
-_PACKAGE = __name__.rpartition(".")[0]  # "rlstore.checkpoint", which holds `_stage_hook`
-
-
-def _stage(name: str) -> None:
-    """Call the test seam ``rlstore.checkpoint._stage_hook(name)`` when it is set."""
-    hook = getattr(sys.modules.get(_PACKAGE), "_stage_hook", None)
-    if hook is not None:
-        hook(name)
 
 
 def _fsync_file(path: Path) -> None:
@@ -111,15 +102,11 @@ def _write_checkpoint_files(
             json.dump(sidecar, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
-        _stage("written")
         _keep_committed_state_reachable(final_meta, final_state, prev)
         _fsync_dir(directory)
-        _stage("linked")
         os.replace(tmp_state, final_state)
-        _stage("state_replaced")
         os.replace(tmp_meta, final_meta)  # commit point
         _fsync_dir(directory)
-        _stage("committed")
         prev.unlink(missing_ok=True)
         _fsync_dir(directory)
     finally:
