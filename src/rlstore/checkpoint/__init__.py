@@ -5,10 +5,17 @@ Layout of a checkpoint saved under ``dirpath`` with ``prefix="buffer_"``::
     dirpath/buffer_state.safetensors   every array leaf of the state dict, keys joined with "/"
     dirpath/buffer_metadata.json       format_version, class, config, metadata, schema (shape and
                                        dtype of every array), the non-array state (cursor, size,
-                                       RNG state, ...), save_id and the sha256 of the state file
+                                       RNG state, ...), save_id, the sha256 of the state file,
+                                       and sidecar_sha256 over all of the sidecar's values
 
-The safetensors header carries a copy of the sidecar (without the checksum), so the state file is
-self-describing (used by :meth:`rlstore.compat.velora.ReplayBuffer.load`).
+Integrity. The safetensors header carries a copy of the sidecar (without the state file's
+checksum), so the state file is self-describing (used by
+:meth:`rlstore.compat.velora.ReplayBuffer.load`) and everything a loader uses is covered by the
+state file's sha256: :func:`load_verified` checks ``sidecar_sha256`` (format version 2), the
+state file's size and sha256, then takes the schema and the non-array state from the header and
+requires the sidecar to be an exact copy of it. Any edited or corrupted byte of either file that
+changes a value is a :class:`~rlstore.errors.CheckpointError`. Format version 1 (no
+``sidecar_sha256``) is still read, with the same header comparison.
 
 Atomicity. A save writes both files to temporaries, fsyncs them and commits by renaming the
 sidecar last, keeping the previous state file reachable meanwhile, so a process killed at any
@@ -21,10 +28,11 @@ second in-memory copy with safetensors >= 0.8, see :mod:`rlstore.checkpoint._saf
 then the file is fsynced and hashed (sha256, read back); numpy arrays come back as numpy
 arrays, torch tensors as CPU torch tensors, importing torch only when the state holds tensors.
 
-Every failure to load is a :class:`~rlstore.errors.CheckpointError`: missing files, JSON that
-does not parse, an unknown or newer ``format_version``, a truncated or corrupted state file
-(sha256 mismatch), or arrays whose keys, shapes or dtypes differ from the sidecar's schema.
-Nothing is half-loaded.
+Every failure to load is a :class:`~rlstore.errors.CheckpointError`: a path that is not a
+path, missing files, bytes that are not UTF-8 JSON, an unknown or newer ``format_version``, a
+checksum mismatch of either file, arrays whose keys, shapes or dtypes differ from the schema,
+a config the class rejects, or a state its ``load_state_dict`` rejects (buffers check the whole
+state before they change). Nothing is half-loaded.
 
 The package: this module holds the object API (registry, :func:`save`, :func:`load`,
 :func:`build_from_record`); :mod:`._state` the raw state-dict API (:func:`save_state`,
