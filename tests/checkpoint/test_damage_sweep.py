@@ -31,7 +31,7 @@ _KINDS = {
     "velora.ReplayBuffer": velora_buffer,
     "SimpleReplayBuffer": simple_buffer,
 }
-_ROUNDS = 60  # per damage kind and buffer kind: 4 x 4 x 60 damaged checkpoints, ~2 loads each
+_ROUNDS = 100  # per damage kind and buffer kind: 4 x 4 x 100 damaged checkpoints
 
 
 def _leaves(node: Any, path: tuple = ()) -> list[tuple]:
