@@ -227,3 +227,64 @@ def test_defaults_match_the_constructors() -> None:
 
     cfg = RolloutBufferConfig(num_steps=4, num_envs=2).to_kwargs()
     assert RolloutBuffer(**cfg).config() == RolloutBuffer(4, 2).config()
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml", ".json"])
+def test_binary_config_files_are_config_errors(tmp_path: Path, suffix: str) -> None:
+    """Bytes that are not UTF-8 raised UnicodeDecodeError from load_config_file."""
+    path = tmp_path / f"cfg{suffix}"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00binary")
+    for call in (load_config_file, build_buffer):
+        with pytest.raises(ConfigError, match="expected a UTF-8 text file"):
+            call(path)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (None, "path: expected a file path|cfg: expected a mapping"),
+        ("a\0b.yaml", "path: cannot read"),
+    ],
+)
+def test_unreadable_paths_are_config_errors(path: Any, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config_file(path)
+
+
+def test_json_with_a_huge_integer_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "cfg.json"
+    path.write_text('{"type": "replay", "capacity": ' + "9" * 5000 + "}")
+    with pytest.raises(ConfigError, match="invalid JSON"):
+        load_config_file(path)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "key"),
+    [
+        ({"type": "replay", "capacity": True}, "capacity"),
+        ({"type": "replay", "capacity": 8, "num_envs": True}, "num_envs"),
+        ({"type": "replay", "capacity": 8, "seed": -1}, "seed"),
+        ({"type": "replay", "capacity": 8, "seed": True}, "seed"),
+        ({"type": "rollout", "num_steps": True, "num_envs": 2}, "num_steps"),
+        ({"type": "rollout", "num_steps": 4, "num_envs": 2, "gamma": "0.9"}, "gamma"),
+        ({"type": "rollout", "num_steps": 4, "num_envs": 2, "lam": True}, "lam"),
+        ({"type": "rollout", "num_steps": 4, "num_envs": 2,
+          "intrinsic": {"ext_coef": float("inf")}}, "intrinsic.ext_coef"),
+        ({"type": "rollout", "num_steps": 4, "num_envs": 2,
+          "intrinsic": {"int_coef": float("nan")}}, "intrinsic.int_coef"),
+        ({"type": "replay", "capacity": 8, "specs": [
+            {"name": "obs", "shape": [2]}, {"name": "obs", "shape": [3]}]}, "specs"),
+    ],
+)  # fmt: skip
+def test_strict_types_bounded_seeds_finite_floats(cfg: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=f"  {key}: "):
+        validate_config(cfg)
+
+
+@pytest.mark.parametrize("kind", [["replay"], {"a": 1}, 3])
+def test_unhashable_or_odd_types_name_the_type_key(kind: Any) -> None:
+    with pytest.raises(ConfigError, match="type: expected one of"):
+        validate_config({"type": kind, "capacity": 8})

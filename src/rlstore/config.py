@@ -59,9 +59,12 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    """Base: unknown keys are errors, values are not coerced across types ("3" is not 3)."""
+    """Base: unknown keys are errors, values are not coerced across types ("3" is not 3, True
+    is not 1, "0.9" is not 0.9: every field is strict), floats are finite."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
 
 class FieldSpecConfig(_Strict):
@@ -91,8 +94,8 @@ class BufferConfig(_Strict):
     """Registry name of the buffer (a key of ``BUFFER_REGISTRY``), e.g. ``replay``."""
     device: StrictStr = "cpu"
     """Torch device the samples are returned on (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
-    seed: StrictInt | None = None
-    """Seed of the sampler's random generator; ``None`` draws fresh OS entropy."""
+    seed: Annotated[StrictInt, Field(ge=0)] | None = None
+    """Seed (>= 0) of the sampler's random generator; ``None`` draws fresh OS entropy."""
 
     def to_kwargs(self) -> dict[str, Any]:
         """Constructor keyword arguments of the buffer (everything but ``type``)."""
@@ -120,6 +123,9 @@ class ReplayBufferConfig(BufferConfig):
     @classmethod
     def _specs_list_to_dict(cls, value: Any) -> Any:
         if isinstance(value, list) and all(isinstance(v, Mapping) and "name" in v for v in value):
+            names = [v["name"] for v in value]
+            if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+                raise ValueError(f"expected distinct string names, got {names!r}")
             return {v["name"]: {k: x for k, x in v.items() if k != "name"} for v in value}
         return value
 
@@ -240,26 +246,32 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file holding one mapping.
 
     Raises:
-        ConfigError: missing file, unknown suffix, a parse error (with its position), or a
-            top level that is not a mapping.
+        ConfigError: missing or unreadable file, unknown suffix, bytes that are not UTF-8, a
+            parse error (with its position), or a top level that is not a mapping.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path: expected a file path, got {type(path).__name__}")
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"path: config file {str(p)!r} does not exist")
     suffix = p.suffix.lower()
-    text = p.read_text(encoding="utf-8")
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise ConfigError(
+            f"path: expected a .yaml, .yml or .json file, got suffix {suffix!r} ({p})"
+        )
     try:
-        if suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        else:
-            raise ConfigError(
-                f"path: expected a .yaml, .yml or .json file, got suffix {suffix!r} ({p})"
-            )
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: invalid YAML: {exc}") from exc
-    except json.JSONDecodeError as exc:
+        if not p.is_file():
+            raise ConfigError(f"path: config file {str(p)!r} does not exist")
+        raw = p.read_bytes()
+    except (OSError, ValueError) as exc:  # unreadable, or a NUL byte in the path
+        raise ConfigError(f"path: cannot read config file {str(p)!r} ({exc})") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: expected a UTF-8 text file ({exc})") from None
+    try:
+        data = yaml.safe_load(text) if suffix != ".json" else json.loads(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{p}: invalid {'JSON' if suffix == '.json' else 'YAML'}: {exc}") from exc
+    except ValueError as exc:  # JSONDecodeError, or an int of more than 4300 digits
         raise ConfigError(f"{p}: invalid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
@@ -278,7 +290,7 @@ def validate_config(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> BufferCo
     kind = data.get("type")
     if kind is None:
         raise ConfigError(f"type: missing required key; expected one of {sorted(CONFIG_MODELS)}")
-    if kind not in CONFIG_MODELS:
+    if not isinstance(kind, str) or kind not in CONFIG_MODELS:
         raise ConfigError(f"type: expected one of {sorted(CONFIG_MODELS)}, got {kind!r}")
     model = CONFIG_MODELS[kind]
     try:

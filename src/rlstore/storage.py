@@ -211,34 +211,104 @@ class RingStorage:
         }
 
     @classmethod
-    def from_state_dict(cls, sd: Mapping[str, Any]) -> RingStorage:
+    def from_state_dict(cls, sd: Mapping[str, Any], *, where: str = "storage") -> RingStorage:
         """Rebuild a storage from :meth:`state_dict` output (arrays copied).
 
+        Everything is checked before anything is allocated: the specs, one array per spec of
+        shape ``(capacity_per_env, num_envs, *shape)`` and the spec's dtype (bools 0/1), and
+        counters reachable by writes: ``size == min(rows_written, capacity_per_env)`` and
+        ``cursor == rows_written % capacity_per_env``.
+
+        Args:
+            sd: the state dict.
+            where: its name in error messages.
+
         Raises:
-            CheckpointError: missing keys or arrays whose shape/dtype disagree with the specs.
+            CheckpointError: naming the first entry that is missing or wrong.
         """
-        try:
-            specs = {d["name"]: FieldSpec.from_json(d) for d in sd["specs"]}
-            st = cls(int(sd["capacity_per_env"]), int(sd["num_envs"]), specs)
-            for k, arr in st.arrays.items():
-                src = np.asarray(sd["arrays"][k])
-                if src.shape != arr.shape or src.dtype != arr.dtype:
-                    raise CheckpointError(
-                        f"storage.arrays.{k}: expected {arr.shape} {arr.dtype}, "
-                        f"got {src.shape} {src.dtype}"
-                    )
-                arr[...] = src
-            st.cursor = int(sd["cursor"])
-            st.size = int(sd["size"])
-            st.rows_written = int(sd["rows_written"])
-        except KeyError as exc:
-            raise CheckpointError(f"storage state: missing key {exc.args[0]!r}") from exc
-        if not (0 <= st.cursor < st.capacity_per_env and 0 <= st.size <= st.capacity_per_env):
+        sd = _mapping(where, sd, ("arrays", "cursor", "size", "rows_written",
+                                  "capacity_per_env", "num_envs", "specs"))  # fmt: skip
+        cap = _count(f"{where}.capacity_per_env", sd["capacity_per_env"], 1)
+        n_envs = _count(f"{where}.num_envs", sd["num_envs"], 1)
+        specs = _specs_from_json(f"{where}.specs", sd["specs"])
+        arrays = _mapping(f"{where}.arrays", sd["arrays"], tuple(specs))
+        checked = {
+            k: _checked_array(f"{where}.arrays.{k}", arrays[k], (cap, n_envs, *s.shape), s.dtype)
+            for k, s in specs.items()
+        }
+        rows_written = _count(f"{where}.rows_written", sd["rows_written"], 0)
+        size = _count(f"{where}.size", sd["size"], 0)
+        cursor = _count(f"{where}.cursor", sd["cursor"], 0)
+        if size != min(rows_written, cap) or cursor != rows_written % cap:
             raise CheckpointError(
-                f"storage state: cursor {st.cursor} / size {st.size} out of range for "
-                f"capacity_per_env {st.capacity_per_env}"
+                f"{where}: expected size == min(rows_written, capacity_per_env) and cursor == "
+                f"rows_written % capacity_per_env, got cursor {cursor}, size {size}, "
+                f"rows_written {rows_written}, capacity_per_env {cap}"
             )
+        st = cls(cap, n_envs, specs)
+        for k, arr in st.arrays.items():
+            arr[...] = checked[k]
+        st.cursor, st.size, st.rows_written = cursor, size, rows_written
         return st
+
+
+def _mapping(where: str, value: Any, keys: Sequence[str]) -> Mapping[str, Any]:
+    """``value`` if it is a mapping holding exactly ``keys``, else a CheckpointError."""
+    if not isinstance(value, Mapping):
+        raise CheckpointError(f"{where}: expected a dict, got {type(value).__name__}")
+    if set(value) != set(keys):
+        raise CheckpointError(
+            f"{where}: expected the keys {sorted(keys)}, got {sorted(map(str, value))}"
+        )
+    return value
+
+
+_MAX_COUNT = 1 << 62
+"""Upper bound of loaded counters and capacities (far above any allocatable buffer, far below
+int64 overflow in ``rows * num_envs + env`` keys)."""
+
+
+def _count(where: str, value: Any, low: int) -> int:
+    """``value`` as an int in ``[low, 2**62)`` (bools and floats refused)."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise CheckpointError(f"{where}: expected an int, got {value!r}")
+    if not low <= value < _MAX_COUNT:
+        raise CheckpointError(f"{where}: expected an int in [{low}, 2**62), got {value}")
+    return int(value)
+
+
+def _specs_from_json(where: str, value: Any) -> dict[str, FieldSpec]:
+    """Field specs from their JSON list (distinct names, bool/int/uint/float dtypes)."""
+    if not isinstance(value, list):
+        raise CheckpointError(f"{where}: expected a list of field specs, got {value!r}")
+    specs: dict[str, FieldSpec] = {}
+    for i, d in enumerate(value):
+        if not isinstance(d, Mapping) or set(d) != {"name", "shape", "dtype"}:
+            raise CheckpointError(f"{where}[{i}]: expected {{'name', 'shape', 'dtype'}}, got {d!r}")
+        name, shape, dtype = d["name"], d["shape"], d["dtype"]
+        ok = isinstance(name, str) and name not in specs and isinstance(shape, list)
+        ok = ok and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)
+        try:
+            spec = FieldSpec(name, tuple(shape), np.dtype(dtype)) if ok else None
+        except (TypeError, ValueError):  # SpecError is a ValueError
+            spec = None
+        if spec is None or spec.dtype.kind not in "biuf":
+            raise CheckpointError(f"{where}[{i}]: malformed or repeated field spec {dict(d)!r}")
+        specs[name] = spec
+    return specs
+
+
+def _checked_array(where: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``value`` if it is a numpy array of exactly ``shape`` and ``dtype`` (bools 0/1)."""
+    if not isinstance(value, np.ndarray):
+        raise CheckpointError(f"{where}: expected a numpy array, got {type(value).__name__}")
+    if value.shape != shape or value.dtype != dtype:
+        raise CheckpointError(
+            f"{where}: expected shape {shape} dtype {dtype}, got {value.shape} {value.dtype}"
+        )
+    if dtype == np.bool_ and value.size and value.view(np.uint8).max() > 1:
+        raise CheckpointError(f"{where}: bool array holds bytes other than 0 and 1")
+    return value
 
 
 class SideStore:
@@ -331,20 +401,47 @@ class SideStore:
             "capacity": self.capacity,
         }
 
-    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict` output (specs must match)."""
-        try:
-            keys = np.asarray(sd["keys"], dtype=np.int64)
-            n = len(keys)
-            self._alloc(max(int(sd["capacity"]), n, 1))
-            self.keys[:n] = keys
-            for k, arr in self.arrays.items():
-                src = np.asarray(sd["arrays"][k])
-                if src.shape != (n, *arr.shape[1:]):
-                    raise CheckpointError(
-                        f"side.arrays.{k}: expected shape {(n, *arr.shape[1:])}, got {src.shape}"
-                    )
-                arr[:n] = src
-        except KeyError as exc:
-            raise CheckpointError(f"side store state: missing key {exc.args[0]!r}") from exc
+    def load_state_dict(
+        self, sd: Mapping[str, Any], *, max_key: int, max_capacity: int, where: str = "side"
+    ) -> None:
+        """Restore from :meth:`state_dict` output (specs must match); checked whole first.
+
+        Args:
+            sd: the state dict.
+            max_key: keys must lie in ``[0, max_key)`` (no entry from the future).
+            max_capacity: bound of the saved ``capacity`` (it is allocated).
+            where: the name of ``sd`` in error messages.
+
+        Raises:
+            CheckpointError: missing keys, keys unsorted, repeated or out of range, arrays of
+                the wrong shape or dtype, or a capacity out of range; ``self`` is unchanged.
+        """
+        sd = _mapping(where, sd, ("keys", "arrays", "capacity"))
+        keys = sd["keys"]
+        if not isinstance(keys, np.ndarray) or keys.dtype != np.int64 or keys.ndim != 1:
+            raise CheckpointError(
+                f"{where}.keys: expected a 1-d int64 array, got "
+                f"{getattr(keys, 'dtype', type(keys).__name__)} {np.shape(keys)}"
+            )
+        n = len(keys)
+        if n and (keys[0] < 0 or keys[-1] >= max_key or bool((np.diff(keys) <= 0).any())):
+            raise CheckpointError(
+                f"{where}.keys: expected strictly increasing keys in [0, {max_key}), got "
+                f"{keys[:8].tolist()}{'...' if n > 8 else ''}"
+            )
+        capacity = _count(f"{where}.capacity", sd["capacity"], 1)
+        top = max(max_capacity, n)
+        if not n <= capacity <= top:
+            raise CheckpointError(
+                f"{where}.capacity: expected an int in [{n}, {top}], got {capacity}"
+            )
+        arrays = _mapping(f"{where}.arrays", sd["arrays"], tuple(self.specs))
+        checked = {
+            k: _checked_array(f"{where}.arrays.{k}", arrays[k], (n, *s.shape), s.dtype)
+            for k, s in self.specs.items()
+        }
+        self._alloc(capacity)
+        self.keys[:n] = keys
+        for k, arr in self.arrays.items():
+            arr[:n] = checked[k]
         self.n = n

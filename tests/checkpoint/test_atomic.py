@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,10 +58,41 @@ _CHILD = textwrap.dedent(
         if stage == mode:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpoint._stage_hook = die
+    from rlstore.checkpoint import _atomic
+    interrupt_at_stages(_atomic, die, setattr)
     checkpoint.save_state(target, state(2))
     print("survived", flush=True)
     """
+)
+
+
+def interrupt_at_stages(atomic: Any, on_stage: Any, setattr_: Any) -> None:
+    """Make ``on_stage(name)`` run at each stage of a save (see ``rlstore.checkpoint._atomic``):
+    "written" as ``_keep_committed_state_reachable`` starts, "linked" and "state_replaced"
+    before the first and second ``os.replace``, "committed" after the second. ``setattr_`` is
+    ``setattr`` in a child process, ``monkeypatch.setattr`` here (undone after the test)."""
+    keep, replace = atomic._keep_committed_state_reachable, atomic.os.replace
+    calls = []
+
+    def keep_hook(*args):
+        on_stage("written")
+        return keep(*args)
+
+    def replace_hook(src, dst):
+        calls.append(dst)
+        on_stage("linked" if len(calls) == 1 else "state_replaced")
+        replace(src, dst)
+        if len(calls) == 2:
+            on_stage("committed")
+
+    setattr_(atomic, "_keep_committed_state_reachable", keep_hook)
+    setattr_(atomic.os, "replace", replace_hook)
+
+
+_CHILD = _CHILD.replace(
+    "from rlstore import checkpoint\n",
+    "from rlstore import checkpoint\nfrom typing import Any\n"
+    + textwrap.dedent(inspect.getsource(interrupt_at_stages)),
 )
 
 _STAGES = {"written": 1, "linked": 1, "state_replaced": 1, "committed": 2}
@@ -139,17 +172,17 @@ def test_replay_buffer_killed_while_saving(tmp_path: Path) -> None:
 
 
 class _Boom(Exception):
-    """Raised by the stage hook to interrupt a save in-process."""
+    """Raised at a stage of a save to interrupt it in-process."""
 
 
 @pytest.mark.parametrize(("stage", "expected_gen"), list(_STAGES.items()))
 def test_save_interrupted_in_process_at_each_stage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str, expected_gen: int
 ) -> None:
-    """The package attribute ``rlstore.checkpoint._stage_hook`` is the seam the crash tests use:
-    an exception at each stage leaves the same checkpoint as a SIGKILL there (old before the
-    sidecar's rename, new after it) and this process's temporaries are removed."""
-    from rlstore import checkpoint
+    """An exception at each stage of a save (the stages the crash tests kill the child at)
+    leaves the same checkpoint as a SIGKILL there (old before the sidecar's rename, new after
+    it) and this process's temporaries are removed."""
+    from rlstore.checkpoint import _atomic
 
     save_state(tmp_path, {"x": np.full(5, 0.0), "gen": 0})
     save_state(tmp_path, {"x": np.full(5, 1.0), "gen": 1})
@@ -160,12 +193,12 @@ def test_save_interrupted_in_process_at_each_stage(
         if name == stage:
             raise _Boom(name)
 
-    monkeypatch.setattr(checkpoint, "_stage_hook", hook)
-    with pytest.raises(_Boom):
-        save_state(tmp_path, {"x": np.full(5, 2.0), "gen": 2})
+    with monkeypatch.context() as patch:
+        interrupt_at_stages(_atomic, hook, patch.setattr)
+        with pytest.raises(_Boom):
+            save_state(tmp_path, {"x": np.full(5, 2.0), "gen": 2})
     order = ["written", "linked", "state_replaced", "committed"]
     assert seen == order[: order.index(stage) + 1]
-    monkeypatch.setattr(checkpoint, "_stage_hook", None)
     loaded = load_state(tmp_path)
     assert loaded["gen"] == expected_gen
     np.testing.assert_array_equal(loaded["x"], np.full(5, float(expected_gen)))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
 from rlstore.checkpoint import (
     FORMAT_VERSION,
@@ -27,9 +27,11 @@ from rlstore.checkpoint import (
 )
 from rlstore.checkpoint._safetensors_io import (
     _HEADER_KEY,
+    _read_arrays,
     _sha256,
     _write_safetensors,
 )
+from rlstore.checkpoint._tree import _sidecar_digest
 from rlstore.errors import CheckpointError
 
 
@@ -47,7 +49,7 @@ def _array_leaves(node: dict[str, Any], path: str = "") -> dict[str, np.ndarray]
     return out
 
 
-_SIDECAR_ONLY = ("state_file", "state_sha256", "state_nbytes")
+_SIDECAR_ONLY = ("state_file", "state_sha256", "state_nbytes", "sidecar_sha256")
 
 
 def test_state_file_is_plain_safetensors(tmp_path: Path, nested_state: dict[str, Any]) -> None:
@@ -186,24 +188,78 @@ def test_bad_format_version(saved: Path, version: object, match: str) -> None:
         load_state(saved)
 
 
-@pytest.mark.parametrize(
-    ("edit", "match"),
-    [
-        (lambda s: s["schema"]["x"].update(shape=[999]), "expected shape"),
-        (lambda s: s["schema"]["x"].update(dtype="float64"), "dtype float64"),
-        (lambda s: s["schema"].update(y={"shape": [1], "dtype": "int8"}), "missing \\['y'\\]"),
-        (lambda s: s["schema"].pop("x"), "unexpected \\['x'\\]"),
-        (lambda s: s.update(state_sha256="0" * 64), "sha256 mismatch"),
-        (lambda s: s.pop("save_id"), "lacks required key 'save_id'"),
-    ],
-)
-def test_metadata_disagreeing_with_arrays(saved: Path, edit: Any, match: str) -> None:
+_EDITS = [
+    (lambda s: s["schema"]["x"].update(shape=[999]), "disagrees .* \\['schema'\\]"),
+    (lambda s: s["schema"]["x"].update(dtype="float64"), "disagrees .* \\['schema'\\]"),
+    (lambda s: s["state"].update(cursor=2), "disagrees .* \\['state'\\]"),
+    (lambda s: s.update(created_unix=0.0), "disagrees .* \\['created_unix'\\]"),
+    (lambda s: s.update(state_sha256="0" * 64), "sha256 mismatch"),
+    (lambda s: s.pop("save_id"), "lacks required key 'save_id'"),
+    (lambda s: s.update(schema=[]), "schema: expected a dict, got list"),
+]
+
+
+@pytest.mark.parametrize(("edit", "match"), _EDITS)
+def test_edited_metadata_fails_its_checksum(saved: Path, edit: Any, match: str) -> None:
+    """Any edit of the sidecar (format version 2) fails its own checksum."""
     path = metadata_file_path(saved)
     sidecar = json.loads(path.read_text())
     edit(sidecar)
     path.write_text(json.dumps(sidecar))
+    with pytest.raises(CheckpointError, match="sidecar_sha256 mismatch"):
+        load_state(saved)
+
+
+@pytest.mark.parametrize(("edit", "match"), _EDITS)
+def test_edited_metadata_with_a_recomputed_checksum(saved: Path, edit: Any, match: str) -> None:
+    """An edit whose sidecar checksum was recomputed still fails: the loader takes its schema
+    and non-array state from the state file's header (covered by ``state_sha256``) and
+    requires the sidecar to be an exact copy of it."""
+    path = metadata_file_path(saved)
+    sidecar = json.loads(path.read_text())
+    edit(sidecar)
+    sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
+    path.write_text(json.dumps(sidecar))
     with pytest.raises(CheckpointError, match=match):
         load_state(saved)
+
+
+def test_version_1_sidecars_are_still_read_and_checked(saved: Path) -> None:
+    """A version-1 sidecar (no checksum of its own) loads; an edit of it is caught by the
+    comparison with the state file's header record."""
+    path = metadata_file_path(saved)
+    sidecar = json.loads(path.read_text())
+    del sidecar["sidecar_sha256"]
+    sidecar["format_version"] = 1
+    state = state_file_path(saved)  # the v1 writer put the same record in the header
+    arrays = load_file(str(state))
+    header = {k: v for k, v in sidecar.items() if k not in _SIDECAR_ONLY}
+    save_file(arrays, str(state), metadata={_HEADER_KEY: json.dumps(header)})
+    sidecar["state_sha256"] = _sha256(state)
+    path.write_text(json.dumps(sidecar))
+    assert load_state(saved)["cursor"] == 1
+    sidecar["state"]["cursor"] = 0
+    path.write_text(json.dumps(sidecar))
+    with pytest.raises(CheckpointError, match="disagrees .* \\['state'\\]"):
+        load_state(saved)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda s: s["x"].update(shape=[999]), "expected shape"),
+        (lambda s: s["x"].update(dtype="float64"), "dtype float64"),
+        (lambda s: s.update(y={"shape": [1], "dtype": "int8"}), "missing \\['y'\\]"),
+        (lambda s: s.pop("x"), "unexpected \\['x'\\]"),
+        (lambda s: s["x"].update(shape=[True]), "schema\\['x'\\]: expected"),
+        (lambda s: s.update(x=5), "schema\\['x'\\]: expected"),
+    ],
+)
+def test_arrays_checked_against_the_schema(saved: Path, edit: Any, match: str) -> None:
+    schema = json.loads(metadata_file_path(saved).read_text())["schema"]
+    edit(schema)
+    with pytest.raises(CheckpointError, match=match):
+        _read_arrays(state_file_path(saved), schema)
 
 
 def test_state_file_of_another_save_is_refused(saved: Path, tmp_path_factory: Any) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from rlstore import checkpoint
+from rlstore.checkpoint._tree import _flatten
 from rlstore.compat.simple_replay import SimpleReplayBuffer, SimpleReplayBufferSchema
 from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 
@@ -132,12 +133,12 @@ def test_bad_store_is_rejected_and_changes_nothing(edit: Any, match: str) -> Non
     rng = np.random.default_rng(2)
     buf = SimpleReplayBuffer(3, 2, 5, 1, seed=0)
     buf.store(_transition(rng, 0))
-    before = checkpoint._flatten(buf.state_dict())[0]
+    before = _flatten(buf.state_dict())[0]
     bad = _transition(rng, 1)
     edit(bad)
     with pytest.raises(SpecError, match=match):
         buf.store(bad)
-    after = checkpoint._flatten(buf.state_dict())[0]
+    after = _flatten(buf.state_dict())[0]
     assert len(buf) == 1 and before.keys() == after.keys()
     assert all(np.array_equal(before[k], after[k]) for k in before)
 

@@ -44,6 +44,7 @@ import torch
 
 from rlstore._output_pool import OutputPool
 from rlstore.buffers._replay_fast import FastPlan
+from rlstore.buffers._replay_state import checked_state
 from rlstore.buffers._replay_write import ReplayWriter
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import UniformSampler
@@ -419,47 +420,26 @@ class ReplayBuffer(ReplayWriter):
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output; later samples equal the original's.
 
-        Raises:
-            CheckpointError: missing keys, or capacity/num_envs/layout/specs that disagree.
-        """
-        saved = dict(self.__dict__)
-        try:
-            self._load(sd)
-        except Exception:
-            self.__dict__.clear()  # all or nothing: a failed load leaves the buffer as it was
-            self.__dict__.update(saved)
-            raise
+        The whole state is checked before the buffer changes (all or nothing): the config
+        (capacity, num_envs, layout, ``allow_nonfinite``, specs), the ring's arrays and
+        counters, the side stores (sorted keys, none from the future, every stored done
+        transition's final observation present), the pending-observation flags, finiteness
+        of float fields unless ``allow_nonfinite``, and the sampler's RNG state.
 
-    def _load(self, sd: Mapping[str, Any]) -> None:
-        try:
-            cfg, storage_sd = sd["config"], sd["storage"]
-            for key in ("capacity", "num_envs", "store_next_obs_once"):
-                if cfg[key] != getattr(self, key):
-                    raise CheckpointError(
-                        f"state_dict.config.{key}: expected "
-                        f"{getattr(self, key)!r}, got {cfg[key]!r}"
-                    )
-            if storage_sd is None:
-                self.specs, self._storage, self._side, self._disc = None, None, None, None
-                self._schema, self._fast = None, None
-            else:
-                specs = TransitionSchema.parse(cfg["specs"])
-                if self.specs is not None and specs != self.specs:
-                    raise CheckpointError(
-                        f"state_dict.config.specs: expected {self.specs}, got {specs}"
-                    )
-                assert specs is not None
-                self._allocate(specs, RingStorage.from_state_dict(storage_sd))
-                assert self._side is not None and self._disc is not None
-                self._side.load_state_dict(sd["side"])
-                self._disc.load_state_dict(sd["disc"])
-            self._prev_open = np.array(sd["prev_open"], dtype=bool).reshape(self.num_envs)
-            self._prev_open_any = bool(self._prev_open.any())
-            self._prev_all = bool(self._prev_open.all())
-            self._sampler.load_state_dict(sd["sampler"])
-            self._seed = cfg.get("seed")
-        except (KeyError, TypeError) as exc:
-            raise CheckpointError(f"state_dict: missing or malformed entry {exc}") from exc
+        Raises:
+            CheckpointError: naming the first entry that is missing or wrong; the buffer is
+                unchanged then.
+        """
+        new = checked_state(self, sd)
+        self._sampler.load_state_dict(sd["sampler"])  # checked whole before it changes
+        specs, storage, side, disc = (new.pop(k) for k in ("specs", "storage", "side", "disc"))
+        if storage is None:
+            self.specs = self._schema = self._storage = self._side = self._disc = None
+            self._fast = self._pending = None
+        else:
+            self._allocate(specs, storage)
+            self._side, self._disc = side, disc
+        self.__dict__.update(new)
 
 
 def _check_indices(indices: Any) -> np.ndarray:

@@ -5,10 +5,17 @@ Layout of a checkpoint saved under ``dirpath`` with ``prefix="buffer_"``::
     dirpath/buffer_state.safetensors   every array leaf of the state dict, keys joined with "/"
     dirpath/buffer_metadata.json       format_version, class, config, metadata, schema (shape and
                                        dtype of every array), the non-array state (cursor, size,
-                                       RNG state, ...), save_id and the sha256 of the state file
+                                       RNG state, ...), save_id, the sha256 of the state file,
+                                       and sidecar_sha256 over all of the sidecar's values
 
-The safetensors header carries a copy of the sidecar (without the checksum), so the state file is
-self-describing (used by :meth:`rlstore.compat.velora.ReplayBuffer.load`).
+Integrity. The safetensors header carries a copy of the sidecar (without the state file's
+checksum), so the state file is self-describing (used by
+:meth:`rlstore.compat.velora.ReplayBuffer.load`) and everything a loader uses is covered by the
+state file's sha256: :func:`load_verified` checks ``sidecar_sha256`` (format version 2), the
+state file's size and sha256, then takes the schema and the non-array state from the header and
+requires the sidecar to be an exact copy of it. Any edited or corrupted byte of either file that
+changes a value is a :class:`~rlstore.errors.CheckpointError`. Format version 1 (no
+``sidecar_sha256``) is still read, with the same header comparison.
 
 Atomicity. A save writes both files to temporaries, fsyncs them and commits by renaming the
 sidecar last, keeping the previous state file reachable meanwhile, so a process killed at any
@@ -21,10 +28,11 @@ second in-memory copy with safetensors >= 0.8, see :mod:`rlstore.checkpoint._saf
 then the file is fsynced and hashed (sha256, read back); numpy arrays come back as numpy
 arrays, torch tensors as CPU torch tensors, importing torch only when the state holds tensors.
 
-Every failure to load is a :class:`~rlstore.errors.CheckpointError`: missing files, JSON that
-does not parse, an unknown or newer ``format_version``, a truncated or corrupted state file
-(sha256 mismatch), or arrays whose keys, shapes or dtypes differ from the sidecar's schema.
-Nothing is half-loaded.
+Every failure to load is a :class:`~rlstore.errors.CheckpointError`: a path that is not a
+path, missing files, bytes that are not UTF-8 JSON, an unknown or newer ``format_version``, a
+checksum mismatch of either file, arrays whose keys, shapes or dtypes differ from the schema,
+a config the class rejects, or a state its ``load_state_dict`` rejects (buffers check the whole
+state before they change). Nothing is half-loaded.
 
 The package: this module holds the object API (registry, :func:`save`, :func:`load`,
 :func:`build_from_record`); :mod:`._state` the raw state-dict API (:func:`save_state`,
@@ -44,16 +52,13 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlstore._imports import import_target
-
-# `_stage`, `_flatten` and `_unflatten` stay importable from here as in the single-module
-# version of rlstore.checkpoint (tests use `checkpoint._flatten`).
-from rlstore.checkpoint._atomic import _stage as _stage
 from rlstore.checkpoint._state import (
     _load_with_sidecar,
     load_state,
@@ -65,8 +70,6 @@ from rlstore.checkpoint._state import (
     state_file_path,
 )
 from rlstore.checkpoint._tree import FORMAT_VERSION
-from rlstore.checkpoint._tree import _flatten as _flatten
-from rlstore.checkpoint._tree import _unflatten as _unflatten
 from rlstore.errors import CheckpointError, RLStoreError
 
 __all__ = [
@@ -93,11 +96,6 @@ CHECKPOINT_REGISTRY: dict[str, str] = {
     "velora.ReplayBuffer": "rlstore.compat.velora:ReplayBuffer",
     "SimpleReplayBuffer": "rlstore.compat.simple_replay:SimpleReplayBuffer",
 }
-
-# Test seam: called with the name of each stage of a save ("written", "linked",
-# "state_replaced", "committed"). Crash tests set it in a child process to die at that stage;
-# rlstore.checkpoint._atomic._stage reads it from this module at every call.
-_stage_hook: Callable[[str], None] | None = None
 
 
 def register_checkpointable(name: str, target: str | type) -> None:
@@ -160,47 +158,59 @@ def build_from_record(
 ) -> Any:
     """Rebuild an object from a sidecar/header record and its state dict.
 
-    Construction uses ``cls.from_config(config)`` when the class has it, else
-    ``cls(**config)`` (``config()`` is the class's own constructor kwargs), else, for kwargs
-    that are JSON stand-ins of objects (a rollout buffer's ``intrinsic``), the typed config
-    model of :mod:`rlstore.config`; then ``load_state_dict(state)``. ``device`` overrides the
-    saved device.
+    One construction path per class: ``cls.from_config(config)`` when the class has it; else,
+    for a class :mod:`rlstore.config` has a typed config model for (``ReplayBuffer``,
+    ``RolloutBuffer``), the validated model's kwargs; else ``cls(**config)`` once the kwargs
+    are known to bind to the constructor's signature. Then ``load_state_dict(state)``.
+    ``device`` overrides the saved device.
+
+    Raises:
+        CheckpointError: an unregistered class, a config that is not a dict, does not bind to
+            the constructor or is rejected by it (an :class:`RLStoreError`), or a state that
+            ``load_state_dict`` rejects. Other exceptions of a constructor (bugs) propagate.
     """
+    if not isinstance(record, Mapping):
+        raise CheckpointError(f"record: expected a dict, got {type(record).__name__}")
     name = record.get("class")
-    if name not in CHECKPOINT_REGISTRY:
+    if not isinstance(name, str) or name not in CHECKPOINT_REGISTRY:
         raise CheckpointError(
             f"class: expected one of {sorted(CHECKPOINT_REGISTRY)}, got {name!r} "
             "(use load_state() for raw state dicts)"
         )
     target = CHECKPOINT_REGISTRY[name]
     cls = _import(target)
-    config = dict(record.get("config") or {})
+    raw = record.get("config")
+    if raw is not None and not isinstance(raw, Mapping):
+        raise CheckpointError(f"config: expected a dict, got {type(raw).__name__}")
+    config = dict(raw or {})
     if device is not None:
         config["device"] = device
     from_config = getattr(cls, "from_config", None)
     try:
-        obj = from_config(config) if callable(from_config) else cls(**config)
-    except (TypeError, RLStoreError) as exc:
-        typed = None if callable(from_config) else _typed_kwargs(target, config)
-        if typed is None:
-            raise CheckpointError(f"config: cannot rebuild {name} from {config!r} ({exc})") from exc
-        obj = cls(**typed)
+        if callable(from_config):
+            obj = from_config(config)
+        else:
+            obj = cls(**_constructor_kwargs(name, target, cls, config))
+    except RLStoreError as exc:
+        raise CheckpointError(f"config: cannot rebuild {name} from {config!r} ({exc})") from exc
     obj.load_state_dict(state)
     return obj
 
 
-def _typed_kwargs(target: str, config: dict[str, Any]) -> dict[str, Any] | None:
-    """Constructor kwargs through the typed config model when :mod:`rlstore.config` knows the
-    class (it rebuilds nested objects such as ``specs`` or ``intrinsic``), else ``None``."""
+def _constructor_kwargs(name: str, target: str, cls: type, config: dict[str, Any]) -> dict:
+    """Constructor kwargs of ``cls`` from a saved config: through the typed config model of
+    :mod:`rlstore.config` when it knows the class (it rebuilds nested objects such as
+    ``specs`` or ``intrinsic``), else ``config`` itself once it binds to the signature."""
     from rlstore.config import BUFFER_REGISTRY, CONFIG_MODELS, validate_config
 
     for kind, registered in BUFFER_REGISTRY.items():
         if registered == target and kind in CONFIG_MODELS:
-            try:
-                return validate_config({**config, "type": kind}).to_kwargs()
-            except RLStoreError:
-                return None
-    return None
+            return validate_config({**config, "type": kind}).to_kwargs()
+    try:
+        inspect.signature(cls).bind(**config)
+    except TypeError as exc:
+        raise CheckpointError(f"config: does not fit {name}'s constructor ({exc})") from exc
+    return config
 
 
 def load(

@@ -12,9 +12,10 @@ sidecar is replaced, the new one afterwards. Temporaries of a killed save (files
 with the library's temporary inside) are removed by the next save. One writer at a time per
 folder and prefix (concurrent saves to the same checkpoint are not supported).
 
-Test seam: the package attribute ``rlstore.checkpoint._stage_hook`` (``None`` normally) is
-called with the name of each stage of a save (``"written"``, ``"linked"``,
-``"state_replaced"``, ``"committed"``); crash tests set it in a child process to die there.
+The stages of a save, in order: both temporaries written and fsynced ("written"), the
+committed state file linked as ``.prev`` ("linked"), the state file replaced
+("state_replaced"), the sidecar replaced ("committed"). The crash tests interrupt a save at
+each of them by wrapping ``_keep_committed_state_reachable`` and ``os.replace``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,15 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlstore.checkpoint._safetensors_io import _HEADER_KEY, _header, _write_safetensors
-
-_PACKAGE = __name__.rpartition(".")[0]  # "rlstore.checkpoint", which holds `_stage_hook`
-
-
-def _stage(name: str) -> None:
-    """Call the test seam ``rlstore.checkpoint._stage_hook(name)`` when it is set."""
-    hook = getattr(sys.modules.get(_PACKAGE), "_stage_hook", None)
-    if hook is not None:
-        hook(name)
+from rlstore.checkpoint._tree import SIDECAR_DIGEST_KEY, _sidecar_digest
 
 
 def _fsync_file(path: Path) -> None:
@@ -76,8 +68,8 @@ def _write_checkpoint_files(
         final_state: the ``<prefix>state.safetensors`` path.
         final_meta: the ``<prefix>metadata.json`` path (the commit point).
         arrays: flat ``'/'``-joined key -> array, written into the state file.
-        record: the JSON-able sidecar content; ``state_file``, ``state_sha256`` and
-            ``state_nbytes`` are added to it.
+        record: the JSON-able sidecar content; ``state_file``, ``state_sha256``,
+            ``state_nbytes`` and ``sidecar_sha256`` (over all the rest) are added to it.
         header: ``json.dumps(record)``, embedded in the state file's header.
 
     Returns:
@@ -105,19 +97,16 @@ def _write_checkpoint_files(
             "state_sha256": digest,
             "state_nbytes": nbytes,
         }
+        sidecar[SIDECAR_DIGEST_KEY] = _sidecar_digest(sidecar)
         with open(tmp_meta, "w", encoding="utf-8") as f:
             json.dump(sidecar, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
-        _stage("written")
         _keep_committed_state_reachable(final_meta, final_state, prev)
         _fsync_dir(directory)
-        _stage("linked")
         os.replace(tmp_state, final_state)
-        _stage("state_replaced")
         os.replace(tmp_meta, final_meta)  # commit point
         _fsync_dir(directory)
-        _stage("committed")
         prev.unlink(missing_ok=True)
         _fsync_dir(directory)
     finally:

@@ -139,7 +139,7 @@ def _header(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not an rlstore checkpoint (no '{_HEADER_KEY}' header)")
     try:
         record = json.loads(raw)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON, > 4300-digit ints, deep nesting
         raise CheckpointError(f"{path}: corrupted header record ({exc})") from exc
     if not isinstance(record, dict):
         raise CheckpointError(f"{path}: corrupted header record (not a JSON object)")
@@ -157,8 +157,23 @@ def _read_arrays(path: Path, schema: Mapping[str, Mapping[str, Any]]) -> dict[st
         key -> numpy array (little-endian), exactly the keys of ``schema``.
 
     Raises:
-        CheckpointError: unreadable file, or keys / shapes / dtypes that differ from ``schema``.
+        CheckpointError: unreadable file, a malformed ``schema``, or keys / shapes / dtypes
+            that differ from ``schema``.
     """
+    if not isinstance(schema, Mapping):
+        raise CheckpointError(f"{path}: schema: expected a dict, got {type(schema).__name__}")
+    for key, entry in schema.items():
+        shape = entry.get("shape") if isinstance(entry, Mapping) else None
+        if (
+            not isinstance(shape, list)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+            or entry.get("dtype") not in _ST_DTYPES
+            or entry.get("kind", "numpy") not in ("numpy", "torch")
+        ):
+            raise CheckpointError(
+                f"{path}: schema[{key!r}]: expected {{'shape': [ints >= 0], 'dtype': one of "
+                f"{', '.join(_ST_DTYPES)}, 'kind': 'numpy' | 'torch'}}, got {entry!r}"
+            )
     try:
         with safe_open(str(path), framework="np") as f:
             keys = set(f.keys())
@@ -172,7 +187,7 @@ def _read_arrays(path: Path, schema: Mapping[str, Mapping[str, Any]]) -> dict[st
     except (SafetensorError, OSError) as exc:
         raise CheckpointError(f"{path}: truncated or corrupted safetensors file ({exc})") from exc
     for key, arr in arrays.items():
-        want_shape = tuple(schema[key].get("shape", ()))
+        want_shape = tuple(schema[key]["shape"])
         want_dtype = schema[key].get("dtype")
         if arr.shape != want_shape or arr.dtype.name != want_dtype:
             raise CheckpointError(

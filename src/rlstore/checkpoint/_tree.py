@@ -14,6 +14,7 @@ JSON scalars / lists / dicts. :func:`_flatten` turns it into
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Mapping
@@ -24,8 +25,17 @@ import numpy as np
 from rlstore.checkpoint._safetensors_io import _ST_DTYPES, _c_contiguous
 from rlstore.errors import CheckpointError
 
-FORMAT_VERSION = 1
-"""Version of the on-disk layout; a reader refuses files with a larger version."""
+FORMAT_VERSION = 2
+"""Version of the on-disk layout; a reader refuses files with a larger version.
+
+* 1: the sidecar's ``state_sha256`` covers the state file; the sidecar itself is unchecked.
+* 2: the sidecar also carries ``sidecar_sha256`` (:func:`_sidecar_digest`). Version-1 files are
+  still read: their loader-used content is checked against the state file's header record,
+  which the state file's sha256 covers (see :func:`rlstore.checkpoint.load_verified`).
+"""
+
+SIDECAR_DIGEST_KEY = "sidecar_sha256"
+"""Sidecar key of the sha256 over the sidecar's own content (format version 2)."""
 
 
 def _flatten(
@@ -132,3 +142,18 @@ def _check_record(record: Mapping[str, Any], where: str) -> None:
             f"{where}: format_version {version} is newer than this rlstore supports "
             f"({FORMAT_VERSION}); upgrade rlstore to read it"
         )
+
+
+def _canonical(value: Any) -> bytes:
+    """One byte string per JSON value: sorted keys, no spaces, ASCII (formatting-free)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _sidecar_digest(sidecar: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``sidecar`` without its ``sidecar_sha256`` entry.
+
+    It covers every value of the sidecar (an edit to any of them changes it), not the file's
+    formatting (whitespace, key order, ``1e5`` vs ``1E5``), which no loader reads.
+    """
+    body = {k: v for k, v in sidecar.items() if k != SIDECAR_DIGEST_KEY}
+    return hashlib.sha256(_canonical(body)).hexdigest()
