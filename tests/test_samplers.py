@@ -33,7 +33,7 @@ def test_errors() -> None:
     s = UniformSampler(seed=0)
     with pytest.raises(EmptyBufferError):
         s.sample(0, 3)
-    with pytest.raises(CapacityError, match="batch_size: expected an int > 0, got 0"):
+    with pytest.raises(CapacityError, match="batch_size: expected an int >= 1, got 0"):
         s.sample(5, 0)
     with pytest.raises(ConfigError, match="seed"):
         make_rng("seed")  # type: ignore[arg-type]

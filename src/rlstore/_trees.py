@@ -9,21 +9,18 @@ Used by :mod:`rlstore.buffers.rollout`, :mod:`rlstore.compat.src_ppo` and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlstore.errors import ConfigError, SpecError
+from rlstore.errors import SpecError
 
 __all__ = [
     "as_tensor",
     "check_real",
     "cast_lossless",
-    "as_device",
-    "real_number",
     "tree_map",
     "tree_leaves",
     "tree_to_state",
@@ -143,38 +140,3 @@ def cast_lossless(
     if finite and out.numel() and not bool(torch.isfinite(out).all()):
         raise SpecError(f"{name}: expected values that fit {dtype}, got overflow from {t.dtype}")
     return out
-
-
-def as_device(device: Any, name: str = "device") -> torch.device:
-    """``device`` (a string such as ``"cpu"`` / ``"cuda:0"`` or a :class:`torch.device`) parsed.
-
-    Raises:
-        ConfigError: not a device string or object torch understands (names ``name``).
-    """
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
-        raise ConfigError(
-            f"{name}: expected a device string like 'cpu' or 'cuda:0', got {device!r}"
-        )
-    try:
-        return torch.device(device)
-    except RuntimeError as exc:
-        raise ConfigError(
-            f"{name}: expected a device string like 'cpu' or 'cuda:0', got {device!r}"
-        ) from exc
-
-
-def real_number(name: str, value: Any, low: float = -math.inf, high: float = math.inf) -> float:
-    """``value`` as a float if it is a real number (int / float, numpy too; not bool, not str) in
-    ``[low, high]``.
-
-    Raises:
-        ConfigError: naming ``name``, the range and what arrived.
-    """
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-    if not ok or not low <= float(value) <= high:
-        raise ConfigError(f"{name}: expected a number in [{low}, {high}], got {value!r}")
-    return float(value)

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from rlstore._checks import check_count
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError
-from rlstore.specs import check_count
 
 __all__ = ["BIT_GENERATORS", "UniformSampler", "make_rng", "rng_state", "set_rng_state"]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rlstore.errors import CapacityError, ConfigError, SpecError
+from rlstore.errors import SpecError
 
 __all__ = [
     "FieldSpec",
@@ -41,8 +41,6 @@ __all__ = [
     "cast_to_spec",
     "all_finite",
     "as_flags",
-    "check_count",
-    "as_device",
 ]
 
 
@@ -458,31 +456,3 @@ def as_flags(name: str, value: Any) -> np.ndarray:
         return arr.astype(bool)
     shown = repr(value) if kind not in "iuf" else f"{arr.dtype} values {arr.ravel()[:4].tolist()}"
     raise SpecError(f"{name}: expected bools (or exact 0/1), got {shown}")
-
-
-def check_count(name: str, value: Any, *, minimum: int = 1) -> int:
-    """``value`` as an int ``>= minimum``: Python or numpy ints only (not bools, floats, strings).
-
-    Raises:
-        CapacityError: naming ``name``, the expectation and what arrived.
-    """
-    if (
-        isinstance(value, (bool, np.bool_))
-        or not isinstance(value, (int, np.integer))
-        or value < minimum
-    ):
-        bound = f"> {minimum - 1}" if minimum == 1 else f">= {minimum}"
-        raise CapacityError(f"{name}: expected an int {bound}, got {value!r}")
-    return int(value)
-
-
-def as_device(device: Any, name: str = "device") -> Any:
-    """``torch.device(device)``; a malformed device is a :class:`ConfigError` naming ``name``."""
-    import torch
-
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"{name}: expected a torch device such as 'cpu' or 'cuda:0', got {device!r}"
-        ) from exc

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from rlstore._checks import check_count
 from rlstore.errors import ConfigError, SpecError
-from rlstore.specs import check_count
 
 if TYPE_CHECKING:
     from rlstore.buffers.replay import ReplayBuffer

@@ -243,7 +243,7 @@ def test_dict_obs_key_errors() -> None:
 
 def test_capacity_and_sampling_errors() -> None:
     for bad in (0, -3, 2.5):
-        with pytest.raises(CapacityError, match="capacity: expected an int > 0"):
+        with pytest.raises(CapacityError, match="capacity: expected an int >= 1"):
             ReplayBuffer(bad)  # type: ignore[arg-type]
     with pytest.raises(CapacityError, match="num_envs"):
         ReplayBuffer(4, num_envs=0)
@@ -255,7 +255,7 @@ def test_capacity_and_sampling_errors() -> None:
         buf.sample(4)
     with pytest.raises(CapacityError, match="capacity=4, got 5"):
         buf.sample(5)
-    with pytest.raises(CapacityError, match="batch_size: expected an int > 0"):
+    with pytest.raises(CapacityError, match="batch_size: expected an int >= 1"):
         buf.sample(0)
 
 

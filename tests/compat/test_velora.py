@@ -143,7 +143,7 @@ def test_errors_are_value_errors_like_velora() -> None:
         buf.sample(1)
     with pytest.raises(ValueError):
         buf.sample(1)
-    with pytest.raises(CapacityError, match="capacity: expected an int > 0, got 0"):
+    with pytest.raises(CapacityError, match="capacity: expected an int >= 1, got 0"):
         ReplayBuffer(0, S, A, H)
     with pytest.raises(TypeError):
         BufferBase(4, S, A, H)  # type: ignore[abstract]

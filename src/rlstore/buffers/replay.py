@@ -42,13 +42,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from rlstore._checks import as_device, check_count
 from rlstore._output_pool import OutputPool
 from rlstore.buffers._replay_fast import FastPlan
 from rlstore.buffers._replay_state import checked_state
 from rlstore.buffers._replay_write import ReplayWriter
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import UniformSampler
-from rlstore.specs import FieldSpec, TransitionSchema, as_device, check_count
+from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import RingStorage, SideStore
 
 __all__ = ["ReplayBuffer", "ReplayBatch"]

@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstore._checks import as_device, real_number
 from rlstore._trees import (
-    as_device,
-    real_number,
     tree_leaves,
     tree_map,
     tree_to_state,

@@ -21,10 +21,10 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
+from rlstore._checks import real_number
 from rlstore._trees import (
     as_tensor,
     check_real,
-    real_number,
     tree_from_state,
     tree_leaves,
     tree_map,

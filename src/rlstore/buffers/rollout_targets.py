@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from rlstore._trees import as_tensor, real_number, tree_map
+from rlstore._checks import real_number
+from rlstore._trees import as_tensor, tree_map
 from rlstore.errors import ConfigError, SpecError
 from rlstore.minibatches import Hidden, Obs, RolloutBatch
 from rlstore.returns import gae, vtrace

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from rlstore._checks import as_device, check_count
 from rlstore.buffers.model_based import (
     ModelBasedReplay,
     StandardScaler,
@@ -38,7 +39,7 @@ from rlstore.buffers.model_based import (
 )
 from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
-from rlstore.specs import FieldSpec, as_device, cast_to_spec, check_count
+from rlstore.specs import FieldSpec, cast_to_spec
 
 __all__ = ["MBReplayBuffer"]
 

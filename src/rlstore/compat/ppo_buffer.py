@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from rlstore import returns as _returns
-from rlstore._trees import as_tensor, cast_lossless, real_number
+from rlstore._checks import real_number
+from rlstore._trees import as_tensor, cast_lossless
 from rlstore.errors import (
     CapacityError,
     CheckpointError,

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._trees import as_device, as_tensor, cast_lossless, tree_map
+from rlstore._checks import as_device
+from rlstore._trees import as_tensor, cast_lossless, tree_map
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_checks import StepChecker
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows

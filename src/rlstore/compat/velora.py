@@ -41,9 +41,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlstore import checkpoint
+from rlstore._checks import as_device, check_count
 from rlstore.buffers.replay import ReplayBuffer as _CoreReplayBuffer
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
-from rlstore.specs import FieldSpec, as_device, as_flags, cast_to_spec, check_count
+from rlstore.specs import FieldSpec, as_flags, cast_to_spec
 
 __all__ = ["BatchExperience", "BufferBase", "ReplayBuffer", "BufferConfig"]
 
@@ -162,8 +163,7 @@ class BufferBase(ABC):
             ("action_dim", action_dim),
             ("hidden_dim", hidden_dim),
         ):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
-                raise CapacityError(f"{name}: expected an int > 0, got {v!r}")
+            check_count(name, v)
         self.capacity = int(capacity)
         self.state_dim, self.action_dim = int(state_dim), int(action_dim)
         self.hidden_dim = int(hidden_dim)

@@ -14,13 +14,13 @@ tensor inputs of one float dtype with bool flags) skip every copy and most check
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlstore._checks import check_count, real_number
 from rlstore.errors import ConfigError, SpecError
 
 _F32 = np.dtype(np.float32)
@@ -209,29 +209,12 @@ _TORCH_CPU_OUT = {
 }
 
 
-def _real(name: str, value: Any, expected: str) -> float:
-    """``value`` as a float if it is a real number (Python or numpy scalar, or a 0-d array or
-    tensor of a real dtype); strings, bools, complex and NaN raise ConfigError naming ``name``."""
-    x = value
-    if isinstance(x, (np.ndarray, torch.Tensor)) and x.ndim == 0:
-        x = x.item()
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise ConfigError(f"{name}: expected {expected}, got {value!r} ({type(value).__name__})")
-    try:
-        v = float(x)
-    except OverflowError:
-        v = math.copysign(math.inf, x)
-    if math.isnan(v):
-        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
-    return v
-
-
 def _check_unit(name: str, value: Any) -> float:
     """A discount or lambda: a real number in ``[0, 1]``."""
     if type(value) is float and 0.0 <= value <= 1.0:  # the common case, kept cheap (NaN fails)
         return value
     expected = "a number in [0, 1]"
-    v = _real(name, value, expected)
+    v = real_number(name, value, expected=expected)
     if not 0.0 <= v <= 1.0:
         raise ConfigError(f"{name}: expected {expected}, got {value!r}")
     return v
@@ -242,7 +225,7 @@ def _check_positive(name: str, value: Any) -> float:
     if type(value) is float and value > 0.0:  # the common case, kept cheap (NaN fails)
         return value
     expected = "a number > 0 (inf allowed)"
-    v = _real(name, value, expected)
+    v = real_number(name, value, expected=expected)
     if not v > 0.0:
         raise ConfigError(f"{name}: expected {expected}, got {value!r}")
     return v
@@ -253,7 +236,7 @@ def _check_eps(name: str, value: Any) -> float:
     if type(value) is float and 0.0 <= value < math.inf:  # the common case (NaN fails)
         return value
     expected = "a finite number >= 0"
-    v = _real(name, value, expected)
+    v = real_number(name, value, expected=expected)
     if not 0.0 <= v < math.inf:
         raise ConfigError(f"{name}: expected {expected}, got {value!r}")
     return v
@@ -261,6 +244,4 @@ def _check_eps(name: str, value: Any) -> float:
 
 def _check_count(name: str, value: Any) -> int:
     """A window length: an int (Python or numpy, not bool) ``>= 1``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
-    return int(value)
+    return check_count(name, value, error=ConfigError)

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from rlstore._trees import real_number
+from rlstore._checks import real_number
 from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
 from rlstore.compat.pytorchrl.vanilla import VanillaOnPolicyBuffer
 

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from rlstore import returns as R
-from rlstore._trees import as_device, as_tensor, cast_lossless, check_real, real_number
+from rlstore._checks import as_device, real_number
+from rlstore._trees import as_tensor, cast_lossless, check_real
 from rlstore.compat.pytorchrl._layout import (
     Data,
     carry_over,

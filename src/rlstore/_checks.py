@@ -1,0 +1,84 @@
+"""Checks of scalar arguments at the public boundary: counts, real numbers, devices.
+
+One place for the rules every constructor and estimator applies to its plain arguments, so that
+``True`` is never a capacity, ``"0.9"`` never a discount and ``"cpu:x"`` never reaches torch's
+own error. Array arguments are checked against their field specs in :mod:`rlstore.specs`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlstore.errors import CapacityError, ConfigError, RLStoreError
+
+__all__ = ["as_device", "check_count", "real_number"]
+
+
+def check_count(
+    name: str, value: Any, *, minimum: int = 1, error: type[RLStoreError] = CapacityError
+) -> int:
+    """``value`` as an int ``>= minimum``: Python or numpy ints only (not bools, floats, strings).
+
+    Raises:
+        error (:class:`CapacityError` unless given): naming ``name``, the expectation and what
+        arrived.
+    """
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, np.integer))
+        or value < minimum
+    ):
+        raise error(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def real_number(
+    name: str,
+    value: Any,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    expected: str | None = None,
+) -> float:
+    """``value`` as a float if it is a real number in ``[low, high]``.
+
+    Python and numpy scalars and 0-d arrays/tensors of a real dtype are accepted; strings, bools,
+    complex numbers, NaN and anything else are not.
+
+    Raises:
+        ConfigError: naming ``name``, what was ``expected`` (default: the range) and what arrived.
+    """
+    expected = expected or f"a number in [{low}, {high}]"
+    x = value
+    if isinstance(x, (np.ndarray, torch.Tensor)) and x.ndim == 0:
+        x = x.item()
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise ConfigError(f"{name}: expected {expected}, got {value!r} ({type(value).__name__})")
+    try:
+        v = float(x)
+    except OverflowError:  # a Python int too large for a float
+        v = math.copysign(math.inf, x)
+    if math.isnan(v) or not low <= v <= high:
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+    return v
+
+
+def as_device(device: Any, name: str = "device") -> torch.device:
+    """``device`` (a string such as ``"cpu"`` / ``"cuda:0"`` or a :class:`torch.device`) parsed.
+
+    Raises:
+        ConfigError: not a device torch understands (names ``name``).
+    """
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except (RuntimeError, ValueError):
+            pass
+    raise ConfigError(f"{name}: expected a device string like 'cpu' or 'cuda:0', got {device!r}")
