@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from rlstore.envs import probes
+from rlstore.errors import SpecError
 
 SEEDS = (0, 1, 2, 7)
 
@@ -174,3 +175,11 @@ RECORDED: dict[str, list[str]] = {
 def test_seeded_rollout_matches_recording(case: str) -> None:
     name, kwargs = CASES[case]
     assert _rollouts(name, kwargs) == RECORDED[case]
+
+
+def test_probe7_action_error_names_the_configured_action_count() -> None:
+    # it said "[0, 1]" for Probe7(num_actions=5), whose valid actions are 0..4
+    env = probes.Probe7(num_actions=5)
+    env.reset(seed=0)
+    with pytest.raises(SpecError, match=r"action: expected an int in \[0, 4\] for Probe7, got 5"):
+        env.step(5)
