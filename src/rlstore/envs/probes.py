@@ -1,9 +1,10 @@
 """Probe environments: tiny MDPs that each isolate one part of an RL agent.
 
-After Andy Jones, "Debugging RL, Without the Agonizing Pain", and the ``my_probe_envs`` module of
-seed 004. Every probe has a ``Box`` observation of shape ``(1,)`` (float32), a ``Discrete`` action
-space, the Gymnasium 5-tuple API, is seedable through ``reset(seed=...)``, and ends by
-*termination* (never truncation), so the optimal values below are exact:
+After Andy Jones, "Debugging RL, Without the Agonizing Pain", and the ``src.ppo.my_probe_envs``
+module of DecisionTransformerInterpretability. Every probe has a ``Box`` observation of shape
+``(1,)`` (float32), a ``Discrete`` action space, the Gymnasium 5-tuple API, is seedable through
+``reset(seed=...)``, and ends by *termination* (never truncation), so the optimal values below are
+exact:
 
 =======  =========  =================================================  ===========================
 probe    actions    dynamics (t = step index within the episode)       optimal V / policy
@@ -19,14 +20,14 @@ Probe7   2 (or n)   obs [c], c in {0, 1}, then [-1] (blank) x 3;          memory
                     reward 1 at the 4th decision if a == c, else 0      no memory: at most 0.5
 =======  =========  =================================================  ===========================
 
-Deliberate differences from the seed (see ``algorithms.md`` section 7):
+Deliberate differences from DecisionTransformerInterpretability's ``my_probe_envs``:
 
-* Probe6 implements the seed's *documented* intent (reward 1 when the action equals ``t mod 2``),
-  not its code (reward 1 at t = 10 whatever the action). Its observation space is fixed to
+* Probe6 implements the original's *documented* intent (reward 1 when the action equals ``t mod
+  2``), not its code (reward 1 at t = 10 whatever the action). Its observation space is fixed to
   ``[0, 10]`` instead of being mutated every step.
 * Probe7's blank observation is ``[-1]``, so the cue ``[0]`` cannot be confused with it, and it
-  has 2 actions by default (``Probe7(num_actions=5)`` gives the seed's action count; actions >= 2
-  are never rewarded). A feed-forward agent sees only blanks at the rewarded decision, so its best
+  has 2 actions by default (``Probe7(num_actions=5)`` gives the original's action count; actions >=
+  2 are never rewarded). A feed-forward agent sees only blanks at the rewarded decision, so its best
   expected reward is 0.5; an agent with memory gets 1.
 
 Environments are NOT registered on import; call :func:`register_probes` once::
