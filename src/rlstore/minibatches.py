@@ -18,13 +18,13 @@ Contract (shared with :mod:`rlstore.buffers.rollout`):
     episode boundary, as in sb3-contrib and R2D2), right-padded to ``k`` with zeros and
     ``mask = False``; ``recurrence_memory`` is the stored hidden state *before* the first step
     of each sequence.
-  - :func:`trajectory_minibatches`: windows for Transformer agents (seed 004's
-    ``get_trajectory_minibatches``): the window of a *target* step holds the up to ``timesteps``
-    steps of its episode segment that end at the target, left-padded with zeros,
-    ``mask = False`` and ``timesteps = 0`` on padding. Per epoch every step is the target of
-    exactly one window; with ``prob_go_from_end = p`` each target is independently moved, with
-    probability ``p``, to the last step of its segment (the seed's oversampling of episode ends;
-    exact once-per-epoch coverage then holds only for ``p = 0``).
+  - :func:`trajectory_minibatches`: windows for Transformer agents
+    (DecisionTransformerInterpretability's ``Memory.get_trajectory_minibatches``): the window of a
+    *target* step holds the up to ``timesteps`` steps of its episode segment that end at the target,
+    left-padded with zeros, ``mask = False`` and ``timesteps = 0`` on padding. Per epoch every step
+    is the target of exactly one window; with ``prob_go_from_end = p`` each target is independently
+    moved, with probability ``p``, to the last step of its segment (the original's oversampling of
+    episode ends; exact once-per-epoch coverage then holds only for ``p = 0``).
 
 Minibatch sizes: a size that does not divide the number of items raises :class:`ConfigError`
 (we never drop or silently resize data); recurrent chunked sequences are split into
@@ -67,7 +67,8 @@ RNG = np.random.Generator | torch.Generator
 
 @dataclass(frozen=True, eq=False)
 class Minibatch:
-    """One PPO minibatch (field names follow seed 004's ``src.ppo.memory.Minibatch``).
+    """One PPO minibatch (field names follow DecisionTransformerInterpretability's
+    ``src.ppo.memory.Minibatch``).
 
     Flat minibatches: every field is ``(B, *field_shape)``, ``mask`` is None and
     ``recurrence_memory`` is the stored per-step hidden state ``(B, ...)`` (or None).
@@ -95,14 +96,16 @@ class Minibatch:
 
 @dataclass(frozen=True, eq=False)
 class TrajectoryMinibatch:
-    """Windows of past steps for Transformer agents (seed 004 field names, plus ``mask``).
+    """Windows of past steps for Transformer agents (field names of
+    DecisionTransformerInterpretability's ``TrajectoryMinibatch``, plus ``mask``).
 
     ``obs`` ``(B, W, *obs_shape)``, ``actions`` ``(B, W, *act_shape)``, ``timesteps`` ``(B, W)``
     int64 (step index within the episode), ``rewards`` ``(B, W)`` and ``mask`` ``(B, W)`` bool,
     with ``W = timesteps`` window length; the last column is the target step and padding is on
     the left (zeros, mask False). ``logprobs``, ``advantages``, ``values``, ``returns`` and
-    ``indices`` are ``(B,)`` values of the target step (seed 004 semantics: the loss is taken on
-    the last step of each window). ``rewards[:, -1]`` is the seed's per-target reward.
+    ``indices`` are ``(B,)`` values of the target step (DecisionTransformerInterpretability's
+    semantics: the loss is taken on the last step of each window). ``rewards[:, -1]`` is the
+    original's per-target reward.
     """
 
     obs: Obs

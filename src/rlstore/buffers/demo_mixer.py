@@ -1,7 +1,7 @@
 """PPO+D rollout mixer: new episodes of a vector env become demonstration replays.
 
 :class:`DemoMixer` is a per-env-slot state machine over a :class:`~rlstore.buffers.demos.
-DemoStore` (reference/algorithms.md section 3.2): whenever a slot starts a new episode, its
+DemoStore` (PyTorchRL's ``PPODBuffer`` semantics): whenever a slot starts a new episode, its
 source is drawn with probabilities ``(rho, phi, 1 - rho - phi)`` (reward demo, value demo, real
 env; an empty demo list falls back to the env). A replaying slot emits the demo's transitions
 instead of the env's; every finished env episode is offered to the store as a candidate demo.
@@ -201,7 +201,7 @@ class DemoMixer:
             env's current observation (documented limitation: a mid-episode start).
         frame_stack: observations are ``(C * frame_stack, ...)`` stacks along axis 0; demos
             store the last frame ``(C, ...)`` and replays rebuild the stack (first frame
-            repeated, then rolled), as in the seed.
+            repeated, then rolled), as in PyTorchRL's ``PPODBuffer``.
         track_episodes: offer every finished env episode to the store as a candidate demo.
             The action row shape is then fixed while an env episode is open.
     """

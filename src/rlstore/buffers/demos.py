@@ -2,8 +2,8 @@
 
 PPO+D (Libardi, De Fabritiis, Dittert 2021, arXiv:2007.03328) replays whole demonstration
 episodes inside the PPO rollout. rlstore follows the documented PyTorchRL ``PPODBuffer``
-semantics (reference/algorithms.md section 3.2); choices where the paper body is unverified
-are marked **Decision** below and pinned by tests against naive references.
+semantics (``pytorchrl.agent.storages.on_policy.ppod_buffer``); choices where the paper body is
+unverified are marked **Decision** below and pinned by tests against naive references.
 
 * :class:`Demo`: one episode, ``observations (L, *obs_shape)``, ``actions (L, *act_shape)``,
   ``rewards (L,)`` float32; ``observations[j]`` is the observation ``actions[j]`` was taken in.
@@ -13,7 +13,7 @@ are marked **Decision** below and pinned by tests against naive references.
     ``reward_threshold``; a new maximum empties the *agent* reward demos first (**Decision**:
     human demos survive it, as they survive eviction);
   - **value demos** (sampled with ``P_i ~ max(MaxValue_i, 0) ** alpha``, **Decision**: negative
-    values are clipped to 0 and an all-zero vector samples uniformly; the seed produced NaN) are
+    values are clipped to 0 and an all-zero vector samples uniformly; PyTorchRL produced NaN) are
     the other episodes, accepted when their max value is at least the smallest stored one or
     while the store is below capacity;
   - every candidate is first cut after its last positive reward (whole episode if none);
@@ -21,7 +21,7 @@ are marked **Decision** below and pinned by tests against naive references.
     (oldest first on ties); human demos are never evicted;
   - annealing after each accepted reward demo (if value demos exist):
     ``delta = min(phi0 / |value demos|, phi)``, ``rho += delta``, ``phi -= delta``
-    (**Decision**: the seed clipped rho and phi separately, which can break ``rho + phi =
+    (**Decision**: PyTorchRL clipped rho and phi separately, which can break ``rho + phi =
     rho0 + phi0``; moving ``delta`` keeps the sum exactly).
 * :class:`~rlstore.buffers.demo_mixer.DemoMixer` (module :mod:`rlstore.buffers.demo_mixer`,
   re-exported here with :class:`~rlstore.buffers.demo_mixer.MixedStep` and the source codes
@@ -99,12 +99,12 @@ class Demo:
 
     @property
     def length(self) -> int:
-        """Number of transitions ``L`` (DemoLength in the seed)."""
+        """Number of transitions ``L`` (DemoLength in PyTorchRL)."""
         return int(self.rewards.shape[0])
 
     @property
     def total_reward(self) -> float:
-        """Sum of the rewards (TotalReward in the seed), accumulated in float64."""
+        """Sum of the rewards (TotalReward in PyTorchRL), accumulated in float64."""
         return float(self.rewards.astype(np.float64).sum())
 
     def state(self) -> dict[str, Any]:

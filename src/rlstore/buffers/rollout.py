@@ -464,8 +464,9 @@ class RolloutBuffer:
     ) -> Iterator[TrajectoryMinibatch]:
         """Left-padded windows of up to ``timesteps`` past steps of the same episode.
 
-        Seed 004 ``get_trajectory_minibatches`` semantics; with ``prob_go_from_end = 0`` every
-        step is a target once per epoch. See :func:`rlstore.minibatches.trajectory_minibatches`.
+        The semantics of DecisionTransformerInterpretability's
+        ``Memory.get_trajectory_minibatches``; with ``prob_go_from_end = 0`` every step is a target
+        once per epoch. See :func:`rlstore.minibatches.trajectory_minibatches`.
         """
         batch, norm = self._training_batch("trajectory_minibatches")
         sizes = {

@@ -1,4 +1,8 @@
-"""The seed libraries' classes with their documented signatures, as facades over rlstore's core.
+"""Classes of other RL libraries with their documented signatures, as facades over rlstore's core.
+
+velora's ``ReplayBuffer`` / ``BufferBase`` / ``BatchExperience``; PyTorchRL's on-policy storages,
+``PPODBuffer`` and ``MBReplayBuffer``; DecisionTransformerInterpretability's ``src.ppo``
+``Memory``; the documented ``src.buffers`` ``PPOBuffer`` and ``SimpleReplayBuffer``.
 
 Import them from their modules (``rlstore.compat.velora``, ``rlstore.compat.pytorchrl``, ...);
 this package re-exports them for convenience. velora's ``ReplayBuffer`` is exported as

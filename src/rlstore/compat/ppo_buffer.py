@@ -1,4 +1,4 @@
-"""Seed 000 ``src.buffers.PPOBuffer``: a single-env PPO epoch buffer (Spinning Up style).
+"""The documented ``src.buffers.PPOBuffer``: a single-env PPO epoch buffer (Spinning Up style).
 
 ``PPOBuffer(obs_dim, act_dim, size, batch_size, gamma=0.99, lam=0.95, eps=1e-3)`` with
 ``store(buffer_dict)``, ``finish_path(last_val=0)``, ``sample_batch()``,
@@ -50,7 +50,7 @@ __all__ = ["PPOBuffer", "ConfigSchema", "discount_cumsum"]
 
 
 def discount_cumsum(x: Any, discount: float) -> np.ndarray:
-    """Discounted cumulative sum ``y[k] = sum_{j >= k} discount**(j - k) * x[j]`` (seed 000).
+    """Discounted cumulative sum ``y[k] = sum_{j >= k} discount**(j - k) * x[j]``.
 
     Args:
         x: 1-D array-like of length T (list, numpy array or CPU tensor), any float dtype.
@@ -77,7 +77,7 @@ def discount_cumsum(x: Any, discount: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ConfigSchema:
-    """A small typed key schema, the stand-in for the seed's strictyaml ``Map``.
+    """A small typed key schema, the stand-in for the original's strictyaml ``Map``.
 
     ``required`` and ``optional`` map key names to the expected Python type (``int`` or
     ``float``). ``int`` accepts Python/numpy integers (not ``bool``); ``float`` also accepts
@@ -159,8 +159,8 @@ class PPOBuffer:
       and ``v[path_end] = last_val``, via :func:`rlstore.returns.gae` (the step before
       ``finish_path`` bootstraps from ``last_val``);
     * ``ret[k] = sum_j gamma**(j-k) r[j] + gamma**(n-k) * last_val``: the discounted
-      reward-to-go, the value target of the seed and of Spinning Up (it equals ``adv + val`` only
-      for ``lam = 1``).
+      reward-to-go, the value target of ``src.buffers.PPOBuffer`` and of Spinning Up (it equals
+      ``adv + val`` only for ``lam = 1``).
 
     ``last_val`` is 0 when the episode terminated and ``V(s_T)`` when it was truncated (time
     limit) or cut off by the epoch end: truncation is therefore handled correctly through this
@@ -171,7 +171,7 @@ class PPOBuffer:
     ``mpi_statistics_scalar``) and the constructor's ``eps`` (default 1e-3), then resets the
     pointers.
 
-    Decisions where the seed / Spinning Up were loose:
+    Decisions where ``src.buffers.PPOBuffer`` / Spinning Up were loose:
 
     * ``store`` rejects a full buffer with :class:`~rlstore.errors.CapacityError` (Spinning Up
       uses ``assert``, which vanishes under ``python -O``), and rejects missing/unknown keys
@@ -179,10 +179,10 @@ class PPOBuffer:
     * ``sample_batch`` refuses to return steps of a trajectory that was not closed by
       ``finish_path`` (their advantages would silently be zero) and does not require the buffer
       to be full: it returns the ``len(buf)`` stored steps.
-    * ``finish_path`` accepts the seed's parameter name ``action_obj`` as well as Spinning Up's
+    * ``finish_path`` accepts the original's parameter name ``action_obj`` as well as Spinning Up's
       ``last_val`` (giving both is an error).
     * ``batch_size`` is validated (1 <= batch_size <= size) and used by :meth:`minibatches`
-      to split a sampled epoch; the seed's ``sample_batch`` returns the whole epoch.
+      to split a sampled epoch; the original ``sample_batch`` returns the whole epoch.
     * ``config()`` / ``state_dict()`` / ``load_state_dict()`` make it checkpointable with
       :func:`rlstore.checkpoint.save` (an open trajectory resumes exactly).
 
@@ -312,7 +312,7 @@ class PPOBuffer:
                 ``V(s_T)``, the value of the state after the last stored step (time-limit
                 truncation or epoch end): the bootstrap for both the advantages and the
                 rewards-to-go. A number or a size-1 array/tensor; ``None`` means 0.
-            action_obj: the seed's name for the same argument (also accepts a mapping with key
+            action_obj: the original's name for the same argument (also accepts a mapping with key
                 ``"last_val"`` or ``"val"``). Give at most one of the two.
 
         Raises:
@@ -320,7 +320,9 @@ class PPOBuffer:
             SpecError: the value is not a finite scalar.
         """
         if last_val is not None and action_obj is not None:
-            raise RLStoreError("finish_path: give last_val or action_obj (its seed name), not both")
+            raise RLStoreError(
+                "finish_path: give last_val or action_obj (its original name), not both"
+            )
         value = last_val if last_val is not None else action_obj
         if isinstance(value, Mapping):
             keys = [k for k in ("last_val", "val") if k in value]

@@ -1,4 +1,6 @@
-"""Seed 001 (PyTorchRL) ``PPODBuffer``: PPO+D demonstration replay inside a GAE rollout.
+"""PyTorchRL's ``PPODBuffer``: PPO+D demonstration replay inside a GAE rollout.
+
+The original is ``pytorchrl.agent.storages.on_policy.ppod_buffer.PPODBuffer``.
 
 A facade over :class:`rlstore.compat.pytorchrl.GAEBuffer` (layout C storage, GAE returns) and
 :mod:`rlstore.buffers.demos` (:class:`~rlstore.buffers.demos.DemoStore` holds the demo rules,
@@ -8,7 +10,7 @@ mixes the sample before storing it:
 * a slot replaying a demo stores the demo's action and reward, ``LogProbability = 0`` (the
   behaviour probability of a demo action is 1) and ``Value`` recomputed by
   ``actor.get_value`` on the stored demo observation; its next observation is the demo's next
-  frame (frame stack rebuilt as in the seed) with ``Done = 0``;
+  frame (frame stack rebuilt as in PyTorchRL) with ``Done = 0``;
 * when a demo ends (its last transition is a termination) or an env episode ends, the source of
   the slot's next episode is drawn with ``(rho, phi, 1 - rho - phi)``; a demo start writes the
   demo's first frame as next observation with ``Done = 1`` and zeroed recurrent state; "env"
@@ -16,18 +18,19 @@ mixes the sample before storing it:
 * every finished env episode is offered to the store (cut after its last positive reward, with
   its running max of ``Value``) as a reward or value demo.
 
-Decisions that differ from the seed (its API is kept):
+Decisions that differ from PyTorchRL (its API is kept):
 
 * ``reward_demos`` / ``value_demos`` are lists of :class:`~rlstore.buffers.demos.Demo`
-  records (the seed used dicts with the same content); demo files are rlstore checkpoints
-  (``<name>_state.safetensors`` + ``<name>_metadata.json``); the seed's ``.npz`` demos
+  records (PyTorchRL used dicts with the same content); demo files are rlstore checkpoints
+  (``<name>_state.safetensors`` + ``<name>_metadata.json``); PyTorchRL's ``.npz`` demos
   (``Observation``, ``Action``, ``Reward``, optional ``FrameSkip``) are read too;
 * randomness comes from one seeded numpy Generator (keyword ``seed``), not the global one;
-* the MaxValue tracking bug of the seed (algorithms.md 3.2) is not reproduced;
+* PyTorchRL's MaxValue tracking bug (the running max is written under an integer key and read
+  under ``"env{i+1}"``, so every value demo keeps ``-inf``) is not reproduced;
 * the demo rules' documented choices (annealing that conserves ``rho + phi``, clipped
   ``MaxValue ** alpha``, human demos kept when the reward demos are emptied) are those of
   :mod:`rlstore.buffers.demos`; intrinsic rewards of demo steps are left as the sample gave them;
-* the seed's ``track_potential_demos(sample)`` is folded into ``insert_transition`` (the mixer
+* PyTorchRL's ``track_potential_demos(sample)`` is folded into ``insert_transition`` (the mixer
   tracks every env slot's episode there); ``sample_demo(env_id)`` returns the drawn source code;
 * a sample rejected by the storage *after* mixing (a wrong shape) leaves the mixer one step
   ahead; call :meth:`reset` after such an error.
@@ -92,7 +95,7 @@ def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
 
 
 class PPODBuffer(GAEBuffer):
-    """PyTorchRL's PPO+D storage (seed 001): a GAE rollout with demonstration replay.
+    """PyTorchRL's PPO+D storage: a GAE rollout with demonstration replay.
 
     Args:
         size, device, actor, algorithm, envs, gae_lambda: as in
@@ -178,7 +181,7 @@ class PPODBuffer(GAEBuffer):
 
         return create_buffer_instance
 
-    # ------------------------------------------------------------------ seed attributes
+    # ------------------------------------------------------------------ PyTorchRL attributes
     @property
     def rho(self) -> float:
         """Current reward-demo replay probability (annealed)."""
@@ -216,7 +219,7 @@ class PPODBuffer(GAEBuffer):
 
     # ------------------------------------------------------------------ demo files
     def load_demo(self, demo_path: str | os.PathLike[str]) -> Demo:
-        """Load one demo: a seed ``.npz`` file or an rlstore ``<name>_metadata.json``.
+        """Load one demo: a PyTorchRL ``.npz`` file or an rlstore ``<name>_metadata.json``.
 
         Raises:
             CheckpointError: unreadable file or missing keys.
@@ -357,7 +360,7 @@ class PPODBuffer(GAEBuffer):
         """Track and mix demo replays into one vector-env step, then store it (module doc).
 
         Calls :meth:`track_potential_demos` unless it was already called with this very
-        ``sample`` object (the seed's workflow may call it first): each step is tracked once.
+        ``sample`` object (PyTorchRL's workflow may call it first): each step is tracked once.
         A rejected sample changes nothing (it is validated before any tracking).
         """
         tracked, self._tracked = self._tracked, None
@@ -369,7 +372,7 @@ class PPODBuffer(GAEBuffer):
         self._inserted = sample
 
     def track_potential_demos(self, sample: Mapping[str, Any]) -> None:
-        """Tracks current episodes looking for potential demos (seed 001 signature).
+        """Tracks current episodes looking for potential demos (PyTorchRL's signature).
 
         Feeds one vector-env step to the demo mixer: the step is appended to the open env
         episodes, every finished episode is offered to the demo store (a reward demo when its

@@ -1,4 +1,4 @@
-"""Seed 004 (``src.ppo`` of DecisionTransformerInterpretability): ``Memory`` and GAE helpers.
+"""DecisionTransformerInterpretability's ``src.ppo``: ``Memory`` and GAE helpers.
 
 ``Memory(envs, args, device)`` with ``add``, ``add_vars_to_log``, ``log``,
 ``compute_advantages``, ``get_minibatch_indexes``, ``get_minibatches``,
@@ -7,11 +7,11 @@
 ``process_memory_vars_to_log``; ``compute_advantages_vectorized`` and ``shift_rows``
 (defined in :mod:`rlstore.compat.src_ppo_gae`, re-exported here).
 
-**Layout B.** The seed follows CleanRL: the ``done`` stored with step ``t`` says that ``obs[t]``
+**Layout B.** ``src.ppo`` follows CleanRL: the ``done`` stored with step ``t`` says that ``obs[t]``
 *starts* a new episode (it is the ``next_done`` returned by the previous env step), and the flag
 of the last transition is carried separately as ``next_done``. rlstore is transition-aligned
 (layout A), so at the boundary ``done_A[t] = dones[t + 1]`` for ``t < T - 1`` and
-``done_A[T - 1] = next_done``. Layout B has no truncation channel; in the seed every done is a
+``done_A[T - 1] = next_done``. Layout B has no truncation channel; in ``src.ppo`` every done is a
 termination (no bootstrap). ``Memory`` adds one: see :meth:`Memory.add`.
 
 See :mod:`rlstore.compat.src_ppo_gae` for a worked ``compute_advantages_vectorized`` example.
@@ -96,34 +96,34 @@ def _take(x: Any, i: torch.Tensor) -> Any:
 
 
 class Memory:
-    """Rollout memory of seed 004, over :class:`~rlstore.buffers.rollout.RolloutBuffer`.
+    """DecisionTransformerInterpretability's ``src.ppo.memory.Memory``, over a RolloutBuffer.
 
     The rollout loop calls ``add(obs, done, action, logprob, value, reward)`` once per vector-env
     step (layout B ``done``: "obs starts a new episode") and sets ``memory.next_obs``,
     ``memory.next_done`` and ``memory.next_value`` after the last step. The minibatch methods
     convert the steps to layout A, fill a ``RolloutBuffer`` (``advantage_normalization="none"``:
-    the seed normalizes per minibatch in its loss) and draw minibatches from it.
+    the original normalizes per minibatch in its loss) and draw minibatches from it.
 
-    ``args`` is any object with the attributes the seed reads from ``OnlineTrainConfig``:
+    ``args`` is any object with the attributes the original reads from ``OnlineTrainConfig``:
     ``gamma``, ``gae_lambda``, ``minibatch_size`` (and, optional, ``batch_size`` for
     :meth:`get_minibatch_indexes` defaults, ``num_minibatches`` for recurrent minibatches,
     ``seed`` for the shuffling RNG).
 
-    Decisions that differ from the seed (its API is kept):
+    Decisions that differ from the original (its API is kept):
 
     * **Truncation.** ``add(..., truncated=, final_value=)`` and the attributes
       ``next_truncated`` / ``next_final_value`` mark an episode end as a time-limit truncation
       that bootstraps from ``V(final_obs)``; without them every done is a termination, as in
-      the seed.
-    * ``global_step`` counts env steps (``N`` per ``add``); the seed only counted steps in
+      the original.
+    * ``global_step`` counts env steps (``N`` per ``add``); the original only counted steps in
       which some episode finished.
     * Recurrent minibatches (``get_minibatches(recurrence=k)``) are sequences of at most ``k``
-      steps that never cross an env column or an episode boundary (the seed's chunks could
+      steps that never cross an env column or an episode boundary (the original's chunks could
       cross env columns), with the hidden state before their first step and a padding mask.
-    * Trajectory minibatches use the rollout-wide GAE of each target step (the seed recomputed
+    * Trajectory minibatches use the rollout-wide GAE of each target step (the original recomputed
       GAE inside each window, cutting the lambda-trace at the window end) and cover every step
-      once per call (``prob_go_from_end`` moves targets to episode ends as in the seed).
-    * Seed assertions became :class:`~rlstore.errors.ConfigError` /
+      once per call (``prob_go_from_end`` moves targets to episode ends as in the original).
+    * The original's assertions became :class:`~rlstore.errors.ConfigError` /
       :class:`~rlstore.errors.SpecError`; ``log`` works with wandb (when installed and a run is
       active) or any writer.
 
@@ -429,7 +429,7 @@ class Memory:
         k`` per array.
 
         Raises:
-            ConfigError: sizes that do not divide (the seed asserted only some of them).
+            ConfigError: sizes that do not divide (the original asserted only some of them).
         """
         if minibatch_size < 1 or batch_size % minibatch_size:
             raise ConfigError(

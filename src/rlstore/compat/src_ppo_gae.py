@@ -1,7 +1,7 @@
-"""Seed 004 (``src.ppo``) GAE helpers on CleanRL-style layout-B flags.
+"""DecisionTransformerInterpretability's ``src.ppo`` GAE helpers on CleanRL-style layout-B flags.
 
 ``compute_advantages_vectorized`` (linear time and memory, via :func:`rlstore.returns.gae`) and
-the seed's ``shift_rows`` utility; re-exported by :mod:`rlstore.compat.src_ppo`.
+its ``shift_rows`` utility; re-exported by :mod:`rlstore.compat.src_ppo`.
 
 **Layout B.** The ``done`` stored with step ``t`` says that ``obs[t]`` *starts* a new episode
 (it is the ``next_done`` returned by the previous env step), and the flag of the last
@@ -38,8 +38,8 @@ def shift_rows(arr: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     Given ``[1, 2, 3]`` it returns ``[[1, 2, 3], [0, 1, 2], [0, 0, 1]]``; trailing dimensions of
     ``arr`` are batch dimensions: ``out[i, j, ...] = arr[j - i, ...]`` for ``j >= i``, else 0.
 
-    The output itself is ``(L, L, *batch)``: O(L^2) memory. The seed built its closed-form GAE on
-    it; :func:`compute_advantages_vectorized` no longer needs it (it runs a linear-time scan), so
+    The output itself is ``(L, L, *batch)``: O(L^2) memory. The original built its closed-form GAE
+    on it; :func:`compute_advantages_vectorized` no longer needs it (it runs a linear-time scan), so
     this is kept only as the documented utility. numpy in -> numpy out, torch in -> torch out.
     """
     if arr.ndim < 1:
@@ -85,7 +85,7 @@ def compute_advantages_vectorized(
         delta_t    = r_t + gamma * (1 - done_A[t]) * next_v[t] - values_t
         A_t        = delta_t + gamma * gae_lambda * (1 - done_A[t]) * A_{t+1}
 
-    computed by :func:`rlstore.returns.gae` (the seed's closed form cost O(T^2 N) memory).
+    computed by :func:`rlstore.returns.gae` (the original's closed form cost O(T^2 N) memory).
 
     Args:
         next_value: ``(N,)`` V of the observation after the last step.

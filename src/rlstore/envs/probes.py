@@ -1,9 +1,10 @@
 """Probe environments: tiny MDPs that each isolate one part of an RL agent.
 
-After Andy Jones, "Debugging RL, Without the Agonizing Pain", and the ``my_probe_envs`` module of
-seed 004. Every probe has a ``Box`` observation of shape ``(1,)`` (float32), a ``Discrete`` action
-space, the Gymnasium 5-tuple API, is seedable through ``reset(seed=...)``, and ends by
-*termination* (never truncation), so the optimal values below are exact:
+After Andy Jones, "Debugging RL, Without the Agonizing Pain", and the ``src.ppo.my_probe_envs``
+module of DecisionTransformerInterpretability. Every probe has a ``Box`` observation of shape
+``(1,)`` (float32), a ``Discrete`` action space, the Gymnasium 5-tuple API, is seedable through
+``reset(seed=...)``, and ends by *termination* (never truncation), so the optimal values below are
+exact:
 
 =======  =========  =================================================  ===========================
 probe    actions    dynamics (t = step index within the episode)       optimal V / policy
@@ -19,14 +20,14 @@ Probe7   2 (or n)   obs [c], c in {0, 1}, then [-1] (blank) x 3;          memory
                     reward 1 at the 4th decision if a == c, else 0      no memory: at most 0.5
 =======  =========  =================================================  ===========================
 
-Deliberate differences from the seed (see ``algorithms.md`` section 7):
+Deliberate differences from DecisionTransformerInterpretability's ``my_probe_envs``:
 
-* Probe6 implements the seed's *documented* intent (reward 1 when the action equals ``t mod 2``),
-  not its code (reward 1 at t = 10 whatever the action). Its observation space is fixed to
+* Probe6 implements the original's *documented* intent (reward 1 when the action equals ``t mod
+  2``), not its code (reward 1 at t = 10 whatever the action). Its observation space is fixed to
   ``[0, 10]`` instead of being mutated every step.
 * Probe7's blank observation is ``[-1]``, so the cue ``[0]`` cannot be confused with it, and it
-  has 2 actions by default (``Probe7(num_actions=5)`` gives the seed's action count; actions >= 2
-  are never rewarded). A feed-forward agent sees only blanks at the rewarded decision, so its best
+  has 2 actions by default (``Probe7(num_actions=5)`` gives the original's action count; actions >=
+  2 are never rewarded). A feed-forward agent sees only blanks at the rewarded decision, so its best
   expected reward is 0.5; an agent with memory gets 1.
 
 Environments are NOT registered on import; call :func:`register_probes` once::
@@ -64,10 +65,21 @@ StepResult = tuple[np.ndarray, float, bool, bool, dict[str, Any]]
 
 
 class _ProbeEnv(gym.Env[np.ndarray, np.int64]):
-    """Shared plumbing: (1,)-shaped float32 observations, discrete actions, action validation."""
+    """The skeleton every probe shares; a probe states only what differs.
+
+    (1,)-shaped float32 observations, discrete actions, action validation, seeding, and an episode
+    of ``episode_length`` steps that always ends by termination. A probe overrides:
+
+    * ``_draw()``: the episode's hidden value, drawn from ``np_random`` at reset (default 0.0,
+      drawing nothing, so probes without randomness never touch the RNG);
+    * ``_observe(t)``: the observation value at step index ``t`` (``t = episode_length`` is the
+      final observation), which may read the drawn value ``self._value``;
+    * ``_reward(t, a)``: the reward for action ``a`` taken at step index ``t``.
+    """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
-    _n_actions: ClassVar[int] = 1
+    episode_length: ClassVar[int] = 1
+    _n_actions: int = 1
     _low: ClassVar[float] = -1.0  # Box bounds; gymnasium warns when low == high
     _high: ClassVar[float] = 1.0
 
@@ -77,13 +89,31 @@ class _ProbeEnv(gym.Env[np.ndarray, np.int64]):
         )
         self.action_space = gym.spaces.Discrete(self._n_actions)
         self._t = 0
+        self._value = 0.0
         self._done = True
 
-    @staticmethod
-    def _obs(value: float) -> np.ndarray:
-        return np.array([value], dtype=np.float32)
+    def _draw(self) -> float:
+        return 0.0
 
-    def _check_action(self, action: Any) -> int:
+    def _observe(self, t: int) -> float:
+        return 0.0
+
+    def _reward(self, t: int, a: int) -> float:
+        raise NotImplementedError
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._observe(self._t)], dtype=np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._done = False
+        self._value = self._draw()
+        return self._obs(), {}
+
+    def step(self, action: Any) -> StepResult:
         if self._done:
             raise gym.error.ResetNeeded(
                 f"{type(self).__name__}: call reset() before step() (the episode has ended)"
@@ -93,30 +123,17 @@ class _ProbeEnv(gym.Env[np.ndarray, np.int64]):
                 f"action: expected an int in [0, {self._n_actions - 1}] "
                 f"for {type(self).__name__}, got {action!r}"
             )
-        return int(action)
-
-    def _start(self, seed: int | None) -> None:
-        super().reset(seed=seed)
-        self._t = 0
-        self._done = False
-
-    def _end(self, obs: np.ndarray, reward: float) -> StepResult:
-        self._done = True
-        return obs, float(reward), True, False, {}
+        reward = float(self._reward(self._t, int(action)))
+        self._t += 1
+        self._done = self._t >= self.episode_length
+        return self._obs(), reward, self._done, False, {}
 
 
 class Probe1(_ProbeEnv):
     """One action, observation [0.0], one step, reward +1. Tests the value loss: V([0]) = 1."""
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._start(seed)
-        return self._obs(0.0), {}
-
-    def step(self, action: Any) -> StepResult:
-        self._check_action(action)
-        return self._end(self._obs(0.0), 1.0)
+    def _reward(self, t: int, a: int) -> float:
+        return 1.0
 
 
 class Probe2(_ProbeEnv):
@@ -125,16 +142,14 @@ class Probe2(_ProbeEnv):
     Tests backpropagation through the value network: V([r]) = r.
     """
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._start(seed)
-        self._r = float(self.np_random.choice([-1.0, 1.0]))
-        return self._obs(self._r), {}
+    def _draw(self) -> float:
+        return float(self.np_random.choice([-1.0, 1.0]))
 
-    def step(self, action: Any) -> StepResult:
-        self._check_action(action)
-        return self._end(self._obs(self._r), self._r)
+    def _observe(self, t: int) -> float:
+        return self._value
+
+    def _reward(self, t: int, a: int) -> float:
+        return self._value
 
 
 class Probe3(_ProbeEnv):
@@ -143,18 +158,13 @@ class Probe3(_ProbeEnv):
     Tests discounting (gamma applied once per step): V([0]) = gamma, V([1]) = 1.
     """
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._start(seed)
-        return self._obs(0.0), {}
+    episode_length = 2
 
-    def step(self, action: Any) -> StepResult:
-        self._check_action(action)
-        if self._t == 0:
-            self._t = 1
-            return self._obs(1.0), 0.0, False, False, {}
-        return self._end(self._obs(1.0), 1.0)
+    def _observe(self, t: int) -> float:
+        return 0.0 if t == 0 else 1.0
+
+    def _reward(self, t: int, a: int) -> float:
+        return 0.0 if t == 0 else 1.0
 
 
 class Probe4(_ProbeEnv):
@@ -165,15 +175,8 @@ class Probe4(_ProbeEnv):
 
     _n_actions = 2
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._start(seed)
-        return self._obs(0.0), {}
-
-    def step(self, action: Any) -> StepResult:
-        a = self._check_action(action)
-        return self._end(self._obs(0.0), 1.0 if a == 1 else -1.0)
+    def _reward(self, t: int, a: int) -> float:
+        return 1.0 if a == 1 else -1.0
 
 
 class Probe5(_ProbeEnv):
@@ -184,16 +187,14 @@ class Probe5(_ProbeEnv):
 
     _n_actions = 2
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._start(seed)
-        self._o = int(self.np_random.integers(0, 2))
-        return self._obs(float(self._o)), {}
+    def _draw(self) -> float:
+        return float(self.np_random.integers(0, 2))
 
-    def step(self, action: Any) -> StepResult:
-        a = self._check_action(action)
-        return self._end(self._obs(float(self._o)), 1.0 if a == self._o else -1.0)
+    def _observe(self, t: int) -> float:
+        return self._value
+
+    def _reward(self, t: int, a: int) -> float:
+        return 1.0 if a == self._value else -1.0
 
 
 class Probe6(_ProbeEnv):
@@ -204,24 +205,16 @@ class Probe6(_ProbeEnv):
     final observation is [10].
     """
 
-    episode_length: ClassVar[int] = 10
+    episode_length = 10
     _n_actions = 2
     _low = 0.0
     _high = 10.0
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._start(seed)
-        return self._obs(0.0), {}
+    def _observe(self, t: int) -> float:
+        return float(t)
 
-    def step(self, action: Any) -> StepResult:
-        a = self._check_action(action)
-        reward = 1.0 if a == self._t % 2 else 0.0
-        self._t += 1
-        if self._t >= self.episode_length:
-            return self._end(self._obs(float(self._t)), reward)
-        return self._obs(float(self._t)), reward, False, False, {}
+    def _reward(self, t: int, a: int) -> float:
+        return 1.0 if a == t % 2 else 0.0
 
 
 class Probe7(_ProbeEnv):
@@ -232,32 +225,29 @@ class Probe7(_ProbeEnv):
     invisible at t = 3 and the best expected reward is 0.5 (negative control).
 
     Args:
-        num_actions: size of the action space, >= 2 (default 2; the seed used 5). Only actions 0
-            and 1 can ever be rewarded.
+        num_actions: size of the action space, >= 2 (default 2; DecisionTransformerInterpretability
+            used 5). Only actions 0 and 1 can ever be rewarded.
     """
 
-    num_decisions: ClassVar[int] = 4
+    episode_length = 4
+    num_decisions: ClassVar[int] = episode_length
     blank: ClassVar[float] = -1.0
 
     def __init__(self, num_actions: int = 2) -> None:
         if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 2:
             raise ConfigError(f"num_actions: expected an int >= 2, got {num_actions!r}")
+        self._n_actions = num_actions
         super().__init__()
-        self.action_space = gym.spaces.Discrete(num_actions)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._start(seed)
-        self._cue = int(self.np_random.integers(0, 2))
-        return self._obs(float(self._cue)), {}
+    def _draw(self) -> float:
+        return float(self.np_random.integers(0, 2))
 
-    def step(self, action: Any) -> StepResult:
-        a = self._check_action(action)
-        self._t += 1
-        if self._t >= self.num_decisions:
-            return self._end(self._obs(self.blank), 1.0 if a == self._cue else 0.0)
-        return self._obs(self.blank), 0.0, False, False, {}
+    def _observe(self, t: int) -> float:
+        return self._value if t == 0 else self.blank
+
+    def _reward(self, t: int, a: int) -> float:
+        last = t == self.num_decisions - 1
+        return 1.0 if last and a == self._value else 0.0
 
 
 #: Gymnasium ids registered by :func:`register_probes`, in probe order.

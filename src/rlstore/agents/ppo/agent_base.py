@@ -1,10 +1,11 @@
 """The PPO agent base class: spaces, action distributions, optimizer, rollout and update.
 
-Every agent implements ``_step(obs, memory) -> (dist_params, value, stored_hidden, new_memory)``
-for one vectorized env step and ``_evaluate(minibatch) -> (dist_params, value, mask)`` for a
-training minibatch; :class:`PPOAgent` does the rest (``rollout`` via
-:func:`rlstore.agents.ppo.rollout.run_rollout` and ``learn``, seed 004 API). The concrete
-architectures live in :mod:`rlstore.agents.ppo.models` (FC, :func:`get_agent`) and
+Every agent implements ``_step(obs, memory) -> (dist_params, value, stored_hidden, new_memory)`` for
+one vectorized env step and ``_evaluate(minibatch) -> (dist_params, value, mask)`` for a training
+minibatch; :class:`PPOAgent` does the rest (``rollout`` via
+:func:`rlstore.agents.ppo.rollout.run_rollout` and ``learn``, the API of
+DecisionTransformerInterpretability's ``src.ppo``). The concrete architectures live in
+:mod:`rlstore.agents.ppo.models` (FC, :func:`get_agent`) and
 :mod:`rlstore.agents.ppo.sequence_agents` (LSTM, transformer).
 """
 
@@ -182,7 +183,8 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
             envs: the vector env ``state`` was started on (``autoreset_mode`` SAME_STEP).
             state: from :meth:`RolloutState.start` or the previous rollout.
             trajectory_writer: optional object with ``accumulate_trajectory(next_obs, reward,
-                terminated, truncated, action, info)`` (seed 004's TrajectoryWriter).
+                terminated, truncated, action, info)`` (DecisionTransformerInterpretability's
+                ``TrajectoryWriter``).
             sampling_method: ``basic`` (sample pi), ``greedy``, ``temperature`` (kwarg
                 ``temperature``) or ``topk`` (kwarg ``k``); only ``basic`` is valid for training.
 
@@ -222,7 +224,8 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         Returns:
             Means over the minibatches of ``loss, pg_loss, v_loss, entropy, approx_kl,
             old_approx_kl, clipfrac`` plus ``explained_variance``, ``lr`` and ``clip_coef`` (used),
-            ``epochs`` (run) and ``grad_steps``. ``track`` is accepted for seed compatibility.
+            ``epochs`` (run) and ``grad_steps``. ``track`` is accepted for
+            DecisionTransformerInterpretability's signature.
         """
         sums: dict[str, float] = {}
         clip = args.clip_coef

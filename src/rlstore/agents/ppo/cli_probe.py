@@ -1,7 +1,8 @@
 """``rlstore probe``: train PPO agents on the probe environments and print a pass/fail table.
 
 Each probe isolates one part of the agent (see :mod:`rlstore.envs.probes`); the checks and their
-tolerances are the library's learning acceptance criteria (algorithms.md section 7):
+tolerances are the library's learning acceptance criteria (after Andy Jones, "Debugging RL,
+Without the Agonizing Pain", and DecisionTransformerInterpretability's probe tests):
 
 ========  =====================  ===================================================
 probe     agents (default)       pass criterion, for every seed

@@ -148,7 +148,7 @@ class EnvironmentConfig(_Config):
 
 
 class OnlineTrainConfig(_Config):
-    """PPO hyper-parameters (defaults: CleanRL ``ppo.py``, see algorithms.md 1.6)."""
+    """PPO hyper-parameters (defaults: CleanRL ``ppo.py``)."""
 
     total_timesteps: int = Field(500_000, ge=1)
     """Total environment steps (summed over envs); rounded down to whole updates (at least one)."""

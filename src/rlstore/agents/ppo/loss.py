@@ -1,4 +1,4 @@
-"""The PPO clipped surrogate loss and its diagnostics (algorithms.md 1.6, CleanRL ``ppo.py``).
+"""The PPO clipped surrogate loss and its diagnostics (Schulman et al. 2017, CleanRL ``ppo.py``).
 
 Contract (all inputs are 1-D float tensors of the same length B, one entry per transition of a
 minibatch; ``mask`` marks real entries of padded recurrent minibatches):

@@ -57,8 +57,8 @@ class FCAgent(PPOAgent):
 
     Args:
         envs: vector env (spaces). environment_config: kept for checkpoints.
-        fc_model_config: unused (seed compatibility). device: parameter device.
-        hidden_dim: width of the two tanh hidden layers of actor and critic.
+        fc_model_config: unused (kept for DecisionTransformerInterpretability's signature). device:
+        parameter device. hidden_dim: width of the two tanh hidden layers of actor and critic.
     """
 
     def __init__(

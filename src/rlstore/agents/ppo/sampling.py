@@ -3,8 +3,8 @@
 ``sample_from_agents(agents, rollout_length, trajectory_path, num_envs, sampling_method)`` runs
 every agent for ``rollout_length`` steps in each of ``num_envs`` fresh copies of its environment
 (``agent.environment_config``, vector env in SAME_STEP autoreset mode) through the agent's own
-``rollout`` (seed 004 API) with a :class:`TrajectoryWriter` attached, and returns one
-:class:`Trajectories` record per agent. Sampling methods:
+``rollout`` (DecisionTransformerInterpretability's ``src.ppo`` API) with a :class:`TrajectoryWriter`
+attached, and returns one :class:`Trajectories` record per agent. Sampling methods:
 
 * ``basic``: sample from pi;
 * ``greedy``: the mode (argmax of the logits; the mean of a Gaussian);
@@ -141,7 +141,8 @@ def _stack(rows: list[Obs]) -> Obs:
 
 
 class TrajectoryWriter:
-    """Collects the steps of one vectorized rollout (seed 004's ``TrajectoryWriter`` role).
+    """Collects the steps of one vectorized rollout (as DecisionTransformerInterpretability's
+    ``TrajectoryWriter``).
 
     The agent's rollout calls :meth:`accumulate_trajectory` once per vector step with the
     step's outputs; with SAME_STEP autoreset ``next_obs`` is the observation acted on next (the

@@ -1,4 +1,4 @@
-"""Linear learning-rate decay for PPO (the seed's ``PPOScheduler``)."""
+"""Linear learning-rate decay for PPO (DecisionTransformerInterpretability's ``PPOScheduler``)."""
 
 from __future__ import annotations
 

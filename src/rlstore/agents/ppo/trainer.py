@@ -123,7 +123,7 @@ def train_config_from_parts(
     environment_config: EnvironmentConfig,
     model_config: ModelConfig,
 ) -> TrainConfig:
-    """Bundle the four seed-style configs into one :class:`TrainConfig`."""
+    """Bundle the four configs (DecisionTransformerInterpretability's split) into a TrainConfig."""
     parts: dict[str, Any] = {
         "run": run_config,
         "environment": environment_config,

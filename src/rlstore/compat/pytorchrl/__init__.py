@@ -1,4 +1,6 @@
-"""Seed 001 (PyTorchRL) on-policy storages: VanillaOnPolicyBuffer, GAEBuffer, VTraceBuffer.
+"""PyTorchRL's on-policy storages: VanillaOnPolicyBuffer, GAEBuffer, VTraceBuffer.
+
+The originals live in ``pytorchrl.agent.storages.on_policy``.
 
 Modules: :mod:`.protocols` (sample keys, ``Actor`` / ``Algorithm``), :mod:`.vanilla`
 (:class:`VanillaOnPolicyBuffer`: storage, returns, minibatches), :mod:`.gae`
@@ -24,7 +26,7 @@ as a termination. A sample may carry two optional extra keys, ``NextTruncated`` 
 ``FinalValue`` (N, 1) = V(final observation); they are stored at ``step + 1`` like ``Done``
 under the keys ``Truncated`` and ``FinalValue``. A done transition whose ``Truncated`` flag is
 set bootstraps from ``FinalValue`` (never from the reset observation) and cuts the trace.
-Without these keys every done is a termination, as in the seed.
+Without these keys every done is a termination, as in PyTorchRL.
 
 Sample keys (PyTorchRL's ``prl.*`` constants): ``Observation``, ``NextObservation``,
 ``RecurrentHiddenStates``/``NextRecurrentHiddenStates`` (recurrent actors), ``Done``,

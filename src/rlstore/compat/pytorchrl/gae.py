@@ -1,4 +1,4 @@
-"""PyTorchRL's storage with GAE(gamma, lambda) returns (seed 001): GAEBuffer."""
+"""PyTorchRL's storage with GAE(gamma, lambda) returns: GAEBuffer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["GAEBuffer"]
 
 
 class GAEBuffer(VanillaOnPolicyBuffer):
-    """PyTorchRL's storage with GAE(gamma, lambda) returns (seed 001), via rlstore.returns.gae.
+    """PyTorchRL's ``GAEBuffer``: GAE(gamma, lambda) returns, via rlstore.returns.gae.
 
     ``ExternalReturn = A + Value`` (the TD(lambda) target) with
     ``delta_t = r_t + gamma*(1 - term_t)*next_value_t - V_t`` and

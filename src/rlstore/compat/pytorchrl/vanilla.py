@@ -1,4 +1,4 @@
-"""PyTorchRL's on-policy storage with Monte-Carlo returns (seed 001): VanillaOnPolicyBuffer.
+"""PyTorchRL's on-policy storage with Monte-Carlo returns: VanillaOnPolicyBuffer.
 
 The base class of :class:`~rlstore.compat.pytorchrl.GAEBuffer` and
 :class:`~rlstore.compat.pytorchrl.VTraceBuffer`: layout-C storage and insertion (see
@@ -55,32 +55,33 @@ __all__ = ["VanillaOnPolicyBuffer"]
 
 
 class VanillaOnPolicyBuffer:
-    """PyTorchRL's on-policy storage with Monte-Carlo returns (seed 001).
+    """PyTorchRL's on-policy storage with Monte-Carlo returns
+    (``vanilla_on_policy_buffer.VanillaOnPolicyBuffer``).
 
     ``ExternalReturn[t] = Reward[t] + gamma * (1 - done_A[t]) * ExternalReturn[t + 1]``,
     bootstrapped with ``V(Observation[L])`` at the rollout end and with ``FinalValue`` on
     truncation (GAE with lambda = 1 in :func:`rlstore.returns.gae`);
     ``Advantage = normalize(ExternalReturn - Value)`` over the whole rollout.
 
-    Decisions that differ from the seed (its API is kept):
+    Decisions that differ from PyTorchRL (its API is kept):
 
     * advantages are normalized with :func:`rlstore.returns.normalize_advantages`: population
-      std (ddof=0; the seed used torch's unbiased std) plus the seed's eps 1e-5 (1e-8 in
+      std (ddof=0; PyTorchRL used torch's unbiased std) plus PyTorchRL's eps 1e-5 (1e-8 in
       :class:`VTraceBuffer`);
-    * a partial rollout uses all ``L = used_capacity`` stored transitions (the seed's
+    * a partial rollout uses all ``L = used_capacity`` stored transitions (PyTorchRL's
       ``step - 1`` dropped the last one) and bootstraps from slot ``L``;
     * the first insertion after construction or :meth:`reset` also writes slot 0 from the
-      sample's ``Observation``/``RecurrentHiddenStates``/``Done`` (the seed left zeros there);
+      sample's ``Observation``/``RecurrentHiddenStates``/``Done`` (PyTorchRL left zeros there);
     * inserting into a full rollout raises :class:`~rlstore.errors.CapacityError` instead of
       wrapping around over unused data; after :meth:`after_gradients` the next insertion
       starts a new rollout;
     * :meth:`after_gradients` (called after every gradient step, while minibatches are still
-      drawn) changes no data; the seed copied slot ``L`` over slot 0 at once, so later
+      drawn) changes no data; PyTorchRL copied slot ``L`` over slot 0 at once, so later
       minibatches of the same update read the wrong first observation;
     * ``before_gradients`` keeps the stored recurrent state of slot ``L`` (the state *before*
       that observation) instead of overwriting it with the actor's output state;
     * ``update_storage_parameter`` raises :class:`~rlstore.errors.ConfigError` for a name that is
-      not a numeric attribute of the buffer (the seed silently ignored it);
+      not a numeric attribute of the buffer (PyTorchRL silently ignored it);
     * multiple critics (dict ``Value``) and the RND observation statistics (``algo.state_rms``)
       are not handled here; intrinsic rewards are scaled with rlstore's forward running
       discounted-return normalizer, per env and never reset at episode ends.

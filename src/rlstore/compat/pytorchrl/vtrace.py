@@ -1,4 +1,4 @@
-"""PyTorchRL's storage with V-trace targets (seed 001, IMPALA): VTraceBuffer."""
+"""PyTorchRL's storage with V-trace targets (IMPALA, Espeholt et al. 2018): VTraceBuffer."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
     (:meth:`get_updated_action_log_probs`), then calls :func:`rlstore.returns.vtrace` with the
     stored log-probs as behaviour policy: ``ExternalReturn[:L] = vs``, ``Advantage`` = the
     normalized policy-gradient advantages (eps 1e-8), ``LogProbability[:L]`` = the current
-    actor's log-probs (as in the seed, so the PPO ratio starts at 1).
+    actor's log-probs (as in PyTorchRL, so the PPO ratio starts at 1).
 
-    The seed's ``compute_vtrace`` is broken and is not copied (algorithms.md section 2.3): it
+    PyTorchRL's ``compute_vtrace`` (``vtrace_buffer.py``) is broken and is not copied: it
     put discounted *returns* where rewards belong in delta, did not mask the next value at
     episode ends, passed arguments to a method taking none, and ``before_gradients`` called
     ``compute_returns()`` without its arguments. Here rewards, termination/truncation and the
