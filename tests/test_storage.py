@@ -30,7 +30,7 @@ def test_ring_writes_match_a_list_model(cap: int, n: int) -> None:
         assert st.size == min(len(rows), cap)
         assert st.cursor == len(rows) % cap
         # logical row l (0 = oldest kept) is model row len(rows) - size + l
-        phys = st.physical_rows(np.arange(st.size))
+        phys = (st.cursor - st.size + np.arange(st.size)) % cap
         want = np.stack(rows[len(rows) - st.size :])
         np.testing.assert_array_equal(st.arrays["x"][phys], want)
         np.testing.assert_array_equal(st.arrays["f"][phys], want[..., 0] > 0)

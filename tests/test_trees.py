@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore._trees import as_tensor, tree_from_state, tree_leaves, tree_map, tree_to_state
+from rlstore._trees import (
+    as_tensor,
+    to_numpy,
+    tree_from_state,
+    tree_leaves,
+    tree_map,
+    tree_to_state,
+)
 from rlstore.errors import SpecError
 
 
@@ -41,3 +48,32 @@ def test_as_tensor_passes_tensors_through_and_names_bad_inputs():
     assert as_tensor("x", np.float32(2.0), torch.device("cpu")).dtype == torch.float32
     with pytest.raises(SpecError, match="reward: expected an array or tensor, got object"):
         as_tensor("reward", object())
+
+
+def test_tree_map_keeps_insertion_order_and_maps_several_trees():
+    tree = {"z": np.zeros(1), "a": (np.ones(1), None), "m": {"y": np.full(1, 2.0), "b": 3}}
+    assert list(tree_map(lambda x: x, tree)) == ["z", "a", "m"]  # not sorted
+    assert list(tree_map(lambda x: x, tree)["m"]) == ["y", "b"]
+    assert tree_leaves(tree)[2] is None  # None is a leaf, not an empty subtree
+    parts = [
+        {"o": np.arange(2), "h": (np.arange(1),)},
+        {"o": np.arange(2, 5), "h": (np.arange(3),)},
+    ]
+    cat = tree_map(lambda *xs: np.concatenate(xs), *parts)
+    assert cat["o"].tolist() == [0, 1, 2, 3, 4] and cat["h"][0].tolist() == [0, 0, 1, 2]
+    assert tree_map(lambda *xs: sum(xs), 1, 2, 3) == 6
+
+
+def test_to_numpy_views_arrays_and_cpu_tensors_and_names_bad_inputs():
+    a = np.arange(3)
+    assert to_numpy("x", a) is a
+    t = torch.arange(3.0, requires_grad=True)
+    out = to_numpy("x", t)
+    assert isinstance(out, np.ndarray) and out.ctypes.data == t.data_ptr()  # a view, detached
+    bf = to_numpy("x", torch.tensor([1.5, -2.0], dtype=torch.bfloat16))  # numpy has no bfloat16
+    assert bf.dtype == np.float32 and bf.tolist() == [1.5, -2.0]
+    assert to_numpy("x", [[1, 2]]).shape == (1, 2) and to_numpy("x", 2.5).shape == ()
+    with pytest.raises(SpecError, match="obs: expected an array or tensor, got a dict"):
+        to_numpy("obs", {"a": np.zeros(2)})
+    with pytest.raises(SpecError, match="rew: expected an array or tensor, got list"):
+        to_numpy("rew", [[1.0], [1.0, 2.0]])  # ragged

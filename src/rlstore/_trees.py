@@ -2,14 +2,18 @@
 
 On-policy buffers store observations that may be dicts of arrays and recurrent states that may
 be tuples of tensors (LSTM ``(h, c)``); these helpers apply one function to every tensor leaf,
-convert inputs to tensors with a named error, and turn trees into checkpointable nested dicts.
-Used by :mod:`rlstore.buffers.rollout`, :mod:`rlstore.compat.src_ppo` and
-:mod:`rlstore.compat.pytorchrl`.
+convert inputs to tensors (:func:`as_tensor`) or numpy arrays (:func:`to_numpy`) with a named
+error, and turn trees into checkpointable nested dicts. This is the one tree walker and the one
+boundary conversion of the package: buffers, minibatches, the vector adapter, the estimators,
+checkpoints and the compatibility facades use it.
+
+The walker is hand-written rather than ``optree`` / ``torch.utils._pytree``: those sort dict keys,
+while callers rely on insertion order (leaf order, checkpoint keys).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,6 +23,7 @@ from rlstore.errors import SpecError
 
 __all__ = [
     "as_tensor",
+    "to_numpy",
     "check_real",
     "cast_lossless",
     "tree_map",
@@ -49,13 +54,47 @@ def as_tensor(name: str, x: Any, device: torch.device | None = None) -> torch.Te
         raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
 
 
-def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
-    """Apply ``fn`` to every leaf of a dict / tuple tree (dicts and tuples keep their shape)."""
-    if isinstance(tree, dict):
-        return {k: tree_map(fn, v) for k, v in tree.items()}
+def to_numpy(name: str, x: Any) -> np.ndarray:
+    """``x`` (array, tensor, nested list, scalar) as a numpy array, zero-copy where possible.
+
+    Arrays are returned as they are; tensors are detached and moved to the CPU (a view of a CPU
+    tensor, bfloat16 widened to float32, which numpy lacks); anything else goes through
+    :func:`numpy.asarray`.
+
+    Raises:
+        SpecError: ``x`` is a mapping or cannot be converted (the message names ``name``).
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, torch.Tensor):
+        if x.requires_grad:
+            x = x.detach()
+        if not x.is_cpu:
+            x = x.cpu()
+        if x.dtype == torch.bfloat16:
+            x = x.float()
+        return x.numpy()
+    if isinstance(x, Mapping):
+        raise SpecError(f"{name}: expected an array or tensor, got a dict")
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
+
+
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    """Apply ``fn`` to every leaf of a mapping / tuple tree, in insertion order.
+
+    Mappings come back as dicts with the same keys in the same order, tuples as tuples; anything
+    else (a tensor, an array, None) is a leaf. With ``rest`` (trees shaped like ``tree``),
+    ``fn`` gets the leaves at the same place in every tree: ``tree_map(np.stack, *trees)``-style
+    maps over a list of trees (keys are taken from ``tree``).
+    """
+    if isinstance(tree, Mapping):
+        return {k: tree_map(fn, v, *(r[k] for r in rest)) for k, v in tree.items()}
     if isinstance(tree, tuple):
-        return tuple(tree_map(fn, v) for v in tree)
-    return fn(tree)
+        return tuple(tree_map(fn, v, *(r[i] for r in rest)) for i, v in enumerate(tree))
+    return fn(tree, *rest)
 
 
 def tree_leaves(tree: Any) -> list[Any]:

@@ -38,13 +38,14 @@ entries is left unnormalized (its std is undefined), as SB3 does for length-1 mi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlstore._trees import tree_map
 from rlstore.errors import ConfigError, EmptyBufferError
 from rlstore.returns import normalize_advantages
 
@@ -195,18 +196,9 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def _map_obs(obs: Obs, fn) -> Obs:  # type: ignore[no-untyped-def]
-    if isinstance(obs, dict):
-        return {k: fn(v) for k, v in obs.items()}
-    return fn(obs)
-
-
-def _map_hidden(hidden: Hidden | None, fn) -> Hidden | None:  # type: ignore[no-untyped-def]
-    if hidden is None:
-        return None
-    if isinstance(hidden, tuple):
-        return tuple(fn(h) for h in hidden)
-    return fn(hidden)
+def _map_hidden(fn: Callable[..., torch.Tensor], hidden: Hidden | None) -> Hidden | None:
+    """:func:`~rlstore._trees.tree_map` over a recurrent state, None (no state) kept."""
+    return None if hidden is None else tree_map(fn, hidden)
 
 
 def _gather(x: torch.Tensor, flat_idx: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -385,13 +377,13 @@ def flat_minibatches(
             idx = torch.as_tensor(perm[k : k + size], device=device)
             adv = _flat(advantages)[idx]
             yield Minibatch(
-                obs=_map_obs(batch.obs, lambda x, i=idx: _flat(x)[i]),
+                obs=tree_map(lambda x, i=idx: _flat(x)[i], batch.obs),
                 actions=_flat(batch.actions)[idx],
                 logprobs=_flat(batch.logprobs)[idx],
                 advantages=_normalize(adv, None) if normalize else adv,
                 values=_flat(batch.values)[idx],
                 returns=_flat(returns)[idx],
-                recurrence_memory=_map_hidden(batch.hidden, lambda h, i=idx: _flat(h)[i]),
+                recurrence_memory=_map_hidden(lambda h, i=idx: _flat(h)[i], batch.hidden),
                 int_values=None if batch.int_values is None else _flat(batch.int_values)[idx],
                 int_returns=None if batch.int_returns is None else _flat(batch.int_returns)[idx],
                 indices=idx,
@@ -407,13 +399,13 @@ def _sequence_minibatch(
     first = flat_idx[0]  # sequences start at row 0 and are never empty
     episode_starts = _gather(batch.episode_time == 0, flat_idx, mask)
     return Minibatch(
-        obs=_map_obs(batch.obs, lambda x: _gather(x, flat_idx, mask)),
+        obs=tree_map(lambda x: _gather(x, flat_idx, mask), batch.obs),
         actions=_gather(batch.actions, flat_idx, mask),
         logprobs=_gather(batch.logprobs, flat_idx, mask),
         advantages=_normalize(adv, mask) if normalize else adv,
         values=_gather(batch.values, flat_idx, mask),
         returns=_gather(returns, flat_idx, mask),
-        recurrence_memory=_map_hidden(batch.hidden, lambda h: _flat(h)[first]),
+        recurrence_memory=_map_hidden(lambda h: _flat(h)[first], batch.hidden),
         mask=mask,
         episode_starts=episode_starts,
         int_values=None if batch.int_values is None else _gather(batch.int_values, flat_idx, mask),
@@ -527,7 +519,7 @@ def trajectory_minibatches(
             idx = torch.as_tensor(tgt, device=device)
             adv = _flat(advantages)[idx]
             yield TrajectoryMinibatch(
-                obs=_map_obs(batch.obs, lambda x, i=flat_idx, m=mask: _gather(x, i, m)),
+                obs=tree_map(lambda x, i=flat_idx, m=mask: _gather(x, i, m), batch.obs),
                 actions=_gather(batch.actions, flat_idx, mask),
                 logprobs=_flat(batch.logprobs)[idx],
                 advantages=_normalize(adv, None) if normalize else adv,

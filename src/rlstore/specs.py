@@ -81,11 +81,6 @@ class FieldSpec:
         """Whether the field holds floating-point values (subject to the NaN/inf check)."""
         return self.dtype.kind == "f"
 
-    @property
-    def item_nbytes(self) -> int:
-        """Bytes taken by one item of this field."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
     def to_json(self) -> dict[str, Any]:
         """JSON-able form ``{"name", "shape", "dtype"}``; inverse of :meth:`from_json`."""
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype.str}

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,7 +83,7 @@ class RingStorage:
                     k: np.zeros((*shape, *s.shape), s.dtype) for k, s in self.specs.items()
                 }
         except (MemoryError, ValueError) as exc:  # ValueError: "array is too big"
-            item = sum(s.item_nbytes for s in self.specs.values())
+            item = sum(math.prod(s.shape) * s.dtype.itemsize for s in self.specs.values())
             need = self.capacity_per_env * self.num_envs * item
             raise CapacityError(
                 f"capacity: cannot allocate {need:,} bytes for {self.capacity_per_env} rows x "
@@ -148,10 +149,6 @@ class RingStorage:
             # bytes of a big observation are copied once, not twice
             return {k: recs[k][flat_index] for k in names}
         return {k: self.flat[k].take(flat_index, axis=0) for k in names}
-
-    def physical_rows(self, logical: np.ndarray) -> np.ndarray:
-        """Physical row of logical rows ``0 .. size-1`` (0 = oldest stored row), int64."""
-        return (self.cursor - self.size + logical) % self.capacity_per_env
 
     def write_row(self, values: Mapping[str, Any]) -> None:
         """Write one row at ``cursor`` and advance it.

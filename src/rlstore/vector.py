@@ -33,6 +33,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rlstore._checks import check_count
+from rlstore._trees import tree_map
 from rlstore.errors import ConfigError, SpecError
 
 if TYPE_CHECKING:
@@ -67,12 +68,6 @@ class Transitions(NamedTuple):
     terminated: np.ndarray
     truncated: np.ndarray
     valid: np.ndarray
-
-
-def _tmap(f: Callable[[np.ndarray], Any], x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {k: f(np.asarray(v)) for k, v in x.items()}
-    return f(np.asarray(x))
 
 
 def autoreset_mode_of(env: Any) -> AutoresetMode:
@@ -151,7 +146,7 @@ class TransitionAdapter:
                     f"done env in SAME_STEP mode, got mask {mask.tolist()} for done "
                     f"{done.tolist()}"
                 )
-            next_obs = _tmap(np.array, next_obs)  # copy before patching
+            next_obs = tree_map(np.array, next_obs)  # copy before patching
             for i in np.flatnonzero(done):
                 if isinstance(next_obs, dict):
                     for k in next_obs:
@@ -274,10 +269,7 @@ def _env_run(block: list[Transitions], i: int, keep: np.ndarray) -> dict[str, An
     out: dict[str, Any] = {}
     for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated"):
         items = [getattr(tr, name) for tr in block]
-        if isinstance(items[0], Mapping):
-            out[name] = {k: np.stack([np.asarray(x[k])[i] for x in items])[keep] for k in items[0]}
-        else:
-            out[name] = np.stack([np.asarray(x)[i] for x in items])[keep]
+        out[name] = tree_map(lambda *xs: np.stack([np.asarray(x)[i] for x in xs])[keep], *items)
     return out
 
 
@@ -293,17 +285,13 @@ def _pop(col: list[dict[str, Any]], length: int) -> dict[str, Any]:
 
 
 def _cat(parts: list[Any]) -> Any:
-    if isinstance(parts[0], Mapping):
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    return np.concatenate(parts)
+    return tree_map(lambda *xs: np.concatenate(xs), *parts)
 
 
 def _slice(v: Any, a: int, b: int | None) -> Any:
-    return {k: x[a:b] for k, x in v.items()} if isinstance(v, Mapping) else v[a:b]
+    return tree_map(lambda x: x[a:b], v)
 
 
 def _stack_cols(cols: list[Any]) -> Any:
     """Per-column ``(L, ...)`` arrays -> ``(L, n_cols, ...)``."""
-    if isinstance(cols[0], Mapping):
-        return {k: np.stack([c[k] for c in cols], axis=1) for k in cols[0]}
-    return np.stack(cols, axis=1)
+    return tree_map(lambda *cs: np.stack(cs, axis=1), *cols)

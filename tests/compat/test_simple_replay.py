@@ -98,6 +98,22 @@ def test_torch_inputs_and_scalar_action() -> None:
     assert b["next_obs"].tolist() == [[4.0, 5.0]]
 
 
+def test_bfloat16_tensors_are_stored_exactly() -> None:
+    buf = SimpleReplayBuffer(2, 1, 4, 1, seed=0)
+    bf = torch.bfloat16
+    buf.store(
+        {
+            "obs": torch.tensor([1.5, -2.0], dtype=bf),
+            "act": torch.tensor(3.0, dtype=bf),
+            "rew": torch.tensor(0.25, dtype=bf),
+            "next_obs": torch.tensor([4.0, 0.5], dtype=bf),
+            "done": torch.tensor(False),
+        }
+    )
+    b = buf.sample_batch()
+    assert b["obs"].tolist() == [[1.5, -2.0]] and b["rew"].tolist() == [0.25]
+
+
 @pytest.mark.parametrize(
     ("edit", "match"),
     [

@@ -402,3 +402,19 @@ def test_errors_use_velora_argument_names(field: str, value: Any) -> None:
 def test_bad_device_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="device"):
         ReplayBuffer(8, S, A, H, device="gpu0")
+
+
+def test_bfloat16_tensors_are_accepted_and_widened_exactly() -> None:
+    buf = ReplayBuffer(4, S, A, H)
+    bf = torch.bfloat16
+    ts = _transitions(2, seed=5)
+    buf.add_multi(
+        torch.tensor(np.stack([t["state"] for t in ts])).to(bf),
+        torch.tensor(np.stack([t["action"] for t in ts])).to(bf),
+        torch.tensor([t["reward"] for t in ts], dtype=bf),
+        torch.tensor(np.stack([t["next_state"] for t in ts])).to(bf),
+        torch.tensor([t["done"] for t in ts]),
+        torch.tensor(np.stack([t["hidden"] for t in ts])).to(bf),
+    )
+    want = torch.tensor(np.stack([t["state"] for t in ts])).to(bf).float()
+    torch.testing.assert_close(buf.state_dict()["states"], want, rtol=0, atol=0)

@@ -68,7 +68,9 @@ def _flatten(
                         f"state[{full!r}]: bfloat16 tensors are not supported, "
                         "convert to float32 first"
                     )
-                arrays[full] = _c_contiguous(value.detach().cpu().numpy())
+                from rlstore._trees import to_numpy  # imports torch, already loaded here
+
+                arrays[full] = _c_contiguous(to_numpy(full, value))
                 _check_dtype(full, arrays[full].dtype)
                 schema[full] = _schema_entry(arrays[full], "torch")
             elif isinstance(value, np.ndarray):

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from rlstore._checks import as_device, check_count
+from rlstore._trees import to_numpy
 from rlstore.buffers.model_based import (
     ModelBasedReplay,
     StandardScaler,
@@ -42,17 +43,6 @@ from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
 
 __all__ = ["MBReplayBuffer"]
-
-
-def _np(x: Any, name: str = "sample") -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    if isinstance(x, Mapping):
-        raise SpecError(f"{name}: expected an array or tensor, got a dict")
-    try:
-        return np.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
 
 
 class MBReplayBuffer:
@@ -134,7 +124,7 @@ class MBReplayBuffer:
             specs = {}
             for k, v in sample.items():
                 if v is not None:
-                    a = _np(v, k)
+                    a = to_numpy(k, v)
                     if a.ndim < 1:
                         raise SpecError(f"{k}: expected a leading env axis, got a scalar")
                     specs[k] = FieldSpec(k, a.shape[1:], a.dtype)  # rejects object/str/complex
@@ -146,7 +136,7 @@ class MBReplayBuffer:
         """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
         if not isinstance(sample, Mapping):
             raise SpecError(f"sample: expected a dict of tensors, got {type(sample).__name__}")
-        rows = {k: _np(v, k) for k, v in sample.items() if v is not None}
+        rows = {k: to_numpy(k, v) for k, v in sample.items() if v is not None}
         for k, v in rows.items():
             if v.ndim < 1:
                 raise SpecError(f"{k}: expected a leading env axis, got a scalar")
@@ -163,7 +153,7 @@ class MBReplayBuffer:
         Raises:
             SpecError: values that do not convert losslessly to the stored rows (or NaN/inf).
         """
-        v = _np(tensor_values, tensor_key)
+        v = to_numpy(tensor_key, tensor_values)
         stored = tensor_storage.get(tensor_key)
         if v.ndim < 1:
             raise SpecError(f"{tensor_key}: expected a leading axis L, got a scalar")
@@ -185,7 +175,7 @@ class MBReplayBuffer:
         """Append rows ``{key: (L, ...)}`` at the cursor, wrapping (every key the same L)."""
         if not isinstance(new_data, Mapping):
             raise SpecError(f"new_data: expected a dict of arrays, got {type(new_data).__name__}")
-        self.core.insert_data_slice({k: _np(v, k) for k, v in new_data.items()})
+        self.core.insert_data_slice({k: to_numpy(k, v) for k, v in new_data.items()})
 
     # ------------------------------------------------------------------ reading
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:

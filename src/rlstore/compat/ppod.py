@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from rlstore._trees import to_numpy
 from rlstore.buffers.demos import (
     ENV,
     Demo,
@@ -78,10 +79,6 @@ from rlstore.errors import CheckpointError, ConfigError, SpecError
 __all__ = ["PPODBuffer"]
 
 _DEFAULT_DTYPES = {"Action": np.float32, "Observation": np.float32, "Reward": np.float32}
-
-
-def _np(x: Any) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
@@ -315,13 +312,13 @@ class PPODBuffer(GAEBuffer):
         return int(kwargs.get("frame_stack", 1))
 
     def _reset_env(self, i: int) -> np.ndarray:
-        return _np(self.envs.reset_single_env(i))
+        return to_numpy(OBS, self.envs.reset_single_env(i))
 
     def _ensure_mixer(self, obs: Any) -> DemoMixer:
         if self.mixer is None:
             if isinstance(obs, Mapping):
                 raise SpecError(f"{OBS}: PPODBuffer supports array observations, got a dict")
-            o = _np(obs)
+            o = to_numpy(OBS, obs)
             has_reset = callable(getattr(self.envs, "reset_single_env", None))
             self.mixer = DemoMixer(
                 self.store,
@@ -404,18 +401,18 @@ class PPODBuffer(GAEBuffer):
         replaying = mixer.replaying()
         if replaying.any() and self.data[OBS] is not None:
             self._revalue(sample, replaying)
-        done_in = _np(sample[DONE2]).reshape(-1)
-        trunc_in = _np(sample[TRUNC2]).reshape(-1) if TRUNC2 in sample else None
+        done_in = to_numpy(DONE2, sample[DONE2]).reshape(-1)
+        trunc_in = to_numpy(TRUNC2, sample[TRUNC2]).reshape(-1) if TRUNC2 in sample else None
         done = done_in != 0
         trunc = np.zeros_like(done) if trunc_in is None else trunc_in != 0
         rew = torch.as_tensor(sample[REW])
         mixed = mixer.step(
-            _np(sample[ACT]),
-            _np(rew).reshape(-1),
+            to_numpy(ACT, sample[ACT]),
+            to_numpy(REW, rew).reshape(-1),
             done & ~trunc,
             done & trunc,
-            _np(sample[OBS2]),
-            value=_np(sample[VAL]).reshape(-1),
+            to_numpy(OBS2, sample[OBS2]),
+            value=to_numpy(VAL, sample[VAL]).reshape(-1),
         )
         demo, starts = mixed.from_demo, mixed.new_episode > ENV
         any_demo = bool(demo.any())

@@ -41,6 +41,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from pydantic import ValidationError as _PydanticValidationError
 
+from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.config import format_validation_error, load_config_file
 from rlstore.errors import CapacityError, ConfigError, SpecError
@@ -64,17 +65,6 @@ class SimpleReplayBufferSchema(BaseModel):
     """Buffer size: transitions kept (FIFO), > 0."""
     batch_size: StrictInt = Field(gt=0)
     """Transitions returned by ``sample_batch()``, 0 < batch_size <= size."""
-
-
-def _array(name: str, x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    try:
-        return np.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise SpecError(
-            f"buffer_dict[{name!r}]: expected an array, got {type(x).__name__}"
-        ) from exc
 
 
 class SimpleReplayBuffer:
@@ -154,7 +144,7 @@ class SimpleReplayBuffer:
             raise SpecError(
                 f"buffer_dict: expected keys {sorted(_KEYS)}, got {sorted(buffer_dict)}"
             )
-        d = {k: _array(k, buffer_dict[k]) for k in _KEYS}
+        d = {k: to_numpy(f"buffer_dict[{k!r}]", buffer_dict[k]) for k in _KEYS}
         obs = d["obs"]
         batched = obs.ndim == 2
         b = obs.shape[0] if batched else 1

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlstore import checkpoint
 from rlstore._checks import as_device, check_count
+from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _CoreReplayBuffer
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 from rlstore.specs import FieldSpec, as_flags, cast_to_spec
@@ -90,18 +91,9 @@ class BufferConfig(BaseModel):
     """Dimension of the actor hidden state."""
 
 
-def _to_numpy(name: str, x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    try:
-        return np.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{name}: expected a tensor or array, got {type(x).__name__}") from exc
-
-
 def _rows(name: str, x: Any, batch: int | None, dim: int | None) -> np.ndarray:
     """``x`` as ``(batch, dim)`` (``dim=None``: ``(batch,)``), accepting singleton axes."""
-    a = _to_numpy(name, x)
+    a = to_numpy(name, x)
     want = tuple(d for d in (batch, dim) if d is not None)
     if a.shape != want and a.size == math.prod(want):
         a = a.reshape(want)  # e.g. (1, 4) for one state, (B, 1) rewards, () for a 1-dim action
@@ -234,7 +226,7 @@ class BufferBase(ABC):
                 value that is not a number, or flags other than bools or exact 0/1; nothing is
                 stored then.
         """
-        s = _to_numpy("states", states)
+        s = to_numpy("states", states)
         b = s.shape[0] if s.ndim >= 1 else 1
         self._store(_MULTI, b, s, actions, rewards, next_states, dones, hiddens, truncated)
 
@@ -345,7 +337,7 @@ class BufferBase(ABC):
         )
         self._core._sampler = old._sampler  # contents are replaced, the random stream goes on
         try:
-            n = int(_to_numpy("states", sd["states"]).shape[0])
+            n = int(to_numpy("states", sd["states"]).shape[0])
             if n > self.capacity:
                 raise SpecError(f"states: expected <= capacity={self.capacity} rows, got {n}")
             self.add_multi(*(sd[k] for k in _FIELDS))
@@ -511,7 +503,7 @@ class ReplayBuffer(BufferBase):
             while len(self) < n_samples:
                 obs_t = torch.as_tensor(states, dtype=torch.float32, device=self.device)
                 actions, hidden = agent.predict(obs_t, hidden, train_mode=True)
-                act = _to_numpy("actions", actions)
+                act = to_numpy("actions", actions)
                 next_states, rewards, term, trunc, info = envs.step(act)
                 tr = adapter.step(states, act, rewards, term, trunc, info, next_states)
                 keep = np.flatnonzero(tr.valid)[: n_samples - len(self)]

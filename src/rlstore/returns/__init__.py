@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from rlstore._trees import to_numpy
 from rlstore.errors import SpecError
 from rlstore.returns._io import (
     _check_count,
@@ -46,7 +47,6 @@ from rlstore.returns._io import (
     _check_positive,
     _check_unit,
     _prepare,
-    _to_numpy,
 )
 
 __all__ = [
@@ -361,7 +361,7 @@ def _normalize_numpy(adv: np.ndarray, mask: Any, eps: float) -> np.ndarray:
         if adv.size == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
         return ((adv - adv.mean()) / (adv.std() + eps)).astype(adv.dtype, copy=False)
-    m = _to_numpy("mask", mask)
+    m = to_numpy("mask", mask)
     if m.shape != adv.shape:
         raise SpecError(f"mask: expected shape {adv.shape} like adv, got {m.shape}")
     m = m != 0

@@ -21,28 +21,11 @@ import numpy as np
 import torch
 
 from rlstore._checks import check_count, real_number
+from rlstore._trees import to_numpy
 from rlstore.errors import ConfigError, SpecError
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-
-
-def _to_numpy(name: str, x: Any) -> np.ndarray:
-    """Zero-copy numpy view of a CPU tensor / ndarray; other devices and bfloat16 are copied."""
-    if isinstance(x, np.ndarray):
-        return x
-    if isinstance(x, torch.Tensor):
-        if x.requires_grad:
-            x = x.detach()
-        if not x.is_cpu:
-            x = x.cpu()
-        if x.dtype == torch.bfloat16:
-            x = x.float()
-        return x.numpy()
-    try:
-        return np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise SpecError(f"{name}: expected a numpy array or torch tensor, got {type(x)!r}") from e
 
 
 class _Out:
@@ -151,13 +134,13 @@ def _prepare(
     tensors = [x for _, x in floats if isinstance(x, torch.Tensor)]
     tensors += [x for _, x in flags if isinstance(x, torch.Tensor)]
     if tensors:  # zero-copy views of CPU tensors, then the numpy hot path if it applies
-        floats = [(n, _to_numpy(n, x)) for n, x in floats]
-        flags = [(n, _to_numpy(n, x)) for n, x in flags]
+        floats = [(n, to_numpy(n, x)) for n, x in floats]
+        flags = [(n, to_numpy(n, x)) for n, x in flags]
         fast = _prepare_fast(floats, flags)
         if fast is not None:
             return fast[0], fast[1], _Out(tensors, fast[2].np_dtype), fast[3]
     ref_name = floats[0][0]
-    arrs = [_to_numpy(n, x) for n, x in floats]
+    arrs = [to_numpy(n, x) for n, x in floats]
     shape = arrs[0].shape
     if len(shape) not in (1, 2):
         raise SpecError(f"{ref_name}: expected shape (T,) or (T, N), got {shape}")
@@ -184,7 +167,7 @@ def _prepare(
     farrs = [np.ascontiguousarray(a, dtype=comp_dt) for a in arrs]
     barrs = []
     for name, x in flags:
-        f = _to_numpy(name, x)
+        f = to_numpy(name, x)
         if f.shape != shape:
             raise SpecError(f"{name}: expected shape {shape} like {ref_name}, got {f.shape}")
         if f.dtype != np.bool_:
