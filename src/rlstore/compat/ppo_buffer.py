@@ -36,7 +36,7 @@ import torch
 from pydantic import Field, StrictInt, ValidationError
 
 from rlstore import returns as _returns
-from rlstore._checks import real_number
+from rlstore._checks import check_count, real_number
 from rlstore._trees import as_tensor, cast_lossless
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import gae_targets
@@ -94,15 +94,8 @@ def _as_float32(value: Any, field: str) -> torch.Tensor:
 
 
 def _as_shape(dim: int | tuple[int, ...], field: str) -> tuple[int, ...]:
-    if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
-        if dim < 1:
-            raise ConfigError(f"{field}: expected a positive int, got {dim}")
-        return (int(dim),)
-    if isinstance(dim, (tuple, list)) and all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dim
-    ):
-        return tuple(int(d) for d in dim)
-    raise ConfigError(f"{field}: expected a positive int or a tuple of positive ints, got {dim!r}")
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    return tuple(check_count(field, d, error=ConfigError) for d in dims)
 
 
 _NO = torch.zeros(1, dtype=torch.bool)
@@ -169,15 +162,10 @@ class PPOBuffer:
     ) -> None:
         self.obs_shape = _as_shape(obs_dim, "obs_dim")
         self.act_shape = () if act_dim in ((), []) else _as_shape(act_dim, "act_dim")
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-            raise CapacityError(f"size: expected a positive int, got {size!r}")
-        if (
-            not isinstance(batch_size, (int, np.integer))
-            or isinstance(batch_size, bool)
-            or not 1 <= batch_size <= size
-        ):
+        size = check_count("size", size)
+        if check_count("batch_size", batch_size) > size:
             raise CapacityError(
-                f"batch_size: expected an int in [1, size={size}], got {batch_size!r}"
+                f"batch_size: expected an int in [1, size={size}], got {batch_size}"
             )
         real_number("eps", eps, 0.0, math.inf)
         self._rb = RolloutBuffer(
