@@ -11,6 +11,8 @@ import torch
 from rlstore.errors import ConfigError, EmptyBufferError
 from rlstore.minibatches import (
     RolloutBatch,
+    column_index_plan,
+    flat_index_plan,
     flat_minibatches,
     recurrent_minibatches,
     resolve_minibatch_size,
@@ -235,3 +237,22 @@ def test_records_are_immutable():
     mb = next(flat_minibatches(b))
     with pytest.raises(dataclasses.FrozenInstanceError):
         mb.advantages = mb.returns  # type: ignore[misc]
+
+
+def test_index_plans_are_the_generators_plans():
+    """The index-only plans (for storages that gather their own rows, e.g. the PyTorchRL
+    facade) draw the same permutations as the minibatch generators."""
+    batch = make_batch(np.zeros((5, 4), dtype=bool))
+    mbs = flat_minibatches(batch, num_minibatches=2, num_epochs=2, rng=np.random.default_rng(3))
+    plan = flat_index_plan(20, num_minibatches=2, num_epochs=2, rng=np.random.default_rng(3))
+    for mb, idx in zip(mbs, plan, strict=True):
+        torch.testing.assert_close(mb.indices, idx)
+    rec = recurrent_minibatches(batch, num_minibatches=2, rng=np.random.default_rng(5))
+    cols = column_index_plan(5, 4, num_minibatches=2, rng=np.random.default_rng(5))
+    for mb, idx in zip(rec, cols, strict=True):
+        assert idx.shape == (5, 2)
+        torch.testing.assert_close(mb.indices, idx)
+    with pytest.raises(ConfigError, match="env columns"):
+        next(column_index_plan(5, 4, num_minibatches=3))
+    with pytest.raises(ConfigError):
+        next(flat_index_plan(20, num_minibatches=3))

@@ -59,6 +59,8 @@ __all__ = [
     "sequence_plan",
     "segment_bounds",
     "resolve_minibatch_size",
+    "flat_index_plan",
+    "column_index_plan",
 ]
 
 Obs = torch.Tensor | dict[str, torch.Tensor]
@@ -346,6 +348,58 @@ def sequence_plan(dones: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarr
 # ----------------------------------------------------------------------------- generators
 
 
+def flat_index_plan(
+    total: int,
+    *,
+    num_minibatches: int | None = None,
+    mini_batch_size: int | None = None,
+    num_epochs: int = 1,
+    shuffle: bool = True,
+    rng: RNG | None = None,
+    device: str | torch.device = "cpu",
+) -> Iterator[torch.Tensor]:
+    """The index plan of :func:`flat_minibatches`: per minibatch a 1-D tensor of flat indices.
+
+    For storages that gather their own rows (the PyTorchRL facade); ``total`` is ``T * N`` and
+    the indices are ``t * N + n``. The same ``rng`` draws as :func:`flat_minibatches`.
+    """
+    _check_epochs(num_epochs)
+    _check_flag("shuffle", shuffle)
+    size = resolve_minibatch_size(
+        total, num_minibatches=num_minibatches, mini_batch_size=mini_batch_size
+    )
+    for _ in range(num_epochs):
+        perm = _permutation(total, rng, shuffle)
+        for k in range(0, total, size):
+            yield torch.as_tensor(perm[k : k + size], device=device)
+
+
+def column_index_plan(
+    num_steps: int,
+    num_envs: int,
+    *,
+    num_minibatches: int,
+    num_epochs: int = 1,
+    shuffle: bool = True,
+    rng: RNG | None = None,
+    device: str | torch.device = "cpu",
+) -> Iterator[torch.Tensor]:
+    """The plan of :func:`recurrent_minibatches` with ``seq_len=None``: ``(T, E)`` flat indices.
+
+    Each minibatch holds ``E = num_envs // num_minibatches`` whole env columns, time-major.
+    """
+    _check_epochs(num_epochs)
+    _check_flag("shuffle", shuffle)
+    per = resolve_minibatch_size(
+        num_envs, num_minibatches=num_minibatches, mini_batch_size=None, what="env columns"
+    )
+    cols = torch.arange(num_steps, device=device)[:, None] * num_envs
+    for _ in range(num_epochs):
+        perm = _permutation(num_envs, rng, shuffle)
+        for k in range(0, num_envs, per):
+            yield cols + torch.as_tensor(perm[k : k + per], device=device)[None, :]
+
+
 def flat_minibatches(
     batch: RolloutBatch,
     *,
@@ -364,30 +418,30 @@ def flat_minibatches(
             loss = ppo_loss(mb.obs, mb.actions, mb.logprobs, mb.advantages, mb.returns)
     """
     advantages, returns = _require_returns(batch)
-    _check_epochs(num_epochs)
-    _check_flag("shuffle", shuffle)
     total = batch.num_steps * batch.num_envs
-    size = resolve_minibatch_size(
-        total, num_minibatches=num_minibatches, mini_batch_size=mini_batch_size
+    plan = flat_index_plan(
+        total,
+        num_minibatches=num_minibatches,
+        mini_batch_size=mini_batch_size,
+        num_epochs=num_epochs,
+        shuffle=shuffle,
+        rng=rng,
+        device=batch.rewards.device,
     )
-    device = batch.rewards.device
-    for _ in range(num_epochs):
-        perm = _permutation(total, rng, shuffle)
-        for k in range(0, total, size):
-            idx = torch.as_tensor(perm[k : k + size], device=device)
-            adv = _flat(advantages)[idx]
-            yield Minibatch(
-                obs=tree_map(lambda x, i=idx: _flat(x)[i], batch.obs),
-                actions=_flat(batch.actions)[idx],
-                logprobs=_flat(batch.logprobs)[idx],
-                advantages=_normalize(adv, None) if normalize else adv,
-                values=_flat(batch.values)[idx],
-                returns=_flat(returns)[idx],
-                recurrence_memory=_map_hidden(lambda h, i=idx: _flat(h)[i], batch.hidden),
-                int_values=None if batch.int_values is None else _flat(batch.int_values)[idx],
-                int_returns=None if batch.int_returns is None else _flat(batch.int_returns)[idx],
-                indices=idx,
-            )
+    for idx in plan:
+        adv = _flat(advantages)[idx]
+        yield Minibatch(
+            obs=tree_map(lambda x, i=idx: _flat(x)[i], batch.obs),
+            actions=_flat(batch.actions)[idx],
+            logprobs=_flat(batch.logprobs)[idx],
+            advantages=_normalize(adv, None) if normalize else adv,
+            values=_flat(batch.values)[idx],
+            returns=_flat(returns)[idx],
+            recurrence_memory=_map_hidden(lambda h, i=idx: _flat(h)[i], batch.hidden),
+            int_values=None if batch.int_values is None else _flat(batch.int_values)[idx],
+            int_returns=None if batch.int_returns is None else _flat(batch.int_returns)[idx],
+            indices=idx,
+        )
 
 
 def _sequence_minibatch(
@@ -439,17 +493,13 @@ def recurrent_minibatches(
     T, N = batch.num_steps, batch.num_envs
     device = batch.rewards.device
     if seq_len is None:
-        per = resolve_minibatch_size(
-            N, num_minibatches=num_minibatches, mini_batch_size=None, what="env columns"
-        )
-        cols = torch.arange(T, device=device)[:, None] * N
-        for _ in range(num_epochs):
-            perm = _permutation(N, rng, shuffle)
-            for k in range(0, N, per):
-                envs = torch.as_tensor(perm[k : k + per], device=device)
-                flat_idx = cols + envs[None, :]
-                mask = torch.ones(flat_idx.shape, dtype=torch.bool, device=device)
-                yield _sequence_minibatch(batch, flat_idx, mask, normalize)
+        plan = column_index_plan(
+            T, N, num_minibatches=num_minibatches, num_epochs=num_epochs, shuffle=shuffle, rng=rng,
+            device=device,
+        )  # fmt: skip
+        for flat_idx in plan:
+            mask = torch.ones(flat_idx.shape, dtype=torch.bool, device=device)
+            yield _sequence_minibatch(batch, flat_idx, mask, normalize)
         return
     seq_len = _positive_int("seq_len", seq_len)
     num_minibatches = _positive_int("num_minibatches", num_minibatches)

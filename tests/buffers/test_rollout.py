@@ -748,3 +748,27 @@ def test_fast_and_slow_add_paths_store_identical_bytes(monkeypatch, intrinsic):
     a, b = _state_bytes(fast.state_dict()), _state_bytes(slow.state_dict())
     assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
     assert len(a) > 10  # the comparison covered the storage, not an empty dict
+
+
+def test_truncate_last_equals_adding_the_step_truncated():
+    """``truncate_last`` marks the stored last step as cut after the fact (finish_path)."""
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    after, direct = (RolloutBuffer(num_steps=4, num_envs=2, gamma=0.9, lam=0.8) for _ in "ab")
+    no = torch.zeros(2, dtype=torch.bool)
+    for t in range(3):
+        last = t == 2
+        for b, trunc in ((after, no), (direct, no | last)):
+            fv = torch.tensor([1.5, -2.0]) if b is direct and last else None
+            b.add(torch.zeros(2, 1), torch.zeros(2), torch.zeros(2), v[t], r[t], no, trunc,
+                  final_value=fv)  # fmt: skip
+    with pytest.raises(SpecError, match="final_value"):
+        after.truncate_last(torch.tensor([float("nan"), 0.0]))
+    assert not bool(after.get().truncated.any())  # a rejected call changes nothing
+    after.truncate_last(torch.tensor([1.5, -2.0]))
+    for b in (after, direct):
+        b.compute_returns(torch.full((2,), 99.0))  # not read: the last steps are truncated
+    torch.testing.assert_close(after.get().advantages, direct.get().advantages)
+    torch.testing.assert_close(after.get().returns, direct.get().returns)
+    with pytest.raises(EmptyBufferError):
+        RolloutBuffer(num_steps=2, num_envs=1).truncate_last(torch.zeros(1))

@@ -277,6 +277,27 @@ class RolloutBuffer:
         self._pos = p + 1
         self._results = {}
 
+    def truncate_last(self, final_value: Any) -> None:
+        """Mark the last stored step of every env as truncated, bootstrapping from ``final_value``.
+
+        For APIs that learn that a trajectory was cut only after its last step was stored
+        (Spinning Up's ``finish_path(last_val)``): the step then counts as if it had been added
+        with ``truncated=True, final_value=final_value`` (a step that terminated keeps its flag
+        and ignores the value). Computed returns are dropped.
+
+        Args:
+            final_value: ``(N,)`` finite ``V(s_T)`` of the state after the last stored step.
+
+        Raises:
+            EmptyBufferError: no step stored. SpecError: a bad ``final_value`` (nothing changes).
+        """
+        p = self._require_steps("truncate_last")
+        value = self._finite("final_value", final_value)
+        self._data["truncated"][p - 1] = True
+        self._data["final_values"][p - 1] = value
+        self._next_episode_time.zero_()
+        self._results = {}
+
     def reset(self) -> None:
         """Forget the stored steps (storage is kept; episode step counters carry over)."""
         self._pos = 0

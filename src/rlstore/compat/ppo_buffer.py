@@ -1,14 +1,15 @@
-"""The documented ``src.buffers.PPOBuffer``: a single-env PPO epoch buffer (Spinning Up style).
+"""``src.buffers.PPOBuffer`` (a Spinning Up style single-env PPO epoch buffer) on RolloutBuffer.
 
 ``PPOBuffer(obs_dim, act_dim, size, batch_size, gamma=0.99, lam=0.95, eps=1e-3)`` with
 ``store(buffer_dict)``, ``finish_path(last_val=0)``, ``sample_batch()``,
 ``instantiate_from_config(path)``, ``instantiate_from_config_dict(config)`` and ``schema``, plus
 the module function ``discount_cumsum(x, discount)``.
 
-It is a facade over :mod:`rlstore.returns`: advantages come from :func:`rlstore.returns.gae`,
-rewards-to-go from :func:`rlstore.returns.discount_cumsum`. It does not use
-:class:`~rlstore.buffers.rollout.RolloutBuffer` because paths have variable length and their end
-(and bootstrap value) is only known when ``finish_path`` is called, after the steps were stored.
+A facade over a one-env :class:`~rlstore.buffers.rollout.RolloutBuffer` (``num_steps=size``):
+``store`` is ``add``, ``finish_path(last_val)`` is
+:meth:`~rlstore.buffers.rollout.RolloutBuffer.truncate_last` (the path end is known only after
+its steps were stored), advantages are its :meth:`compute_returns` GAE, and checkpoints are its
+``state_dict``.
 
 Example::
 
@@ -28,15 +29,18 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from pydantic import Field, StrictInt, ValidationError
 
 from rlstore import returns as _returns
-from rlstore._checks import real_number
+from rlstore._checks import check_count, real_number
 from rlstore._trees import as_tensor, cast_lossless
+from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.buffers.rollout_targets import gae_targets
+from rlstore.config import _Strict, format_validation_error
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
@@ -46,7 +50,7 @@ from rlstore.errors import (
     SpecError,
 )
 
-__all__ = ["PPOBuffer", "ConfigSchema", "discount_cumsum"]
+__all__ = ["PPOBuffer", "PPOBufferConfig", "discount_cumsum"]
 
 
 def discount_cumsum(x: Any, discount: float) -> np.ndarray:
@@ -62,10 +66,7 @@ def discount_cumsum(x: Any, discount: float) -> np.ndarray:
     Example: ``discount_cumsum([1, 2, 3], 0.5)`` is ``[2.75, 3.5, 3.0]``
     (3; 2 + 0.5*3 = 3.5; 1 + 0.5*3.5 = 2.75).
     """
-    if isinstance(x, torch.Tensor):
-        arr = x.detach().cpu().numpy()
-    else:
-        arr = np.asarray(x)
+    arr = as_tensor("x", x).cpu().numpy()
     if arr.ndim != 1:
         raise SpecError(f"x: expected a 1-D sequence of shape (T,), got shape {arr.shape}")
     if not np.issubdtype(arr.dtype, np.floating):
@@ -75,116 +76,66 @@ def discount_cumsum(x: Any, discount: float) -> np.ndarray:
     return np.asarray(_returns.discount_cumsum(arr, float(discount)))
 
 
-@dataclass(frozen=True)
-class ConfigSchema:
-    """A small typed key schema, the stand-in for the original's strictyaml ``Map``.
+class PPOBufferConfig(_Strict):
+    """The constructor keys of :class:`PPOBuffer` (the original's strictyaml ``Map``)."""
 
-    ``required`` and ``optional`` map key names to the expected Python type (``int`` or
-    ``float``). ``int`` accepts Python/numpy integers (not ``bool``); ``float`` also accepts
-    integers (YAML ``1`` for ``1.0``) but not ``bool`` or strings.
-    """
-
-    required: Mapping[str, type]
-    optional: Mapping[str, type]
-
-    def validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """Check ``config`` and return a plain dict of converted values.
-
-        Raises:
-            ConfigError: listing every unknown key, missing key and wrong-typed value at once,
-                each with the expected type and what arrived.
-        """
-        if not isinstance(config, Mapping):
-            raise ConfigError(f"config: expected a mapping of keys to values, got {type(config)}")
-        problems: list[str] = []
-        known = {**self.required, **self.optional}
-        for key in config:
-            if key not in known:
-                problems.append(f"{key!r}: unknown key (allowed: {', '.join(sorted(known))})")
-        for key in self.required:
-            if key not in config:
-                problems.append(f"{key!r}: missing required key ({self.required[key].__name__})")
-        out: dict[str, Any] = {}
-        for key, expected in known.items():
-            if key not in config:
-                continue
-            value = config[key]
-            ok_int = isinstance(value, (int, np.integer)) and not isinstance(
-                value, (bool, np.bool_)
-            )
-            if expected is int and ok_int:
-                out[key] = int(value)
-            elif expected is float and (ok_int or isinstance(value, (float, np.floating))):
-                out[key] = float(value)
-            else:
-                problems.append(
-                    f"{key!r}: expected {expected.__name__}, got {type(value).__name__} {value!r}"
-                )
-        if problems:
-            raise ConfigError("invalid PPOBuffer config: " + "; ".join(problems))
-        return out
+    obs_dim: StrictInt = Field(gt=0, description="observation size, an int")
+    act_dim: StrictInt = Field(gt=0, description="action size, an int")
+    size: StrictInt = Field(gt=0, description="steps per epoch, an int")
+    batch_size: StrictInt = Field(gt=0, description="minibatch size, an int <= size")
+    gamma: float = Field(0.99, strict=True, ge=0.0, le=1.0)
+    lam: float = Field(0.95, strict=True, ge=0.0, le=1.0)
+    eps: float = Field(1e-3, strict=True, ge=0.0)
 
 
-def _as_float32(value: Any, field: str) -> np.ndarray:
-    """``value`` as a float32 array if the conversion is lossless and the values finite.
-
-    Rejected with a :class:`SpecError` naming ``field``: strings, None and other non-numbers,
-    complex numbers, NaN / inf, and values that overflow float32 (1e300 is never stored as inf).
-    Tensors that require grad are converted detached.
-    """
-    return cast_lossless(field, as_tensor(field, value), torch.float32).cpu().numpy()
+def _as_float32(value: Any, field: str) -> torch.Tensor:
+    """``value`` as a float32 CPU tensor if the conversion is lossless and the values finite."""
+    return cast_lossless(field, as_tensor(field, value), torch.float32).cpu()
 
 
 def _as_shape(dim: int | tuple[int, ...], field: str) -> tuple[int, ...]:
-    if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
-        if dim < 1:
-            raise ConfigError(f"{field}: expected a positive int, got {dim}")
-        return (int(dim),)
-    if isinstance(dim, (tuple, list)) and all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dim
-    ):
-        return tuple(int(d) for d in dim)
-    raise ConfigError(f"{field}: expected a positive int or a tuple of positive ints, got {dim!r}")
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    return tuple(check_count(field, d, error=ConfigError) for d in dims)
+
+
+_NO = torch.zeros(1, dtype=torch.bool)
 
 
 class PPOBuffer:
-    """A buffer of one epoch of single-env PPO experience with GAE-lambda advantages.
+    """One epoch of single-env PPO experience with GAE-lambda advantages.
 
-    Storage is preallocated: ``obs`` (size, *obs_shape) float32, ``act`` (size, *act_shape)
-    float32, ``rew``/``val``/``logp``/``adv``/``ret`` (size,) float32. Steps are stored one at a
-    time with :meth:`store`; :meth:`finish_path` closes the current trajectory (episode end or
-    epoch cut-off) and computes, over the steps since the previous ``finish_path``:
+    Mirrors ``src.buffers.PPOBuffer`` (itself Spinning Up's ``PPOBuffer``). Steps are stored
+    one at a time with :meth:`store` into a one-env
+    :class:`~rlstore.buffers.rollout.RolloutBuffer` (float32 ``obs`` / ``act`` / ``rew`` /
+    ``val`` / ``logp``); :meth:`finish_path` closes the current trajectory (episode end or epoch
+    cut-off). Over each closed trajectory:
 
     * ``adv[k] = sum_l (gamma*lam)**l * delta[k+l]`` with ``delta[k] = r[k] + gamma*v[k+1] - v[k]``
-      and ``v[path_end] = last_val``, via :func:`rlstore.returns.gae` (the step before
-      ``finish_path`` bootstraps from ``last_val``);
+      and ``v[path_end] = last_val`` (RolloutBuffer's GAE, the path end a truncation with
+      ``final_value = last_val``);
     * ``ret[k] = sum_j gamma**(j-k) r[j] + gamma**(n-k) * last_val``: the discounted
-      reward-to-go, the value target of ``src.buffers.PPOBuffer`` and of Spinning Up (it equals
-      ``adv + val`` only for ``lam = 1``).
+      reward-to-go, the value target of the original and of Spinning Up (the same GAE with
+      ``lam = 1`` plus ``val``; it equals ``adv + val`` only for ``lam = 1``).
 
     ``last_val`` is 0 when the episode terminated and ``V(s_T)`` when it was truncated (time
-    limit) or cut off by the epoch end: truncation is therefore handled correctly through this
-    argument; the buffer never folds anything into the stored rewards.
+    limit) or cut off by the epoch end. :meth:`sample_batch` normalizes advantages over the
+    stored epoch as ``(adv - mean) / (std + eps)`` with the **population** std (ddof=0, as
+    Spinning Up's ``mpi_statistics_scalar``), then resets the buffer.
 
-    :meth:`sample_batch` normalizes advantages over the stored epoch as
-    ``(adv - mean) / (std + eps)`` with the **population** std (ddof=0, as Spinning Up's
-    ``mpi_statistics_scalar``) and the constructor's ``eps`` (default 1e-3), then resets the
-    pointers.
+    Differences from the original (and why):
 
-    Decisions where ``src.buffers.PPOBuffer`` / Spinning Up were loose:
-
-    * ``store`` rejects a full buffer with :class:`~rlstore.errors.CapacityError` (Spinning Up
-      uses ``assert``, which vanishes under ``python -O``), and rejects missing/unknown keys
-      and wrong shapes with :class:`~rlstore.errors.SpecError`.
-    * ``sample_batch`` refuses to return steps of a trajectory that was not closed by
-      ``finish_path`` (their advantages would silently be zero) and does not require the buffer
-      to be full: it returns the ``len(buf)`` stored steps.
-    * ``finish_path`` accepts the original's parameter name ``action_obj`` as well as Spinning Up's
-      ``last_val`` (giving both is an error).
-    * ``batch_size`` is validated (1 <= batch_size <= size) and used by :meth:`minibatches`
-      to split a sampled epoch; the original ``sample_batch`` returns the whole epoch.
-    * ``config()`` / ``state_dict()`` / ``load_state_dict()`` make it checkpointable with
-      :func:`rlstore.checkpoint.save` (an open trajectory resumes exactly).
+    * ``store`` rejects a full buffer with :class:`~rlstore.errors.CapacityError` (the original
+      uses ``assert``, which vanishes under ``python -O``), and missing/unknown keys, wrong
+      shapes and lossy or non-finite values with :class:`~rlstore.errors.SpecError`.
+    * ``sample_batch`` refuses steps of a trajectory not closed by ``finish_path`` (their
+      advantages would silently be zero) and does not require a full buffer.
+    * ``finish_path`` accepts the original's parameter name ``action_obj`` as well as Spinning
+      Up's ``last_val`` (giving both is an error).
+    * ``batch_size`` is validated (1 <= batch_size <= size) and used by :meth:`minibatches`.
+    * ``schema`` is a pydantic model (:class:`PPOBufferConfig`) instead of a strictyaml map;
+      ``config()`` / ``state_dict()`` / ``load_state_dict()`` make it checkpointable.
+    * The ``*_buf`` attributes are read-only numpy copies (zero past the stored steps; ``adv`` /
+      ``ret`` zero past the last closed trajectory), not writable storage.
 
     Args:
         obs_dim: observation size (int) or shape (tuple of ints).
@@ -196,10 +147,7 @@ class PPOBuffer:
         eps: added to the advantage std when normalizing, >= 0.
     """
 
-    schema: ClassVar[ConfigSchema] = ConfigSchema(
-        required={"obs_dim": int, "act_dim": int, "size": int, "batch_size": int},
-        optional={"gamma": float, "lam": float, "eps": float},
-    )
+    schema: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
     _KEYS: ClassVar[tuple[str, ...]] = ("obs", "act", "rew", "val", "logp")
 
     def __init__(
@@ -214,37 +162,28 @@ class PPOBuffer:
     ) -> None:
         self.obs_shape = _as_shape(obs_dim, "obs_dim")
         self.act_shape = () if act_dim in ((), []) else _as_shape(act_dim, "act_dim")
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-            raise CapacityError(f"size: expected a positive int, got {size!r}")
-        if (
-            not isinstance(batch_size, (int, np.integer))
-            or isinstance(batch_size, bool)
-            or not 1 <= batch_size <= size
-        ):
+        size = check_count("size", size)
+        if check_count("batch_size", batch_size) > size:
             raise CapacityError(
-                f"batch_size: expected an int in [1, size={size}], got {batch_size!r}"
+                f"batch_size: expected an int in [1, size={size}], got {batch_size}"
             )
-        for name, value, low, high in (
-            ("gamma", gamma, 0.0, 1.0),
-            ("lam", lam, 0.0, 1.0),
-            ("eps", eps, 0.0, math.inf),
-        ):
-            real_number(name, value, low, high)
+        real_number("eps", eps, 0.0, math.inf)
+        self._rb = RolloutBuffer(
+            int(size), 1, gamma=gamma, lam=lam, advantage_normalization="none"
+        )  # checks gamma and lam
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.max_size, self.batch_size = int(size), int(batch_size)
         self.gamma, self.lam, self.eps = float(gamma), float(lam), float(eps)
-        self.obs_buf = np.zeros((self.max_size, *self.obs_shape), dtype=np.float32)
-        self.act_buf = np.zeros((self.max_size, *self.act_shape), dtype=np.float32)
-        self.rew_buf = np.zeros(self.max_size, dtype=np.float32)
-        self.val_buf = np.zeros(self.max_size, dtype=np.float32)
-        self.logp_buf = np.zeros(self.max_size, dtype=np.float32)
-        self.adv_buf = np.zeros(self.max_size, dtype=np.float32)
-        self.ret_buf = np.zeros(self.max_size, dtype=np.float32)
-        self.ptr, self.path_start_idx = 0, 0
+        self.path_start_idx = 0
 
     def __len__(self) -> int:
         """Number of steps stored since the last :meth:`sample_batch`."""
-        return self.ptr
+        return self._rb.pos
+
+    @property
+    def ptr(self) -> int:
+        """The original's write cursor: the number of stored steps."""
+        return self._rb.pos
 
     # ------------------------------------------------------------------ writing
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
@@ -258,8 +197,8 @@ class PPOBuffer:
 
         Raises:
             CapacityError: the buffer already holds ``size`` steps.
-            SpecError: a key is missing or unknown, a shape does not match, or a scalar is not
-                finite. A rejected step leaves the buffer unchanged.
+            SpecError: a key is missing or unknown, a shape does not match, or a value is not
+                finite or not losslessly float32. A rejected step leaves the buffer unchanged.
         """
         if not isinstance(buffer_dict, Mapping):
             raise SpecError(
@@ -272,7 +211,7 @@ class PPOBuffer:
                 f"buffer_dict: expected exactly the keys {list(self._KEYS)}; "
                 f"missing {missing}, unknown {unknown}"
             )
-        if self.ptr >= self.max_size:
+        if len(self) >= self.max_size:
             raise CapacityError(
                 f"store: buffer is full (size={self.max_size}); call finish_path() and "
                 "sample_batch() before storing more steps"
@@ -281,28 +220,26 @@ class PPOBuffer:
         act = self._shaped(buffer_dict["act"], self.act_shape, "act")
         scalars = {}
         for key in ("rew", "val", "logp"):
-            arr = _as_float32(buffer_dict[key], key)
-            if arr.size != 1:
-                raise SpecError(f"{key}: expected a scalar (size 1), got shape {arr.shape}")
-            scalars[key] = arr.reshape(())
-        self.obs_buf[self.ptr] = obs
-        self.act_buf[self.ptr] = act
-        self.rew_buf[self.ptr] = scalars["rew"]
-        self.val_buf[self.ptr] = scalars["val"]
-        self.logp_buf[self.ptr] = scalars["logp"]
-        self.ptr += 1
+            t = _as_float32(buffer_dict[key], key)
+            if t.numel() != 1:
+                raise SpecError(f"{key}: expected a scalar (size 1), got shape {tuple(t.shape)}")
+            scalars[key] = t.reshape(1)
+        rb = self._rb
+        rb.add(obs[None], act[None], scalars["logp"], scalars["val"], scalars["rew"], _NO, _NO)
 
     @staticmethod
-    def _shaped(value: Any, shape: tuple[int, ...], field: str) -> np.ndarray:
-        arr = _as_float32(value, field)
-        if arr.shape == (1, *shape):
-            arr = arr[0]
-        if arr.shape != shape:
-            raise SpecError(f"{field}: expected shape {shape} (or (1, *{shape})), got {arr.shape}")
-        return arr
+    def _shaped(value: Any, shape: tuple[int, ...], field: str) -> torch.Tensor:
+        t = _as_float32(value, field)
+        if tuple(t.shape) == (1, *shape):
+            t = t[0]
+        if tuple(t.shape) != shape:
+            raise SpecError(
+                f"{field}: expected shape {shape} (or (1, *{shape})), got {tuple(t.shape)}"
+            )
+        return t
 
     def finish_path(self, last_val: Any = None, action_obj: Any = None) -> None:
-        """Close the current trajectory and compute its advantages and rewards-to-go.
+        """Close the current trajectory; its advantages and rewards-to-go bootstrap from it.
 
         Call it when an episode ends or when the epoch cuts a trajectory off. Calling it with no
         new step since the previous call does nothing.
@@ -312,12 +249,12 @@ class PPOBuffer:
                 ``V(s_T)``, the value of the state after the last stored step (time-limit
                 truncation or epoch end): the bootstrap for both the advantages and the
                 rewards-to-go. A number or a size-1 array/tensor; ``None`` means 0.
-            action_obj: the original's name for the same argument (also accepts a mapping with key
-                ``"last_val"`` or ``"val"``). Give at most one of the two.
+            action_obj: the original's name for the same argument (also accepts a mapping with
+                key ``"last_val"`` or ``"val"``). Give at most one of the two.
 
         Raises:
             RLStoreError: both ``last_val`` and ``action_obj`` given.
-            SpecError: the value is not a finite scalar.
+            SpecError: the value is not a finite scalar representable as float32.
         """
         if last_val is not None and action_obj is not None:
             raise RLStoreError(
@@ -332,32 +269,57 @@ class PPOBuffer:
                     f"got keys {list(value)}"
                 )
             value = value[keys[0]]
-        bootstrap = 0.0
+        bootstrap = torch.zeros(1)
         if value is not None:
-            arr = cast_lossless("last_val", as_tensor("last_val", value), torch.float64)
-            if arr.numel() != 1:
+            bootstrap = _as_float32(value, "last_val")
+            if bootstrap.numel() != 1:
                 raise SpecError(
-                    f"last_val: expected a scalar (size 1), got shape {tuple(arr.shape)}"
+                    f"last_val: expected a scalar (size 1), got shape {tuple(bootstrap.shape)}"
                 )
-            bootstrap = float(arr.reshape(()))
-        path = slice(self.path_start_idx, self.ptr)
-        n = self.ptr - self.path_start_idx
-        if n == 0:
+        if len(self) == self.path_start_idx:
             return
-        rews = self.rew_buf[path].astype(np.float64)
-        vals = self.val_buf[path].astype(np.float64)
-        next_vals = np.append(vals[1:], bootstrap)
-        no_flags = np.zeros(n, dtype=bool)  # the path end bootstraps from last_val (0 if died)
-        adv, _ = _returns.gae(
-            rews, vals, next_vals, no_flags, no_flags, gamma=self.gamma, lam=self.lam
-        )
-        self.adv_buf[path] = np.asarray(adv)
-        self.ret_buf[path] = discount_cumsum(np.append(rews, bootstrap), self.gamma)[:-1]
-        self.path_start_idx = self.ptr
+        self._rb.truncate_last(bootstrap.reshape(1))
+        self.path_start_idx = len(self)
 
     # ------------------------------------------------------------------ reading
+    def _targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(adv, ret)`` of the closed trajectories, each ``(path_start_idx,)`` float32."""
+        n = self.path_start_idx
+        if n == 0:
+            return torch.zeros(0), torch.zeros(0)
+        rb, zero = self._rb, torch.zeros(1)
+        if not rb.computed:
+            rb.compute_returns(zero)  # every closed path ends truncated: zero is not read
+        batch = rb.get()
+        assert batch.advantages is not None  # noqa: S101 (computed just above)
+        ret = gae_targets(batch, zero, gamma=self.gamma, lam=1.0)["returns"]
+        return batch.advantages[:n, 0], ret[:n, 0]
+
+    def _column(self, key: str) -> np.ndarray:
+        """A read-only zero-padded ``(size, ...)`` numpy copy of one stored field."""
+        shapes = {"obs": self.obs_shape, "act": self.act_shape}
+        out = np.zeros((self.max_size, *shapes.get(key, ())), dtype=np.float32)
+        if key in ("adv", "ret"):
+            data = self._targets()[key == "ret"]
+        elif len(self):
+            name = {"obs": "obs", "act": "actions", "rew": "rewards", "val": "values"}
+            data = getattr(self._rb.get(), name.get(key, "logprobs"))[:, 0]
+        else:
+            data = torch.zeros(0, *out.shape[1:])
+        out[: len(data)] = data.numpy()
+        out.flags.writeable = False
+        return out
+
+    obs_buf = property(lambda self: self._column("obs"))
+    act_buf = property(lambda self: self._column("act"))
+    rew_buf = property(lambda self: self._column("rew"))
+    val_buf = property(lambda self: self._column("val"))
+    logp_buf = property(lambda self: self._column("logp"))
+    adv_buf = property(lambda self: self._column("adv"))
+    ret_buf = property(lambda self: self._column("ret"))
+
     def sample_batch(self) -> dict[str, torch.Tensor]:
-        """Return the stored epoch with normalized advantages, and reset the pointers.
+        """Return the stored epoch with normalized advantages, and reset the buffer.
 
         Returns:
             A dict of float32 CPU tensors with leading axis ``n = len(buf)``: ``obs``
@@ -369,26 +331,29 @@ class PPOBuffer:
             EmptyBufferError: nothing stored.
             RLStoreError: the last trajectory was not closed with :meth:`finish_path`.
         """
-        n = self.ptr
+        n = len(self)
         if n == 0:
             raise EmptyBufferError("sample_batch: the buffer is empty; store() steps first")
-        if self.path_start_idx != self.ptr:
+        if self.path_start_idx != n:
             raise RLStoreError(
-                f"sample_batch: the last {self.ptr - self.path_start_idx} steps belong to an "
+                f"sample_batch: the last {n - self.path_start_idx} steps belong to an "
                 "open trajectory; call finish_path(last_val) first (last_val=V(s_T) if it was "
                 "cut off, 0 if it terminated)"
             )
-        adv = self.adv_buf[:n].astype(np.float64)
-        adv = (adv - adv.mean()) / (adv.std(ddof=0) + self.eps)
+        adv, ret = self._targets()
+        adv64 = adv.double()
+        adv64 = (adv64 - adv64.mean()) / (adv64.std(correction=0) + self.eps)
+        b = self._rb.get()
         batch = {
-            "obs": torch.tensor(self.obs_buf[:n]),
-            "act": torch.tensor(self.act_buf[:n]),
-            "ret": torch.tensor(self.ret_buf[:n]),
-            "adv": torch.tensor(adv, dtype=torch.float32),
-            "logp": torch.tensor(self.logp_buf[:n]),
-            "val": torch.tensor(self.val_buf[:n]),
+            "obs": b.obs[:, 0].clone(),  # type: ignore[index]  # a Box obs, never a dict
+            "act": b.actions[:, 0].clone(),
+            "ret": ret.clone(),
+            "adv": adv64.float(),
+            "logp": b.logprobs[:, 0].clone(),
+            "val": b.values[:, 0].clone(),
         }
-        self.ptr, self.path_start_idx = 0, 0
+        self._rb.reset()
+        self.path_start_idx = 0
         return batch
 
     def minibatches(
@@ -400,7 +365,7 @@ class PPOBuffer:
         """Split a :meth:`sample_batch` result into shuffled minibatches of ``batch_size``.
 
         Every step appears exactly once; the last minibatch is smaller when ``batch_size`` does
-        not divide the epoch length.
+        not divide the epoch length (so this works on the returned dict, not on the storage).
 
         Args:
             batch: the dict returned by :meth:`sample_batch`.
@@ -421,8 +386,6 @@ class PPOBuffer:
             yield {k: v[idx] for k, v in batch.items()}
 
     # ------------------------------------------------------------------ checkpointing
-    _ARRAYS: ClassVar[tuple[str, ...]] = ("obs", "act", "rew", "val", "logp", "adv", "ret")
-
     def config(self) -> dict[str, Any]:
         """Constructor keyword arguments as a JSON-able dict."""
         dims = {k: list(v) if isinstance(v, tuple) else v for k, v in
@@ -431,34 +394,42 @@ class PPOBuffer:
                 "gamma": self.gamma, "lam": self.lam, "eps": self.eps}  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        """Copies of the storage arrays plus the ``ptr`` / ``path_start_idx`` cursors."""
-        arrays = {k: getattr(self, f"{k}_buf").copy() for k in self._ARRAYS}
-        return {**arrays, "ptr": self.ptr, "path_start_idx": self.path_start_idx}
+        """The RolloutBuffer state (``"rollout"``) plus the ``path_start_idx`` cursor."""
+        return {"rollout": self._rb.state_dict(), "path_start_idx": self.path_start_idx}
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output (validated completely before anything changes).
 
         Raises:
-            CheckpointError: a missing key, a shape that does not match this buffer, or
-                cursors out of range.
+            CheckpointError: a missing key, a storage that does not match this buffer, or
+                ``path_start_idx`` out of range.
         """
-        arrays = {}
-        for k in self._ARRAYS:
-            want = getattr(self, f"{k}_buf")
-            arr = np.asarray(sd[k]) if k in sd else None
-            if arr is None or arr.shape != want.shape:
-                got = "missing" if arr is None else f"shape {arr.shape}"
-                raise CheckpointError(f"{k}: expected shape {want.shape}, got {got}")
-            arrays[k] = arr.astype(want.dtype)
-        ptr, start = int(sd.get("ptr", -1)), int(sd.get("path_start_idx", -1))
-        if not 0 <= start <= ptr <= self.max_size:
+        if not isinstance(sd, Mapping) or set(sd) != {"rollout", "path_start_idx"}:
+            keys = sorted(sd) if isinstance(sd, Mapping) else type(sd).__name__
             raise CheckpointError(
-                f"ptr/path_start_idx: expected 0 <= path_start_idx <= ptr <= {self.max_size}, "
-                f"got {start} and {ptr}"
+                f"state: expected the keys ['path_start_idx', 'rollout'], got {keys}"
             )
-        for k, arr in arrays.items():
-            getattr(self, f"{k}_buf")[...] = arr
-        self.ptr, self.path_start_idx = ptr, start
+        start, rollout = sd["path_start_idx"], sd["rollout"]
+        pos = rollout.get("pos") if isinstance(rollout, Mapping) else None
+        ok = isinstance(start, int) and not isinstance(start, bool) and isinstance(pos, int)
+        if not ok or not 0 <= start <= pos:
+            raise CheckpointError(
+                f"path_start_idx: expected an int in [0, rollout pos={pos!r}], got {start!r}"
+            )
+        raw = rollout.get("data")
+        data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        for key, shape in (("obs", self.obs_shape), ("actions", self.act_shape)):
+            want = (self.max_size, 1, *shape)
+            got = data.get(key)
+            if key in data and (
+                not isinstance(got, torch.Tensor)
+                or tuple(got.shape) != want
+                or got.dtype != torch.float32
+            ):
+                what = f"{got.dtype} {tuple(got.shape)}" if isinstance(got, torch.Tensor) else got
+                raise CheckpointError(f"{key}: expected a float32 tensor {want}, got {what!r}")
+        self._rb.load_state_dict(dict(rollout))
+        self.path_start_idx = start
 
     # ------------------------------------------------------------------ config
     @classmethod
@@ -475,7 +446,7 @@ class PPOBuffer:
 
     @classmethod
     def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> PPOBuffer:
-        """Build a buffer from a dict with the keys of :attr:`schema`.
+        """Build a buffer from a dict with the keys of :attr:`schema` (:class:`PPOBufferConfig`).
 
         Required: ``obs_dim``, ``act_dim``, ``size``, ``batch_size`` (int). Optional: ``gamma``,
         ``lam``, ``eps`` (float).
@@ -484,10 +455,15 @@ class PPOBuffer:
             ConfigError: unknown, missing or wrong-typed keys (all listed in one message), or
                 out-of-range values.
         """
-        values = cls.schema.validate(config)
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"config: expected a mapping of keys to values, got {type(config)}")
         try:
-            return cls(**values)
+            values = cls.schema.model_validate(dict(config))
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, cls.__name__, cls.schema)) from None
+        try:
+            return cls(**values.model_dump())
         except ConfigError:
             raise
-        except RLStoreError as exc:  # CapacityError on size/batch_size
+        except RLStoreError as exc:  # CapacityError on batch_size > size
             raise ConfigError(str(exc)) from exc

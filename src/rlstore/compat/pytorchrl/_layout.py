@@ -15,8 +15,8 @@ from typing import Any, cast
 import torch
 
 from rlstore.compat.pytorchrl.protocols import FVAL, RHS, TRUNC
-from rlstore.errors import ConfigError, EmptyBufferError
-from rlstore.minibatches import RolloutBatch, flat_minibatches, recurrent_minibatches
+from rlstore.errors import ConfigError
+from rlstore.minibatches import column_index_plan, flat_index_plan
 
 __all__ = ["Data", "map_dict", "carry_over", "rows", "layout_a", "index_plan", "gather"]
 
@@ -99,46 +99,29 @@ def index_plan(
     ``E`` whole env columns (:func:`~rlstore.minibatches.recurrent_minibatches`).
     Errors (sizes that do not divide) are raised when the generator is first advanced.
     """
-    zeros = torch.zeros((), device=device).expand(L, num_envs)
-    flags = torch.zeros(L, num_envs, dtype=torch.bool, device=device)
-    plan = RolloutBatch(
-        obs=zeros,
-        actions=zeros,
-        logprobs=zeros,
-        values=zeros,
-        rewards=zeros,
-        terminated=flags,
-        truncated=flags,
-        final_values=zeros,
-        episode_time=flags.long(),
-        advantages=zeros,
-        returns=zeros,
-    )
-    if recurrent:
-        if (
-            mini_batch_size is not None
-            and num_mini_batch is not None
-            and (mini_batch_size != L * (num_envs // num_mini_batch))
-        ):
-            raise ConfigError(
-                f"mini_batch_size={mini_batch_size} conflicts with "
-                f"num_mini_batch={num_mini_batch} whole env columns of {L} steps"
-            )
-        gen = recurrent_minibatches(
-            plan, num_minibatches=num_mini_batch or 1, num_epochs=num_epochs, shuffle=shuffle
-        )
-    else:
-        gen = flat_minibatches(
-            plan,
+    if not recurrent:
+        yield from flat_index_plan(
+            L * num_envs,
             num_minibatches=num_mini_batch,
-            num_epochs=num_epochs,
             mini_batch_size=mini_batch_size,
+            num_epochs=num_epochs,
             shuffle=shuffle,
+            device=device,
         )
-    for mb in gen:
-        if mb.indices is None:  # pragma: no cover - every rlstore generator sets it
-            raise EmptyBufferError("minibatch generator returned no indices")
-        yield mb.indices
+        return
+    if (
+        mini_batch_size is not None
+        and num_mini_batch is not None
+        and (mini_batch_size != L * (num_envs // num_mini_batch))
+    ):
+        raise ConfigError(
+            f"mini_batch_size={mini_batch_size} conflicts with "
+            f"num_mini_batch={num_mini_batch} whole env columns of {L} steps"
+        )
+    n_mb = num_mini_batch or 1
+    yield from column_index_plan(
+        L, num_envs, num_minibatches=n_mb, num_epochs=num_epochs, shuffle=shuffle, device=device
+    )
 
 
 def gather(data: Data, idx: torch.Tensor, L: int, slot0: Data, recurrent: bool) -> Data:
