@@ -20,7 +20,7 @@ from rlstore.config import (
     register_buffer,
     validate_config,
 )
-from rlstore.errors import ConfigError
+from rlstore.errors import CheckpointError, ConfigError
 
 
 def test_every_field_of_every_model_is_documented() -> None:
@@ -196,13 +196,27 @@ class DummyBuffer:
 def test_register_a_new_buffer_type(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config_mod, "BUFFER_REGISTRY", dict(config_mod.BUFFER_REGISTRY))
     monkeypatch.setattr(config_mod, "CONFIG_MODELS", dict(config_mod.CONFIG_MODELS))
-    register_buffer("dummy", f"{__name__}:DummyBuffer", _DummyConfig)
+    register_buffer("dummy", DummyBuffer, _DummyConfig)
     buf = build_buffer({"type": "dummy", "size": 3, "seed": 1})
     assert isinstance(buf, DummyBuffer) and (buf.size, buf.seed) == (3, 1)
-    with pytest.raises(ConfigError, match="module:Class"):
-        register_buffer("x", "no_colon", _DummyConfig)
     with pytest.raises(ConfigError, match="BufferConfig subclass"):
-        register_buffer("x", "a:b", dict)  # type: ignore[arg-type]
+        register_buffer("x", DummyBuffer, dict)  # type: ignore[arg-type]
+    assert "x" not in config_mod.BUFFER_REGISTRY
+
+
+def test_registries_hold_classes_not_import_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A "module:Class" string was resolved into an import; now only class objects register."""
+    from rlstore import checkpoint
+
+    monkeypatch.setattr(config_mod, "BUFFER_REGISTRY", dict(config_mod.BUFFER_REGISTRY))
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_REGISTRY", dict(checkpoint.CHECKPOINT_REGISTRY))
+    with pytest.raises(ConfigError, match="target: expected a buffer class, got 'a:B'"):
+        register_buffer("x", "a:B", _DummyConfig)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match="target: expected a class, got 'a:B'"):
+        checkpoint.register_checkpointable("x", "a:B")  # type: ignore[arg-type]
+    assert "x" not in config_mod.BUFFER_REGISTRY and "x" not in checkpoint.CHECKPOINT_REGISTRY
+    assert all(isinstance(c, type) for c in config_mod.BUFFER_REGISTRY.values())
+    assert all(isinstance(c, type) for c in checkpoint._registry().values())
 
 
 @pytest.mark.parametrize("kind", ["replay", "rollout"])
@@ -210,7 +224,7 @@ def test_config_models_cover_every_constructor_argument(kind: str) -> None:
     """The typed config lists exactly the buffer's constructor parameters (no drift)."""
     import inspect as pyinspect
 
-    cls = config_mod._import(config_mod.BUFFER_REGISTRY[kind])
+    cls = config_mod.BUFFER_REGISTRY[kind]
     params = pyinspect.signature(cls).parameters
     fields = CONFIG_MODELS[kind].model_fields
     assert set(fields) - {"type"} == set(params)
@@ -280,7 +294,7 @@ def test_json_with_a_huge_integer_is_a_config_error(tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 def test_strict_types_bounded_seeds_finite_floats(cfg: dict[str, Any], key: str) -> None:
-    with pytest.raises(ConfigError, match=f"  {key}: "):
+    with pytest.raises(ConfigError, match=f" {key}: "):
         validate_config(cfg)
 
 
@@ -288,3 +302,54 @@ def test_strict_types_bounded_seeds_finite_floats(cfg: dict[str, Any], key: str)
 def test_unhashable_or_odd_types_name_the_type_key(kind: Any) -> None:
     with pytest.raises(ConfigError, match="type: expected one of"):
         validate_config({"type": kind, "capacity": 8})
+
+
+# --------------------------------------------------------------------------- one mechanism
+
+
+def test_every_config_model_is_on_the_one_base() -> None:
+    """Three config mechanisms (buffer configs, PPO configs, compat schemas) had their own
+    bases and error formatters; they now share StrictModel and format_validation_error."""
+    from rlstore.agents.ppo import config as ppo_config
+    from rlstore.compat.simple_replay import SimpleReplayBufferSchema
+    from rlstore.compat.velora import BufferConfig as VeloraConfig
+
+    models = [
+        *CONFIG_MODELS.values(),
+        SimpleReplayBufferSchema,
+        VeloraConfig,
+        ppo_config.TrainConfig,
+        ppo_config.OnlineTrainConfig,
+        ppo_config.TransformerModelConfig,
+    ]
+    for model in models:
+        assert issubclass(model, config_mod.StrictModel), model
+    assert not hasattr(ppo_config, "_format_validation_error")
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (
+            lambda: config_mod.ReplayBufferConfig(capacity=0),
+            "ReplayBufferConfig: capacity: Input should be greater than 0, got 0 (int)",
+        ),
+        (
+            lambda: config_mod.ReplayBufferConfig(capacity=2, specs={"o": {"shap": []}}),
+            "specs.o.shap: unknown key (got [])",
+        ),
+    ],
+)
+def test_direct_construction_raises_config_error(build: Any, expected: str) -> None:
+    """Building a config model directly raised pydantic's ValidationError, not ConfigError."""
+    with pytest.raises(ConfigError) as info:
+        build()
+    assert expected in str(info.value)
+
+
+def test_empty_yaml_file_reads_as_an_empty_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_config_file(path) == {}
+    with pytest.raises(ConfigError, match="type: missing required key"):
+        build_buffer(path)

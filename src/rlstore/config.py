@@ -5,6 +5,12 @@ buffer's constructor arguments, validated by the matching pydantic model (unknow
 types and missing keys are rejected with a :class:`~rlstore.errors.ConfigError` that lists every
 bad key with what was expected and what arrived).
 
+This module is also the project's one typed-config mechanism: every config model (the PPO
+trainer's, the compatibility classes' schemas) derives from :class:`StrictModel`, every pydantic
+``ValidationError`` becomes a :class:`~rlstore.errors.ConfigError` through
+:func:`format_validation_error`, and every YAML/JSON config file is read by
+:func:`load_config_file`.
+
 Example (``replay.yaml``)::
 
     type: replay
@@ -22,9 +28,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
 import yaml
@@ -38,11 +45,17 @@ from pydantic import (
     field_validator,
 )
 from pydantic import ValidationError as _PydanticValidationError
+from typing_extensions import Self
 
-from rlstore._imports import import_target
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.buffers.rollout_targets import IntrinsicConfig
 from rlstore.errors import ConfigError
+from rlstore.specs import FieldSpec
 
 __all__ = [
+    "StrictModel",
+    "PositiveInt",
     "BufferConfig",
     "FieldSpecConfig",
     "IntrinsicStreamConfig",
@@ -58,16 +71,53 @@ __all__ = [
 ]
 
 
-class _Strict(BaseModel):
-    """Base: unknown keys are errors, values are not coerced across types ("3" is not 3, True
-    is not 1, "0.9" is not 0.9: every field is strict), floats are finite."""
+class StrictModel(BaseModel):
+    """Base of every config model in rlstore: unknown keys are errors, instances are frozen,
+    floats are finite, fields are documented by attribute docstrings, and bad input raises
+    :class:`~rlstore.errors.ConfigError` (formatted by :func:`format_validation_error`), both
+    from the constructor and from :meth:`validate_mapping`.
+
+    The buffer configs below also annotate every field strict (``StrictInt``, ``strict=True``):
+    values are not coerced across types ("3" is not 3, True is not 1, "0.9" is not 0.9).
+    """
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False
     )
 
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except _PydanticValidationError as exc:
+            raise ConfigError(
+                format_validation_error(exc, type(self).__name__, type(self))
+            ) from None
 
-class FieldSpecConfig(_Strict):
+    # Nested models are validated by pydantic itself, not through this __init__, so an error in
+    # a nested key is reported once, with its whole path (``online.num_envs``).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def validate_mapping(cls, data: Any, where: str | None = None) -> Self:
+        """Validate a mapping (e.g. a parsed config file) into this model.
+
+        Raises:
+            ConfigError: ``data`` is not a mapping, or names a bad key (all of them listed).
+        """
+        where = where or cls.__name__
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+        try:
+            return cls.model_validate(dict(data))
+        except _PydanticValidationError as exc:
+            raise ConfigError(format_validation_error(exc, where, cls)) from None
+
+
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+"""An int field that must be > 0 (sizes and dimensions); bools and floats are refused."""
+
+
+class FieldSpecConfig(StrictModel):
     """Shape and dtype of one stored field (per transition, without batch axes)."""
 
     shape: list[Annotated[StrictInt, Field(ge=0)]] = Field(default_factory=list)
@@ -87,7 +137,7 @@ class FieldSpecConfig(_Strict):
         return value
 
 
-class BufferConfig(_Strict):
+class BufferConfig(StrictModel):
     """Fields every buffer config shares."""
 
     type: StrictStr
@@ -133,8 +183,6 @@ class ReplayBufferConfig(BufferConfig):
         """Constructor kwargs; ``specs`` become :class:`rlstore.specs.FieldSpec` objects."""
         kwargs = super().to_kwargs()
         if self.specs is not None:
-            from rlstore.specs import FieldSpec
-
             kwargs["specs"] = {
                 name: FieldSpec(name=name, shape=tuple(s.shape), dtype=np.dtype(s.dtype))
                 for name, s in self.specs.items()
@@ -142,7 +190,7 @@ class ReplayBufferConfig(BufferConfig):
         return kwargs
 
 
-class IntrinsicStreamConfig(_Strict):
+class IntrinsicStreamConfig(StrictModel):
     """RND-style intrinsic reward stream of a rollout buffer (see ``IntrinsicConfig``)."""
 
     int_gamma: float = Field(default=0.99, ge=0.0, le=1.0, strict=True)
@@ -179,16 +227,14 @@ class RolloutBufferConfig(BufferConfig):
         """Constructor kwargs; ``intrinsic`` becomes a ``buffers.rollout.IntrinsicConfig``."""
         kwargs = super().to_kwargs()
         if self.intrinsic is not None:
-            from rlstore.buffers.rollout import IntrinsicConfig
-
             kwargs["intrinsic"] = IntrinsicConfig(**self.intrinsic.model_dump())
         return kwargs
 
 
-# name -> "module:Class" imported lazily by build_buffer
-BUFFER_REGISTRY: dict[str, str] = {
-    "replay": "rlstore.buffers.replay:ReplayBuffer",
-    "rollout": "rlstore.buffers.rollout:RolloutBuffer",
+# name -> buffer class built by build_buffer
+BUFFER_REGISTRY: dict[str, type] = {
+    "replay": ReplayBuffer,
+    "rollout": RolloutBuffer,
 }
 # name -> pydantic model validating that buffer's config
 CONFIG_MODELS: dict[str, type[BufferConfig]] = {
@@ -197,20 +243,42 @@ CONFIG_MODELS: dict[str, type[BufferConfig]] = {
 }
 
 
-def register_buffer(name: str, target: str, config_model: type[BufferConfig]) -> None:
+def register_buffer(name: str, target: type, config_model: type[BufferConfig]) -> None:
     """Register a buffer type for :func:`build_buffer`.
 
     Args:
         name: value of the ``type`` key in configs.
-        target: ``"module:Class"`` import path of the buffer class.
+        target: the buffer class (its constructor takes the config's keys but ``type``).
         config_model: pydantic model (subclass of :class:`BufferConfig`) of its kwargs.
     """
-    if ":" not in target:
-        raise ConfigError(f"target: expected 'module:Class', got {target!r}")
+    if not isinstance(target, type):
+        raise ConfigError(
+            f"target: expected a buffer class, got {target!r} "
+            "(import paths such as 'module:Class' are not accepted)"
+        )
     if not (isinstance(config_model, type) and issubclass(config_model, BufferConfig)):
         raise ConfigError(f"config_model: expected a BufferConfig subclass, got {config_model!r}")
     BUFFER_REGISTRY[name] = target
     CONFIG_MODELS[name] = config_model
+
+
+_NAMES_ITS_KEY = re.compile(r"[A-Za-z_][\w.]*: ")
+"""A model validator's message starts with the key it is about (``num_minibatches: ...``)."""
+
+
+def _fields_at(model: type[BaseModel] | None, loc: list[str]) -> dict[str, Any]:
+    """The fields of the (nested) model at ``loc`` inside ``model``; ``{}`` when unknown."""
+    for part in loc:
+        info = model.model_fields.get(part) if model is not None else None
+        if info is None:
+            return {}
+        models = [
+            a
+            for a in (info.annotation, *get_args(info.annotation))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        model = models[0] if models else None
+    return dict(model.model_fields) if model is not None else {}
 
 
 def format_validation_error(
@@ -218,28 +286,37 @@ def format_validation_error(
 ) -> str:
     """One readable message listing each bad key with what was expected and what arrived.
 
+    The one formatter of pydantic errors in rlstore. Keys are dotted paths from ``model``
+    (``online.num_envs``); one bad key gives one line, several give a header and a line each.
     With ``model`` given, unknown keys list the allowed ones and missing keys quote the
     field's description.
     """
-    fields = model.model_fields if model is not None else {}
     lines = []
     for err in exc.errors(include_url=False):
-        key = ".".join(str(p) for p in err["loc"]) or "<root>"
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc)
         kind = err["type"]
-        top = str(err["loc"][0]) if err["loc"] else ""
-        if kind == "extra_forbidden":
-            allowed = (
-                f"; allowed keys: {', '.join(fields)}" if fields and len(err["loc"]) == 1 else ""
-            )
-            lines.append(f"  {key}: unknown key (got {err['input']!r}){allowed}")
+        msg = str(err["msg"])
+        named = msg.removeprefix("Value error, ")
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):  # already formatted by a nested config
+            lines.append(f"{key}: {cause}" if key else str(cause))
+        elif kind == "extra_forbidden":
+            fields = _fields_at(model, loc[:-1])
+            allowed = f"; allowed keys: {', '.join(fields)}" if fields else ""
+            lines.append(f"{key}: unknown key (got {err['input']!r}){allowed}")
         elif kind == "missing":
-            info = fields.get(top)
+            info = _fields_at(model, loc[:-1]).get(loc[-1]) if loc else None
             desc = f" ({info.description})" if info is not None and info.description else ""
-            lines.append(f"  {key}: missing required key{desc}")
+            lines.append(f"{key}: missing required key{desc}")
+        elif kind == "value_error" and _NAMES_ITS_KEY.match(named):
+            lines.append(f"{key}.{named}" if key else named)
         else:
             got = err.get("input")
-            lines.append(f"  {key}: {err['msg']}, got {got!r} ({type(got).__name__})")
-    return f"{where}: {len(lines)} invalid key(s):\n" + "\n".join(lines)
+            lines.append(f"{key or '<root>'}: {msg}, got {got!r} ({type(got).__name__})")
+    if len(lines) == 1:  # one bad key: one line (``where: key: what is wrong, got ...``)
+        return f"{where}: {lines[0]}"
+    return f"{where}: {len(lines)} invalid key(s):\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -247,7 +324,8 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises:
         ConfigError: missing or unreadable file, unknown suffix, bytes that are not UTF-8, a
-            parse error (with its position), or a top level that is not a mapping.
+            parse error (with its position), or a top level that is not a mapping. An empty
+            YAML file reads as ``{}`` (every key takes its default).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ConfigError(f"path: expected a file path, got {type(path).__name__}")
@@ -269,6 +347,8 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{p}: expected a UTF-8 text file ({exc})") from None
     try:
         data = yaml.safe_load(text) if suffix != ".json" else json.loads(text)
+        if data is None and suffix != ".json":  # an empty YAML file: every key takes its default
+            data = {}
     except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError(f"{p}: invalid {'JSON' if suffix == '.json' else 'YAML'}: {exc}") from exc
     except ValueError as exc:  # JSONDecodeError, or an int of more than 4300 digits
@@ -292,18 +372,7 @@ def validate_config(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> BufferCo
         raise ConfigError(f"type: missing required key; expected one of {sorted(CONFIG_MODELS)}")
     if not isinstance(kind, str) or kind not in CONFIG_MODELS:
         raise ConfigError(f"type: expected one of {sorted(CONFIG_MODELS)}, got {kind!r}")
-    model = CONFIG_MODELS[kind]
-    try:
-        return model.model_validate(dict(data))
-    except _PydanticValidationError as exc:
-        raise ConfigError(format_validation_error(exc, f"{kind} buffer config", model)) from None
-
-
-def _import(target: str) -> Any:
-    try:
-        return import_target(target)  # type: ignore[no-any-return]
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"type: cannot import buffer class {target!r} ({exc})") from exc
+    return CONFIG_MODELS[kind].validate_mapping(data, f"{kind} buffer config")
 
 
 def build_buffer(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> Any:
@@ -319,5 +388,4 @@ def build_buffer(cfg: Mapping[str, Any] | str | os.PathLike[str]) -> Any:
         ConfigError: see :func:`validate_config`.
     """
     model = validate_config(cfg)
-    cls = _import(BUFFER_REGISTRY[model.type])
-    return cls(**model.to_kwargs())
+    return BUFFER_REGISTRY[model.type](**model.to_kwargs())

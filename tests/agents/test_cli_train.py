@@ -73,7 +73,7 @@ def test_bad_config_is_reported_not_raised(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("online: {learning_rat: 0.1}\n")
     assert main(["train", "--config", str(bad)]) == 2
-    assert "OnlineTrainConfig.learning_rat: unknown key" in capsys.readouterr().err
+    assert "TrainConfig: online.learning_rat: unknown key" in capsys.readouterr().err
 
 
 def test_wandb_missing_is_skipped_with_a_message(tmp_path, capsys, monkeypatch) -> None:

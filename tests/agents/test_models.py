@@ -232,19 +232,47 @@ def test_every_config_field_is_documented() -> None:
 
 
 def test_config_errors_name_the_field(tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"OnlineTrainConfig\.num_envs"):
+    with pytest.raises(ConfigError, match=r"^OnlineTrainConfig: num_envs: Input should be greater"):
         OnlineTrainConfig(num_envs=0)
-    with pytest.raises(ConfigError, match=r"OnlineTrainConfig\.num_minibatches: must divide"):
+    with pytest.raises(ConfigError, match=r"^OnlineTrainConfig: num_minibatches: must divide"):
         OnlineTrainConfig(num_envs=4, num_steps=8, num_minibatches=3)
-    with pytest.raises(ConfigError, match=r"TransformerModelConfig\.n_heads"):
+    with pytest.raises(ConfigError, match=r"^TransformerModelConfig: n_heads: must divide"):
         TransformerModelConfig(d_model=10, n_heads=4)
     p = tmp_path / "c.yaml"
     p.write_text("online:\n  num_env: 4\n")
-    with pytest.raises(ConfigError, match=r"OnlineTrainConfig\.num_env: unknown key"):
+    with pytest.raises(
+        ConfigError, match=r"^TrainConfig: online\.num_env: unknown key \(got 4\); allowed"
+    ):
         load_train_config(p)
     p.write_text("online: [1, 2\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="invalid YAML"):
         load_train_config(p)
+
+
+def test_run_configs_share_the_buffer_config_rules(tmp_path) -> None:
+    """The PPO configs had their own base: inf/NaN were accepted, a non-UTF-8 file raised
+    UnicodeDecodeError, JSON files were not read, and each bad key was not listed with its path."""
+    with pytest.raises(ConfigError, match=r"learning_rate: Input should be a finite number"):
+        OnlineTrainConfig(learning_rate=float("inf"))
+    p = tmp_path / "c.yaml"
+    p.write_bytes(b"\xff\xfe\x00online: 1")
+    with pytest.raises(ConfigError, match="expected a UTF-8 text file"):
+        load_train_config(p)
+    p.write_text("online: {num_envs: 0, gamma: 2}\nrun: {seed: -1}\n")
+    with pytest.raises(ConfigError, match=r"TrainConfig: 3 invalid key\(s\)") as info:
+        load_train_config(p)
+    for key in ("online.num_envs", "online.gamma", "run.seed"):
+        assert f"\n  {key}: " in str(info.value)
+    j = tmp_path / "c.json"
+    j.write_text('{"online": {"num_steps": 16}}')
+    assert load_train_config(j).online.num_steps == 16
+    assert load_train_config(_empty(tmp_path)) == TrainConfig()
+
+
+def _empty(tmp_path):
+    p = tmp_path / "empty.yaml"
+    p.write_text("")
+    return p
 
 
 def test_config_yaml_round_trip(tmp_path) -> None:

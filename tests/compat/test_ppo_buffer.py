@@ -265,9 +265,7 @@ def test_checkpoint_round_trip_resumes_exactly(tmp_path, monkeypatch):
     from rlstore import checkpoint
     from rlstore.errors import CheckpointError
 
-    monkeypatch.setitem(
-        checkpoint.CHECKPOINT_REGISTRY, "PPOBuffer", "rlstore.compat.ppo_buffer:PPOBuffer"
-    )
+    monkeypatch.setitem(checkpoint.CHECKPOINT_REGISTRY, "PPOBuffer", PPOBuffer)
     rng = np.random.default_rng(4)
     steps = [{"obs": rng.normal(size=(2, 3)), "act": rng.normal(size=2), "rew": rng.normal(),
               "val": rng.normal(), "logp": -1.0} for _ in range(6)]  # fmt: skip

@@ -58,7 +58,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlstore._imports import import_target
 from rlstore.checkpoint._state import (
     _load_with_sidecar,
     load_state,
@@ -88,46 +87,55 @@ __all__ = [
     "metadata_file_path",
 ]
 
-# name stored in the sidecar -> "module:Class" imported lazily on load. Only registered classes
-# are ever imported from a checkpoint (a file never names arbitrary code to import).
-CHECKPOINT_REGISTRY: dict[str, str] = {
-    "ReplayBuffer": "rlstore.buffers.replay:ReplayBuffer",
-    "RolloutBuffer": "rlstore.buffers.rollout:RolloutBuffer",
-    "velora.ReplayBuffer": "rlstore.compat.velora:ReplayBuffer",
-    "SimpleReplayBuffer": "rlstore.compat.simple_replay:SimpleReplayBuffer",
-}
+CHECKPOINT_REGISTRY: dict[str, type] = {}
+"""Name stored in the sidecar's ``class`` field -> class. Only registered classes are ever built
+from a checkpoint (a file never names code to import). rlstore's own classes are added by
+:func:`_registry` on first use."""
 
 
-def register_checkpointable(name: str, target: str | type) -> None:
+def register_checkpointable(name: str, target: type) -> None:
     """Register a class for :func:`save` / :func:`load` under ``name``.
 
     Args:
         name: the name written into the sidecar's ``class`` field.
-        target: the class itself or its ``"module:QualName"`` import path.
+        target: the class itself.
     """
-    if not isinstance(target, str):
-        target = f"{target.__module__}:{target.__qualname__}"
-    if ":" not in target:
-        raise CheckpointError(f"target: expected 'module:Class', got {target!r}")
+    if not isinstance(target, type):
+        raise CheckpointError(
+            f"target: expected a class, got {target!r} "
+            "(import paths such as 'module:Class' are not accepted)"
+        )
+    if not isinstance(name, str) or not name:
+        raise CheckpointError(f"name: expected a non-empty string, got {name!r}")
     CHECKPOINT_REGISTRY[name] = target
 
 
+def _registry() -> dict[str, type]:
+    """:data:`CHECKPOINT_REGISTRY` with rlstore's own checkpointable classes added. They are
+    imported here, when first needed, because their modules import this package."""
+    from rlstore.buffers.replay import ReplayBuffer
+    from rlstore.buffers.rollout import RolloutBuffer
+    from rlstore.compat.simple_replay import SimpleReplayBuffer
+    from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
+
+    for name, cls in (
+        ("ReplayBuffer", ReplayBuffer),
+        ("RolloutBuffer", RolloutBuffer),
+        ("velora.ReplayBuffer", VeloraReplayBuffer),
+        ("SimpleReplayBuffer", SimpleReplayBuffer),
+    ):
+        CHECKPOINT_REGISTRY.setdefault(name, cls)
+    return CHECKPOINT_REGISTRY
+
+
 def _class_name(obj: object) -> str:
-    target = f"{type(obj).__module__}:{type(obj).__qualname__}"
-    for name, registered in CHECKPOINT_REGISTRY.items():
-        if registered == target:
+    for name, registered in _registry().items():
+        if registered is type(obj):
             return name
     raise CheckpointError(
-        f"obj: {target} is not a registered checkpointable class; call "
-        "rlstore.checkpoint.register_checkpointable(name, cls) first"
+        f"obj: {type(obj).__module__}.{type(obj).__qualname__} is not a registered "
+        "checkpointable class; call rlstore.checkpoint.register_checkpointable(name, cls) first"
     )
-
-
-def _import(target: str) -> type:
-    try:
-        return import_target(target)  # type: ignore[no-any-return]
-    except (ImportError, AttributeError) as exc:
-        raise CheckpointError(f"cannot import checkpointable class {target!r} ({exc})") from exc
 
 
 def save(obj: Any, dirpath: str | os.PathLike[str], *, prefix: str = "buffer_") -> Path:
@@ -172,13 +180,13 @@ def build_from_record(
     if not isinstance(record, Mapping):
         raise CheckpointError(f"record: expected a dict, got {type(record).__name__}")
     name = record.get("class")
-    if not isinstance(name, str) or name not in CHECKPOINT_REGISTRY:
+    registry = _registry()
+    if not isinstance(name, str) or name not in registry:
         raise CheckpointError(
-            f"class: expected one of {sorted(CHECKPOINT_REGISTRY)}, got {name!r} "
+            f"class: expected one of {sorted(registry)}, got {name!r} "
             "(use load_state() for raw state dicts)"
         )
-    target = CHECKPOINT_REGISTRY[name]
-    cls = _import(target)
+    cls = registry[name]
     raw = record.get("config")
     if raw is not None and not isinstance(raw, Mapping):
         raise CheckpointError(f"config: expected a dict, got {type(raw).__name__}")
@@ -190,21 +198,21 @@ def build_from_record(
         if callable(from_config):
             obj = from_config(config)
         else:
-            obj = cls(**_constructor_kwargs(name, target, cls, config))
+            obj = cls(**_constructor_kwargs(name, cls, config))
     except RLStoreError as exc:
         raise CheckpointError(f"config: cannot rebuild {name} from {config!r} ({exc})") from exc
     obj.load_state_dict(state)
     return obj
 
 
-def _constructor_kwargs(name: str, target: str, cls: type, config: dict[str, Any]) -> dict:
+def _constructor_kwargs(name: str, cls: type, config: dict[str, Any]) -> dict:
     """Constructor kwargs of ``cls`` from a saved config: through the typed config model of
     :mod:`rlstore.config` when it knows the class (it rebuilds nested objects such as
     ``specs`` or ``intrinsic``), else ``config`` itself once it binds to the signature."""
     from rlstore.config import BUFFER_REGISTRY, CONFIG_MODELS, validate_config
 
     for kind, registered in BUFFER_REGISTRY.items():
-        if registered == target and kind in CONFIG_MODELS:
+        if registered is cls and kind in CONFIG_MODELS:
             return validate_config({**config, "type": kind}).to_kwargs()
     try:
         inspect.signature(cls).bind(**config)

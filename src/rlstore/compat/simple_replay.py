@@ -38,12 +38,10 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
-from pydantic import ValidationError as _PydanticValidationError
 
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.config import format_validation_error, load_config_file
+from rlstore.config import PositiveInt, StrictModel, load_config_file
 from rlstore.errors import CapacityError, ConfigError, SpecError
 from rlstore.specs import FieldSpec, as_flags, cast_to_spec
 
@@ -52,18 +50,16 @@ __all__ = ["SimpleReplayBuffer", "SimpleReplayBufferSchema"]
 _KEYS = ("obs", "act", "rew", "next_obs", "done")
 
 
-class SimpleReplayBufferSchema(BaseModel):
+class SimpleReplayBufferSchema(StrictModel):
     """Config keys of :class:`SimpleReplayBuffer` (the seed's ``schema``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    obs_dim: StrictInt = Field(gt=0)
+    obs_dim: PositiveInt
     """Observation dimension, > 0."""
-    act_dim: StrictInt = Field(gt=0)
+    act_dim: PositiveInt
     """Action dimension, > 0."""
-    size: StrictInt = Field(gt=0)
+    size: PositiveInt
     """Buffer size: transitions kept (FIFO), > 0."""
-    batch_size: StrictInt = Field(gt=0)
+    batch_size: PositiveInt
     """Transitions returned by ``sample_batch()``, 0 < batch_size <= size."""
 
 
@@ -103,10 +99,7 @@ class SimpleReplayBuffer:
     def _validate(cls, config: Any) -> SimpleReplayBufferSchema:
         if not isinstance(config, dict):
             raise ConfigError(f"config: expected a dict, got {type(config).__name__}")
-        try:
-            return cls.schema.model_validate(config)
-        except _PydanticValidationError as exc:
-            raise ConfigError(format_validation_error(exc, cls.__name__, cls.schema)) from None
+        return cls.schema.validate_mapping(config, cls.__name__)
 
     # ------------------------------------------------------------------ config
     @classmethod

@@ -38,12 +38,12 @@ from typing import Any, Literal, cast
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from rlstore import checkpoint
 from rlstore._checks import as_device, check_count
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _CoreReplayBuffer
+from rlstore.config import PositiveInt, StrictModel
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 from rlstore.specs import FieldSpec, as_flags, cast_to_spec
 
@@ -74,20 +74,18 @@ class BatchExperience:
     hiddens: torch.Tensor
 
 
-class BufferConfig(BaseModel):
+class BufferConfig(StrictModel):
     """velora's buffer config model (``ReplayBuffer.config()``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     type: Literal["ReplayBuffer"] = "ReplayBuffer"
     """Buffer class name."""
-    capacity: int = Field(gt=0)
+    capacity: PositiveInt
     """Total capacity of the buffer (transitions)."""
-    state_dim: int = Field(gt=0)
+    state_dim: PositiveInt
     """Dimension of state observations."""
-    action_dim: int = Field(gt=0)
+    action_dim: PositiveInt
     """Dimension of actions."""
-    hidden_dim: int = Field(gt=0)
+    hidden_dim: PositiveInt
     """Dimension of the actor hidden state."""
 
 

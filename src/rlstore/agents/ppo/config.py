@@ -1,8 +1,9 @@
 """Typed configuration of a PPO run: what to run, on which env, how to train, which model.
 
-Every config is a pydantic model whose fields carry their documentation (attribute docstrings,
-also exposed as ``Model.model_fields[name].description``). Unknown keys and bad values raise
-:class:`rlstore.errors.ConfigError` naming the field, the expectation and what arrived.
+Every config is a pydantic model on :class:`rlstore.config.StrictModel` whose fields carry their
+documentation (attribute docstrings, also exposed as ``Model.model_fields[name].description``).
+Unknown keys and bad values raise :class:`rlstore.errors.ConfigError` naming the field, the
+expectation and what arrived (:func:`rlstore.config.format_validation_error`).
 
 A run is described by one :class:`TrainConfig` (the YAML files under ``rlstore/configs/`` and the
 ``config.yaml`` written into every run folder have exactly its shape)::
@@ -25,12 +26,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
+from typing_extensions import Self
 
-from rlstore.errors import ConfigError
+from rlstore.config import StrictModel, load_config_file
 
 __all__ = [
     "RunConfig",
@@ -44,50 +46,18 @@ __all__ = [
 ]
 
 
-def _format_validation_error(cls_name: str, err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"])
-        cause = (e.get("ctx") or {}).get("error")
-        if isinstance(cause, ConfigError):  # a nested config already formatted its message
-            parts.append(str(cause))
-        elif e["type"] == "extra_forbidden":
-            parts.append(f"{cls_name}.{loc}: unknown key (allowed: {', '.join(_FIELDS[cls_name])})")
-        elif not loc:  # a model validator: its message names the field
-            parts.append(f"{cls_name}.{str(e['msg']).removeprefix('Value error, ')}")
-        else:
-            parts.append(f"{cls_name}.{loc}: {e['msg']}, got {e.get('input')!r}")
-    return "; ".join(parts)
-
-
-_FIELDS: dict[str, list[str]] = {}
 _ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
 """Shape of the env ids rlstore accepts: Gymnasium's ``namespace/name-vN`` without ``module:``."""
 
 
-class _Config(BaseModel):
-    """Base: forbids unknown keys, documents fields by attribute docstrings, raises ConfigError."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _FIELDS[cls.__name__] = [n for n in cls.__annotations__ if not n.startswith("_")]
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as err:
-            raise ConfigError(_format_validation_error(type(self).__name__, err)) from None
+class _Config(StrictModel):
+    """Base of the run configs: :class:`rlstore.config.StrictModel` (unknown keys are errors,
+    frozen, finite floats, ConfigError on bad input), with plain dict conversions."""
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> _Config:
+    def from_dict(cls, data: dict[str, Any] | None) -> Self:
         """Build from a plain dict (e.g. parsed YAML); ``None`` gives the defaults."""
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
-        return cls(**data)
+        return cls.validate_mapping({} if data is None else data)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-able dict; ``from_dict(to_dict())`` round-trips."""
@@ -306,21 +276,11 @@ class TrainConfig(_Config):
 
 
 def load_train_config(path: str | Path) -> TrainConfig:
-    """Read a :class:`TrainConfig` from a YAML file.
+    """Read a :class:`TrainConfig` from a YAML or JSON file (read by
+    :func:`rlstore.config.load_config_file`; an empty file gives the defaults).
 
     Raises:
         ConfigError: the file is missing, is not YAML, is not a mapping, or holds an unknown key
-            or an invalid value (the message names ``Section.field``).
+            or an invalid value (the message names ``section.field``).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config: file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config: {str(p)!r} is not valid YAML: {err}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config: {str(p)!r} must hold a mapping, got {type(data).__name__}")
-    return cast(TrainConfig, TrainConfig.from_dict(data))
+    return TrainConfig.from_dict(load_config_file(path))
