@@ -33,14 +33,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field, StrictInt, ValidationError
+from pydantic import Field, StrictInt
 
 from rlstore import returns as _returns
 from rlstore._checks import check_count, real_number
 from rlstore._trees import as_tensor, cast_lossless
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import gae_targets
-from rlstore.config import _Strict, format_validation_error
+from rlstore.config import StrictModel
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
@@ -76,7 +76,7 @@ def discount_cumsum(x: Any, discount: float) -> np.ndarray:
     return np.asarray(_returns.discount_cumsum(arr, float(discount)))
 
 
-class PPOBufferConfig(_Strict):
+class PPOBufferConfig(StrictModel):
     """The constructor keys of :class:`PPOBuffer` (the original's strictyaml ``Map``)."""
 
     obs_dim: StrictInt = Field(gt=0, description="observation size, an int")
@@ -455,12 +455,7 @@ class PPOBuffer:
             ConfigError: unknown, missing or wrong-typed keys (all listed in one message), or
                 out-of-range values.
         """
-        if not isinstance(config, Mapping):
-            raise ConfigError(f"config: expected a mapping of keys to values, got {type(config)}")
-        try:
-            values = cls.schema.model_validate(dict(config))
-        except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, cls.__name__, cls.schema)) from None
+        values = cls.schema.validate_mapping(config, cls.__name__)
         try:
             return cls(**values.model_dump())
         except ConfigError:
