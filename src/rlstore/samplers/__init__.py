@@ -18,6 +18,18 @@ Example:
 from __future__ import annotations
 
 from rlstore.samplers._rng import BIT_GENERATORS, make_rng, rng_state, set_rng_state
+from rlstore.samplers.prioritized import LinearSchedule, PrioritizedSample, PrioritizedSampler
+from rlstore.samplers.sum_tree import SumTree
 from rlstore.samplers.uniform import UniformSampler
 
-__all__ = ["BIT_GENERATORS", "UniformSampler", "make_rng", "rng_state", "set_rng_state"]
+__all__ = [
+    "BIT_GENERATORS",
+    "LinearSchedule",
+    "PrioritizedSample",
+    "PrioritizedSampler",
+    "SumTree",
+    "UniformSampler",
+    "make_rng",
+    "rng_state",
+    "set_rng_state",
+]
