@@ -284,3 +284,17 @@ def test_load_state_dict_rejects_and_changes_nothing(key: str, value: Any, match
     with pytest.raises(CheckpointError, match=match):
         dst.load_state_dict(_corrupt(sd, key, value))
     _assert_same_state(before, _state(dst))
+
+
+def test_resume_through_a_checkpoint_file(tmp_path: Any) -> None:
+    """The state survives the project's safetensors + JSON writer (arrays and scalars)."""
+    from rlstore.checkpoint import load_state, save_state
+
+    a = PrioritizedSampler(16, alpha=0.5, seed=7)
+    a.on_write(np.arange(10))
+    _run(a, 3, seed=0)
+    save_state(tmp_path, {"sampler": a.state_dict()})
+    b = PrioritizedSampler(16, alpha=0.5, seed=8)
+    b.load_state_dict(load_state(tmp_path)["sampler"])
+    for x, y in zip(_run(a, 4, seed=1), _run(b, 4, seed=1), strict=True):
+        np.testing.assert_array_equal(x, y)

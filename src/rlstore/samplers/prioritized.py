@@ -169,7 +169,7 @@ class PrioritizedSampler:
         mass = (np.arange(b) + self.rng.random(b)) * (total / b)
         idx = self.tree._find(mass)
         # (N P(i))^-beta / (N P_min)^-beta = (p_min / p_i)^beta: N and the total cancel
-        ratio = self.tree.min / self.tree._sum[idx + self.tree._leaf0]
+        ratio = self.tree.min / self.tree.leaves[idx]
         weights = (ratio**b_exp).astype(np.float32)
         self.steps += 1
         return PrioritizedSample(idx, weights, self.generations[idx])
@@ -177,8 +177,9 @@ class PrioritizedSampler:
     def update_priorities(
         self, indices: Any, priorities: Any, generations: Any | None = None
     ) -> None:
-        """Set the priority of ``indices`` to ``(|p| + eps)^alpha`` and raise the max priority.
+        """Store ``(p + eps)^alpha`` for the slots ``indices`` and raise the max priority.
 
+        Pass ``p = |TD error|``: negative priorities are refused, not folded with ``abs``.
         An index that repeats takes its last priority. With ``generations`` (from
         :meth:`sample`), entries whose slot was overwritten since it was drawn are ignored.
 

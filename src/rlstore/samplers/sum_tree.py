@@ -11,7 +11,8 @@ ignores it. Both operations take a whole batch and touch ``O(batch * log2 L)`` n
 update writes all leaves, then recomputes each touched ancestor once, level by level; a batched
 query descends all masses together. The two walks are compiled with numba (one call per batch,
 no per-item Python loop): measured at a capacity of 2**20 with batches of 256, the same walks
-written as numpy operations per level took ~140 us each, dominated by per-call overhead.
+written as numpy operations per level took ~140 us each (per-call overhead, 20 levels), the
+compiled ones ~20 us (update) and ~60 us (find on fresh random masses: cache misses).
 
 Example:
     >>> t = SumTree(4)
@@ -86,9 +87,12 @@ def _check_values(
 def _last_writes(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(unique sorted indices, position in ``indices`` of the LAST occurrence of each)``: the
     one rule for repeated indices in a batch (last write wins), applied before any write."""
-    n = len(indices)
-    uniq, first_in_reversed = np.unique(indices[::-1], return_index=True)
-    return uniq, n - 1 - first_in_reversed
+    order = np.argsort(indices, kind="stable")  # equal indices keep their batch order
+    ordered = indices[order]
+    last = np.empty(len(ordered), dtype=bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    last[-1:] = True
+    return ordered[last], order[last]
 
 
 class SumTree:
