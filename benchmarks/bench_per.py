@@ -1,0 +1,71 @@
+"""Prioritized replay: ``sample(256)`` + ``update_priorities(256)`` iterations per second.
+
+What is measured: one iteration of a DQN-with-PER training step's replay bookkeeping, on a full
+sampler of capacity ``2**20`` (every slot live, random priorities): a stratified
+``PrioritizedSampler.sample(N, 256)`` (indices, float32 weights, generations), then
+``update_priorities`` of those 256 slots with fresh |TD errors| and the generations (stale
+check included). Index/priority bookkeeping only: gathering the transitions is the buffer's job
+and is measured with the buffer integration. Peers come with that integration too (the fastest
+measured in issue 10: Tianshou, 2.8k-5.1k iterations/s at 1M).
+
+Each repeat runs ``--iters`` iterations; the median of ``--repeats`` repeats is printed with the
+spread, the process CPU time rate (robust on a shared machine) and library versions.
+
+Run::
+
+    PYTHONPATH=src python benchmarks/bench_per.py [--capacity 1048576] [--iters 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import format_rate, library_versions, limit_threads, machine_info, time_repeats  # noqa: E402
+
+
+def run(capacity: int, batch: int, iters: int, repeats: int) -> dict[str, float]:
+    """Time ``iters`` sample+update iterations per repeat; return rates (iterations/s)."""
+    from rlstore.samplers import PrioritizedSampler
+
+    sampler = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=0)
+    sampler.on_write(np.arange(capacity))
+    rng = np.random.default_rng(1)
+    sampler.update_priorities(np.arange(capacity), rng.exponential(size=capacity))
+    errors = rng.exponential(size=(iters, batch))  # drawn outside the timed region
+
+    def loop() -> None:
+        for i in range(iters):
+            s = sampler.sample(capacity, batch)
+            sampler.update_priorities(s.indices, errors[i], s.generations)
+
+    t = time_repeats(loop, items=iters, repeats=repeats, warmup=1)
+    return {"rate": t.rate, "cpu_rate": t.cpu_rate, "spread": t.spread}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--capacity", type=int, default=1 << 20)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--iters", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    limit_threads(1)
+    r = run(args.capacity, args.batch, args.iters, args.repeats)
+    print(f"machine: {machine_info()}")
+    print(f"versions: {library_versions(['rlstore', 'numpy', 'numba'])}")
+    print(
+        f"rlstore PrioritizedSampler, capacity {args.capacity}, batch {args.batch}: "
+        f"sample + update_priorities {format_rate(r['rate'])} it/s wall "
+        f"({format_rate(r['cpu_rate'])} it/s CPU), median of {args.repeats} x {args.iters}, "
+        f"spread {r['spread']:.0%}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

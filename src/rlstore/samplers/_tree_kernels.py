@@ -1,0 +1,64 @@
+"""Compiled sum-tree walks behind :class:`rlstore.samplers.sum_tree.SumTree` (private).
+
+Numpy needs one call per tree level per array operation (20 levels at a capacity of 2**20,
+~140 us per batch of 256 for either walk); these loops do the same arithmetic in ~20 us
+(update) and ~60 us (find on fresh random masses, bound by cache misses).
+Both kernels compute exactly what the level-by-level numpy formulation computes: a parent is
+``sum[2k] + sum[2k + 1]`` (and ``min(min[2k], min[2k + 1])``) of its final children.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def set_leaves(s, m, nodes, vals, depth):  # pragma: no cover - compiled
+    """Write ``vals`` at the sorted, distinct leaf ``nodes`` (int64, modified in place), then
+    recompute their ancestors one level at a time, each shared ancestor once."""
+    k = nodes.shape[0]
+    for i in range(k):
+        v = vals[i]
+        s[nodes[i]] = v
+        m[nodes[i]] = v if v > 0 else np.inf
+    for _ in range(depth):
+        j = 0
+        for i in range(k):
+            p = nodes[i] >> 1
+            if j == 0 or nodes[j - 1] != p:  # sorted: repeats are adjacent
+                nodes[j] = p
+                j += 1
+        k = j
+        for i in range(k):
+            p = nodes[i]
+            left = s[2 * p]
+            right = s[2 * p + 1]
+            s[p] = left + right
+            ml = m[2 * p]
+            mr = m[2 * p + 1]
+            m[p] = ml if ml < mr else mr
+
+
+@njit(cache=True, nogil=True)
+def descend(s, mass, leaf0, depth, out):  # pragma: no cover - compiled
+    """For each mass the leaf reached from the root: right when the mass is past the left
+    subtree's sum (subtracting it) and the right subtree is not empty, else left.
+
+    All queries advance one level at a time (level-major), so the loads of one level are
+    independent of each other and overlap in the memory system; one query walked to its leaf
+    at a time is a chain of dependent cache misses on a large tree (~8x slower at 2**20 leaves).
+    """
+    k = mass.shape[0]
+    x = mass.copy()
+    for i in range(k):
+        out[i] = 1
+    for _ in range(depth):
+        for i in range(k):
+            node = out[i] << 1
+            left = s[node]
+            right = (x[i] >= left) & (s[node + 1] > 0)  # branchless: the data decide
+            x[i] -= left * right
+            out[i] = node + right
+    for i in range(k):
+        out[i] -= leaf0
