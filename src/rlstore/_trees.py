@@ -33,6 +33,11 @@ __all__ = [
 ]
 
 
+def _check_has_data(name: str, x: torch.Tensor) -> None:
+    if x.is_meta:
+        raise SpecError(f"{name}: expected a tensor with data, got one on the 'meta' device")
+
+
 def as_tensor(name: str, x: Any, device: torch.device | None = None) -> torch.Tensor:
     """``x`` (tensor, array, nested list, scalar) as a detached tensor, on ``device`` if given.
 
@@ -43,6 +48,7 @@ def as_tensor(name: str, x: Any, device: torch.device | None = None) -> torch.Te
         SpecError: ``x`` cannot be converted (the message names ``name`` and the type).
     """
     if isinstance(x, torch.Tensor):
+        _check_has_data(name, x)
         x = x.detach()  # a tensor that requires grad is stored detached
         return x if device is None else x.to(device)
     try:
@@ -67,6 +73,7 @@ def to_numpy(name: str, x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     if isinstance(x, torch.Tensor):
+        _check_has_data(name, x)
         if x.requires_grad:
             x = x.detach()
         if not x.is_cpu:

@@ -33,8 +33,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rlstore._checks import check_count
-from rlstore._trees import tree_map
-from rlstore.errors import ConfigError, SpecError
+from rlstore._trees import to_numpy, tree_map
+from rlstore.errors import CapacityError, ConfigError, SpecError
 
 if TYPE_CHECKING:
     from rlstore.buffers.replay import ReplayBuffer
@@ -92,6 +92,8 @@ class TransitionAdapter:
                 f"mode: expected one of {[m.value for m in AutoresetMode]}, got {mode!r}"
             ) from exc
         self.num_envs = check_count("num_envs", num_envs)
+        if self.num_envs > 2**40:
+            raise CapacityError(f"num_envs: expected at most 2**40 envs, got {num_envs!r}")
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
 
     @classmethod
@@ -126,12 +128,14 @@ class TransitionAdapter:
                 env.
         """
         n = self.num_envs
-        term = np.asarray(terminated, dtype=bool)
-        trunc = np.asarray(truncated, dtype=bool)
-        if term.shape != (n,) or trunc.shape != (n,):
-            raise SpecError(
-                f"terminated/truncated: expected shape ({n},), got {term.shape} / {trunc.shape}"
-            )
+        term, trunc = _flags("terminated", terminated, n), _flags("truncated", truncated, n)
+        for name, x in (("action", action), ("reward", reward)):
+            a = to_numpy(name, x)
+            if a.dtype.kind not in "biuf" or (a.dtype.kind == "f" and not np.isfinite(a).all()):
+                raise SpecError(f"{name}: expected finite real numbers, got {a.dtype} {a.shape}")
+            if a.shape[:1] != (n,) or (name == "reward" and a.ndim != 1):
+                want = f"({n},)" if name == "reward" else f"({n}, ...)"
+                raise SpecError(f"{name}: expected shape {want}, got {a.shape}")
         done = term | trunc
         valid = np.ones(n, dtype=bool)
         if self.mode == AutoresetMode.NEXT_STEP:
@@ -154,8 +158,26 @@ class TransitionAdapter:
                 else:
                     next_obs[i] = final[i]
         return Transitions(
-            obs, np.asarray(action), np.asarray(reward), next_obs, term, trunc, valid
+            obs,
+            to_numpy("action", action),
+            to_numpy("reward", reward),
+            next_obs,
+            term,
+            trunc,
+            valid,
         )
+
+
+def _flags(name: str, x: Any, n: int) -> np.ndarray:
+    """``x`` as a bool array of shape ``(n,)``: bools, or ints/floats that are exactly 0 or 1."""
+    a = to_numpy(name, x)
+    if a.shape != (n,):
+        raise SpecError(f"{name}: expected shape ({n},), got {a.shape}")
+    if a.dtype.kind == "b":
+        return a.astype(bool, copy=True)
+    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():
+        raise SpecError(f"{name}: expected bools (or exact 0/1), got {a.dtype} {a.tolist()}")
+    return a != 0
 
 
 def _random_policy(env: Any, seed: int | None) -> Callable[[Any], Any]:
