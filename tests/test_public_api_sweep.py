@@ -240,3 +240,25 @@ def test_field_spec() -> None:
         _refused(None, lambda s=shape: FieldSpec("x", s, F), "x: shape")
     for dtype in [torch.ones(2), META, "nope"]:
         _refused(None, lambda d=dtype: FieldSpec("x", (2,), d), "x: invalid dtype")
+
+
+def test_constructors_refuse_sizes_they_cannot_allocate() -> None:
+    from rlstore import ReplayBuffer, RolloutBuffer
+    from rlstore.buffers.demo_mixer import DemoMixer
+
+    _refused(None, lambda: ReplayBuffer(8, num_envs=2**70), "num_envs")
+    for steps, envs in [(2**70, 2), (4, 2**70), (2**40, 2**30)]:
+        _refused(None, lambda s=steps, e=envs: RolloutBuffer(s, e), "num_steps, num_envs")
+    store = DemoStore(3)
+    _refused(None, lambda: DemoMixer(store, 2**70), "num_envs")
+    for fs in [0.5, 2**70, 0, True]:
+        _refused(None, lambda f=fs: DemoMixer(store, 2, frame_stack=f), "frame_stack")
+    _refused(None, lambda: DemoMixer(store, 2, track_episodes=0.5), "track_episodes")
+    _refused(None, lambda: DemoMixer(store, 2, reset_env=3), "reset_env")
+    _refused(None, lambda: DemoMixer("store", 2), "store")  # type: ignore[arg-type]
+
+
+def test_normalize_advantages_ragged_list_is_named() -> None:
+    from rlstore.returns import normalize_advantages
+
+    _refused(None, lambda: normalize_advantages([[1.0, 2.0], [3.0]]), "adv")

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+from rlstore._checks import check_count
+from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 
 if TYPE_CHECKING:
     from rlstore.buffers.demos import Demo, DemoStore
@@ -215,10 +216,18 @@ class DemoMixer:
         frame_stack: int = 1,
         track_episodes: bool = True,
     ) -> None:
-        if num_envs < 1 or frame_stack < 1:
-            raise ConfigError(
-                f"num_envs, frame_stack: expected >= 1, got {num_envs}, {frame_stack}"
-            )
+        from rlstore.buffers.demos import DemoStore  # demos imports this module
+
+        if not isinstance(store, DemoStore):
+            raise ConfigError(f"store: expected a DemoStore, got {type(store).__name__}")
+        for name, value in (("num_envs", num_envs), ("frame_stack", frame_stack)):
+            check_count(name, value, error=ConfigError)
+            if value > 2**31 - 1:
+                raise CapacityError(f"{name}: expected at most 2**31 - 1, got {value!r}")
+        if not isinstance(track_episodes, (bool, np.bool_)):
+            raise ConfigError(f"track_episodes: expected a bool, got {track_episodes!r}")
+        if reset_env is not None and not callable(reset_env):
+            raise ConfigError(f"reset_env: expected a callable or None, got {reset_env!r}")
         self.store, self.num_envs, self.reset_env = store, int(num_envs), reset_env
         self.frame_stack, self.track_episodes = int(frame_stack), track_episodes
         self._obs: np.ndarray | None = None
