@@ -262,3 +262,58 @@ def test_normalize_advantages_ragged_list_is_named() -> None:
     from rlstore.returns import normalize_advantages
 
     _refused(None, lambda: normalize_advantages([[1.0, 2.0], [3.0]]), "adv")
+
+
+MIXER_BAD = {
+    "action": [*ARRAY, np.ones(3)],
+    "reward": [*ARRAY, np.full(4, 1e300), np.ones(3), np.ones((4, 1)), np.ones(4, bool)],
+    "terminated": FLAGS,
+    "truncated": FLAGS,
+    "next_obs": [*ARRAY, np.ones((4, 2))],
+    "value": [*ARRAY[1:], np.ones(3)],  # None: no values
+}
+
+
+def _mixer_state(mixer: Any) -> str:
+    def leaf(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            return [str(x.dtype), list(x.shape), x.tobytes().hex()]
+        if isinstance(x, (list, tuple)):
+            return [leaf(v) for v in x]
+        if isinstance(x, dict):
+            return {str(k): leaf(v) for k, v in x.items()}
+        if isinstance(x, Demo):
+            return leaf(x.state())
+        if hasattr(x, "__dict__"):
+            return leaf(vars(x))
+        return repr(x)
+
+    state = {k: v for k, v in vars(mixer).items() if k != "store"}
+    return json.dumps([leaf(state), _state(mixer.store)], sort_keys=True)
+
+
+@pytest.mark.parametrize("arg", list(MIXER_BAD))
+def test_demo_mixer_step_and_reset(arg: str) -> None:
+    from rlstore.buffers.demo_mixer import DemoMixer
+
+    store = DemoStore(5, rho=0.5, seed=0)
+    store.add_initial(_demo(observations=np.ones((4, 3), F), actions=np.zeros(4, np.int64)))
+    mixer = DemoMixer(store, 4)
+    mixer.reset(np.zeros((4, 3), F))
+    good = {
+        "action": np.zeros(4, np.int64),
+        "reward": np.zeros(4, F),
+        "terminated": np.array([1, 0, 0, 0], bool),
+        "truncated": np.zeros(4, bool),
+        "next_obs": np.zeros((4, 3), F),
+        "value": np.zeros(4, F),
+    }
+    mixer.step(**good)
+    before = _mixer_state(mixer)
+    for bad in MIXER_BAD[arg]:
+        with pytest.raises(RLStoreError, match=arg):
+            mixer.step(**{**good, arg: bad})
+        assert _mixer_state(mixer) == before
+    for bad in ARRAY:
+        with pytest.raises(RLStoreError, match="obs"):
+            mixer.reset(bad)

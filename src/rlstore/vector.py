@@ -33,7 +33,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rlstore._checks import check_count
-from rlstore._trees import to_numpy, tree_map
+from rlstore._trees import flag_array, real_array, to_numpy, tree_map
 from rlstore.errors import CapacityError, ConfigError, SpecError
 
 if TYPE_CHECKING:
@@ -128,11 +128,10 @@ class TransitionAdapter:
                 env.
         """
         n = self.num_envs
-        term, trunc = _flags("terminated", terminated, n), _flags("truncated", truncated, n)
+        term = flag_array("terminated", terminated, n)
+        trunc = flag_array("truncated", truncated, n)
         for name, x in (("action", action), ("reward", reward)):
-            a = to_numpy(name, x)
-            if a.dtype.kind not in "biuf" or (a.dtype.kind == "f" and not np.isfinite(a).all()):
-                raise SpecError(f"{name}: expected finite real numbers, got {a.dtype} {a.shape}")
+            a = real_array(name, x)
             if a.shape[:1] != (n,) or (name == "reward" and a.ndim != 1):
                 want = f"({n},)" if name == "reward" else f"({n}, ...)"
                 raise SpecError(f"{name}: expected shape {want}, got {a.shape}")
@@ -166,18 +165,6 @@ class TransitionAdapter:
             trunc,
             valid,
         )
-
-
-def _flags(name: str, x: Any, n: int) -> np.ndarray:
-    """``x`` as a bool array of shape ``(n,)``: bools, or ints/floats that are exactly 0 or 1."""
-    a = to_numpy(name, x)
-    if a.shape != (n,):
-        raise SpecError(f"{name}: expected shape ({n},), got {a.shape}")
-    if a.dtype.kind == "b":
-        return a.astype(bool, copy=True)
-    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():
-        raise SpecError(f"{name}: expected bools (or exact 0/1), got {a.dtype} {a.tolist()}")
-    return a != 0
 
 
 def _random_policy(env: Any, seed: int | None) -> Callable[[Any], Any]:

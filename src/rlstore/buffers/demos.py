@@ -51,7 +51,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlstore._checks import check_count, real_number
-from rlstore._trees import to_numpy
+from rlstore._trees import real_array
 from rlstore.buffers.demo_mixer import ENV, REWARD_DEMO, VALUE_DEMO, DemoMixer, MixedStep
 from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.errors import (
@@ -94,9 +94,9 @@ class Demo:
     demo_id: int = -1
 
     def __post_init__(self) -> None:
-        obs = _real_array("observations", self.observations)
-        act = _real_array("actions", self.actions)
-        rew = _real_array("rewards", self.rewards)
+        obs = real_array("observations", self.observations)
+        act = real_array("actions", self.actions)
+        rew = real_array("rewards", self.rewards)
         if rew.dtype.kind == "b":
             raise SpecError("rewards: expected numbers, got dtype bool")
         with np.errstate(over="ignore"):
@@ -147,20 +147,6 @@ class Demo:
             return cls(**{f.name: sd[f.name] for f in dataclasses.fields(cls)})
         except KeyError as exc:
             raise CheckpointError(f"demo state: missing key {exc}") from exc
-
-
-def _real_array(name: str, x: Any) -> np.ndarray:
-    """``x`` as a numpy array of finite real numbers (bool, int, uint or float).
-
-    Raises:
-        SpecError: naming ``name``: dicts, strings, objects, ragged lists, complex, NaN/inf.
-    """
-    a = to_numpy(name, x)
-    if a.dtype.kind not in "biuf":
-        raise SpecError(f"{name}: expected real numbers, got dtype {a.dtype}")
-    if a.dtype.kind == "f" and not np.isfinite(a).all():
-        raise SpecError(f"{name}: expected finite values, got NaN/inf")
-    return a
 
 
 def cut_after_last_positive(rewards: np.ndarray) -> int:
