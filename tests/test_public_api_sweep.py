@@ -317,3 +317,40 @@ def test_demo_mixer_step_and_reset(arg: str) -> None:
     for bad in ARRAY:
         with pytest.raises(RLStoreError, match="obs"):
             mixer.reset(bad)
+
+
+def test_ppod_npz_demos_never_unpickle_and_refuse_junk(tmp_path: Any) -> None:
+    import sys
+    import zipfile
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "compat"))
+    from test_ppod import Algo, LinearActor
+
+    from rlstore.compat.ppod import PPODBuffer
+
+    class Env:
+        num_envs, env_kwargs = 2, {"frame_skip": 4}
+
+    buf = PPODBuffer(4, "cpu", LinearActor(), Algo(), Env())
+    good = {"Observation": np.ones((3, 2), F), "Action": np.zeros((3, 1)), "Reward": np.ones(3)}
+    cases = {
+        "pickled": {**good, "Observation": np.array([object()] * 3)},
+        "strings": {**good, "Reward": np.array(["a"] * 3)},
+        "complex": {**good, "Observation": np.ones((3, 2), complex)},
+        "overflow": {**good, "Observation": np.full((3, 2), 1e300)},
+        "skip_vector": {**good, "FrameSkip": np.array([4, 4])},
+        "skip_string": {**good, "FrameSkip": np.array("x")},
+        "skip_fraction": {**good, "FrameSkip": np.array(4.5)},
+    }
+    for name, arrays in cases.items():
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+        with pytest.raises(CheckpointError, match=name):
+            buf.load_demo(tmp_path / f"{name}.npz")
+    (tmp_path / "garbage.npz").write_bytes(b"PK\x03\x04garbage")
+    with pytest.raises(CheckpointError, match="garbage"):
+        buf.load_demo(tmp_path / "garbage.npz")
+    np.save(tmp_path / "npy.npz", np.ones(3))  # a bare .npy under an .npz name
+    (tmp_path / "npy.npz.npy").rename(tmp_path / "npy.npz")
+    with pytest.raises(CheckpointError, match="npy"):
+        buf.load_demo(tmp_path / "npy.npz")
+    assert zipfile.is_zipfile(tmp_path / "pickled.npz")
