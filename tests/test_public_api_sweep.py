@@ -417,3 +417,20 @@ def test_ppo_buffer_finish_path_refuses_lossy_last_val(last_val: Any) -> None:
     with pytest.raises(RLStoreError, match="last_val"):
         buf.finish_path(last_val)
     assert _ppo_state(buf) == before
+
+
+@pytest.mark.parametrize("config", [{"capacity": 5, "evil": 1}, [1], {"capacity": "5"}])
+def test_demo_store_load_refuses_configs_that_do_not_fit(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, config: Any
+) -> None:
+    import rlstore.checkpoint
+
+    _store().save(tmp_path)
+    real = rlstore.checkpoint.read_metadata
+    monkeypatch.setattr(
+        rlstore.checkpoint,
+        "read_metadata",
+        lambda *a, **kw: {**real(*a, **kw), "config": config},
+    )
+    with pytest.raises(CheckpointError, match="config"):
+        DemoStore.load(tmp_path)
