@@ -28,9 +28,16 @@ __all__ = [
     "cast_lossless",
     "tree_map",
     "tree_leaves",
+    "real_array",
+    "flag_array",
     "tree_to_state",
     "tree_from_state",
 ]
+
+
+def _check_has_data(name: str, x: torch.Tensor) -> None:
+    if x.is_meta:
+        raise SpecError(f"{name}: expected a tensor with data, got one on the 'meta' device")
 
 
 def as_tensor(name: str, x: Any, device: torch.device | None = None) -> torch.Tensor:
@@ -43,6 +50,7 @@ def as_tensor(name: str, x: Any, device: torch.device | None = None) -> torch.Te
         SpecError: ``x`` cannot be converted (the message names ``name`` and the type).
     """
     if isinstance(x, torch.Tensor):
+        _check_has_data(name, x)
         x = x.detach()  # a tensor that requires grad is stored detached
         return x if device is None else x.to(device)
     try:
@@ -67,6 +75,7 @@ def to_numpy(name: str, x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     if isinstance(x, torch.Tensor):
+        _check_has_data(name, x)
         if x.requires_grad:
             x = x.detach()
         if not x.is_cpu:
@@ -80,6 +89,36 @@ def to_numpy(name: str, x: Any) -> np.ndarray:
         return np.asarray(x)
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
+
+
+def real_array(name: str, x: Any) -> np.ndarray:
+    """``x`` through :func:`to_numpy`, holding finite real numbers (bool, int, uint or float).
+
+    Raises:
+        SpecError: naming ``name``: dicts, strings, objects, ragged lists, complex, NaN/inf.
+    """
+    a = to_numpy(name, x)
+    if a.dtype.kind not in "biuf":
+        raise SpecError(f"{name}: expected real numbers, got dtype {a.dtype}")
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise SpecError(f"{name}: expected finite values, got NaN/inf")
+    return a
+
+
+def flag_array(name: str, x: Any, n: int) -> np.ndarray:
+    """``x`` as a new bool array of shape ``(n,)``: bools, or numbers that are exactly 0 or 1.
+
+    Raises:
+        SpecError: naming ``name``: another shape, 0.5 / 2 / -1 / NaN, strings, complex.
+    """
+    a = to_numpy(name, x)
+    if a.shape != (n,):
+        raise SpecError(f"{name}: expected shape ({n},), got {a.shape}")
+    if a.dtype.kind == "b":
+        return a.astype(bool, copy=True)
+    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():
+        raise SpecError(f"{name}: expected bools (or exact 0/1), got {a.dtype} {a.tolist()}")
+    return a != 0
 
 
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:

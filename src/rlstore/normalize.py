@@ -14,23 +14,53 @@ device) and results come back in the input's type, dtype and device.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from rlstore.errors import CheckpointError, SpecError
+from rlstore._checks import check_count, real_number
+from rlstore._trees import as_tensor, check_real
+from rlstore.errors import CheckpointError, RLStoreError, SpecError
 
 __all__ = ["RunningMeanStd", "DiscountedReturnNormalizer"]
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
+_FMAX = float(np.finfo(np.float64).max)
 
 
-def _as_f64(x: Any) -> np.ndarray:
-    """float64 numpy copy/view of an array-like or tensor (any device)."""
-    if isinstance(x, torch.Tensor):
-        x = x.detach().to(device="cpu", dtype=torch.float64).numpy()
-    return np.asarray(x, dtype=np.float64)
+def _as_f64(name: str, x: Any) -> np.ndarray:
+    """float64 numpy copy/view of an array-like or tensor (any device) of finite real numbers.
+
+    Raises:
+        SpecError: naming ``name``: not numbers (strings, objects, dicts, ragged lists), complex
+            values, NaN/inf, a 'meta' tensor.
+    """
+    if isinstance(x, Mapping):
+        raise SpecError(f"{name}: expected an array or tensor, got a dict")
+    t = check_real(name, as_tensor(name, x))
+    if t.dtype == torch.bool:
+        raise SpecError(f"{name}: expected numbers, got dtype {t.dtype}")
+    return t.to(device="cpu", dtype=torch.float64).numpy()
+
+
+def _number(name: str, value: Any, low: float, high: float, expected: str | None = None) -> float:
+    """:func:`real_number` raising :class:`SpecError` (the normalizers' error for bad input)."""
+    try:
+        return real_number(name, value, low, high, expected=expected)
+    except RLStoreError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _checkpoint_array(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
+    try:
+        a = _as_f64(name, x)
+    except RLStoreError as exc:
+        raise CheckpointError(str(exc)) from exc
+    if a.shape != shape:
+        raise CheckpointError(f"{name}: expected shape {shape}, got {a.shape}")
+    return a.copy()
 
 
 def _like(result: np.ndarray, like: Any) -> Any:
@@ -58,7 +88,9 @@ class RunningMeanStd:
     """
 
     def __init__(self, shape: tuple[int, ...] = ()) -> None:
-        self.shape = tuple(int(s) for s in shape)
+        if not isinstance(shape, (tuple, list)):
+            raise SpecError(f"shape: expected a tuple of ints, got {shape!r}")
+        self.shape = tuple(check_count("shape", s, minimum=0, error=SpecError) for s in shape)
         self.mean = np.zeros(self.shape, dtype=np.float64)
         self.var = np.ones(self.shape, dtype=np.float64)
         self.count = 0
@@ -68,44 +100,69 @@ class RunningMeanStd:
         """Population standard deviation, ``sqrt(var)``, shape ``shape``."""
         return np.sqrt(self.var)
 
-    def update(self, x: Any) -> None:
-        """Add a batch ``x`` of shape ``(..., *shape)``; all leading axes are sample axes."""
-        a = _as_f64(x)
+    def _check_x(self, x: Any) -> np.ndarray:
+        a = _as_f64("x", x)
         k = len(self.shape)
         if a.ndim < k or (k and a.shape[a.ndim - k :] != self.shape):
             raise SpecError(
                 f"x: expected shape (..., {', '.join(map(str, self.shape))}) "
                 f"ending in {self.shape}, got {a.shape}"
             )
+        return a
+
+    def update(self, x: Any) -> None:
+        """Add a batch ``x`` of shape ``(..., *shape)``; all leading axes are sample axes."""
+        a = self._check_x(x)
         flat = a.reshape((-1, *self.shape))
         if flat.shape[0] == 0:
             return
-        self.update_from_moments(flat.mean(axis=0), flat.var(axis=0), flat.shape[0])
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean, var = flat.mean(axis=0), flat.var(axis=0)
+        if not (np.isfinite(mean).all() and np.isfinite(var).all()):
+            raise SpecError(
+                f"x: expected values whose variance fits float64, got values in "
+                f"[{flat.min()}, {flat.max()}]"
+            )
+        try:
+            self.update_from_moments(mean, var, flat.shape[0])
+        except SpecError as exc:
+            raise SpecError(f"x: {exc}") from None
 
     def update_from_moments(self, batch_mean: Any, batch_var: Any, batch_count: int) -> None:
         """Merge a batch given by its mean, population variance and size (parallel formula)."""
-        bm = _as_f64(batch_mean)
-        bv = _as_f64(batch_var)
+        bm = _as_f64("batch_mean", batch_mean)
+        bv = _as_f64("batch_var", batch_var)
         if bm.shape != self.shape or bv.shape != self.shape:
             raise SpecError(
                 f"batch_mean/batch_var: expected shape {self.shape}, got {bm.shape} and {bv.shape}"
             )
-        if int(batch_count) < 1:
-            raise SpecError(f"batch_count: expected an int >= 1, got {batch_count!r}")
-        n_a, n_b = self.count, int(batch_count)
+        if (bv < 0).any():
+            raise SpecError(f"batch_var: expected values >= 0, got min {bv.min()}")
+        n_b = check_count("batch_count", batch_count, error=SpecError)
+        n_a = self.count
         if n_a == 0:
+            if not np.isfinite(bv).all():
+                raise SpecError("batch_var: the batch variance overflows float64")
             self.mean, self.var, self.count = bm.copy(), bv.copy(), n_b
             return
         tot = n_a + n_b
         delta = bm - self.mean
-        m2 = self.var * n_a + bv * n_b + delta**2 * (n_a * n_b / tot)
-        self.mean = self.mean + delta * (n_b / tot)
-        self.var = m2 / tot
-        self.count = tot
+        with np.errstate(over="ignore", invalid="ignore"):
+            m2 = self.var * n_a + bv * n_b + delta**2 * (n_a * n_b / tot)
+            mean, var = self.mean + delta * (n_b / tot), m2 / tot
+        if not (np.isfinite(mean).all() and np.isfinite(var).all()):
+            raise SpecError(
+                "batch_mean/batch_var: the merged statistics overflow float64 "
+                f"(batch mean in [{bm.min()}, {bm.max()}], var up to {bv.max()})"
+            )
+        self.mean, self.var, self.count = mean, var, tot
 
     def normalize(self, x: ArrayT, *, clip: float | None = None, eps: float = 1e-8) -> ArrayT:
         """``(x - mean) / sqrt(var + eps)``, optionally clipped to ``[-clip, clip]``; no update."""
-        a = _as_f64(x)
+        a = self._check_x(x)
+        if clip is not None:
+            clip = _number("clip", clip, 0.0, np.inf, "a number >= 0 or None")
+        eps = _number("eps", eps, 0.0, _FMAX, "a finite number >= 0")
         out = (a - self.mean) / np.sqrt(self.var + eps)
         if clip is not None:
             out = np.clip(out, -clip, clip)
@@ -117,14 +174,21 @@ class RunningMeanStd:
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; raises :class:`CheckpointError` on a shape mismatch."""
-        mean = np.asarray(sd["mean"], dtype=np.float64)
-        var = np.asarray(sd["var"], dtype=np.float64)
-        if mean.shape != self.shape or var.shape != self.shape:
-            raise CheckpointError(
-                f"RunningMeanStd: expected mean/var of shape {self.shape}, "
-                f"got {mean.shape} and {var.shape}"
-            )
-        self.mean, self.var, self.count = mean.copy(), var.copy(), int(sd["count"])
+        if not isinstance(sd, Mapping) or sorted(sd) != ["count", "mean", "var"]:
+            raise CheckpointError(f"sd: expected keys ['count', 'mean', 'var'], got {sd!r}")
+        mean = _checkpoint_array("mean", sd["mean"], self.shape)
+        var = _checkpoint_array("var", sd["var"], self.shape)
+        try:
+            count = check_count("count", sd["count"], minimum=0, error=CheckpointError)
+        except CheckpointError:
+            # a 0-d integer array (how safetensors gives scalars back) is a count too
+            c = sd["count"]
+            if not (isinstance(c, np.ndarray) and c.ndim == 0 and c.dtype.kind in "iu"):
+                raise
+            count = check_count("count", c.item(), minimum=0, error=CheckpointError)
+        if (var < 0).any():
+            raise CheckpointError(f"var: expected values >= 0, got min {var.min()}")
+        self.mean, self.var, self.count = mean, var, count
 
 
 class DiscountedReturnNormalizer:
@@ -147,17 +211,13 @@ class DiscountedReturnNormalizer:
     """
 
     def __init__(self, gamma: float, *, eps: float = 1e-8) -> None:
-        if not 0.0 <= float(gamma) <= 1.0:
-            raise SpecError(f"gamma: expected a number in [0, 1], got {gamma!r}")
-        if not float(eps) >= 0.0:
-            raise SpecError(f"eps: expected a number >= 0, got {eps!r}")
-        self.gamma = float(gamma)
-        self.eps = float(eps)
+        self.gamma = _number("gamma", gamma, 0.0, 1.0, "a number in [0, 1]")
+        self.eps = _number("eps", eps, 0.0, _FMAX, "a finite number >= 0")
         self.rms = RunningMeanStd(())
         self.returns: np.ndarray | None = None  # (N,) running discounted sums
 
     def _as_2d(self, rewards: Any) -> np.ndarray:
-        r = _as_f64(rewards)
+        r = _as_f64("rewards", rewards)
         if r.ndim == 1:
             r = r[:, None]
         if r.ndim != 2:
@@ -183,7 +243,7 @@ class DiscountedReturnNormalizer:
 
     def scale(self, rewards: ArrayT) -> ArrayT:
         """``rewards / (std + eps)`` with the current statistics; no update."""
-        r = _as_f64(rewards)
+        r = _as_f64("rewards", rewards)
         return _like(r / (float(self.rms.std) + self.eps), rewards)
 
     def __call__(self, rewards: ArrayT) -> ArrayT:
@@ -198,11 +258,22 @@ class DiscountedReturnNormalizer:
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; the gamma must match the constructor's."""
-        if float(sd["gamma"]) != self.gamma:
-            raise CheckpointError(
-                f"gamma: checkpoint has {sd['gamma']}, this normalizer {self.gamma}"
-            )
-        ret = np.asarray(sd["returns"], dtype=np.float64)
-        self.returns = None if ret.size == 0 else ret.copy()
-        self.eps = float(sd["eps"])
-        self.rms.load_state_dict(sd["rms"])
+        keys = ["eps", "gamma", "returns", "rms"]
+        if not isinstance(sd, Mapping) or sorted(sd) != keys:
+            raise CheckpointError(f"sd: expected keys {keys}, got {sd!r}")
+        try:
+            gamma = real_number("gamma", sd["gamma"], 0.0, 1.0)
+            eps = real_number("eps", sd["eps"], 0.0, _FMAX, expected="a finite number >= 0")
+        except RLStoreError as exc:
+            raise CheckpointError(str(exc)) from exc
+        if gamma != self.gamma:
+            raise CheckpointError(f"gamma: checkpoint has {gamma}, this normalizer {self.gamma}")
+        raw = sd["returns"]
+        n = int(np.shape(raw)[0]) if np.ndim(raw) == 1 else -1
+        ret = _checkpoint_array("returns", raw, (max(n, 0),) if n >= 0 else ())
+        if ret.ndim != 1:
+            raise CheckpointError(f"returns: expected shape (N,), got {ret.shape}")
+        rms = RunningMeanStd(())
+        rms.load_state_dict(sd["rms"])
+        self.returns = None if ret.size == 0 else ret
+        self.eps, self.rms = eps, rms

@@ -59,17 +59,24 @@ class FieldSpec:
     dtype: np.dtype
 
     def __post_init__(self) -> None:
-        try:
-            shape = tuple(int(s) for s in self.shape)
-        except (TypeError, ValueError) as exc:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"name: expected a non-empty str, got {self.name!r}")
+        if not isinstance(self.shape, (tuple, list)):
             raise SpecError(
-                f"{self.name}: shape must be a tuple of ints, got {self.shape!r}"
-            ) from exc
+                f"{self.name}: shape must be a tuple of ints, got {type(self.shape).__name__} "
+                f"{self.shape!r}"
+            )
+        if any(
+            isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer))
+            for s in self.shape
+        ):
+            raise SpecError(f"{self.name}: shape must be a tuple of ints, got {self.shape!r}")
+        shape = tuple(int(s) for s in self.shape)
         if any(s < 0 for s in shape):
             raise SpecError(f"{self.name}: shape must be non-negative, got {shape}")
         try:
             dtype = np.dtype(self.dtype)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise SpecError(f"{self.name}: invalid dtype {self.dtype!r}") from exc
         if dtype.kind not in "biuf":
             raise SpecError(f"{self.name}: dtype must be bool, int, uint or float, got {dtype}")

@@ -33,8 +33,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rlstore._checks import check_count
-from rlstore._trees import tree_map
-from rlstore.errors import ConfigError, SpecError
+from rlstore._trees import flag_array, real_array, to_numpy, tree_map
+from rlstore.errors import CapacityError, ConfigError, SpecError
 
 if TYPE_CHECKING:
     from rlstore.buffers.replay import ReplayBuffer
@@ -92,6 +92,8 @@ class TransitionAdapter:
                 f"mode: expected one of {[m.value for m in AutoresetMode]}, got {mode!r}"
             ) from exc
         self.num_envs = check_count("num_envs", num_envs)
+        if self.num_envs > 2**40:
+            raise CapacityError(f"num_envs: expected at most 2**40 envs, got {num_envs!r}")
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
 
     @classmethod
@@ -126,12 +128,13 @@ class TransitionAdapter:
                 env.
         """
         n = self.num_envs
-        term = np.asarray(terminated, dtype=bool)
-        trunc = np.asarray(truncated, dtype=bool)
-        if term.shape != (n,) or trunc.shape != (n,):
-            raise SpecError(
-                f"terminated/truncated: expected shape ({n},), got {term.shape} / {trunc.shape}"
-            )
+        term = flag_array("terminated", terminated, n)
+        trunc = flag_array("truncated", truncated, n)
+        for name, x in (("action", action), ("reward", reward)):
+            a = real_array(name, x)
+            if a.shape[:1] != (n,) or (name == "reward" and a.ndim != 1):
+                want = f"({n},)" if name == "reward" else f"({n}, ...)"
+                raise SpecError(f"{name}: expected shape {want}, got {a.shape}")
         done = term | trunc
         valid = np.ones(n, dtype=bool)
         if self.mode == AutoresetMode.NEXT_STEP:
@@ -154,7 +157,13 @@ class TransitionAdapter:
                 else:
                     next_obs[i] = final[i]
         return Transitions(
-            obs, np.asarray(action), np.asarray(reward), next_obs, term, trunc, valid
+            obs,
+            to_numpy("action", action),
+            to_numpy("reward", reward),
+            next_obs,
+            term,
+            trunc,
+            valid,
         )
 
 

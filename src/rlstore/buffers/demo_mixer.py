@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+from rlstore._checks import check_count
+from rlstore._trees import flag_array, real_array
+from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 
 if TYPE_CHECKING:
     from rlstore.buffers.demos import Demo, DemoStore
@@ -53,6 +55,18 @@ ENV, REWARD_DEMO, VALUE_DEMO = 0, 1, 2
 """Episode source codes used by :class:`DemoMixer` (``-1`` = no new episode this step)."""
 
 _NEVER = np.iinfo(np.int64).max
+
+
+def _float32_column(name: str, x: Any, n: int) -> np.ndarray:
+    """``(n,)`` finite numbers (not bools) that float32 holds without overflow."""
+    a = real_array(name, x)
+    if a.shape != (n,) or a.dtype.kind == "b":
+        raise SpecError(f"{name}: expected ({n},) numbers, got {a.dtype} {a.shape}")
+    with np.errstate(over="ignore"):
+        out = a.astype(np.float32)
+    if not np.isfinite(out).all():
+        raise SpecError(f"{name}: expected values that fit float32, got [{a.min()}, {a.max()}]")
+    return out
 
 
 class MixedStep(NamedTuple):
@@ -215,10 +229,18 @@ class DemoMixer:
         frame_stack: int = 1,
         track_episodes: bool = True,
     ) -> None:
-        if num_envs < 1 or frame_stack < 1:
-            raise ConfigError(
-                f"num_envs, frame_stack: expected >= 1, got {num_envs}, {frame_stack}"
-            )
+        from rlstore.buffers.demos import DemoStore  # demos imports this module
+
+        if not isinstance(store, DemoStore):
+            raise ConfigError(f"store: expected a DemoStore, got {type(store).__name__}")
+        for name, value in (("num_envs", num_envs), ("frame_stack", frame_stack)):
+            check_count(name, value, error=ConfigError)
+            if value > 2**31 - 1:
+                raise CapacityError(f"{name}: expected at most 2**31 - 1, got {value!r}")
+        if not isinstance(track_episodes, (bool, np.bool_)):
+            raise ConfigError(f"track_episodes: expected a bool, got {track_episodes!r}")
+        if reset_env is not None and not callable(reset_env):
+            raise ConfigError(f"reset_env: expected a callable or None, got {reset_env!r}")
         self.store, self.num_envs, self.reset_env = store, int(num_envs), reset_env
         self.frame_stack, self.track_episodes = int(frame_stack), track_episodes
         self._obs: np.ndarray | None = None
@@ -266,7 +288,7 @@ class DemoMixer:
 
     def reset(self, obs: np.ndarray) -> np.ndarray:
         """Start all slots on real env episodes from ``obs (N, *obs_shape)``; returns it."""
-        obs = np.asarray(obs)
+        obs = real_array("obs", obs)
         if obs.shape[:1] != (self.num_envs,):
             raise SpecError(f"obs: expected a leading env axis {self.num_envs}, got {obs.shape}")
         self._obs = obs.copy()
@@ -392,19 +414,20 @@ class DemoMixer:
         if self._obs is None:
             raise EmptyBufferError("step: call reset(obs) first")
         n = self.num_envs
-        action, next_obs = np.asarray(action), np.asarray(next_obs)
-        reward = np.asarray(reward, dtype=np.float32).reshape(n)
-        term = np.asarray(terminated, dtype=bool).reshape(n).copy()
-        trunc = np.asarray(truncated, dtype=bool).reshape(n).copy()
+        action, next_obs = real_array("action", action), real_array("next_obs", next_obs)
+        reward = _float32_column("reward", reward, n)
+        term, trunc = flag_array("terminated", terminated, n), flag_array("truncated", truncated, n)
         if action.shape[:1] != (n,) or next_obs.shape != self._obs.shape:
             raise SpecError(
                 f"action, next_obs: expected leading axis {n} and obs shape {self._obs.shape}, "
                 f"got {action.shape}, {next_obs.shape}"
             )
+        vals = self._no_value if value is None else real_array("value", value).astype(float)
+        if vals.shape != (n,):
+            raise SpecError(f"value: expected shape ({n},), got {vals.shape}")
         if self.track_episodes:
             self._hist.check(action)
         self._check_demo_shapes()
-        vals = self._no_value if value is None else np.asarray(value, float).reshape(n)
         obs, act, rew, nxt = self._obs.copy(), action.copy(), reward.copy(), next_obs.copy()
         replay = self._replaying.copy()
         rep = replay.nonzero()[0]

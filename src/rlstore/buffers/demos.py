@@ -43,15 +43,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from rlstore._checks import check_count, real_number
+from rlstore._trees import real_array
 from rlstore.buffers.demo_mixer import ENV, REWARD_DEMO, VALUE_DEMO, DemoMixer, MixedStep
 from rlstore.checkpoint import load_state, metadata_file_path, save_state
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
+from rlstore.errors import (
+    CapacityError,
+    CheckpointError,
+    ConfigError,
+    EmptyBufferError,
+    RLStoreError,
+    SpecError,
+)
 from rlstore.samplers import make_rng, rng_state, set_rng_state
 
 __all__ = [
@@ -84,8 +94,27 @@ class Demo:
     demo_id: int = -1
 
     def __post_init__(self) -> None:
-        obs, act = np.asarray(self.observations), np.asarray(self.actions)
-        rew = np.asarray(self.rewards, dtype=np.float32)
+        obs = real_array("observations", self.observations)
+        act = real_array("actions", self.actions)
+        rew = real_array("rewards", self.rewards)
+        if rew.dtype.kind == "b":
+            raise SpecError("rewards: expected numbers, got dtype bool")
+        with np.errstate(over="ignore"):
+            rew32 = rew.astype(np.float32)
+        if not np.isfinite(rew32).all() or (
+            rew.dtype.kind in "iu" and not (rew32.astype(rew.dtype) == rew).all()
+        ):
+            raise SpecError(
+                f"rewards: expected values that fit float32 exactly, got {rew.dtype} values in "
+                f"[{rew.min()}, {rew.max()}]"
+            )
+        rew = rew32
+        if not isinstance(self.human, (bool, np.bool_)):
+            raise SpecError(f"human: expected a bool, got {self.human!r}")
+        max_value = real_number(
+            "max_value", self.max_value, expected="a number (-inf if unknown), not NaN"
+        )
+        demo_id = check_count("demo_id", self.demo_id, minimum=-1, error=SpecError)
         if rew.ndim != 1 or rew.shape[0] < 1:
             raise SpecError(f"rewards: expected shape (L,) with L >= 1, got {rew.shape}")
         for name, arr in (("observations", obs), ("actions", act)):
@@ -93,7 +122,7 @@ class Demo:
                 raise SpecError(
                     f"{name}: expected a leading axis L={rew.shape[0]}, got {arr.shape}"
                 )
-        fixed = (obs, act, rew, bool(self.human), float(self.max_value), int(self.demo_id))
+        fixed = (obs, act, rew, bool(self.human), max_value, demo_id)
         for f, value in zip(dataclasses.fields(self), fixed, strict=True):
             object.__setattr__(self, f.name, value)
 
@@ -128,6 +157,16 @@ def cut_after_last_positive(rewards: np.ndarray) -> int:
     """
     pos = np.flatnonzero(np.asarray(rewards) > 0)
     return int(pos[-1] + 1) if pos.size else int(np.asarray(rewards).shape[0])
+
+
+def _demo_states(demos: Mapping[str, Any], sd: Mapping[str, Any], count: str) -> list[Any]:
+    n = check_count(count, sd[count], minimum=0, error=CheckpointError)
+    return [demos[str(i)] for i in range(n)]
+
+
+def _check_demo(demo: Any) -> None:
+    if not isinstance(demo, Demo):
+        raise SpecError(f"demo: expected a Demo, got {type(demo).__name__}")
 
 
 def value_demo_probabilities(max_values: np.ndarray, alpha: float) -> np.ndarray:
@@ -189,13 +228,15 @@ class DemoStore:
             or capacity < 1
         ):
             raise CapacityError(f"capacity: expected a positive int, got {capacity!r}")
-        for name, p in (("rho", rho), ("phi", phi)):
-            if not 0.0 <= float(p) <= 1.0:
-                raise ConfigError(f"{name}: expected a probability in [0, 1], got {p!r}")
-        if float(rho) + float(phi) > 1.0 + 1e-12:
+        rho = real_number("rho", rho, 0.0, 1.0, expected="a probability in [0, 1]")
+        phi = real_number("phi", phi, 0.0, 1.0, expected="a probability in [0, 1]")
+        if rho + phi > 1.0 + 1e-12:
             raise ConfigError(f"rho + phi: expected <= 1, got {rho} + {phi}")
-        if not float(alpha) > 0.0:
+        alpha = real_number("alpha", alpha, 0.0, expected="a positive float")
+        if alpha == 0.0:
             raise ConfigError(f"alpha: expected a positive float, got {alpha!r}")
+        if reward_threshold is not None:
+            real_number("reward_threshold", reward_threshold, expected="a number or None")
         self.capacity = int(capacity)
         self.rho0, self.phi0 = float(rho), float(phi)
         self.rho, self.phi, self.alpha = float(rho), float(phi), float(alpha)
@@ -238,6 +279,7 @@ class DemoStore:
         Raises:
             CapacityError: the store would exceed ``capacity``.
         """
+        _check_demo(demo)
         if len(self) + 1 > self.capacity:
             raise CapacityError(
                 f"initial demos: expected at most capacity={self.capacity} demos, "
@@ -250,6 +292,7 @@ class DemoStore:
 
     def add_bonus(self, demo: Demo) -> Demo:
         """Add an agent reward demo from outside training (supplementary demos), with eviction."""
+        _check_demo(demo)
         demo = self._register(dataclasses.replace(demo, human=False))
         self.reward_demos.append(demo)
         self.enforce_capacity()
@@ -272,10 +315,16 @@ class DemoStore:
         Returns:
             Which list took it, or ``"rejected"``.
         """
-        n = cut_after_last_positive(rewards)
-        rew = np.asarray(rewards)[:n]
-        # built with the next id, which is taken only if the demo is accepted
-        demo = Demo(observations[:n], actions[:n], rew, False, max_value, self._next_id)
+        # validated whole first (built with the next id, taken only if the demo is accepted)
+        full = Demo(observations, actions, rewards, False, max_value, self._next_id)
+        n = cut_after_last_positive(full.rewards)
+        demo = dataclasses.replace(
+            full,
+            observations=full.observations[:n],
+            actions=full.actions[:n],
+            rewards=full.rewards[:n],
+        )
+        max_value = demo.max_value
         total = demo.total_reward
         if total >= self.reward_threshold:
             if total > self.max_demo_reward:
@@ -324,6 +373,8 @@ class DemoStore:
 
     def update_max_value(self, demo_id: int, max_value: float) -> bool:
         """Set MaxValue of value demo ``demo_id`` (after a replay); False if it was evicted."""
+        check_count("demo_id", demo_id, minimum=-1, error=SpecError)
+        max_value = real_number("max_value", max_value, expected="a number, not NaN")
         for i, d in enumerate(self.value_demos):
             if d.demo_id == demo_id:
                 self.value_demos[i] = dataclasses.replace(d, max_value=float(max_value))
@@ -346,6 +397,9 @@ class DemoStore:
 
     def sample_demo(self, source: Source) -> Demo:
         """A reward demo uniformly, or a value demo by :func:`value_demo_probabilities`."""
+        sources = ("reward_demo", "value_demo", "env")
+        if not isinstance(source, str) or source not in sources:
+            raise ConfigError(f"source: expected one of {list(sources)}, got {source!r}")
         if source == "reward_demo" and self.reward_demos:
             return self.reward_demos[int(self.rng.integers(len(self.reward_demos)))]
         if source == "value_demo" and self.value_demos:
@@ -357,6 +411,9 @@ class DemoStore:
 
     def top_demos(self, kind: Literal["reward", "value"], k: int) -> list[Demo]:
         """The ``k`` best agent demos: reward demos by total reward, value demos by MaxValue."""
+        if not isinstance(kind, str) or kind not in ("reward", "value"):
+            raise ConfigError(f"kind: expected 'reward' or 'value', got {kind!r}")
+        k = check_count("k", k, minimum=0, error=ConfigError)
         if kind == "reward":
             pool = [d for d in self.reward_demos if not d.human]
             return sorted(pool, key=lambda d: -d.total_reward)[:k]
@@ -380,18 +437,37 @@ class DemoStore:
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (the store then draws what the original would)."""
-        try:
-            reward = [Demo.from_state(sd["reward"][str(i)]) for i in range(sd["num_reward"])]
-            value = [Demo.from_state(sd["value"][str(i)]) for i in range(sd["num_value"])]
-            self.rho, self.phi = float(sd["rho"]), float(sd["phi"])
-            self.reward_threshold = float(sd["reward_threshold"])
-            self.max_demo_reward = float(sd["max_demo_reward"])
-            self._next_id = int(sd["next_id"])
-            rng_sd = sd["rng"]
-        except (KeyError, TypeError) as exc:
-            raise CheckpointError(f"DemoStore state: missing or bad entry ({exc})") from exc
+
+        def entry(key: str, convert: Callable[[Any], Any]) -> Any:
+            try:
+                return convert(sd[key])
+            except (KeyError, TypeError, ValueError, OverflowError, IndexError) as exc:
+                raise CheckpointError(
+                    f"DemoStore state: {key}: missing or bad entry ({exc})"
+                ) from exc
+
+        if not isinstance(sd, Mapping):
+            raise CheckpointError(f"sd: expected a dict, got {type(sd).__name__}")
+        reward = [
+            Demo.from_state(d) for d in entry("reward", lambda v: _demo_states(v, sd, "num_reward"))
+        ]
+        value = [
+            Demo.from_state(d) for d in entry("value", lambda v: _demo_states(v, sd, "num_value"))
+        ]
+        rho, phi = entry("rho", float), entry("phi", float)
+        reward_threshold = entry("reward_threshold", float)
+        max_demo_reward = entry("max_demo_reward", float)
+        next_id = entry(
+            "next_id", lambda v: check_count("next_id", v, minimum=0, error=CheckpointError)
+        )
+        rng_sd = entry("rng", lambda v: v)
+        # assigned only once every entry is read: a refused state leaves the store as it was
+        # (set_rng_state checks the state whole before it restores the shared rng in place)
+        rng = set_rng_state(self.rng, rng_sd, where="rng")
         self.reward_demos, self.value_demos = reward, value
-        self.rng = set_rng_state(self.rng, rng_sd)
+        self.rho, self.phi = rho, phi
+        self.reward_threshold, self.max_demo_reward = reward_threshold, max_demo_reward
+        self._next_id, self.rng = next_id, rng
 
     def save(self, dirpath: str | os.PathLike[str], *, prefix: str = "demos_") -> Path:
         """Atomically write the store (safetensors + JSON sidecar) via :func:`save_state`."""
@@ -405,7 +481,17 @@ class DemoStore:
         from rlstore.checkpoint import read_metadata
 
         cfg = read_metadata(dirpath, prefix=prefix).get("config") or {}
-        store = cls(**cfg)
+        known = {"capacity", "rho", "phi", "alpha", "reward_threshold"}
+        if not isinstance(cfg, dict) or not set(cfg) <= known:
+            raise CheckpointError(
+                f"config: expected a dict with keys in {sorted(known)}, got {cfg!r}"
+            )
+        try:
+            store = cls(**cfg)
+        except RLStoreError as exc:
+            raise CheckpointError(
+                f"config: cannot rebuild a DemoStore from {cfg!r} ({exc})"
+            ) from exc
         store.load_state_dict(load_state(dirpath, prefix=prefix))
         return store
 

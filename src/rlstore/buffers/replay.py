@@ -114,6 +114,8 @@ class ReplayBuffer(ReplayWriter):
     ):
         self.capacity = check_count("capacity", capacity)
         self.num_envs = check_count("num_envs", num_envs)
+        if self.num_envs > np.iinfo(np.int32).max:  # one flag per env is allocated below
+            raise CapacityError(f"num_envs: expected at most 2**31 - 1 envs, got {num_envs!r}")
         self.capacity_per_env = math.ceil(self.capacity / self.num_envs)
         self.device = as_device(device)
         for name, flag in (

@@ -125,11 +125,16 @@ class RolloutBuffer:
         # obs / actions / hidden are allocated lazily from the first add (dtypes preserved),
         # final_obs from the first add that gives one.
         self._data: dict[str, Any] = {}
-        self._pack(
-            torch.zeros(len(self._float_names), T, N, device=self.device),
-            torch.zeros(len(FLAGS), T, N, dtype=torch.bool, device=self.device),
-        )
-        self._data["episode_time"] = torch.zeros(T, N, dtype=torch.int64, device=self.device)
+        try:
+            self._pack(
+                torch.zeros(len(self._float_names), T, N, device=self.device),
+                torch.zeros(len(FLAGS), T, N, dtype=torch.bool, device=self.device),
+            )
+            self._data["episode_time"] = torch.zeros(T, N, dtype=torch.int64, device=self.device)
+        except (TypeError, ValueError, RuntimeError, MemoryError) as exc:  # sizes torch refuses
+            raise CapacityError(
+                f"num_steps, num_envs: cannot allocate {T} x {N} steps ({exc})"
+            ) from None
         self._hidden_given: bool | None = None
         self._next_episode_time = torch.zeros(N, dtype=torch.int64, device=self.device)
         self._pos = 0

@@ -39,6 +39,7 @@ Decisions that differ from PyTorchRL (its API is kept):
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,7 +75,7 @@ from rlstore.compat.pytorchrl import (
     GAEBuffer,
     OnPolicyDataKeys,
 )
-from rlstore.errors import CheckpointError, ConfigError, SpecError
+from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 
 __all__ = ["PPODBuffer"]
 
@@ -229,13 +230,28 @@ class PPODBuffer(GAEBuffer):
             arrays["Reward"] = demo.rewards
         else:
             try:
-                with np.load(path, allow_pickle=False) as f:
-                    arrays = {k: f[k] for k in f.files}
-            except (OSError, ValueError) as exc:
+                with open(path, "rb") as fh:
+                    if not zipfile.is_zipfile(fh):
+                        raise ValueError("not an .npz (zip) archive")
+                    fh.seek(0)
+                    with np.load(fh, allow_pickle=False) as f:
+                        arrays = {k: f[k] for k in f.files}
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
                 raise CheckpointError(f"demo_path: cannot read {str(path)!r} ({exc})") from exc
             missing = [k for k in self.demos_data_fields if k not in arrays]
             if missing:
                 raise CheckpointError(f"{path.name}: missing keys {missing}")
+            for k in [*self.demos_data_fields, "FrameSkip"]:
+                a = arrays.get(k, np.zeros(()))
+                if a.dtype.kind not in "biuf" or (k == "FrameSkip" and a.shape != ()):
+                    raise CheckpointError(
+                        f"{path.name}: {k}: expected real numbers"
+                        f"{' (one int)' * (k == 'FrameSkip')}, got {a.dtype} {a.shape}"
+                    )
+            if "FrameSkip" in arrays and arrays["FrameSkip"] != int(arrays["FrameSkip"]):
+                raise CheckpointError(
+                    f"{path.name}: FrameSkip: expected an int, got {arrays['FrameSkip']}"
+                )
             kwargs = getattr(self.envs, "env_kwargs", None) or {}
             if "FrameSkip" in arrays and "frame_skip" in kwargs:
                 if int(arrays["FrameSkip"]) != int(kwargs["frame_skip"]):
@@ -243,11 +259,15 @@ class PPODBuffer(GAEBuffer):
                         f"{path.name}: FrameSkip {int(arrays['FrameSkip'])} differs from the "
                         f"env's frame_skip {kwargs['frame_skip']}"
                     )
-        obs, act, rew = (
-            np.asarray(arrays[k]).astype(self.demo_dtypes.get(k, np.float32))
-            for k in self.demos_data_fields
-        )
-        return Demo(obs, act, rew.reshape(-1))
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by Demo
+            obs, act, rew = (
+                np.asarray(arrays[k]).astype(self.demo_dtypes.get(k, np.float32))
+                for k in self.demos_data_fields
+            )
+        try:
+            return Demo(obs, act, rew.reshape(-1))
+        except RLStoreError as exc:
+            raise CheckpointError(f"{path.name}: {exc}") from exc
 
     def _demo_files(self, directory: str | None) -> list[Path]:
         if directory is None or not Path(directory).is_dir():

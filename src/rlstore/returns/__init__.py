@@ -333,7 +333,7 @@ def normalize_advantages(adv: ArrayT, *, mask: ArrayT | None = None, eps: float 
     e = _check_eps("eps", eps)
     if isinstance(adv, torch.Tensor):
         return _normalize_torch(adv, mask, e)
-    return _normalize_numpy(np.asarray(adv), mask, e)
+    return _normalize_numpy(to_numpy("adv", adv), mask, e)
 
 
 def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
