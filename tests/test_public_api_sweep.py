@@ -369,7 +369,6 @@ PPO_CONFIG_BOOLS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="agents/ppo/config.py (being rewritten): bools coerced")
 @pytest.mark.parametrize(("model", "field"), PPO_CONFIG_BOOLS)
 def test_ppo_config_numbers_refuse_bools(model: str, field: str) -> None:
     from rlstore.agents.ppo import config
@@ -377,7 +376,6 @@ def test_ppo_config_numbers_refuse_bools(model: str, field: str) -> None:
     _refused(None, lambda: getattr(config, model)(**{field: True}), field)
 
 
-@pytest.mark.xfail(strict=True, reason="agents/ppo/config.py (being rewritten): inf accepted")
 @pytest.mark.parametrize("field", ["learning_rate", "adam_eps", "clip_coef", "ent_coef", "vf_coef"])
 def test_ppo_config_coefficients_refuse_inf(field: str) -> None:
     from rlstore.agents.ppo.config import OnlineTrainConfig
@@ -398,7 +396,6 @@ def _ppo_state(buf: Any) -> list[Any]:
     return [buf.ptr, buf.path_start_idx, *(getattr(buf, k).tobytes() for k in names)]
 
 
-@pytest.mark.xfail(strict=True, reason="compat/ppo_buffer.py (being rewritten): bools stored")
 @pytest.mark.parametrize("key", ["rew", "val", "logp"])
 def test_ppo_buffer_store_refuses_bools(key: str) -> None:
     buf = _ppo_buffer()
@@ -409,7 +406,6 @@ def test_ppo_buffer_store_refuses_bools(key: str) -> None:
     assert _ppo_state(buf) == before
 
 
-@pytest.mark.xfail(strict=True, reason="compat/ppo_buffer.py (being rewritten): lossy last_val")
 @pytest.mark.parametrize("last_val", [1e300, True])
 def test_ppo_buffer_finish_path_refuses_lossy_last_val(last_val: Any) -> None:
     buf = _ppo_buffer()

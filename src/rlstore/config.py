@@ -43,8 +43,11 @@ from pydantic import (
     StrictInt,
     StrictStr,
     field_validator,
+    model_validator,
 )
 from pydantic import ValidationError as _PydanticValidationError
+from pydantic.fields import FieldInfo
+from pydantic.types import Strict
 from typing_extensions import Self
 
 from rlstore.buffers.replay import ReplayBuffer
@@ -69,6 +72,24 @@ __all__ = [
     "build_buffer",
     "format_validation_error",
 ]
+
+
+def _admits_bool(annotation: Any) -> bool:
+    """Whether a field annotation accepts bools (``bool``, ``Any``, or a union/alias with one)."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(arg) for arg in get_args(annotation))
+
+
+def _lax_number(field: FieldInfo) -> bool:
+    """A field that pydantic's lax mode would let a bool into: not declared strict (strict
+    fields refuse bools themselves, with pydantic's own message) and not admitting bools."""
+
+    def strict(tp: Any) -> bool:
+        return any(isinstance(a, Strict) or strict(a) for a in get_args(tp))
+
+    declared = any(isinstance(m, Strict) for m in field.metadata) or strict(field.annotation)
+    return not declared and not _admits_bool(field.annotation)
 
 
 class StrictModel(BaseModel):
@@ -96,6 +117,18 @@ class StrictModel(BaseModel):
     # Nested models are validated by pydantic itself, not through this __init__, so an error in
     # a nested key is reported once, with its whole path (``online.num_envs``).
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_as_numbers(cls, data: Any) -> Any:
+        """``True`` is not 1 and ``False`` is not 0.0: a bool given to a field that does not
+        admit bools is refused (pydantic's lax mode would coerce it)."""
+        if isinstance(data, Mapping):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if isinstance(value, (bool, np.bool_)) and field and _lax_number(field):
+                    raise ValueError(f"{key}: expected a number, got {value!r} (a bool)")
+        return data
 
     @classmethod
     def validate_mapping(cls, data: Any, where: str | None = None) -> Self:

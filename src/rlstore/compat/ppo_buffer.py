@@ -89,8 +89,12 @@ class PPOBufferConfig(StrictModel):
 
 
 def _as_float32(value: Any, field: str) -> torch.Tensor:
-    """``value`` as a float32 CPU tensor if the conversion is lossless and the values finite."""
-    return cast_lossless(field, as_tensor(field, value), torch.float32).cpu()
+    """``value`` as a float32 CPU tensor if the conversion is lossless and the values finite;
+    bools are not numbers here (``True`` is never stored as 1.0)."""
+    t = as_tensor(field, value)
+    if t.dtype == torch.bool:
+        raise SpecError(f"{field}: expected real numbers, got bool {value!r}")
+    return cast_lossless(field, t, torch.float32).cpu()
 
 
 def _as_shape(dim: int | tuple[int, ...], field: str) -> tuple[int, ...]:
