@@ -25,3 +25,20 @@ def flat_state(buf: Any) -> dict[str, bytes | str]:
 
     walk("", buf.state_dict())
     return out
+
+
+def rollout_step(num_envs: int, **over: Any) -> dict[str, Any]:
+    """Keyword arguments of one valid ``RolloutBuffer.add`` (obs ``(N, 3)``, discrete actions),
+    with ``over`` replacing any of them."""
+    import torch
+
+    args = dict(
+        obs=torch.zeros(num_envs, 3),
+        action=torch.zeros(num_envs, dtype=torch.long),
+        logp=torch.zeros(num_envs),
+        value=torch.zeros(num_envs),
+        reward=torch.ones(num_envs),
+        terminated=torch.zeros(num_envs, dtype=torch.bool),
+        truncated=torch.zeros(num_envs, dtype=torch.bool),
+    )
+    return args | over

@@ -87,7 +87,7 @@ def to_numpy(name: str, x: Any) -> np.ndarray:
         raise SpecError(f"{name}: expected an array or tensor, got a dict")
     try:
         return np.asarray(x)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: lists of torch tensors
         raise SpecError(f"{name}: expected an array or tensor, got {type(x).__name__}") from exc
 
 

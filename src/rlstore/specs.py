@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstore._trees import to_numpy
 from rlstore.errors import SpecError
 
 __all__ = [
@@ -149,12 +150,7 @@ def infer_specs(
 def _infer_one(
     name: str, value: Any, batch_ndim: int, lead: tuple[int, ...] | None = None
 ) -> FieldSpec:
-    if isinstance(value, Mapping):
-        raise SpecError(f"{name}: expected an array, got a dict with keys {list(value)}")
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
-        raise SpecError(f"{name}: expected an array, got {type(value).__name__}: {exc}") from exc
+    arr = to_numpy(name, value)
     if lead is not None and arr.shape[:batch_ndim] != lead:
         raise SpecError(f"{name}: expected leading axes {lead} like reward, got shape {arr.shape}")
     if arr.ndim < batch_ndim:
@@ -445,12 +441,7 @@ def as_flags(name: str, value: Any) -> np.ndarray:
     bools, 0/1 integers and 0.0/1.0 floats convert; anything else (``0.5``, ``2``, NaN,
     strings, ``None``, objects) is a :class:`SpecError` naming ``name``. The shape is kept.
     """
-    if isinstance(value, Mapping):
-        raise SpecError(f"{name}: expected bool flags, got a dict")
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch
-        raise SpecError(f"{name}: expected bool flags, got {type(value).__name__}") from exc
+    arr = to_numpy(name, value)
     kind = arr.dtype.kind
     if kind == "b":
         return arr

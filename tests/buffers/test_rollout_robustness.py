@@ -9,17 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _helpers import flat_state
+from _helpers import flat_state as fingerprint
+from _helpers import rollout_step
 
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_checks import StepChecker
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 
 N = 2
-
-
-def fingerprint(buf: Any) -> dict[str, bytes | str]:
-    return flat_state(buf)  # every leaf of state_dict (tensors as dtype/shape/bytes)
 
 
 class SlowChecker(StepChecker):
@@ -30,16 +27,7 @@ class SlowChecker(StepChecker):
 
 
 def good(**over: Any) -> dict[str, Any]:
-    args = dict(
-        obs=torch.zeros(N, 3),
-        action=torch.zeros(N, dtype=torch.long),
-        logp=torch.zeros(N),
-        value=torch.zeros(N),
-        reward=torch.ones(N),
-        terminated=torch.zeros(N, dtype=torch.bool),
-        truncated=torch.zeros(N, dtype=torch.bool),
-    )
-    return args | over
+    return rollout_step(N, **over)
 
 
 def buffers(first_added: bool) -> list[RolloutBuffer]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from _helpers import flat_state as fingerprint
+from _helpers import rollout_step
 
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import RLStoreError
@@ -22,16 +23,7 @@ nan, inf = float("nan"), float("inf")
 
 
 def good(**over: Any) -> dict[str, Any]:
-    args = dict(
-        obs=torch.zeros(N, 3),
-        action=torch.zeros(N, dtype=torch.long),
-        logp=torch.zeros(N),
-        value=torch.zeros(N),
-        reward=torch.ones(N),
-        terminated=torch.zeros(N, dtype=torch.bool),
-        truncated=torch.zeros(N, dtype=torch.bool),
-    )
-    return args | over
+    return rollout_step(N, **over)
 
 
 def ready() -> RolloutBuffer:
