@@ -456,6 +456,12 @@ def test_buffer_data_round_trip_and_parameters():
         other.insert_data_slice({"Rewards": data[REW]})
     with pytest.raises(SpecError, match="leading axis"):
         other.insert_data_slice({REW: data[REW][:3]})
+    # regression: a slice is validated like inserted samples, all or nothing (NaN was stored)
+    before = other.get_all_buffer_data()
+    with pytest.raises(SpecError, match=REW):
+        other.insert_data_slice({**data, REW: data[REW].clone().fill_(float("nan"))})
+    for k, v in other.get_all_buffer_data().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0, msg=k)
     before = buf.data[RET].clone()
     buf.update_storage_parameter("gae_lambda", 0.0)
     assert buf.gae_lambda == 0.0

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rlstore.compat.pytorchrl as prl
-from rlstore.compat.pytorchrl._layout import gather, index_plan, layout_a, rows
+from rlstore.compat.pytorchrl._layout import column, gather, index_plan, layout_a, rows
 from rlstore.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -47,12 +47,19 @@ def test_layout_a_hand_case():
     assert not tr0.any()
 
 
-def test_rows_flattens_time_major_and_restores_slot0():
+def test_rows_flattens_time_major():
     t = torch.arange(12.0).reshape(3, 2, 2)  # (size + 1, N, 2); flat row t * N + n
     assert rows(t, torch.tensor([3, 0]), length=2).tolist() == [[6.0, 7.0], [0.0, 1.0]]
-    old0 = torch.full((2, 2), -1.0)  # slot 0 as it was before after_gradients overwrote it
-    out = rows(t, torch.tensor([1, 2]), length=2, slot0=old0)
-    assert out.tolist() == [[-1.0, -1.0], [4.0, 5.0]]  # only rows of time step 0 are replaced
+
+
+def test_column_writes_parts_into_zeros_like_the_row():
+    row = torch.zeros(2, 1)  # (N, 1) float: the stored shape and dtype of one slot
+    stack = torch.tensor([[True, False], [False, True]])  # 2 rows of bools, cast to float
+    out = column(row, 4, [(1, stack), (3, torch.tensor([[7.0], [8.0]]))])
+    assert out.shape == (4, 2, 1) and out.dtype == torch.float32
+    assert out[:, :, 0].tolist() == [[0, 0], [1, 0], [0, 1], [7, 8]]
+    d = column({"a": torch.zeros(2, dtype=torch.long)}, 2, [(0, {"a": torch.tensor([1, 2])})])
+    assert d["a"].tolist() == [[1, 2], [0, 0]]
 
 
 def test_index_plan_covers_every_step_once_and_checks_sizes():
@@ -78,9 +85,9 @@ def test_gather_takes_the_hidden_state_of_the_first_step_only():
         "Action": None,
     }
     idx = torch.tensor([[1], [3]])  # env 1, steps 0 and 1
-    b = gather(data, idx, L, {}, recurrent=True)
+    b = gather(data, idx, L, recurrent=True)
     assert set(b) == {"Observation", "RecurrentHiddenStates"}  # no extension keys, no None
     assert b["Observation"].flatten().tolist() == [1.0, 3.0]
     assert b["RecurrentHiddenStates"].flatten().tolist() == [31.0]  # step 0 of env 1
-    ff = gather(data, torch.tensor([3, 0]), L, {}, recurrent=False)
+    ff = gather(data, torch.tensor([3, 0]), L, recurrent=False)
     assert ff["RecurrentHiddenStates"].flatten().tolist() == [30.0, 30.0]  # placeholder row 0

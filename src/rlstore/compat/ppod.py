@@ -363,14 +363,16 @@ class PPODBuffer(GAEBuffer):
         Returns:
             The source code (0 env, 1 reward demo, 2 value demo).
         """
-        if self.mixer is None or self.data[OBS] is None:
+        if self.mixer is None or not self._next:
             raise SpecError("sample_demo: insert a transition first (the env slots are unknown)")
         obs, code = self.mixer.begin_episode(env_id)
-        if code != ENV:
-            self.data[OBS][self.step][env_id] = torch.as_tensor(obs).to(self.data[OBS].dtype)
-            self.data[DONE][self.step][env_id] = 1
-            if self.recurrent_actor and self.data.get(RHS) is not None:
-                self.data[RHS][self.step][env_id] = 0
+        if code != ENV:  # the next rollout slot (layout-C slot L) starts the demo
+            nxt = self._next
+            nxt[OBS][env_id] = torch.as_tensor(obs).to(nxt[OBS].dtype)
+            nxt[DONE][env_id] = 1
+            if nxt.get(RHS) is not None:
+                nxt[RHS][env_id] = 0
+            self._view = None
         return code
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
@@ -419,7 +421,7 @@ class PPODBuffer(GAEBuffer):
         mixer = self._ensure_mixer(sample[OBS])
         sample = dict(sample)
         replaying = mixer.replaying()
-        if replaying.any() and self.data[OBS] is not None:
+        if replaying.any() and self._next:
             self._revalue(sample, replaying)
         done_in = to_numpy(DONE2, sample[DONE2]).reshape(-1)
         trunc_in = to_numpy(TRUNC2, sample[TRUNC2]).reshape(-1) if TRUNC2 in sample else None
@@ -461,10 +463,10 @@ class PPODBuffer(GAEBuffer):
         """Recompute ``Value`` (and ``IntrinsicValue``) of replaying slots on the stored demo
         observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
         idx = torch.from_numpy(np.flatnonzero(rows))
-        obs = self.data[OBS][self.step][idx]
-        rhs = self.data.get(RHS)
-        rhs = None if rhs is None else rhs[self.step if self.recurrent_actor else 0][idx]
-        out = self.actor.get_value(obs, rhs, self.data[DONE][self.step][idx])
+        rhs = self._next.get(RHS)
+        out = self.actor.get_value(
+            self._next[OBS][idx], None if rhs is None else rhs[idx], self._next[DONE][idx]
+        )
         for key, name in ((VAL, "value_net1"), (IVAL, "ivalue_net1")):
             if key in sample and name in out:
                 new = torch.as_tensor(sample[key]).clone()

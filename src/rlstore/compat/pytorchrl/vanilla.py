@@ -1,16 +1,15 @@
 """PyTorchRL's on-policy storage with Monte-Carlo returns: VanillaOnPolicyBuffer.
 
 The base class of :class:`~rlstore.compat.pytorchrl.GAEBuffer` and
-:class:`~rlstore.compat.pytorchrl.VTraceBuffer`: layout-C storage and insertion (see
-:mod:`rlstore.compat.pytorchrl` for the layout and the truncation extension), the bootstrap,
-returns and advantages, and the minibatch generator. Layout conversion and row gathering live
-in :mod:`rlstore.compat.pytorchrl._layout`.
+:class:`~rlstore.compat.pytorchrl.VTraceBuffer`: a facade over
+:class:`~rlstore.buffers.rollout.RolloutBuffer` (see :mod:`rlstore.compat.pytorchrl` for
+layout C and the truncation extension). Layout conversion, the view and row gathering live in
+:mod:`rlstore.compat.pytorchrl._layout`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from functools import partial
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -18,19 +17,26 @@ import torch
 
 from rlstore import returns as R
 from rlstore._checks import as_device, real_number
-from rlstore._trees import as_tensor, cast_lossless, check_real
+from rlstore._trees import as_tensor
+from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.buffers.rollout_targets import IntrinsicConfig
 from rlstore.compat.pytorchrl._layout import (
+    SCALARS,
     Data,
-    carry_over,
+    check_like,
     gather,
     index_plan,
     layout_a,
     map_dict,
-)
+    row_specs,
+    take,
+    view,
+)  # fmt: skip
 from rlstore.compat.pytorchrl.protocols import (
     ACT,
     ADV,
     DONE,
+    DONE2,
     FVAL,
     IADV,
     IRET,
@@ -38,9 +44,11 @@ from rlstore.compat.pytorchrl.protocols import (
     IVAL,
     LOGP,
     OBS,
+    OBS2,
     RET,
     REW,
     RHS,
+    RHS2,
     SHIFTED,
     TRUNC,
     TRUNC2,
@@ -48,10 +56,12 @@ from rlstore.compat.pytorchrl.protocols import (
     Actor,
     Algorithm,
     OnPolicyDataKeys,
-)
+)  # fmt: skip
 from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 
 __all__ = ["VanillaOnPolicyBuffer"]
+
+_RESULTS = (RET, ADV, IRET, IADV)
 
 
 class VanillaOnPolicyBuffer:
@@ -63,21 +73,32 @@ class VanillaOnPolicyBuffer:
     truncation (GAE with lambda = 1 in :func:`rlstore.returns.gae`);
     ``Advantage = normalize(ExternalReturn - Value)`` over the whole rollout.
 
+    The transitions are stored in a :class:`~rlstore.buffers.rollout.RolloutBuffer`
+    (transition-aligned); the facade keeps only the one extra row of layout C (the next
+    ``Observation`` / ``RecurrentHiddenStates`` / ``Done``, slot ``L``) and the ``Done`` of
+    slot 0. ``data`` is a layout-C view assembled from them on first access after a change;
+    :meth:`before_gradients` writes returns and advantages into it.
+
     Decisions that differ from PyTorchRL (its API is kept):
 
+    * ``data`` is a view, not the storage: writing into it changes nothing stored, and it is
+      rebuilt (results dropped) after the next insertion, :meth:`reset` or
+      :meth:`after_gradients`. ``Reward`` / ``Value`` / ``LogProbability`` (and the intrinsic
+      pair, ``FinalValue``) are stored as float32, ``Done`` as 0/1 of the sample's dtype
+      (``Truncated`` and ``FinalValue`` only where a done transition was truncated);
     * advantages are normalized with :func:`rlstore.returns.normalize_advantages`: population
       std (ddof=0; PyTorchRL used torch's unbiased std) plus PyTorchRL's eps 1e-5 (1e-8 in
       :class:`VTraceBuffer`);
     * a partial rollout uses all ``L = used_capacity`` stored transitions (PyTorchRL's
       ``step - 1`` dropped the last one) and bootstraps from slot ``L``;
-    * the first insertion after construction or :meth:`reset` also writes slot 0 from the
+    * the first insertion after construction or :meth:`reset` also takes slot 0 from the
       sample's ``Observation``/``RecurrentHiddenStates``/``Done`` (PyTorchRL left zeros there);
     * inserting into a full rollout raises :class:`~rlstore.errors.CapacityError` instead of
-      wrapping around over unused data; after :meth:`after_gradients` the next insertion
-      starts a new rollout;
+      wrapping around; after :meth:`after_gradients` the next insertion starts a new rollout;
     * :meth:`after_gradients` (called after every gradient step, while minibatches are still
-      drawn) changes no data; PyTorchRL copied slot ``L`` over slot 0 at once, so later
-      minibatches of the same update read the wrong first observation;
+      drawn) does not disturb a running :meth:`generate_batches`, which reads the view it
+      started with; PyTorchRL copied slot ``L`` over slot 0 at once, so later minibatches of
+      the same update read the wrong first observation;
     * ``before_gradients`` keeps the stored recurrent state of slot ``L`` (the state *before*
       that observation) instead of overwriting it with the actor's output state;
     * ``update_storage_parameter`` raises :class:`~rlstore.errors.ConfigError` for a name that is
@@ -117,10 +138,13 @@ class VanillaOnPolicyBuffer:
         self.actor, self.algo = actor, algorithm
         self.device = as_device(device)
         self.recurrent_actor = actor.is_recurrent
-        self.max_size, self.size, self.step = int(size), 0, 0
-        self.data: Data = {k: None for k in self.storage_tensors}
+        self.max_size = int(size)
+        self._rb: RolloutBuffer | None = None
+        self._rows: Data = {}  # per key one zero (N, ...) row: stored shape and dtype
+        self._next: Data = {}  # Observation / RecurrentHiddenStates / Done of slot L
+        self._done0: Any = None  # Done of slot 0
+        self._view: Data | None = None
         self.int_reward_normalizer: Any = None
-        self._fresh = True
         self.reset()
 
     @classmethod
@@ -134,47 +158,28 @@ class VanillaOnPolicyBuffer:
 
     # ------------------------------------------------------------------ storage
     @property
+    def size(self) -> int:
+        """Number of transitions stored in the current rollout (``L``)."""
+        return 0 if self._rb is None else self._rb.pos
+
+    @property
+    def step(self) -> int:
+        """PyTorchRL's write cursor: ``size`` modulo the capacity."""
+        return self.size % self.max_size
+
+    @property
     def used_capacity(self) -> int:
         """Number of transitions stored in the current rollout (``L``; slot ``L`` is bootstrap)."""
         return self.size
 
-    def _alloc_like(self, key: str, value: Any) -> torch.Tensor:
-        v = check_real(key, as_tensor(key, value))  # no complex storage
-        rows = 1 if key == RHS and not self.recurrent_actor else self.max_size + 1
-        return torch.zeros(rows, *v.shape, dtype=v.dtype, device=self.device)
-
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
-        """Lazily allocate ``(size + 1, *value.shape)`` zero tensors for every key of ``sample``.
+        """Take the stored keys, shapes and dtypes from ``sample`` (the first one, validated).
 
-        Also allocates ``ExternalReturn``/``Advantage`` like ``Reward``/``Value``, the extension
-        keys ``Truncated``/``FinalValue`` like ``Done``/``Value``, and the intrinsic returns and
-        advantages when the sample has ``IntrinsicReward`` and ``IntrinsicValue``.
+        ``Reward`` / ``Value`` / ``LogProbability`` (and ``IntrinsicReward`` /
+        ``IntrinsicValue``, stored when the sample has both) are float32 with one value per env.
         """
-        new: Data = {}
-        for k in self.storage_tensors:
-            if k in sample and sample[k] is not None:
-                new[k] = map_dict(sample[k], partial(self._alloc_like, k))
-        for k in (OBS, DONE, ACT, REW, VAL, LOGP):
-            if k not in new:
-                raise SpecError(f"sample: missing key {k!r} (got keys {sorted(sample)})")
-        if self.recurrent_actor and RHS not in new:
-            raise SpecError(f"sample: a recurrent actor needs the key {RHS!r}")
-        if isinstance(new[VAL], dict):
-            raise SpecError(f"{VAL}: multiple critics (a dict of values) are not supported")
-        n = new[DONE].shape[1] if new[DONE].dim() > 1 else 0
-        if self.num_envs is not None and n != self.num_envs:
-            raise SpecError(
-                f"{DONE}: expected a leading env axis of {self.num_envs} (envs.num_envs), "
-                f"got shape {tuple(new[DONE].shape[1:])}"
-            )
-        new[RET] = torch.zeros_like(new[REW], dtype=torch.float32)
-        new[ADV] = torch.zeros_like(new[VAL], dtype=torch.float32)
-        new[TRUNC] = torch.zeros_like(new[DONE], dtype=torch.bool)
-        new[FVAL] = torch.zeros_like(new[VAL])
-        if IREW in new and IVAL in new:
-            new[IRET] = torch.zeros_like(new[IREW], dtype=torch.float32)
-            new[IADV] = torch.zeros_like(new[IVAL], dtype=torch.float32)
-        self.data.update(new)
+        self._rows = row_specs(sample, self.device, self.recurrent_actor, self.num_envs)
+        self._view = None
 
     def get_num_channels_obs(self, sample: Mapping[str, Any]) -> int:
         """Set and return ``num_channels_obs``: channels of one frame of ``sample[OBS]``.
@@ -194,45 +199,34 @@ class VanillaOnPolicyBuffer:
         self.num_channels_obs = channels // frame_stack
         return self.num_channels_obs
 
-    def _check(self, key: str, value: Any, target: Any) -> Any:
-        if isinstance(target, dict):
-            if not isinstance(value, Mapping) or set(value) != set(target):
-                raise SpecError(f"{key}: expected a dict with keys {sorted(target)}, got {value!r}")
-            return {x: self._check(f"{key}[{x!r}]", value[x], target[x]) for x in target}
-        v = as_tensor(key, value)
-        if tuple(v.shape) != tuple(target.shape[1:]):
-            raise SpecError(
-                f"{key}: expected shape {tuple(target.shape[1:])}, got {tuple(v.shape)}"
-            )
-        # lossless only: no 0.5 into an int field, no NaN / inf, no float32 overflow, no complex
-        return cast_lossless(key, v, target.dtype)
-
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Store one vector-env step (see the module docstring for keys and positions).
+        """Store one vector-env step (see :mod:`rlstore.compat.pytorchrl` for the keys).
 
         Raises:
             CapacityError: the rollout already holds ``size`` transitions.
-            SpecError: a required key is missing or a value has the wrong shape (the buffer is
-                left unchanged).
+            SpecError: a required key is missing or a value has the wrong shape or a lossy
+                dtype (the buffer is left unchanged, the first sample included).
         """
-        data, writes = self._prepare(sample)
-        self.data = data
-        for k, pos, v in writes:
-            if isinstance(v, dict):
-                for x in v:
-                    self.data[k][x][pos].copy_(v[x])
-            else:
-                self.data[k][pos].copy_(v)
-        if TRUNC2 not in sample:
-            self.data[TRUNC][self.step + 1].zero_()
-        self._fresh = False
-        self.step = (self.step + 1) % self.max_size
-        self.size += 1
+        specs, got, nxt, args = self._prepare(sample)
+        N, hidden = specs[DONE].shape[0], nxt.get(RHS) if self.recurrent_actor else None
+        rb = self._rb or RolloutBuffer(
+            self.max_size, N, intrinsic=IntrinsicConfig() if IREW in specs else None,
+            device=self.device, advantage_normalization="none",
+        )  # fmt: skip
+        if isinstance(hidden, dict):
+            hidden = tuple(hidden.values())
+        rb.add(nxt[OBS], got[ACT], **args, hidden=hidden)
+        if rb.pos == 1:
+            self._done0 = nxt[DONE]
+        self._rb, self._rows, self._fresh, self._view = rb, specs, False, None
+        done_row = (got[DONE2] != 0).to(specs[DONE].dtype)
+        self._next = {**nxt, OBS: got[OBS2], DONE: done_row}
+        if RHS2 in got:
+            self._next[RHS] = got[RHS2]
 
-    def _prepare(self, sample: Mapping[str, Any]) -> tuple[Data, list[tuple[str, int, Any]]]:
-        """Validate ``sample`` without changing anything: ``(data, writes)``, where ``data`` is
-        the storage dict to use (newly allocated on the first sample) and ``writes`` the
-        planned ``(key, position, value)`` copies. Raises what :meth:`insert_transition` does."""
+    def _prepare(self, sample: Mapping[str, Any]) -> tuple[Data, Data, Data, Data]:
+        """Validate ``sample`` without changing anything: ``(row specs, checked sample values,
+        the layout-C slot of the step, RolloutBuffer.add arguments from logp on)``."""
         if self.size >= self.max_size:
             raise CapacityError(
                 f"insert_transition: the rollout is full ({self.max_size} transitions); call "
@@ -240,57 +234,69 @@ class VanillaOnPolicyBuffer:
             )
         if not isinstance(sample, Mapping):
             raise SpecError(f"sample: expected a dict of tensors, got {type(sample).__name__}")
-        saved = self.data
-        self.data = dict(saved)
-        try:
-            if self.data[OBS] is None:  # the first sample: allocate into the copy
-                self.init_tensors(sample)
-            return self.data, self._planned_writes(sample)
-        finally:
-            self.data = saved  # a rejected first sample leaves nothing allocated
-
-    def _planned_writes(self, sample: Mapping[str, Any]) -> list[tuple[str, int, Any]]:
-        """Validate ``sample`` against the allocated tensors: ``[(key, position, value)]``."""
-        writes: list[tuple[str, int, Any]] = []
-        for k in (*self.storage_tensors, TRUNC, FVAL):
-            if self.data.get(k) is None or k in (RET, IRET, ADV, IADV):
-                continue
-            if k == RHS and not self.recurrent_actor:
-                continue
+        specs = self._rows or row_specs(sample, self.device, self.recurrent_actor, self.num_envs)
+        keys = [k for k in (DONE, OBS, RHS, ACT, *SCALARS) if k in specs]
+        keys = [k for k in keys if k != RHS or self.recurrent_actor]
+        got = {}
+        for k in keys:
             src = SHIFTED.get(k, k)
             if src not in sample:
-                if k in (TRUNC, FVAL):
-                    continue
                 raise SpecError(f"sample: missing key {src!r} (got keys {sorted(sample)})")
-            pos = self.step + 1 if k in SHIFTED or k == FVAL else self.step
-            writes.append((k, pos, self._check(src, sample[src], self.data[k])))
-            if k in SHIFTED and self.step == 0 and self._fresh and sample.get(k) is not None:
-                writes.append((k, 0, self._check(k, sample[k], self.data[k])))
-        if TRUNC2 in sample and FVAL not in sample:
-            raise SpecError(f"sample: {TRUNC2!r} needs {FVAL!r} = V(final observation)")
-        return writes
+            got[src] = check_like(self.device, src, sample[src], specs[k])
+        nxt = dict(self._next)
+        if self._fresh or not nxt:  # slot 0 of a new rollout comes from the sample
+            for k in (DONE, OBS, RHS):
+                if k in keys and sample.get(k) is not None:
+                    nxt[k] = check_like(self.device, k, sample[k], specs[k])
+        N = specs[DONE].shape[0]
+        done = got[DONE2].reshape(N) != 0
+        trunc, fval = torch.zeros_like(done), None
+        if TRUNC2 in sample:
+            if FVAL not in sample:
+                raise SpecError(f"sample: {TRUNC2!r} needs {FVAL!r} = V(final observation)")
+            trunc = done & check_like(self.device, TRUNC2, sample[TRUNC2], specs[TRUNC]).reshape(N)
+        if FVAL in sample:
+            fval = check_like(self.device, FVAL, sample[FVAL], specs[VAL]).reshape(N)
+        f = {k: got[k].reshape(N) for k in SCALARS if k in got}
+        args = {"logp": f[LOGP], "value": f[VAL], "reward": f[REW], "terminated": done & ~trunc,
+                "truncated": trunc, "final_value": fval, "int_reward": f.get(IREW),
+                "int_value": f.get(IVAL)}  # fmt: skip
+        return specs, got, nxt, args
+
+    @property
+    def data(self) -> Data:
+        """The layout-C view: every stored key ``(size + 1, N, ...)`` (None: not stored).
+
+        ``Observation`` / ``RecurrentHiddenStates`` / ``Done`` / ``Value`` / returns have the
+        bootstrap slot ``L``; rows past it are zeros. Also ``Truncated`` / ``FinalValue``.
+        """
+        if self._view is None:
+            self._view = {k: None for k in self.storage_tensors}
+            if self._next:
+                b = self._rb.get() if self._rb is not None and self.size else None
+                nxt, done0, rec = self._next, self._done0, self.recurrent_actor
+                self._view |= view(self._rows, b, self.max_size, nxt, done0, rec)
+        return self._view
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> Data:
-        """All allocated tensors (``(size + 1, N, ...)`` each), as a new dict of views.
+        """All stored keys of :attr:`data` (``(size + 1, N, ...)`` each), as a new dict.
 
         Args:
             data_to_cpu: move (copy) every tensor to CPU memory.
         """
-        data = {k: v for k, v in self.data.items() if v is not None}
-        if data_to_cpu:
-            data = {k: map_dict(v, lambda t: t.cpu()) for k, v in data.items()}
-        else:
-            data = {k: map_dict(v, lambda t: t) for k, v in data.items()}
-        return data
+        move = (lambda t: t.cpu()) if data_to_cpu else (lambda t: t)
+        return {k: map_dict(v, move) for k, v in self.data.items() if v is not None}
 
     def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
         """Replace the stored data by ``new_data`` (a :meth:`get_all_buffer_data` result).
 
         The data is taken as one full rollout of ``size`` transitions (``used_capacity ==
-        size``), moved to this buffer's device.
+        size``), inserted step by step (validated like :meth:`insert_transition`); returns and
+        advantages in it are kept until the next change.
 
         Raises:
-            SpecError: unknown keys, or tensors whose leading axis is not ``size + 1``.
+            SpecError: unknown or missing keys, tensors whose leading axis is not ``size + 1``
+                (the buffer is left unchanged).
         """
         allowed = set(self.storage_tensors) | {TRUNC, FVAL}
         unknown = sorted(set(new_data) - allowed)
@@ -301,28 +307,45 @@ class VanillaOnPolicyBuffer:
                 rows = 1 if k == RHS and not self.recurrent_actor else self.max_size + 1
                 if t.shape[0] != rows:
                     raise SpecError(f"{k}: expected a leading axis of {rows}, got {tuple(t.shape)}")
-        self.data = {k: None for k in self.storage_tensors}
-        self.data.update({k: map_dict(v, lambda t: t.to(self.device)) for k, v in new_data.items()})
-        self.step, self.size, self._fresh = 0, self.max_size, False
+        d = dict(new_data)
+        if TRUNC not in d or FVAL not in d:
+            d.pop(TRUNC, None)
+        saved = (self._rb, self._rows, self._next, self._done0, self._fresh, self._view)
+        self._rb, self._rows, self._next, self._fresh = None, {}, {}, True
+        try:
+            for t in range(self.max_size):
+                sample = {k: take(v, t) for k, v in d.items()}  # RHS of a FF actor: one row
+                for k, k2 in (*SHIFTED.items(), (FVAL, FVAL)):
+                    if k in d:
+                        sample[k2] = take(d[k], t + 1)
+                VanillaOnPolicyBuffer.insert_transition(self, sample)
+        except Exception:
+            self._rb, self._rows, self._next, self._done0, self._fresh, self._view = saved
+            raise
+        self.data.update({k: d[k].to(self.device) for k in _RESULTS if k in d})
 
     def reset(self) -> None:
-        """Set the counters to zero (allocated tensors are kept and overwritten later)."""
-        self.step, self.size, self._fresh = 0, 0, True
+        """Set the counters to zero (the storage is kept and overwritten later)."""
+        if self._rb is not None:
+            self._rb.reset()
+        self._fresh, self._view = True, None
 
     # ------------------------------------------------------------------ returns
-    def _slot(self, pos: int) -> tuple[Any, Any, torch.Tensor]:
-        rhs = self.data.get(RHS)
-        rhs_pos = pos if self.recurrent_actor else 0
-        rhs = None if rhs is None else map_dict(rhs, lambda t: t[rhs_pos])
-        return map_dict(self.data[OBS], lambda t: t[pos]), rhs, self.data[DONE][pos]
-
     def _length(self) -> int:
         if self.size == 0:
             raise EmptyBufferError("before_gradients: no transition stored in this rollout")
         return self.size
 
+    def _slot(self, pos: int) -> tuple[Any, Any, torch.Tensor]:
+        d = self.data
+        rhs = d.get(RHS)
+        rhs = (
+            None if rhs is None else map_dict(rhs, lambda t: t[pos if self.recurrent_actor else 0])
+        )
+        return map_dict(d[OBS], lambda t: t[pos]), rhs, d[DONE][pos]
+
     def _bootstrap(self, L: int) -> None:
-        """Write V(Observation[L]) (and the intrinsic value) into slot L."""
+        """Write V(Observation[L]) (and the intrinsic value) into slot L of the view."""
         obs, rhs, done = self._slot(L)
         with torch.no_grad():
             value_dict = self.actor.get_value(obs, rhs, done)
@@ -330,9 +353,9 @@ class VanillaOnPolicyBuffer:
             raise SpecError(
                 f"actor.get_value: expected a dict with 'value_net1', got {list(value_dict)}"
             )
-        self.data[VAL][L].copy_(value_dict["value_net1"])
+        self.data[VAL][L].copy_(value_dict["value_net1"].reshape(self.data[VAL][L].shape))
         if self.data.get(IVAL) is not None and "ivalue_net1" in value_dict:
-            self.data[IVAL][L].copy_(value_dict["ivalue_net1"])
+            self.data[IVAL][L].copy_(value_dict["ivalue_net1"].reshape(self.data[IVAL][L].shape))
 
     def compute_returns(
         self,
@@ -368,41 +391,29 @@ class VanillaOnPolicyBuffer:
         self.data[key][:L] = adv.reshape(self.data[key][:L].shape)
         self.data[key][L:] = 0
 
-    def _intrinsic(self) -> bool:
-        return (
-            self.data.get(IREW) is not None
-            and self.data.get(IVAL) is not None
-            and getattr(self.algo, "gamma_intrinsic", None) is not None
-        )
-
     def before_gradients(self) -> None:
         """Bootstrap from V(Observation[L]), then compute returns and normalized advantages."""
         L = self._length()
         self._bootstrap(L)
         d = self.data
         self.compute_returns(
-            d[REW],
-            d[RET],
-            d[VAL],
-            d[DONE],
-            self.algo.gamma,
-            truncated=d[TRUNC],
+            d[REW], d[RET], d[VAL], d[DONE], self.algo.gamma, truncated=d[TRUNC],
             final_values=d[FVAL],
-        )
+        )  # fmt: skip
         self._store_adv(ADV, self.compute_advantages(d[RET], d[VAL]))
-        if self._intrinsic():
+        g_int = getattr(self.algo, "gamma_intrinsic", None)
+        if d.get(IREW) is not None and g_int is not None:
             self.normalize_int_rewards()
             no_done = torch.zeros_like(d[DONE])  # non-episodic intrinsic stream
-            g_int = cast(Any, self.algo).gamma_intrinsic
             self.compute_returns(d[IREW], d[IRET], d[IVAL], no_done, g_int)
             self._store_adv(IADV, self.compute_advantages(d[IRET], d[IVAL]))
 
     def normalize_int_rewards(self) -> None:
-        """Divide ``IntrinsicReward[:L]`` by the running std of its discounted sum (RND).
+        """Divide ``IntrinsicReward[:L]`` of the view by the running std of its discounted sum.
 
         The discounted sum runs forward in time per env with ``algo.gamma_intrinsic``, across
         rollouts and episode ends (:class:`rlstore.normalize.DiscountedReturnNormalizer`); no
-        mean is subtracted.
+        mean is subtracted (RND).
         """
         from rlstore.normalize import DiscountedReturnNormalizer
 
@@ -415,21 +426,17 @@ class VanillaOnPolicyBuffer:
         self.data[IREW][:L] = scaled.reshape(irew.shape).to(irew.dtype)
 
     def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
-        """Carry the bootstrap slot ``L`` over to slot 0 and start a new rollout.
+        """Start a new rollout from the bootstrap slot ``L`` (it becomes slot 0).
 
         PyTorchRL calls this after *every* gradient step; later calls before the next
         insertion change nothing. A :meth:`generate_batches` generator that is still being
-        consumed keeps yielding the old rollout (it snapshots slot 0 when it starts).
+        consumed keeps yielding the old rollout.
 
         Returns:
             ``info`` unchanged.
         """
-        L = self.size
-        if L > 0:
-            for k in (OBS, RHS, DONE):
-                if self.data.get(k) is not None and (k != RHS or self.recurrent_actor):
-                    map_dict(self.data[k], partial(carry_over, last=L))
-        self.step, self.size, self._fresh = 0, 0, False
+        self.reset()
+        self._fresh = False
         return info
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
@@ -444,6 +451,7 @@ class VanillaOnPolicyBuffer:
             parameter_name.startswith("_")
             or isinstance(current, bool)
             or not isinstance(current, numeric)
+            or isinstance(getattr(type(self), parameter_name, None), property)
         ):
             raise ConfigError(
                 f"parameter_name: {parameter_name!r} is not a numeric parameter of "
@@ -457,25 +465,12 @@ class VanillaOnPolicyBuffer:
 
     # ------------------------------------------------------------------ batches
     def _index_plan(
-        self,
-        num_mini_batch: int | None,
-        mini_batch_size: int | None,
-        num_epochs: int,
-        shuffle: bool,
+        self, num_mini_batch: int | None, mini_batch_size: int | None, epochs: int, shuffle: bool
     ) -> Iterator[torch.Tensor]:
         """Flat time-major indices ``t * N + n`` per minibatch (:func:`index_plan`)."""
-        L = self._length()
-        n = self.data[DONE].shape[1]
-        sizes = (num_mini_batch, mini_batch_size, num_epochs, shuffle)
+        L, n = self._length(), self._rows[DONE].shape[0]
+        sizes = (num_mini_batch, mini_batch_size, epochs, shuffle)
         yield from index_plan(L, n, self.device, self.recurrent_actor, *sizes)
-
-    def _slot0(self) -> Data:
-        """Copies of slot 0 of the keys that :meth:`after_gradients` overwrites."""
-        keys = [OBS, DONE] + ([RHS] if self.recurrent_actor else [])
-        return {k: map_dict(self.data[k], lambda t: t[0].clone()) for k in keys if k in self.data}
-
-    def _gather(self, idx: torch.Tensor, L: int, slot0: Data) -> Data:
-        return gather(self.data, idx, L, slot0, self.recurrent_actor)
 
     def generate_batches(
         self,
@@ -492,6 +487,6 @@ class VanillaOnPolicyBuffer:
         time-major (``L * E`` rows), ``RecurrentHiddenStates`` of the first step only (``E``
         rows); ``Done`` rows mark episode starts. Sizes that do not divide raise ConfigError.
         """
-        L, slot0 = self._length(), self._slot0()
+        L, data = self._length(), self.data
         for idx in self._index_plan(num_mini_batch, mini_batch_size, num_epochs, shuffle):
-            yield self._gather(idx, L, slot0)
+            yield gather(data, idx, L, self.recurrent_actor)

@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 
 from rlstore import returns as R
-from rlstore.compat.pytorchrl._layout import layout_a
+from rlstore.compat.pytorchrl._layout import gather, layout_a
 from rlstore.compat.pytorchrl.protocols import (
     ACT,
     ADV,
@@ -67,7 +67,7 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
         new_val = torch.empty_like(val_store[:L]).reshape(L * val_store.shape[1], -1)
         num_mb = getattr(self.algo, "num_mini_batch", 1)
         for idx in self._index_plan(num_mb, None, 1, False):
-            b = self._gather(idx, L, {})
+            b = gather(self.data, idx, L, self.recurrent_actor)
             logp = self.actor.evaluate_actions(
                 b[OBS], b[RHS] if RHS in b else None, b[DONE], b[ACT]
             )[0]
