@@ -15,36 +15,15 @@ from typing import Any
 import torch
 
 from rlstore._trees import as_tensor, cast_lossless, check_real
-from rlstore.compat.pytorchrl.protocols import (
-    ACT,
-    ADV,
-    DONE,
-    FVAL,
-    IADV,
-    IRET,
-    IREW,
-    IVAL,
-    LOGP,
-    OBS,
-    RET,
-    REW,
-    RHS,
-    TRUNC,
-    VAL,
-)  # fmt: skip
+from rlstore.compat.pytorchrl import protocols as K
 from rlstore.errors import ConfigError, SpecError
 from rlstore.minibatches import RolloutBatch, column_index_plan, flat_index_plan
 
-__all__ = [
-    "Data", "SCALARS", "map_dict", "take", "row_specs", "check_like", "column", "view", "rows",
-    "layout_a", "index_plan", "gather",
-]  # fmt: skip
-
 Data = dict[str, Any]
-SCALARS = (REW, VAL, LOGP, IREW, IVAL)
+SCALARS = (K.REW, K.VAL, K.LOGP, K.IREW, K.IVAL)
 """Keys with one float32 per env (stored by RolloutBuffer)."""
-_FIELDS = {OBS: "obs", RHS: "hidden", ACT: "actions", REW: "rewards", VAL: "values",
-           LOGP: "logprobs", IREW: "int_rewards", IVAL: "int_values"}  # fmt: skip
+_FIELDS = {K.OBS: "obs", K.RHS: "hidden", K.ACT: "actions", K.REW: "rewards", K.VAL: "values",
+           K.LOGP: "logprobs", K.IREW: "int_rewards", K.IVAL: "int_values"}  # fmt: skip
 
 
 def map_dict(x: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -59,28 +38,28 @@ def row_specs(
     sample, validated): the sample's dtype, float32 for :data:`SCALARS`, bool for ``Truncated``.
     ``IntrinsicReward`` / ``IntrinsicValue`` are stored when the sample has both."""
     specs: Data = {}
-    intrinsic = sample.get(IREW) is not None and sample.get(IVAL) is not None
-    for k in (OBS, RHS, DONE, ACT, *SCALARS):
-        if sample.get(k) is None or (k in (IREW, IVAL) and not intrinsic):
+    intrinsic = sample.get(K.IREW) is not None and sample.get(K.IVAL) is not None
+    for k in (K.OBS, K.RHS, K.DONE, K.ACT, *SCALARS):
+        if sample.get(k) is None or (k in (K.IREW, K.IVAL) and not intrinsic):
             continue
         dtype = torch.float32 if k in SCALARS else None
         row = map_dict(sample[k], lambda v, k=k: check_real(k, as_tensor(k, v, device)))  # type: ignore[misc]
         specs[k] = map_dict(row, lambda v, d=dtype: torch.zeros_like(v, dtype=d))  # type: ignore[misc]
-    for k in (OBS, DONE, ACT, REW, VAL, LOGP, *([RHS] if recurrent else [])):
+    for k in (K.OBS, K.DONE, K.ACT, K.REW, K.VAL, K.LOGP, *([K.RHS] if recurrent else [])):
         if k not in specs:
             raise SpecError(f"sample: missing key {k!r} (got keys {sorted(sample)})")
-    if isinstance(specs[VAL], dict):
-        raise SpecError(f"{VAL}: multiple critics (a dict of values) are not supported")
-    n = specs[DONE].shape[0] if specs[DONE].dim() else 0
+    if isinstance(specs[K.VAL], dict):
+        raise SpecError(f"{K.VAL}: multiple critics (a dict of values) are not supported")
+    n = specs[K.DONE].shape[0] if specs[K.DONE].dim() else 0
     if num_envs is not None and n != num_envs:
         raise SpecError(
-            f"{DONE}: expected a leading env axis of {num_envs} (envs.num_envs), "
-            f"got shape {tuple(specs[DONE].shape)}"
+            f"{K.DONE}: expected a leading env axis of {num_envs} (envs.num_envs), "
+            f"got shape {tuple(specs[K.DONE].shape)}"
         )
-    for k in (DONE, *SCALARS):
+    for k in (K.DONE, *SCALARS):
         if k in specs and specs[k].numel() != n:
             raise SpecError(f"{k}: expected one value per env ({n}), got {tuple(specs[k].shape)}")
-    specs[TRUNC] = torch.zeros_like(specs[DONE], dtype=torch.bool)
+    specs[K.TRUNC] = torch.zeros_like(specs[K.DONE], dtype=torch.bool)
     return specs
 
 
@@ -96,6 +75,46 @@ def check_like(device: torch.device, key: str, value: Any, row: Any) -> Any:
     if tuple(v.shape) != tuple(row.shape):
         raise SpecError(f"{key}: expected shape {tuple(row.shape)}, got {tuple(v.shape)}")
     return cast_lossless(key, v, row.dtype).detach().clone()
+
+
+def check_sample(
+    sample: Mapping[str, Any],
+    specs: Data,
+    nxt: Data,
+    fresh: bool,
+    device: torch.device,
+    recurrent: bool,
+) -> tuple[Data, Data]:
+    """Check one sample against the :func:`row_specs` without storing anything.
+
+    Returns ``(got, args)``: the checked values by sample key, and the ``RolloutBuffer.add``
+    arguments after ``obs`` / ``action``. With ``fresh`` (the first step of a rollout), the
+    sample's ``Observation`` / ``RecurrentHiddenStates`` / ``Done`` are checked into ``nxt``
+    (slot 0).
+    """
+    keys = [k for k in (K.DONE, K.OBS, K.RHS, K.ACT, *SCALARS) if k in specs]
+    got = {}
+    for k in [k for k in keys if k != K.RHS or recurrent]:
+        src = K.SHIFTED.get(k, k)
+        if src not in sample:
+            raise SpecError(f"sample: missing key {src!r} (got keys {sorted(sample)})")
+        got[src] = check_like(device, src, sample[src], specs[k])
+        if k in K.SHIFTED and fresh and sample.get(k) is not None:
+            nxt[k] = check_like(device, k, sample[k], specs[k])
+    N = specs[K.DONE].shape[0]
+    done = got[K.DONE2].reshape(N) != 0
+    trunc, fval = torch.zeros_like(done), None
+    if K.TRUNC2 in sample:
+        if K.FVAL not in sample:
+            raise SpecError(f"sample: {K.TRUNC2!r} needs {K.FVAL!r} = V(final observation)")
+        trunc = done & check_like(device, K.TRUNC2, sample[K.TRUNC2], specs[K.TRUNC]).reshape(N)
+    if K.FVAL in sample:
+        fval = check_like(device, K.FVAL, sample[K.FVAL], specs[K.VAL]).reshape(N)
+    f = {k: got[k].reshape(N) for k in SCALARS if k in got}
+    args = {"logp": f[K.LOGP], "value": f[K.VAL], "reward": f[K.REW], "final_value": fval,
+            "terminated": done & ~trunc, "truncated": trunc, "int_reward": f.get(K.IREW),
+            "int_value": f.get(K.IVAL)}  # fmt: skip
+    return got, args
 
 
 def column(row: Any, length: int, parts: Sequence[tuple[int, Any]]) -> Any:
@@ -129,20 +148,25 @@ def view(
         if k not in specs:
             continue
         parts = [] if b is None else [(0, getattr(b, name))]
-        if k == RHS and isinstance(specs[RHS], dict) and b is not None:
-            parts = [(0, dict(zip(specs[RHS], b.hidden, strict=True)))]  # type: ignore[arg-type]
+        if k == K.RHS and isinstance(specs[K.RHS], dict) and b is not None:
+            parts = [(0, dict(zip(specs[K.RHS], b.hidden, strict=True)))]  # type: ignore[arg-type]
         if k in nxt:
             parts.append((L, nxt[k]))
-        full = k != RHS or recurrent
+        full = k != K.RHS or recurrent
         out[k] = column(specs[k], S if full else 1, parts if full else [])
     flags = [] if b is None else [(0, done0), (1, b.dones[: L - 1])]
-    out[DONE] = column(specs[DONE], S, [*flags, (L, nxt[DONE])])
-    out[TRUNC] = column(specs[TRUNC], S, [] if b is None else [(1, b.truncated)])
-    out[FVAL] = column(specs[VAL], S, [] if b is None else [(1, b.final_values)])
-    for k, like in ((RET, REW), (ADV, VAL), (IRET, IREW), (IADV, IVAL)):
+    out[K.DONE] = column(specs[K.DONE], S, [*flags, (L, nxt[K.DONE])])
+    out[K.TRUNC] = column(specs[K.TRUNC], S, [] if b is None else [(1, b.truncated)])
+    out[K.FVAL] = column(specs[K.VAL], S, [] if b is None else [(1, b.final_values)])
+    for k, like in ((K.RET, K.REW), (K.ADV, K.VAL), (K.IRET, K.IREW), (K.IADV, K.IVAL)):
         if like in specs:
             out[k] = column(specs[like], S, [])
     return out
+
+
+def as_tuple(hidden: Any) -> Any:
+    """A dict hidden state as the tuple of its values (RolloutBuffer stores tensors or tuples)."""
+    return tuple(hidden.values()) if isinstance(hidden, dict) else hidden
 
 
 def take(x: Any, i: int) -> Any:
@@ -236,10 +260,10 @@ def gather(data: Data, idx: torch.Tensor, L: int, recurrent: bool) -> Data:
     """
     batch: Data = {}
     for k, v in data.items():
-        if v is None or k in (TRUNC, FVAL):
+        if v is None or k in (K.TRUNC, K.FVAL):
             continue
         sel, length = idx.reshape(-1), L
-        if k == RHS:  # the state before the first step of each sequence (time-major)
+        if k == K.RHS:  # the state before the first step of each sequence (time-major)
             first = idx[0] if idx.dim() == 2 else idx
             sel, length = (first if recurrent else torch.zeros_like(first)), 0
         batch[k] = map_dict(v, partial(rows, idx=sel, length=length or None))

@@ -7,20 +7,8 @@ from typing import ClassVar
 import torch
 
 from rlstore import returns as R
+from rlstore.compat.pytorchrl import protocols as K
 from rlstore.compat.pytorchrl._layout import gather, layout_a
-from rlstore.compat.pytorchrl.protocols import (
-    ACT,
-    ADV,
-    DONE,
-    FVAL,
-    LOGP,
-    OBS,
-    RET,
-    REW,
-    RHS,
-    TRUNC,
-    VAL,
-)
 from rlstore.compat.pytorchrl.vanilla import VanillaOnPolicyBuffer
 
 __all__ = ["VTraceBuffer"]
@@ -62,16 +50,15 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
             The new log-probabilities, shaped like ``LogProbability[:L]``.
         """
         L = self._length()
-        logp_store, val_store = self.data[LOGP], self.data[VAL]
+        logp_store, val_store = self.data[K.LOGP], self.data[K.VAL]
         new_logp = torch.empty_like(logp_store[:L]).reshape(L * logp_store.shape[1], -1)
         new_val = torch.empty_like(val_store[:L]).reshape(L * val_store.shape[1], -1)
         num_mb = getattr(self.algo, "num_mini_batch", 1)
         for idx in self._index_plan(num_mb, None, 1, False):
             b = gather(self.data, idx, L, self.recurrent_actor)
-            logp = self.actor.evaluate_actions(
-                b[OBS], b[RHS] if RHS in b else None, b[DONE], b[ACT]
-            )[0]
-            val = self.actor.get_value(b[OBS], b[RHS] if RHS in b else None, b[DONE])["value_net1"]
+            obs, rhs, done = b[K.OBS], b.get(K.RHS), b[K.DONE]
+            logp = self.actor.evaluate_actions(obs, rhs, done, b[K.ACT])[0]
+            val = self.actor.get_value(obs, rhs, done)["value_net1"]
             flat = idx.reshape(-1)
             new_logp[flat] = logp.reshape(flat.shape[0], -1).to(new_logp.dtype)
             new_val[flat] = val.reshape(flat.shape[0], -1).to(new_val.dtype)
@@ -89,11 +76,11 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
         L = self._length()
         d = self.data
         target = self.get_updated_action_log_probs()
-        v, nv, term, trunc = layout_a(L, d[VAL], d[DONE], d[TRUNC], d[FVAL])
+        v, nv, term, trunc = layout_a(L, d[K.VAL], d[K.DONE], d[K.TRUNC], d[K.FVAL])
         vs, pg = R.vtrace(
-            d[LOGP][:L].reshape(L, -1),
+            d[K.LOGP][:L].reshape(L, -1),
             target.reshape(L, -1),
-            d[REW][:L].reshape(L, -1),
+            d[K.REW][:L].reshape(L, -1),
             v,
             nv,
             term,
@@ -104,7 +91,7 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
             c_bar=clip_c_thres,
             pg_rho_bar=clip_rho_thres,
         )
-        d[RET][:L] = vs.reshape(d[RET][:L].shape).to(d[RET].dtype)
-        d[RET][L] = d[VAL][L]
-        d[LOGP][:L] = target
-        self._store_adv(ADV, R.normalize_advantages(pg.float(), eps=self._adv_eps))
+        d[K.RET][:L] = vs.reshape(d[K.RET][:L].shape).to(d[K.RET].dtype)
+        d[K.RET][L] = d[K.VAL][L]
+        d[K.LOGP][:L] = target
+        self._store_adv(K.ADV, R.normalize_advantages(pg.float(), eps=self._adv_eps))
