@@ -30,7 +30,7 @@ from rlstore.compat.pytorchrl import (
     VAL,
     GAEBuffer,
 )
-from rlstore.errors import CapacityError, ConfigError, SpecError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 from rlstore.returns.reference import gae_reference
 
 
@@ -201,6 +201,10 @@ def test_initial_demo_loading_rules(tmp_path):
     Env.env_kwargs = {"frame_skip": 2}
     with pytest.raises(ConfigError, match="FrameSkip"):
         PPODBuffer(4, "cpu", actor, Algo(), Env(), initial_agent_demos_dir=str(d))
+    for skip in (np.inf, np.nan):  # regression: int(inf) raised OverflowError, not CheckpointError
+        write_npz_demo(tmp_path / "bad.npz", frame_skip=skip)
+        with pytest.raises(CheckpointError, match="FrameSkip"):
+            buf.load_demo(tmp_path / "bad.npz")
     Env.env_kwargs = {}
     with pytest.raises(CapacityError, match="capacity=1"):
         PPODBuffer(4, "cpu", actor, Algo(), Env(), total_buffer_demo_capacity=1,

@@ -82,6 +82,33 @@ __all__ = ["PPODBuffer"]
 _DEFAULT_DTYPES = {"Action": np.float32, "Observation": np.float32, "Reward": np.float32}
 
 
+def _read_npz(path: Path, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The arrays of a PyTorchRL ``.npz`` demo (never unpickled): ``fields`` of real numbers and
+    an optional integral scalar ``FrameSkip``; a :class:`CheckpointError` naming the file
+    otherwise."""
+    try:
+        with open(path, "rb") as fh:
+            if not zipfile.is_zipfile(fh):
+                raise ValueError("not an .npz (zip) archive")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"demo_path: cannot read {str(path)!r} ({exc})") from exc
+    if missing := [k for k in fields if k not in arrays]:
+        raise CheckpointError(f"{path.name}: missing keys {missing}")
+    for k in [*fields, "FrameSkip"]:
+        a, skip = arrays.get(k, np.zeros(())), k == "FrameSkip"
+        if a.dtype.kind not in "biuf" or (
+            skip and not (a.shape == () and np.isfinite(a) and a % 1 == 0)
+        ):
+            raise CheckpointError(
+                f"{path.name}: {k}: expected real numbers{' (one int)' * skip}, got {a.dtype} "
+                f"{a.shape} {a if skip else ''}"
+            )
+    return arrays
+
+
 def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
     """``new`` (a fresh array with ``ref``'s rows) as a CPU tensor with ``ref``'s shape and
     dtype; zero-copy when they already match."""
@@ -180,40 +207,16 @@ class PPODBuffer(GAEBuffer):
         return create_buffer_instance
 
     # ------------------------------------------------------------------ PyTorchRL attributes
-    @property
-    def rho(self) -> float:
-        """Current reward-demo replay probability (annealed)."""
-        return self.store.rho
-
-    @property
-    def phi(self) -> float:
-        """Current value-demo replay probability (annealed)."""
-        return self.store.phi
-
-    @property
-    def alpha(self) -> float:
-        """Value-demo sampling exponent."""
-        return self.store.alpha
-
-    @property
-    def max_demos(self) -> int:
-        """``total_buffer_demo_capacity``."""
-        return self.store.capacity
-
-    @property
-    def reward_threshold(self) -> float:
-        """Minimum total reward of a new reward demo (monotone non-decreasing)."""
-        return float(self.store.reward_threshold)
-
-    @property
-    def reward_demos(self) -> list[Demo]:
-        """The reward demos (human demos first)."""
-        return self.store.reward_demos
-
-    @property
-    def value_demos(self) -> list[Demo]:
-        """The value demos."""
-        return self.store.value_demos
+    rho = property(lambda self: self.store.rho, doc="Reward-demo replay probability (annealed).")
+    phi = property(lambda self: self.store.phi, doc="Value-demo replay probability (annealed).")
+    alpha = property(lambda self: self.store.alpha, doc="Value-demo sampling exponent.")
+    max_demos = property(lambda self: self.store.capacity, doc="total_buffer_demo_capacity")
+    reward_threshold = property(
+        lambda self: float(self.store.reward_threshold),
+        doc="Minimum total reward of a new reward demo (monotone non-decreasing).",
+    )
+    reward_demos = property(lambda self: self.store.reward_demos, doc="Reward demos, human first.")
+    value_demos = property(lambda self: self.store.value_demos, doc="The value demos.")
 
     # ------------------------------------------------------------------ demo files
     def load_demo(self, demo_path: str | os.PathLike[str]) -> Demo:
@@ -229,36 +232,13 @@ class PPODBuffer(GAEBuffer):
             arrays = {"Observation": demo.observations, "Action": demo.actions}
             arrays["Reward"] = demo.rewards
         else:
-            try:
-                with open(path, "rb") as fh:
-                    if not zipfile.is_zipfile(fh):
-                        raise ValueError("not an .npz (zip) archive")
-                    fh.seek(0)
-                    with np.load(fh, allow_pickle=False) as f:
-                        arrays = {k: f[k] for k in f.files}
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-                raise CheckpointError(f"demo_path: cannot read {str(path)!r} ({exc})") from exc
-            missing = [k for k in self.demos_data_fields if k not in arrays]
-            if missing:
-                raise CheckpointError(f"{path.name}: missing keys {missing}")
-            for k in [*self.demos_data_fields, "FrameSkip"]:
-                a = arrays.get(k, np.zeros(()))
-                if a.dtype.kind not in "biuf" or (k == "FrameSkip" and a.shape != ()):
-                    raise CheckpointError(
-                        f"{path.name}: {k}: expected real numbers"
-                        f"{' (one int)' * (k == 'FrameSkip')}, got {a.dtype} {a.shape}"
-                    )
-            if "FrameSkip" in arrays and arrays["FrameSkip"] != int(arrays["FrameSkip"]):
-                raise CheckpointError(
-                    f"{path.name}: FrameSkip: expected an int, got {arrays['FrameSkip']}"
+            arrays = _read_npz(path, self.demos_data_fields)
+            skip, env_skip = arrays.get("FrameSkip"), self._env_kwargs().get("frame_skip")
+            if skip is not None and env_skip is not None and int(skip) != int(env_skip):
+                raise ConfigError(
+                    f"{path.name}: FrameSkip {int(skip)} differs from the env's frame_skip "
+                    f"{env_skip}"
                 )
-            kwargs = getattr(self.envs, "env_kwargs", None) or {}
-            if "FrameSkip" in arrays and "frame_skip" in kwargs:
-                if int(arrays["FrameSkip"]) != int(kwargs["frame_skip"]):
-                    raise ConfigError(
-                        f"{path.name}: FrameSkip {int(arrays['FrameSkip'])} differs from the "
-                        f"env's frame_skip {kwargs['frame_skip']}"
-                    )
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by Demo
             obs, act, rew = (
                 np.asarray(arrays[k]).astype(self.demo_dtypes.get(k, np.float32))
@@ -327,9 +307,8 @@ class PPODBuffer(GAEBuffer):
         """Evict demos beyond capacity (value demos first); returns the evicted demos."""
         return self.store.enforce_capacity()
 
-    def _frame_stack(self) -> int:
-        kwargs = getattr(self.envs, "env_kwargs", None) or {}
-        return int(kwargs.get("frame_stack", 1))
+    def _env_kwargs(self) -> dict[str, Any]:
+        return getattr(self.envs, "env_kwargs", None) or {}
 
     def _reset_env(self, i: int) -> np.ndarray:
         return to_numpy(OBS, self.envs.reset_single_env(i))
@@ -344,7 +323,7 @@ class PPODBuffer(GAEBuffer):
                 self.store,
                 o.shape[0],
                 reset_env=self._reset_env if has_reset else None,
-                frame_stack=self._frame_stack(),
+                frame_stack=int(self._env_kwargs().get("frame_stack", 1)),
             )
             self.mixer.reset(o)
         return self.mixer
