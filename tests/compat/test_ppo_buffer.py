@@ -42,6 +42,12 @@ def test_discount_cumsum_test_vector():
     )
     with pytest.raises(SpecError, match="x: expected a 1-D"):
         discount_cumsum(np.ones((2, 2)), 0.5)
+    # regression: "0.5" was read as 0.5, strings in x raised a bare ValueError
+    for bad in ("0.5", True, float("inf")):
+        with pytest.raises(ConfigError, match="discount"):
+            discount_cumsum([1.0, 2.0], bad)
+    with pytest.raises(SpecError, match="x: expected real numbers"):
+        discount_cumsum(["a", "b"], 0.5)
 
 
 def test_finish_path_hand_values():

@@ -37,7 +37,7 @@ from pydantic import Field, StrictInt
 
 from rlstore import returns as _returns
 from rlstore._checks import check_count, real_number
-from rlstore._trees import as_tensor, cast_lossless
+from rlstore._trees import as_tensor, cast_lossless, real_array
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import gae_targets
 from rlstore.config import StrictModel
@@ -57,8 +57,8 @@ def discount_cumsum(x: Any, discount: float) -> np.ndarray:
     """Discounted cumulative sum ``y[k] = sum_{j >= k} discount**(j - k) * x[j]``.
 
     Args:
-        x: 1-D array-like of length T (list, numpy array or CPU tensor), any float dtype.
-        discount: the discount factor, a finite float.
+        x: 1-D array-like of length T (list, numpy array or CPU tensor) of finite real numbers.
+        discount: the discount factor, a finite float (not a string or bool).
 
     Returns:
         A numpy array of shape (T,) (float64 for integer/list input, else the input float dtype).
@@ -66,14 +66,14 @@ def discount_cumsum(x: Any, discount: float) -> np.ndarray:
     Example: ``discount_cumsum([1, 2, 3], 0.5)`` is ``[2.75, 3.5, 3.0]``
     (3; 2 + 0.5*3 = 3.5; 1 + 0.5*3.5 = 2.75).
     """
-    arr = as_tensor("x", x).cpu().numpy()
+    arr = real_array("x", x)
     if arr.ndim != 1:
         raise SpecError(f"x: expected a 1-D sequence of shape (T,), got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.floating):
+    big = np.finfo(np.float64).max
+    discount = real_number("discount", discount, -big, big, expected="a finite float")
+    if arr.dtype.kind != "f":
         arr = arr.astype(np.float64)
-    if not math.isfinite(float(discount)):
-        raise ConfigError(f"discount: expected a finite float, got {discount!r}")
-    return np.asarray(_returns.discount_cumsum(arr, float(discount)))
+    return np.asarray(_returns.discount_cumsum(arr, discount))
 
 
 class PPOBufferConfig(StrictModel):
