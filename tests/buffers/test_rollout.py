@@ -772,3 +772,25 @@ def test_truncate_last_equals_adding_the_step_truncated():
     torch.testing.assert_close(after.get().returns, direct.get().returns)
     with pytest.raises(EmptyBufferError):
         RolloutBuffer(num_steps=2, num_envs=1).truncate_last(torch.zeros(1))
+
+
+def test_terminate_last_equals_adding_the_step_terminated():
+    """``terminate_last`` ends chosen envs' episodes after their last step was stored (PPO+D)."""
+    rng = np.random.default_rng(1)
+    r, v = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    after, direct = (RolloutBuffer(num_steps=4, num_envs=2, gamma=0.9, lam=0.8) for _ in "ab")
+    no, env1 = torch.zeros(2, dtype=torch.bool), torch.tensor([False, True])
+    for t in range(3):
+        for b, term in ((after, no), (direct, env1 if t == 2 else no)):
+            b.add(torch.zeros(2, 1), torch.zeros(2), torch.zeros(2), v[t], r[t], term, no)
+    with pytest.raises(SpecError, match="envs"):
+        after.terminate_last(torch.tensor([0.5, 1.0]))
+    assert not bool(after.get().terminated.any())  # a rejected call changes nothing
+    after.terminate_last(env1)
+    for b in (after, direct):
+        b.compute_returns(torch.full((2,), 3.0))  # read for env 0 only
+    for field in ("terminated", "advantages", "returns", "episode_time"):
+        torch.testing.assert_close(getattr(after.get(), field), getattr(direct.get(), field))
+    assert after.state_dict()["next_episode_time"].tolist() == [3, 0]
+    with pytest.raises(EmptyBufferError):
+        RolloutBuffer(num_steps=2, num_envs=1).terminate_last(torch.ones(1, dtype=torch.bool))

@@ -252,6 +252,28 @@ def test_sample_demo_starts_a_replay_now(tmp_path):
     assert buf.data[LOGP][1, 0].item() != 0
 
 
+def test_sample_demo_mid_rollout_ends_the_slot_episode(tmp_path):
+    """Regression (RolloutBuffer facade): Done[L] = 1 written by sample_demo stayed in the view
+    only until the next insertion; it must end the slot's last transition for good."""
+    human = tmp_path / "h"
+    human.mkdir()
+    write_npz_demo(human / "d.npz", L=3)
+    actor = LinearActor()
+    buf = PPODBuffer(6, "cpu", actor, Algo(), None, rho=1.0, phi=0.0,
+                     initial_human_demos_dir=str(human), seed=0)  # fmt: skip
+    collect([buf], actor, CountingVecEnv(ep_len=50), 2)
+    assert buf.sample_demo(1) == 1
+    collect([buf], actor, CountingVecEnv(ep_len=50), 2)
+    buf.before_gradients()
+    data = buf.data
+    assert data[DONE][1:5, :, 0].tolist() == [[0, 0], [0, 1], [0, 0], [0, 0]]
+    v = data[VAL][:5, :, 0].double().numpy()
+    done = data[DONE][1:5, :, 0].numpy() != 0
+    _, ret = gae_reference(data[REW][:4, :, 0].double().numpy(), v[:4], v[1:], done,
+                           np.zeros_like(done), gamma=0.9, lam=0.95)  # fmt: skip
+    np.testing.assert_allclose(data[RET][:4, :, 0].numpy(), ret, rtol=1e-5, atol=1e-5)
+
+
 class GRUActor(nn.Module):
     """Recurrent actor-critic; batches are whole env columns flattened time-major."""
 

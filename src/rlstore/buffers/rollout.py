@@ -303,6 +303,23 @@ class RolloutBuffer:
         self._next_episode_time.zero_()
         self._results = {}
 
+    def terminate_last(self, envs: Any) -> None:
+        """Mark the last stored step of the envs in the ``(N,)`` bool mask ``envs`` as terminated.
+
+        For APIs that end an episode after its last step was stored (PyTorchRL's PPO+D starts a
+        demo replay in an env slot mid-episode): the step then counts as if it had been added
+        with ``terminated=True`` (no bootstrap, the trace is cut). Computed returns are dropped.
+
+        Raises:
+            EmptyBufferError: no step stored. SpecError: ``envs`` is not an ``(N,)`` bool or 0/1
+                mask (nothing changes).
+        """
+        p = self._require_steps("terminate_last")
+        mask = self._check.vector("envs", envs, flag=True)
+        self._data["terminated"][p - 1] |= mask
+        self._next_episode_time[mask] = 0
+        self._results = {}
+
     def reset(self) -> None:
         """Forget the stored steps (storage is kept; episode step counters carry over)."""
         self._pos = 0

@@ -351,6 +351,9 @@ class PPODBuffer(GAEBuffer):
             nxt[DONE][env_id] = 1
             if nxt.get(RHS) is not None:
                 nxt[RHS][env_id] = 0
+            if self._rb is not None and self.size:  # Done[L] = 1: the slot's episode ended
+                ended = self._rb.get().dones[-1]
+                self._rb.terminate_last((torch.arange(len(ended)) == env_id) & ~ended)
             self._view = None
         return code
 
