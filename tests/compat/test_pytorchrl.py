@@ -563,3 +563,37 @@ def test_property_layout_c_conversion(size, fill, N, seed, lam):
         )
     # the Done column holds the flag of transition t at t + 1 (layout C)
     np.testing.assert_array_equal(buf.data[DONE][1 : L + 1].bool().numpy(), done.numpy())
+
+
+def test_dict_observations_and_hidden_states_are_stored_and_batched():
+    """Dict Observation / RecurrentHiddenStates pass through the RolloutBuffer (a tuple there)."""
+
+    class DictActor:
+        is_recurrent = True
+
+        def get_value(self, obs, rhs, done):  # one value per row: obs sum + its column's state
+            reps = obs["a"].shape[0] // rhs["h"].shape[0]
+            return {"value_net1": obs["a"].sum(-1, keepdim=True) + rhs["h"][:, :1].repeat(reps, 1)}
+
+    g = torch.Generator().manual_seed(0)
+    buf, N = GAEBuffer(3, "cpu", DictActor(), Algo(num_mini_batch=2), None), 4
+    obs = {"a": torch.randn(N, 2, generator=g), "b": torch.zeros(N, 1, dtype=torch.long)}
+    rhs = {"h": torch.randn(N, 3, generator=g)}
+    for t in range(3):
+        nobs = {"a": torch.randn(N, 2, generator=g), "b": torch.full((N, 1), t + 1)}
+        nrhs = {"h": torch.randn(N, 3, generator=g)}
+        zero = torch.zeros(N, 1)
+        buf.insert_transition({OBS: obs, OBS2: nobs, RHS: rhs, RHS2: nrhs, DONE: zero, DONE2: zero,
+                               ACT: zero, REW: zero + 1, VAL: zero, LOGP: zero})  # fmt: skip
+        obs, rhs = nobs, nrhs
+    d = buf.data
+    assert d[OBS]["b"][:, 0, 0].tolist() == [0, 1, 2, 3] and d[OBS]["b"].dtype == torch.long
+    torch.testing.assert_close(d[RHS]["h"][3], rhs["h"])  # slot L: the next hidden state
+    buf.before_gradients()
+    torch.testing.assert_close(d[VAL][3], obs["a"].sum(-1, keepdim=True) + rhs["h"][:, :1])
+    for b in buf.generate_batches(num_mini_batch=2):
+        assert b[OBS]["a"].shape == (6, 2) and b[RHS]["h"].shape == (2, 3)
+    other = GAEBuffer(3, "cpu", DictActor(), Algo(), None)
+    other.insert_data_slice(buf.get_all_buffer_data())
+    torch.testing.assert_close(other.data[OBS]["a"], d[OBS]["a"])
+    torch.testing.assert_close(other.data[RHS]["h"], d[RHS]["h"])

@@ -353,7 +353,7 @@ class PPODBuffer(GAEBuffer):
                 nxt[RHS][env_id] = 0
             if self._rb is not None and self.size:  # Done[L] = 1: the slot's episode ended
                 ended = self._rb.get().dones[-1]
-                self._rb.terminate_last((torch.arange(len(ended)) == env_id) & ~ended)
+                self._rb.terminate_last((torch.arange(len(ended), device=ended.device) == env_id) & ~ended)
             self._view = None
         return code
 
