@@ -2,7 +2,8 @@
 
 The original is ``pytorchrl.agent.storages.on_policy.ppod_buffer.PPODBuffer``.
 
-A facade over :class:`rlstore.compat.pytorchrl.GAEBuffer` (layout C storage, GAE returns) and
+A facade over :class:`rlstore.compat.pytorchrl.GAEBuffer` (a
+:class:`~rlstore.buffers.rollout.RolloutBuffer` with PyTorchRL's layout-C view, GAE returns) and
 :mod:`rlstore.buffers.demos` (:class:`~rlstore.buffers.demos.DemoStore` holds the demo rules,
 :class:`~rlstore.buffers.demo_mixer.DemoMixer` the per-slot replay). ``insert_transition``
 mixes the sample before storing it:
@@ -13,7 +14,8 @@ mixes the sample before storing it:
   frame (frame stack rebuilt as in PyTorchRL) with ``Done = 0``;
 * when a demo ends (its last transition is a termination) or an env episode ends, the source of
   the slot's next episode is drawn with ``(rho, phi, 1 - rho - phi)``; a demo start writes the
-  demo's first frame as next observation with ``Done = 1`` and zeroed recurrent state; "env"
+  demo's first frame as next observation with ``Done = 1`` (the slot's last transition ends:
+  :meth:`~rlstore.buffers.rollout.RolloutBuffer.terminate_last`) and zeroed recurrent state; "env"
   after a demo calls ``envs.reset_single_env(i)`` when the env has it;
 * every finished env episode is offered to the store (cut after its last positive reward, with
   its running max of ``Value``) as a reward or value demo.
@@ -353,7 +355,9 @@ class PPODBuffer(GAEBuffer):
                 nxt[RHS][env_id] = 0
             if self._rb is not None and self.size:  # Done[L] = 1: the slot's episode ended
                 ended = self._rb.get().dones[-1]
-                self._rb.terminate_last((torch.arange(len(ended), device=ended.device) == env_id) & ~ended)
+                self._rb.terminate_last(
+                    (torch.arange(len(ended), device=ended.device) == env_id) & ~ended
+                )
             self._view = None
         return code
 

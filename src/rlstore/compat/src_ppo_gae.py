@@ -47,18 +47,13 @@ def shift_rows(arr: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
             f"arr: expected at least 1 dimension (L, ...), got shape {tuple(arr.shape)}"
         )
     L = arr.shape[0]
+    src = np.arange(L)[None, :] - np.arange(L)[:, None]
+    keep, idx = (src >= 0).reshape(L, L, *([1] * (arr.ndim - 1))), np.clip(src, 0, None)
     if isinstance(arr, torch.Tensor):
-        i = torch.arange(L, device=arr.device)
-        src = i[None, :] - i[:, None]
-        keep = (src >= 0).reshape(L, L, *([1] * (arr.dim() - 1)))
-        return torch.where(
-            keep, arr[src.clamp(min=0)], torch.zeros((), dtype=arr.dtype, device=arr.device)
-        )
+        zero = torch.zeros((), dtype=arr.dtype, device=arr.device)
+        return torch.where(torch.from_numpy(keep).to(arr.device), arr[torch.from_numpy(idx)], zero)
     a = np.asarray(arr)
-    ii = np.arange(L)
-    shift = ii[None, :] - ii[:, None]
-    kept = (shift >= 0).reshape(L, L, *([1] * (a.ndim - 1)))
-    return np.where(kept, a[np.clip(shift, 0, None)], np.zeros((), dtype=a.dtype))
+    return np.where(keep, a[idx], np.zeros((), dtype=a.dtype))
 
 
 def _layout_b_to_a(dones: torch.Tensor, next_done: torch.Tensor) -> torch.Tensor:
