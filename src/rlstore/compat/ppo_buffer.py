@@ -97,6 +97,14 @@ def _as_float32(value: Any, field: str) -> torch.Tensor:
     return cast_lossless(field, t, torch.float32).cpu()
 
 
+def _scalar(value: Any, field: str) -> torch.Tensor:
+    """A size-1 number, array or tensor as a ``(1,)`` float32 tensor (:func:`_as_float32`)."""
+    t = _as_float32(value, field)
+    if t.numel() != 1:
+        raise SpecError(f"{field}: expected a scalar (size 1), got shape {tuple(t.shape)}")
+    return t.reshape(1)
+
+
 def _as_shape(dim: int | tuple[int, ...], field: str) -> tuple[int, ...]:
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
     return tuple(check_count(field, d, error=ConfigError) for d in dims)
@@ -222,14 +230,8 @@ class PPOBuffer:
             )
         obs = self._shaped(buffer_dict["obs"], self.obs_shape, "obs")
         act = self._shaped(buffer_dict["act"], self.act_shape, "act")
-        scalars = {}
-        for key in ("rew", "val", "logp"):
-            t = _as_float32(buffer_dict[key], key)
-            if t.numel() != 1:
-                raise SpecError(f"{key}: expected a scalar (size 1), got shape {tuple(t.shape)}")
-            scalars[key] = t.reshape(1)
-        rb = self._rb
-        rb.add(obs[None], act[None], scalars["logp"], scalars["val"], scalars["rew"], _NO, _NO)
+        rew, val, logp = (_scalar(buffer_dict[k], k) for k in ("rew", "val", "logp"))
+        self._rb.add(obs[None], act[None], logp, val, rew, _NO, _NO)
 
     @staticmethod
     def _shaped(value: Any, shape: tuple[int, ...], field: str) -> torch.Tensor:
@@ -273,16 +275,10 @@ class PPOBuffer:
                     f"got keys {list(value)}"
                 )
             value = value[keys[0]]
-        bootstrap = torch.zeros(1)
-        if value is not None:
-            bootstrap = _as_float32(value, "last_val")
-            if bootstrap.numel() != 1:
-                raise SpecError(
-                    f"last_val: expected a scalar (size 1), got shape {tuple(bootstrap.shape)}"
-                )
+        bootstrap = torch.zeros(1) if value is None else _scalar(value, "last_val")
         if len(self) == self.path_start_idx:
             return
-        self._rb.truncate_last(bootstrap.reshape(1))
+        self._rb.truncate_last(bootstrap)
         self.path_start_idx = len(self)
 
     # ------------------------------------------------------------------ reading
