@@ -493,6 +493,8 @@ def test_insert_validation_and_capacity():
         buf.insert_transition({k: v for k, v in good.items() if k != LOGP})
     with pytest.raises(SpecError, match="missing key 'NextObservation'"):
         buf.insert_transition({k: v for k, v in good.items() if k != OBS2})
+    with pytest.raises(SpecError, match="Action: expected a leading env axis of 3"):
+        buf.insert_transition({**good, ACT: torch.zeros(2, 1)})
     assert buf.data[OBS] is None  # a rejected first sample allocates nothing
     buf.insert_transition(good)
     with pytest.raises(SpecError, match="NextObservation: expected shape \\(3, 2\\)"):

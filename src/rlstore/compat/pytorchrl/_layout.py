@@ -56,9 +56,13 @@ def row_specs(
             f"{K.DONE}: expected a leading env axis of {num_envs} (envs.num_envs), "
             f"got shape {tuple(specs[K.DONE].shape)}"
         )
-    for k in (K.DONE, *SCALARS):
-        if k in specs and specs[k].numel() != n:
-            raise SpecError(f"{k}: expected one value per env ({n}), got {tuple(specs[k].shape)}")
+    for k, row in specs.items():
+        for leaf in row.values() if isinstance(row, dict) else (row,):
+            if leaf.shape[:1] != (n,) or (k in (K.DONE, *SCALARS) and leaf.numel() != n):
+                raise SpecError(
+                    f"{k}: expected a leading env axis of {n} (one value per env for flags and "
+                    f"scalars), got shape {tuple(leaf.shape)}"
+                )
     specs[K.TRUNC] = torch.zeros_like(specs[K.DONE], dtype=torch.bool)
     return specs
 
