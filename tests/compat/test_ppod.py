@@ -225,7 +225,9 @@ def test_save_supplementary_and_factory(tmp_path):
     buf.before_gradients()
     assert [x.total_reward for x in buf.reward_demos] == [1.0] * 4
     write_npz_demo(supp / "bonus.npz", L=4)  # total 2.0, appended as a bonus agent demo
+    mixer = buf.mixer
     info = buf.after_gradients(None, {})
+    assert buf.mixer is mixer  # regression: the replays in progress go on into the next rollout
     assert info["NumRewardDemos"] == 5 and buf.reward_demos[-1].total_reward == 2.0
     assert buf.store.max_demo_reward == 2.0 and buf.reward_threshold == 1.0
     assert buf.load_supplementary_demos() == 0  # already seen

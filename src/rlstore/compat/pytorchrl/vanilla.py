@@ -349,8 +349,9 @@ class VanillaOnPolicyBuffer:
         Returns:
             ``info`` unchanged.
         """
-        self.reset()
-        self._fresh = False
+        if self._rb is not None:  # not reset(): subclasses keep their per-episode state
+            self._rb.reset()
+        self._fresh, self._view = False, None
         return info
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
