@@ -77,6 +77,7 @@ from rlstore.compat.pytorchrl import (
     GAEBuffer,
     OnPolicyDataKeys,
 )
+from rlstore.compat.pytorchrl._layout import map_dict
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 
 __all__ = ["PPODBuffer"]
@@ -449,10 +450,9 @@ class PPODBuffer(GAEBuffer):
         """Recompute ``Value`` (and ``IntrinsicValue``) of replaying slots on the stored demo
         observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
         idx = torch.from_numpy(np.flatnonzero(rows))
-        rhs = self._next.get(RHS)
-        out = self.actor.get_value(
-            self._next[OBS][idx], None if rhs is None else rhs[idx], self._next[DONE][idx]
-        )
+        rhs = self._next.get(RHS, self._rows.get(RHS))  # feed-forward actors: the zero row
+        rhs = None if rhs is None else map_dict(rhs, lambda t: t[idx])
+        out = self.actor.get_value(self._next[OBS][idx], rhs, self._next[DONE][idx])
         for key, name in ((VAL, "value_net1"), (IVAL, "ivalue_net1")):
             if key in sample and name in out:
                 new = torch.as_tensor(sample[key]).clone()
