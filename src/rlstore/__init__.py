@@ -14,6 +14,7 @@ import importlib.metadata
 from rlstore import checkpoint
 from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
 from rlstore.buffers.model_based import ModelBasedReplay
+from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
 from rlstore.buffers.rollout import IntrinsicConfig, RolloutBatch, RolloutBuffer
 from rlstore.config import build_buffer, load_config_file
@@ -57,6 +58,8 @@ __all__ = [
     "DemoStore",
     "DemoMixer",
     "ModelBasedReplay",
+    "NStepReplay",
+    "NStepBatch",
     "FieldSpec",
     "AutoresetMode",
     "TransitionAdapter",
