@@ -17,6 +17,7 @@ from rlstore.buffers.model_based import ModelBasedReplay
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
 from rlstore.buffers.rollout import IntrinsicConfig, RolloutBatch, RolloutBuffer
+from rlstore.buffers.sequence import SequenceBatch, SequenceReplay
 from rlstore.config import build_buffer, load_config_file
 from rlstore.errors import (
     CapacityError,
@@ -60,6 +61,8 @@ __all__ = [
     "ModelBasedReplay",
     "NStepReplay",
     "NStepBatch",
+    "SequenceReplay",
+    "SequenceBatch",
     "FieldSpec",
     "AutoresetMode",
     "TransitionAdapter",
