@@ -38,13 +38,15 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from rlstore._checks import check_count, real_number
-from rlstore.errors import ConfigError, SpecError
+from rlstore._trees import to_numpy
+from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 
 __all__ = ["NStepBatch", "NStepReplay"]
 
@@ -77,30 +79,51 @@ class NStepBatch(NamedTuple):
     indices: torch.Tensor
 
 
-_CORE = ("action", "reward", "terminated", "truncated")
+class Fields(NamedTuple):
+    """The names in a gathered batch: observations (``obs`` or ``obs.<key>``), their
+    ``next_`` twins, and extras (neither observations nor the core fields)."""
+
+    obs: tuple[str, ...]
+    next: tuple[str, ...]
+    extras: tuple[str, ...]
 
 
-def obs_names(arrays: dict[str, np.ndarray]) -> list[str]:
-    """The observation fields of a gathered batch: ``obs`` or ``obs.<key>``."""
-    return [k for k in arrays if k == "obs" or k.startswith("obs.")]
+@functools.lru_cache(maxsize=64)
+def fields(keys: tuple[str, ...]) -> Fields:
+    """:class:`Fields` of the gathered field names ``keys`` (cached: one schema per buffer)."""
+    obs = tuple(k for k in keys if k == "obs" or k.startswith("obs."))
+    nxt = tuple("next_" + k for k in obs)
+    core = {"action", "reward", "terminated", "truncated", *obs, *nxt}
+    return Fields(obs, nxt, tuple(k for k in keys if k not in core))
 
 
-def episode_ends(arrays: dict[str, np.ndarray], shape: tuple[int, int]) -> np.ndarray:
+def episode_ends(
+    arrays: dict[str, np.ndarray], shape: tuple[int, int], obs: tuple[str, ...]
+) -> np.ndarray:
     """``(B, W)`` bool: step ``k`` of each window ends its episode (terminated, truncated, or the
-    next step's ``obs`` does not continue this step's ``next_obs``; the last step only by its
-    flags). ``arrays`` are gathered windows flattened to ``B * W`` rows."""
+    next step's ``obs`` does not continue this step's ``next_obs``, compared like the buffer's
+    write path does; the last step only by its flags). ``arrays`` are gathered windows
+    flattened to ``B * W`` rows; ``obs`` their observation fields."""
     ends = (arrays["terminated"] | arrays["truncated"]).reshape(shape)
-    for k in obs_names(arrays):
-        obs, nxt = arrays[k].reshape(*shape, -1), arrays["next_" + k].reshape(*shape, -1)
-        ends[:, :-1] |= (nxt[:, :-1] != obs[:, 1:]).any(-1)
+    for k in obs:
+        now, nxt = arrays[k].reshape(*shape, -1), arrays["next_" + k].reshape(*shape, -1)
+        if now.dtype == np.float16:  # numba compares in float32 (exact)
+            now, nxt = now.astype(np.float32), nxt.astype(np.float32)
+        _kernels().mark_jumps(now, nxt, ends)
     return ends
 
 
-def extra_names(arrays: dict[str, np.ndarray]) -> list[str]:
-    """The extra fields of a gathered batch (neither observations nor the core fields)."""
-    obs = obs_names(arrays)
-    nxt = ["next_" + k for k in obs]
-    return [k for k in arrays if k not in _CORE and k not in obs and k not in nxt]
+_KERNELS: Any = None
+
+
+def _kernels() -> Any:
+    """The compiled window loops, imported on first use (numba is slow to import)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from rlstore.buffers import _windows
+
+        _KERNELS = _windows
+    return _KERNELS
 
 
 def to_torch(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
@@ -110,11 +133,27 @@ def to_torch(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, t
     return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in arrays.items()}
 
 
-def split_obs(t: dict[str, torch.Tensor], prefix: str) -> torch.Tensor | dict[str, torch.Tensor]:
-    """``t[prefix]``, or ``{key: t[prefix + "." + key]}`` for dict observations."""
-    if prefix in t:
-        return t[prefix]
-    return {k[len(prefix) + 1 :]: v for k, v in t.items() if k.startswith(prefix + ".")}
+def split_obs(
+    t: dict[str, torch.Tensor], names: tuple[str, ...]
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """``t[name]`` for a single observation field, or ``{key: t[name]}`` for dict observations
+    (``names``: ``obs.<key>`` or ``next_obs.<key>``)."""
+    if len(names) == 1 and "." not in names[0]:
+        return t[names[0]]
+    return {k.split(".", 1)[1]: t[k] for k in names}
+
+
+def _checked_indices(indices: Any, size: int) -> np.ndarray:
+    """``indices`` as a 1-D int64 array of values in ``[0, size)``, else a named error."""
+    if size == 0:
+        raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
+    idx = to_numpy("indices", indices)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise SpecError(f"indices: expected a 1-D integer array, got {idx.dtype} {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        bad = idx[(idx < 0) | (idx >= size)][0]
+        raise SpecError(f"indices: expected values in [0, {size}), got {bad}")
+    return idx.astype(np.int64, copy=False)
 
 
 class NStepReplay:
@@ -135,10 +174,11 @@ class NStepReplay:
         self.gamma = real_number("gamma", gamma, 0.0, 1.0)
         self.buffer = buffer
         self._powers = self.gamma ** np.arange(self.n + 1, dtype=np.float64)
+        self._device = torch.device(getattr(buffer, "device", "cpu"))
 
     def sample(self, batch_size: int) -> NStepBatch:
         """Uniform first rows from the buffer's own sampler, then :meth:`batch`."""
-        return self.batch(self.buffer.sample_indices(batch_size))
+        return self._batch(self.buffer.sample_indices(batch_size))  # valid by construction
 
     def batch(self, indices: Any) -> NStepBatch:
         """The n-step transitions starting at flat buffer ``indices`` (``row * num_envs + env``).
@@ -147,42 +187,40 @@ class NStepReplay:
             EmptyBufferError: the buffer is empty.
             SpecError: ``indices`` not a 1-D integer array within ``[0, len(buffer))``.
         """
+        return self._batch(_checked_indices(indices, len(self.buffer)))
+
+    def _batch(self, idx: np.ndarray) -> NStepBatch:
         buf, n = self.buffer, self.n
-        first = buf.gather(indices)  # checks the indices before anything else is read
-        idx = np.asarray(indices, dtype=np.int64)
-        envs, rows = buf.num_envs, len(buf) // buf.num_envs
-        b = len(idx)
-        row, col = np.divmod(idx, envs)
-        win = np.minimum(row[:, None] + np.arange(n), rows - 1)  # clamp at the head, masked below
-        a = buf.gather((win * envs + col[:, None]).ravel()) if n > 1 else first
-        ends = episode_ends(a, (b, n))
-        ends[:, -1] = True
-        ends |= win == rows - 1  # the newest row: cut there, bootstrap from its next_obs
-        last = ends.argmax(1)  # m - 1
-        live = np.arange(n) <= last[:, None]
+        envs, b, kern = buf.num_envs, len(idx), _kernels()
+        flat, avail = np.empty(b * n, np.int64), np.empty(b, np.int64)
+        kern.window_indices(idx, envs, len(buf) // envs, n, flat, avail)  # clamped at the head
+        a = buf.gather(flat)
         if a["reward"].ndim != 1:
             raise SpecError(f"reward: expected scalar rewards, got shape {a['reward'].shape[1:]}")
+        f = fields(tuple(a))
+        ends = episode_ends(a, (b, n), f.obs)
         reward = a["reward"].reshape(b, n)
         dtype = reward.dtype if reward.dtype == np.float64 else np.dtype(np.float32)
-        g = np.where(live, reward * self._powers[:n], 0.0).sum(1).astype(dtype)
+        if reward.dtype.kind == "f" and reward.dtype.itemsize < 4:
+            reward = reward.astype(np.float32)  # numba computes in float32/64 (exact)
+        g, disc, last = np.empty(b, dtype), np.empty(b, dtype), np.empty(b, np.int64)
+        term = a["terminated"].reshape(b, n)
+        kern.nstep_sums(reward, ends, term, avail, self._powers, g, disc, last)  # cut at the head
         pick = np.arange(b) * n + last
-        term, trunc = a["terminated"][pick], a["truncated"][pick]
-        disc = np.where(term, 0.0, self._powers[last + 1]).astype(dtype)
-        out = {k: v for k, v in first.items() if not k.startswith("next_obs")}
-        out.update({k: a[k][pick] for k in a if k.startswith("next_obs")})
-        out.update(reward=g, discount=disc, terminated=term, truncated=trunc)
+        out = {k: a[k][::n] for k in (*f.obs, "action", *f.extras)}
+        out.update({k: a[k][pick] for k in (*f.next, "truncated")})
+        out.update(reward=g, discount=disc, terminated=term.ravel()[pick])
         out.update(steps=last + 1, indices=idx)
-        t = to_torch(out, torch.device(getattr(buf, "device", "cpu")))
-        extras = {k: t[k] for k in extra_names(first)}
+        t = to_torch(out, self._device)
         return NStepBatch(
-            split_obs(t, "obs"),
+            split_obs(t, f.obs),
             t["action"],
             t["reward"],
-            split_obs(t, "next_obs"),
+            split_obs(t, f.next),
             t["discount"],
             t["terminated"],
             t["truncated"],
             t["steps"],
-            extras,
+            {k: t[k] for k in f.extras},
             t["indices"],
         )

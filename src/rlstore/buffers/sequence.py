@@ -49,7 +49,7 @@ import torch
 
 from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array, to_numpy
-from rlstore.buffers.nstep import episode_ends, extra_names, split_obs, to_torch
+from rlstore.buffers.nstep import episode_ends, fields, split_obs, to_torch
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 from rlstore.samplers.sequence import SequenceSampler
 
@@ -158,7 +158,7 @@ class SequenceReplay:
         read = max(first - 1, lo)  # one row back: does row `first` continue it?
         rows = np.arange(read, hi) - lo
         a = buf.gather((rows[None, :] * n + np.arange(n)[:, None]).ravel())
-        ends = episode_ends(a, (n, len(rows))).T
+        ends = episode_ends(a, (n, len(rows)), fields(tuple(a)).obs).T
         starts = ends[:-1] if read < first else np.vstack([np.ones((1, n), bool), ends[:-1]])
         s.observe(first, starts)
 
@@ -180,8 +180,8 @@ class SequenceReplay:
                 f"hidden: expected an extra field {self.hidden!r} in the buffer, got fields "
                 f"{sorted(a)}"
             )
-        b = len(ids)
-        ends = episode_ends(a, (b, w))
+        b, f = len(ids), fields(tuple(a))
+        ends = episode_ends(a, (b, w), f.obs)
         mask = np.ones((b, w), dtype=bool)
         mask[:, 1:] = np.cumsum(ends[:, :-1], axis=1) == 0
         out = {k: v.reshape(b, w, *v.shape[1:]) for k, v in a.items()}
@@ -190,9 +190,9 @@ class SequenceReplay:
         out.update(mask=mask, ids=ids, weights=weights)
         t = to_torch(out, torch.device(getattr(buf, "device", "cpu")))
         return SequenceBatch(
-            split_obs(t, "obs"), t["action"], t["reward"], split_obs(t, "next_obs"),
+            split_obs(t, f.obs), t["action"], t["reward"], split_obs(t, f.next),
             t["terminated"], t["truncated"], t["mask"], t.get("hidden"),
-            {k: t[k] for k in extra_names(a) if k != self.hidden}, t["ids"], t["weights"],
+            {k: t[k] for k in f.extras if k != self.hidden}, t["ids"], t["weights"],
         )  # fmt: skip
 
     def update_priorities(self, ids: Any, td_errors: Any, mask: Any = None) -> None:

@@ -1,0 +1,53 @@
+"""Compiled loops over gathered windows of n-step and sequence replay (private, numba).
+
+A window is ``W`` consecutive rows of one env column, gathered batch-major: arrays ``(B, W, ...)``.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def mark_jumps(obs, nxt, ends):  # type: ignore[no-untyped-def]
+    """``ends[b, k] |= any(nxt[b, k] != obs[b, k + 1])`` for ``k < W - 1`` (a stream that does not
+    continue); ``obs``, ``nxt``: ``(B, W, F)``, ``ends``: ``(B, W)`` bool, updated in place."""
+    B, W, F = obs.shape
+    for b in range(B):
+        for k in range(W - 1):
+            if not ends[b, k]:
+                for f in range(F):
+                    if nxt[b, k, f] != obs[b, k + 1, f]:
+                        ends[b, k] = True
+                        break
+
+
+@njit(cache=True, nogil=True)
+def nstep_sums(reward, ends, terminated, avail, powers, g, disc, last):  # type: ignore[no-untyped-def]
+    """Per window ``b``: ``m - 1 = last[b]``, the first ``k`` with ``ends[b, k]`` or
+    ``k = min(W, avail[b]) - 1``; ``g[b] = sum_{k<m} powers[k] * reward[b, k]``;
+    ``disc[b] = 0`` if ``terminated[b, m - 1]`` else ``powers[m]``."""
+    B, W = reward.shape
+    for b in range(B):
+        stop = min(W, avail[b]) - 1
+        acc = 0.0
+        k = 0
+        while True:
+            acc += powers[k] * reward[b, k]
+            if ends[b, k] or k >= stop:
+                break
+            k += 1
+        last[b] = k
+        g[b] = acc
+        disc[b] = 0.0 if terminated[b, k] else powers[k + 1]
+
+
+@njit(cache=True, nogil=True)
+def window_indices(idx, envs, rows, n, flat, avail):  # type: ignore[no-untyped-def]
+    """Flat indices ``flat[b * n + k]`` of rows ``row + k`` of column ``idx[b] % envs``, clamped
+    to the newest row ``rows - 1``; ``avail[b] = rows - row``: the rows from ``row`` on."""
+    for b in range(idx.shape[0]):
+        row, col = idx[b] // envs, idx[b] % envs
+        avail[b] = rows - row
+        for k in range(n):
+            flat[b * n + k] = min(row + k, rows - 1) * envs + col
