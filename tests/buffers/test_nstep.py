@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlstore import ReplayBuffer, nstep
+from rlstore import FieldSpec, ReplayBuffer, nstep
 from rlstore.buffers.nstep import NStepReplay
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 
@@ -184,3 +184,36 @@ def test_bad_indices_and_empty_buffer() -> None:
     assert b.steps.tolist() == [1]
     after = buf.gather(np.arange(len(buf)))
     assert all(np.array_equal(after[k], v) for k, v in before.items())
+
+
+def test_float16_fields_and_float64_rewards() -> None:
+    """Half-precision obs/rewards are compared and summed exactly (widened), float64 kept."""
+    codes = np.random.default_rng(2).choice(4, size=(12, 2), p=[0.6, 0.15, 0.15, 0.1])
+    data = stream(codes)
+    del data["hidden"]
+    spec = {"obs": FieldSpec("obs", (2,), np.float16), "action": FieldSpec("action", (), np.int64)}
+    for reward_dtype in (np.float16, np.float64):
+        spec["reward"] = FieldSpec("reward", (), reward_dtype)
+        half = ReplayBuffer(24, num_envs=2, specs=dict(spec), seed=0)
+        cast = {**data, "reward": data["reward"].astype(reward_dtype)}
+        half.extend(
+            **{
+                **cast,
+                "obs": data["obs"].astype(np.float16),
+                "next_obs": data["next_obs"].astype(np.float16),
+            }
+        )
+        ref = fill({**cast, "reward": cast["reward"].astype(np.float64)}, 24, [])
+        x, y = (NStepReplay(b, 3, 0.9).batch(np.arange(24)) for b in (half, ref))
+        assert torch.equal(x.steps, y.steps) and torch.allclose(
+            x.reward.double(), y.reward.double(), atol=1e-5
+        )
+        assert x.reward.dtype == (torch.float64 if reward_dtype == np.float64 else torch.float32)
+
+
+def test_docstring_example() -> None:
+    import doctest
+
+    from rlstore.buffers import nstep as module
+
+    assert doctest.testmod(module).failed == 0

@@ -213,3 +213,13 @@ def test_bad_calls_change_nothing() -> None:
     buf.load_state_dict(ReplayBuffer(5).state_dict())  # the buffer goes back: refuse, say why
     with pytest.raises(CheckpointError, match="rows_written went back from 3 to 0"):
         seq.sample(1)
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    from rlstore.buffers import sequence as buffers_sequence
+    from rlstore.samplers import sequence as samplers_sequence
+
+    for module in (buffers_sequence, samplers_sequence):
+        assert doctest.testmod(module).failed == 0
