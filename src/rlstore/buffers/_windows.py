@@ -9,7 +9,7 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def mark_jumps(obs, nxt, ends):  # type: ignore[no-untyped-def]
+def mark_jumps(obs, nxt, ends):
     """``ends[b, k] |= any(nxt[b, k] != obs[b, k + 1])`` for ``k < W - 1`` (a stream that does not
     continue); ``obs``, ``nxt``: ``(B, W, F)``, ``ends``: ``(B, W)`` bool, updated in place."""
     B, W, F = obs.shape
@@ -23,10 +23,11 @@ def mark_jumps(obs, nxt, ends):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def nstep_sums(reward, ends, terminated, avail, powers, g, disc, last):  # type: ignore[no-untyped-def]
-    """Per window ``b``: ``m - 1 = last[b]``, the first ``k`` with ``ends[b, k]`` or
-    ``k = min(W, avail[b]) - 1``; ``g[b] = sum_{k<m} powers[k] * reward[b, k]``;
-    ``disc[b] = 0`` if ``terminated[b, m - 1]`` else ``powers[m]``."""
+def nstep_sums(reward, ends, term, trunc, avail, powers, g, disc, steps, pick, term_out, trunc_out):
+    """Per window ``b`` of ``W`` rows: ``m = steps[b]`` rows up to the first ``k`` with
+    ``ends[b, k]`` or ``k = min(W, avail[b]) - 1``; ``g[b] = sum_{k<m} powers[k] * reward[b, k]``;
+    ``disc[b] = 0`` if ``term[b, m - 1]`` else ``powers[m]``; ``pick[b] = b * W + m - 1`` (the
+    flat row of the last step) and its flags in ``term_out`` / ``trunc_out``."""
     B, W = reward.shape
     for b in range(B):
         stop = min(W, avail[b]) - 1
@@ -37,13 +38,16 @@ def nstep_sums(reward, ends, terminated, avail, powers, g, disc, last):  # type:
             if ends[b, k] or k >= stop:
                 break
             k += 1
-        last[b] = k
         g[b] = acc
-        disc[b] = 0.0 if terminated[b, k] else powers[k + 1]
+        disc[b] = 0.0 if term[b, k] else powers[k + 1]
+        steps[b] = k + 1
+        pick[b] = b * W + k
+        term_out[b] = term[b, k]
+        trunc_out[b] = trunc[b, k]
 
 
 @njit(cache=True, nogil=True)
-def window_indices(idx, envs, rows, n, flat, avail):  # type: ignore[no-untyped-def]
+def window_indices(idx, envs, rows, n, flat, avail):
     """Flat indices ``flat[b * n + k]`` of rows ``row + k`` of column ``idx[b] % envs``, clamped
     to the newest row ``rows - 1``; ``avail[b] = rows - row``: the rows from ``row`` on."""
     for b in range(idx.shape[0]):

@@ -203,14 +203,16 @@ class NStepReplay:
         dtype = reward.dtype if reward.dtype == np.float64 else np.dtype(np.float32)
         if reward.dtype.kind == "f" and reward.dtype.itemsize < 4:
             reward = reward.astype(np.float32)  # numba computes in float32/64 (exact)
-        g, disc, last = np.empty(b, dtype), np.empty(b, dtype), np.empty(b, np.int64)
-        term = a["terminated"].reshape(b, n)
-        kern.nstep_sums(reward, ends, term, avail, self._powers, g, disc, last)  # cut at the head
-        pick = np.arange(b) * n + last
+        g, disc, steps, pick = (np.empty(b, t) for t in (dtype, dtype, np.int64, np.int64))
+        term, trunc = np.empty(b, bool), np.empty(b, bool)
+        flags = (a["terminated"].reshape(b, n), a["truncated"].reshape(b, n))
+        kern.nstep_sums(
+            reward, ends, *flags, avail, self._powers, g, disc, steps, pick, term, trunc
+        )
         out = {k: a[k][::n] for k in (*f.obs, "action", *f.extras)}
-        out.update({k: a[k][pick] for k in (*f.next, "truncated")})
-        out.update(reward=g, discount=disc, terminated=term.ravel()[pick])
-        out.update(steps=last + 1, indices=idx)
+        out.update({k: a[k][pick] for k in f.next})
+        out.update(reward=g, discount=disc, terminated=term, truncated=trunc)
+        out.update(steps=steps, indices=idx)
         t = to_torch(out, self._device)
         return NStepBatch(
             split_obs(t, f.obs),
