@@ -189,8 +189,10 @@ def test_bad_arguments_are_named(kwargs, error, match) -> None:
 
 def test_bad_calls_change_nothing() -> None:
     buf, seq = fill([[0]] * 3, 5, length=2, hidden="nope")
+    before = seq.state_dict()
     with pytest.raises(SpecError, match="hidden: expected an extra field 'nope'"):
         seq.sample(2)
+    assert seq.state_dict()["hi"] == before["hi"] == 0  # refused before anything changed
     buf, seq = fill([[0]] * 3, 5, length=2)
     b = seq.sample(2)
     before = seq.state_dict()
@@ -198,7 +200,8 @@ def test_bad_calls_change_nothing() -> None:
         (([0, 0], [[1.0]]), "td_errors: expected shape"),
         (([0, 0], [[np.nan], [1.0]]), "td_errors: expected finite"),
         (([0, 0], [[1.0], [1.0]], [[1], [1]]), "mask: expected a bool array"),
-        (([[0]], [[1.0]]), "priorities: expected|ids: expected"),
+        (([[0]], [[1.0]]), "ids: expected a 1-D integer array"),
+        (([0.0, 1.0], [[1.0], [1.0]]), "ids: expected a 1-D integer array"),
     ]:
         with pytest.raises(SpecError, match=match):
             seq.update_priorities(*bad)
@@ -210,6 +213,10 @@ def test_bad_calls_change_nothing() -> None:
     with pytest.raises(CheckpointError, match="prio"):
         seq.load_state_dict({**before, "prio": {}})
     assert seq.state_dict()["hi"] == 3 and len(b.ids) == 2
+    buf.add(np.array([0.0, 99.0]), 0, 0.0, np.array([0.0, 1.0]), False, False, hidden=[0, 0])
+    with pytest.raises(SpecError, match="ids: expected"):  # refused before the new row is seen
+        seq.update_priorities([0.5], [[1.0]])
+    assert seq.state_dict()["hi"] == 3
     buf.load_state_dict(ReplayBuffer(5).state_dict())  # the buffer goes back: refuse, say why
     with pytest.raises(CheckpointError, match="rows_written went back from 3 to 0"):
         seq.sample(1)

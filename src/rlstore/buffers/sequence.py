@@ -169,17 +169,18 @@ class SequenceReplay:
             EmptyBufferError: no complete window of ``burn_in + length`` rows stored yet.
             SpecError: the buffer has no extra field named ``hidden``.
         """
+        buf, n, w = self.buffer, self.buffer.num_envs, self.window
+        specs = getattr(buf, "specs", None) or {}
+        if self.hidden is not None and specs and self.hidden not in specs:
+            raise SpecError(
+                f"hidden: expected an extra field {self.hidden!r} in the buffer, got fields "
+                f"{sorted(specs)}"
+            )
         self._sync()
         ids, weights = self.sampler.sample(batch_size, beta)
-        buf, n, w = self.buffer, self.buffer.num_envs, self.window
         g, env = np.divmod(ids, n)
         lo = self.sampler.lo
         a = buf.gather((((g - lo)[:, None] + np.arange(w)) * n + env[:, None]).ravel())
-        if self.hidden is not None and self.hidden not in a:
-            raise SpecError(
-                f"hidden: expected an extra field {self.hidden!r} in the buffer, got fields "
-                f"{sorted(a)}"
-            )
         b, f = len(ids), fields(tuple(a))
         ends = episode_ends(a, (b, w), f.obs)
         mask = np.ones((b, w), dtype=bool)
@@ -210,6 +211,8 @@ class SequenceReplay:
             SpecError: wrong shapes or dtypes, non-finite errors; nothing changes.
         """
         idx = to_numpy("ids", ids)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise SpecError(f"ids: expected a 1-D integer array, got {idx.dtype} {idx.shape}")
         td = np.abs(real_array("td_errors", td_errors).astype(np.float64))
         if td.ndim != 2 or td.shape[0] != idx.shape[0]:
             raise SpecError(f"td_errors: expected shape ({len(idx)}, T) like ids, got {td.shape}")
