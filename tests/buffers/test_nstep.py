@@ -217,3 +217,14 @@ def test_docstring_example() -> None:
     from rlstore.buffers import nstep as module
 
     assert doctest.testmod(module).failed == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_batches_land_on_the_buffer_device() -> None:
+    from rlstore import SequenceReplay
+
+    buf = ReplayBuffer(8, device="cuda", seed=0)
+    for t in range(4):
+        buf.add(np.full(2, 1.0 * t), 0, 1.0, np.full(2, t + 1.0), False, False, hidden=[t])
+    assert NStepReplay(buf, 2, 0.9).sample(3).discount.device.type == "cuda"
+    assert SequenceReplay(buf, 2).sample(3).mask.device.type == "cuda"
