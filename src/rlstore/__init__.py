@@ -14,8 +14,10 @@ import importlib.metadata
 from rlstore import checkpoint
 from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
 from rlstore.buffers.model_based import ModelBasedReplay
+from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
 from rlstore.buffers.rollout import IntrinsicConfig, RolloutBatch, RolloutBuffer
+from rlstore.buffers.sequence import SequenceBatch, SequenceReplay
 from rlstore.config import build_buffer, load_config_file
 from rlstore.errors import (
     CapacityError,
@@ -57,6 +59,10 @@ __all__ = [
     "DemoStore",
     "DemoMixer",
     "ModelBasedReplay",
+    "NStepReplay",
+    "NStepBatch",
+    "SequenceReplay",
+    "SequenceBatch",
     "FieldSpec",
     "AutoresetMode",
     "TransitionAdapter",
