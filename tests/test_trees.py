@@ -77,3 +77,13 @@ def test_to_numpy_views_arrays_and_cpu_tensors_and_names_bad_inputs():
         to_numpy("obs", {"a": np.zeros(2)})
     with pytest.raises(SpecError, match="rew: expected an array or tensor, got list"):
         to_numpy("rew", [[1.0], [1.0, 2.0]])  # ragged
+
+
+def test_tree_map_with_path_gives_each_leaf_its_key_path() -> None:
+    tree = {"a": 1, "b": ({"c": 2}, 3)}
+    seen: list[tuple] = []
+    out = tree_map(lambda p, x: seen.append(p) or x * 10, tree, path=())
+    assert out == {"a": 10, "b": ({"c": 20}, 30)}
+    assert seen == [("a",), ("b", 0, "c"), ("b", 1)]
+    both = tree_map(lambda p, x, y: (p, x + y), {"k": 1}, {"k": 2}, path=("root",))
+    assert both == {"k": (("root", "k"), 3)}

@@ -121,19 +121,26 @@ def flag_array(name: str, x: Any, n: int) -> np.ndarray:
     return a != 0
 
 
-def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+def tree_map(
+    fn: Callable[..., Any], tree: Any, *rest: Any, path: tuple[Any, ...] | None = None
+) -> Any:
     """Apply ``fn`` to every leaf of a mapping / tuple tree, in insertion order.
 
     Mappings come back as dicts with the same keys in the same order, tuples as tuples; anything
     else (a tensor, an array, None) is a leaf. With ``rest`` (trees shaped like ``tree``),
     ``fn`` gets the leaves at the same place in every tree: ``tree_map(np.stack, *trees)``-style
-    maps over a list of trees (keys are taken from ``tree``).
+    maps over a list of trees (keys are taken from ``tree``). With ``path`` (the root's, usually
+    ``()``), ``fn`` gets each leaf's path first: ``fn((*path, key_or_index, ...), leaf, *rest)``.
     """
+
+    def sub(k: Any, v: Any) -> Any:
+        return tree_map(fn, v, *(r[k] for r in rest), path=None if path is None else (*path, k))
+
     if isinstance(tree, Mapping):
-        return {k: tree_map(fn, v, *(r[k] for r in rest)) for k, v in tree.items()}
+        return {k: sub(k, v) for k, v in tree.items()}
     if isinstance(tree, tuple):
-        return tuple(tree_map(fn, v, *(r[i] for r in rest)) for i, v in enumerate(tree))
-    return fn(tree, *rest)
+        return tuple(sub(i, v) for i, v in enumerate(tree))
+    return fn(tree, *rest) if path is None else fn(path, tree, *rest)
 
 
 def tree_leaves(tree: Any) -> list[Any]:
