@@ -269,14 +269,10 @@ class BufferBase(ABC):
         self._core = core
 
     # ------------------------------------------------------------------ persistence
-    def _config_dict(self) -> dict[str, Any]:
-        """Constructor arguments, as :meth:`from_config` takes them."""
-        device = str(self.device) if self._device_given else None
-        return {**self._dims(), "device": device, "seed": self._seed}
-
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> BufferBase:
-        """Rebuild an empty buffer from the ``config`` recorded by :meth:`save`."""
+        """Rebuild an empty buffer from the ``config`` recorded by :meth:`save` (the dims of
+        :meth:`ReplayBuffer.config`; ``device`` and ``seed`` if given)."""
         try:
             dims = [config[k] for k in _DIMS]
         except KeyError as exc:
@@ -287,9 +283,9 @@ class BufferBase(ABC):
         """Saves the buffer's state to ``<dirpath>/<prefix>state.safetensors`` and its
         metadata to ``<dirpath>/<prefix>metadata.json`` (atomic; see :mod:`rlstore.checkpoint`).
         """
-        checkpoint.save_state(dirpath, self.checkpoint_state(), prefix=prefix,
-                              class_name=_CLASS_NAME, config=self._config_dict(),
-                              metadata=self.metadata())  # fmt: skip
+        state, meta = self.checkpoint_state(), self.metadata()
+        checkpoint.save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME,
+                              config=self._dims(), metadata=meta)  # fmt: skip
 
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[str, Any]) -> BufferBase:
@@ -327,9 +323,7 @@ class BufferBase(ABC):
                     f"metadata.{key}: expected {config.get(key)!r} (state file), "
                     f"got {described[key]!r}"
                 )
-        if "device" in described and not verified:
-            config["device"] = described["device"]
-        buf = cls.from_config(config)
+        buf = cls.from_config({**config, "device": described.get("device")})
         buf.load_state_dict(state)
         return buf
 
