@@ -431,3 +431,12 @@ def test_only_singleton_axes_are_reshaped() -> None:
     assert len(buf) == 0
     buf.add_multi(*({**args, "rewards": exp["rewards"].T}[k] for k in FIELDS))  # (1, 3): fine
     _assert_contents(buf, _transitions(3))
+
+
+def test_empty_buffer_state_dict_has_zero_rows() -> None:
+    sd = ReplayBuffer(4, S, A, H).state_dict()
+    assert {k: tuple(v.shape) for k, v in sd.items()} == {
+        "states": (0, S), "actions": (0, A), "rewards": (0, 1), "next_states": (0, S),
+        "dones": (0, 1), "hiddens": (0, H),
+    }  # fmt: skip
+    assert all(v.dtype == torch.float32 for v in sd.values())
