@@ -102,11 +102,8 @@ class SimpleReplayBuffer:
         return cls(**cls.schema.validate_mapping(config, cls.__name__).model_dump())
 
     def store(self, buffer_dict: dict[str, Any]) -> None:
-        """Store one timestep (or a batch with a leading axis) from ``buffer_dict``.
-
-        Args:
-            buffer_dict: ``{"obs": (obs_dim,), "act": (act_dim,), "rew": (), "next_obs":
-                (obs_dim,), "done": ()}``, or each with a leading batch axis ``B``.
+        """Store one timestep ``{"obs": (obs_dim,), "act": (act_dim,), "rew": (), "next_obs":
+        (obs_dim,), "done": ()}``, or a batch with a leading axis ``B`` on each.
 
         Raises:
             SpecError: naming the key (``buffer_dict['rew']``): missing/extra keys, shapes that
@@ -126,11 +123,7 @@ class SimpleReplayBuffer:
         write(self._core, (*(d[k] for k in _KEYS), d["done"] & False))  # never truncated
 
     def sample_batch(self) -> dict[str, torch.Tensor]:
-        """Sample ``batch_size`` transitions uniformly with replacement.
-
-        Returns:
-            ``{"obs", "act", "rew", "next_obs", "done"}`` float32 tensors, leading axis
-            ``batch_size``.
+        """``batch_size`` transitions drawn uniformly with replacement (module doc: the dict).
 
         Raises:
             EmptyBufferError: fewer than ``batch_size`` transitions stored.
