@@ -1,4 +1,4 @@
-"""Tests of the seed-003 MBReplayBuffer facade against naive references."""
+"""Tests of the PyTorchRL MBReplayBuffer facade against naive references."""
 
 from __future__ import annotations
 

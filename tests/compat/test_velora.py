@@ -1,4 +1,4 @@
-"""velora buffer facade (seed 002) against list-of-transitions and single-env references."""
+"""velora buffer facade against list-of-transitions and single-env references."""
 
 from __future__ import annotations
 
