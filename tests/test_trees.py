@@ -8,6 +8,7 @@ import torch
 
 from rlstore._trees import (
     as_tensor,
+    flag_array,
     to_numpy,
     tree_from_state,
     tree_leaves,
@@ -87,3 +88,10 @@ def test_tree_map_with_path_gives_each_leaf_its_key_path() -> None:
     assert seen == [("a",), ("b", 0, "c"), ("b", 1)]
     both = tree_map(lambda p, x, y: (p, x + y), {"k": 1}, {"k": 2}, path=("root",))
     assert both == {"k": (("root", "k"), 3)}
+
+
+def test_flag_array_error_shows_a_few_values_not_the_whole_array() -> None:
+    """The message listed every value (a 10,000-env rollout printed 10,000 numbers)."""
+    with pytest.raises(SpecError, match=r"^done: expected bools \(or exact 0/1\), got int64") as e:
+        flag_array("done", np.full(10_000, 2, np.int64), 10_000)
+    assert len(str(e.value)) < 120

@@ -116,8 +116,9 @@ def flag_array(name: str, x: Any, n: int) -> np.ndarray:
         raise SpecError(f"{name}: expected shape ({n},), got {a.shape}")
     if a.dtype.kind == "b":
         return a.astype(bool, copy=True)
-    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():
-        raise SpecError(f"{name}: expected bools (or exact 0/1), got {a.dtype} {a.tolist()}")
+    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():  # NaN is never in (0, 1)
+        shown = a.ravel()[:4].tolist()  # a few values, not a whole rollout
+        raise SpecError(f"{name}: expected bools (or exact 0/1), got {a.dtype} values {shown}")
     return a != 0
 
 

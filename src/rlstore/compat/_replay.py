@@ -9,10 +9,10 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from rlstore._trees import to_numpy
+from rlstore._trees import flag_array, to_numpy
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
 from rlstore.errors import SpecError
-from rlstore.specs import FieldSpec, as_flags, cast_to_spec
+from rlstore.specs import FieldSpec, cast_to_spec
 
 _F32, _BOOL = np.dtype(np.float32), np.dtype(np.bool_)
 
@@ -46,7 +46,7 @@ def rows(
     if a.shape != full:
         raise SpecError(f"{name}: expected shape {full if batched else shape}, got {a.shape}")
     if flags:
-        return as_flags(name, a)
+        return flag_array(name, a, b)
     return cast_to_spec(name, a, FieldSpec(name, shape, _F32), (b,), allow_nonfinite=False)
 
 
