@@ -9,6 +9,7 @@ import torch
 from rlstore._trees import (
     as_tensor,
     flag_array,
+    flat_items,
     to_numpy,
     tree_from_state,
     tree_leaves,
@@ -95,3 +96,10 @@ def test_flag_array_error_shows_a_few_values_not_the_whole_array() -> None:
     with pytest.raises(SpecError, match=r"^done: expected bools \(or exact 0/1\), got int64") as e:
         flag_array("done", np.full(10_000, 2, np.int64), 10_000)
     assert len(str(e.value)) < 120
+
+
+def test_flat_items_joins_key_paths() -> None:
+    """The one walker also serves the demo's state comparison and inspect's listing (each had
+    its own recursion)."""
+    tree = {"a": {"b": 1, "c": (2, {"d": 3})}, "e": None}
+    assert flat_items(tree) == {"a/b": 1, "a/c/0": 2, "a/c/1/d": 3, "e": None}

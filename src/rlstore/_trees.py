@@ -28,6 +28,7 @@ __all__ = [
     "cast_lossless",
     "tree_map",
     "tree_leaves",
+    "flat_items",
     "real_array",
     "flag_array",
     "tree_to_state",
@@ -148,6 +149,14 @@ def tree_leaves(tree: Any) -> list[Any]:
     """The leaves of a dict / tuple tree in :func:`tree_map` order."""
     out: list[Any] = []
     tree_map(out.append, tree)
+    return out
+
+
+def flat_items(tree: Any) -> dict[str, Any]:
+    """``{"a/b/0": leaf}``: the leaves of a dict / tuple tree under their ``'/'``-joined key
+    paths (keys as ``str``), in :func:`tree_map` order."""
+    out: dict[str, Any] = {}
+    tree_map(lambda p, x: out.__setitem__("/".join(map(str, p)), x), tree, path=())
     return out
 
 
