@@ -55,12 +55,9 @@ def _flatten(
 
     def split(path: tuple[Any, ...], value: Any) -> Any:
         """An array leaf goes to ``arrays`` (``_ARRAY`` marks its place); others stay."""
-        node: Any = state
-        for key in path:
-            if isinstance(node, tuple):  # inside a tuple: a JSON list, checked by _jsonable
-                return value
-            node = node[key]
-        full = "/".join(map(str, path))  # keys are checked by _jsonable
+        if not all(isinstance(k, str) for k in path):  # in a tuple (a JSON list) or a bad key:
+            return value  # _jsonable refuses arrays in lists, and non-string keys
+        full = "/".join(path)
         kind = "numpy" if isinstance(value, np.ndarray) else None
         if torch is not None and isinstance(value, torch.Tensor):
             if value.dtype == torch.bfloat16:
