@@ -623,3 +623,28 @@ def test_loop_twins_live_in_reference_not_in_the_public_api() -> None:
         "nstep",
         "normalize_advantages",
     }
+
+
+def test_numba_kernels_load_on_first_use_only() -> None:
+    """``import rlstore`` (estimators and sum tree included) does not import numba; the first
+    estimator call and the first sum-tree update load their kernels (one lazy-module helper)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, rlstore, rlstore.returns as r\n"
+        "from rlstore.samplers.sum_tree import SumTree\n"
+        "a = 'numba' in sys.modules\n"
+        "r.discount_cumsum(np.ones((3, 1)), 0.5)\n"
+        "b = 'rlstore.samplers._tree_kernels' in sys.modules\n"
+        "t = SumTree(4); t.update(np.array([1]), np.array([2.0]))\n"
+        "print(a, b, 'numba' in sys.modules, 'rlstore.samplers._tree_kernels' in sys.modules)\n"
+    )
+    import os
+
+    import rlstore
+
+    src = os.path.dirname(os.path.dirname(rlstore.__file__))
+    env = {**os.environ, "PYTHONPATH": src}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["False", "False", "True", "True"], out.stdout + out.stderr

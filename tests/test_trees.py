@@ -8,6 +8,8 @@ import torch
 
 from rlstore._trees import (
     as_tensor,
+    flag_array,
+    flat_items,
     to_numpy,
     tree_from_state,
     tree_leaves,
@@ -77,3 +79,27 @@ def test_to_numpy_views_arrays_and_cpu_tensors_and_names_bad_inputs():
         to_numpy("obs", {"a": np.zeros(2)})
     with pytest.raises(SpecError, match="rew: expected an array or tensor, got list"):
         to_numpy("rew", [[1.0], [1.0, 2.0]])  # ragged
+
+
+def test_tree_map_with_path_gives_each_leaf_its_key_path() -> None:
+    tree = {"a": 1, "b": ({"c": 2}, 3)}
+    seen: list[tuple] = []
+    out = tree_map(lambda p, x: seen.append(p) or x * 10, tree, path=())
+    assert out == {"a": 10, "b": ({"c": 20}, 30)}
+    assert seen == [("a",), ("b", 0, "c"), ("b", 1)]
+    both = tree_map(lambda p, x, y: (p, x + y), {"k": 1}, {"k": 2}, path=("root",))
+    assert both == {"k": (("root", "k"), 3)}
+
+
+def test_flag_array_error_shows_a_few_values_not_the_whole_array() -> None:
+    """The message listed every value (a 10,000-env rollout printed 10,000 numbers)."""
+    with pytest.raises(SpecError, match=r"^done: expected bools \(or exact 0/1\), got int64") as e:
+        flag_array("done", np.full(10_000, 2, np.int64), 10_000)
+    assert len(str(e.value)) < 120
+
+
+def test_flat_items_joins_key_paths() -> None:
+    """The one walker also serves the demo's state comparison and inspect's listing (each had
+    its own recursion)."""
+    tree = {"a": {"b": 1, "c": (2, {"d": 3})}, "e": None}
+    assert flat_items(tree) == {"a/b": 1, "a/c/0": 2, "a/c/1/d": 3, "e": None}

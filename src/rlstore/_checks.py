@@ -1,4 +1,4 @@
-"""Checks of scalar arguments at the public boundary: counts, real numbers, devices.
+"""Checks of scalar arguments at the public boundary: counts, real numbers, devices, files.
 
 One place for the rules every constructor and estimator applies to its plain arguments, so that
 ``True`` is never a capacity, ``"0.9"`` never a discount and ``"cpu:x"`` never reaches torch's
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import torch
 
 from rlstore.errors import CapacityError, ConfigError, RLStoreError
 
-__all__ = ["as_device", "check_count", "real_number"]
+__all__ = ["as_device", "check_count", "real_number", "read_file"]
 
 
 def check_count(
@@ -82,3 +83,20 @@ def as_device(device: Any, name: str = "device") -> torch.device:
         except (RuntimeError, ValueError):
             pass
     raise ConfigError(f"{name}: expected a device string like 'cpu' or 'cuda:0', got {device!r}")
+
+
+def read_file(path: Path, what: str, error: type[RLStoreError], arg: str | None = None) -> bytes:
+    """The bytes of the file ``path``; errors name ``what`` it is and, if given, the argument
+    ``arg`` that named it (else they start with the path).
+
+    Raises:
+        error: no such file (``... is missing (the file does not exist)``), or unreadable.
+    """
+    lead = f"{arg}: " if arg else f"{path}: "
+    shown = f" {str(path)!r}" if arg else ""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{lead}{what}{shown} is missing (the file does not exist)") from None
+    except (OSError, ValueError) as exc:  # a folder, unreadable, or a NUL byte in the path
+        raise error(f"{lead}cannot read {what}{shown} ({exc})") from exc

@@ -28,6 +28,7 @@ __all__ = [
     "cast_lossless",
     "tree_map",
     "tree_leaves",
+    "flat_items",
     "real_array",
     "flag_array",
     "tree_to_state",
@@ -116,30 +117,46 @@ def flag_array(name: str, x: Any, n: int) -> np.ndarray:
         raise SpecError(f"{name}: expected shape ({n},), got {a.shape}")
     if a.dtype.kind == "b":
         return a.astype(bool, copy=True)
-    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():
-        raise SpecError(f"{name}: expected bools (or exact 0/1), got {a.dtype} {a.tolist()}")
+    if a.dtype.kind not in "iuf" or not np.isin(a, (0, 1)).all():  # NaN is never in (0, 1)
+        shown = a.ravel()[:4].tolist()  # a few values, not a whole rollout
+        raise SpecError(f"{name}: expected bools (or exact 0/1), got {a.dtype} values {shown}")
     return a != 0
 
 
-def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+def tree_map(
+    fn: Callable[..., Any], tree: Any, *rest: Any, path: tuple[Any, ...] | None = None
+) -> Any:
     """Apply ``fn`` to every leaf of a mapping / tuple tree, in insertion order.
 
     Mappings come back as dicts with the same keys in the same order, tuples as tuples; anything
     else (a tensor, an array, None) is a leaf. With ``rest`` (trees shaped like ``tree``),
     ``fn`` gets the leaves at the same place in every tree: ``tree_map(np.stack, *trees)``-style
-    maps over a list of trees (keys are taken from ``tree``).
+    maps over a list of trees (keys are taken from ``tree``). With ``path`` (the root's, usually
+    ``()``), ``fn`` gets each leaf's path first: ``fn((*path, key_or_index, ...), leaf, *rest)``.
     """
+
+    def sub(k: Any, v: Any) -> Any:
+        return tree_map(fn, v, *(r[k] for r in rest), path=None if path is None else (*path, k))
+
     if isinstance(tree, Mapping):
-        return {k: tree_map(fn, v, *(r[k] for r in rest)) for k, v in tree.items()}
+        return {k: sub(k, v) for k, v in tree.items()}
     if isinstance(tree, tuple):
-        return tuple(tree_map(fn, v, *(r[i] for r in rest)) for i, v in enumerate(tree))
-    return fn(tree, *rest)
+        return tuple(sub(i, v) for i, v in enumerate(tree))
+    return fn(tree, *rest) if path is None else fn(path, tree, *rest)
 
 
 def tree_leaves(tree: Any) -> list[Any]:
     """The leaves of a dict / tuple tree in :func:`tree_map` order."""
     out: list[Any] = []
     tree_map(out.append, tree)
+    return out
+
+
+def flat_items(tree: Any) -> dict[str, Any]:
+    """``{"a/b/0": leaf}``: the leaves of a dict / tuple tree under their ``'/'``-joined key
+    paths (keys as ``str``), in :func:`tree_map` order."""
+    out: dict[str, Any] = {}
+    tree_map(lambda p, x: out.__setitem__("/".join(map(str, p)), x), tree, path=())
     return out
 
 

@@ -50,6 +50,7 @@ from pydantic.fields import FieldInfo
 from pydantic.types import Strict
 from typing_extensions import Self
 
+from rlstore._checks import read_file
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import IntrinsicConfig
@@ -368,12 +369,7 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(
             f"path: expected a .yaml, .yml or .json file, got suffix {suffix!r} ({p})"
         )
-    try:
-        if not p.is_file():
-            raise ConfigError(f"path: config file {str(p)!r} does not exist")
-        raw = p.read_bytes()
-    except (OSError, ValueError) as exc:  # unreadable, or a NUL byte in the path
-        raise ConfigError(f"path: cannot read config file {str(p)!r} ({exc})") from exc
+    raw = read_file(p, "config file", ConfigError, "path")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstore._trees import flat_items
+
 __all__ = ["add_arguments", "run", "buffers_equal"]
 
 
@@ -48,22 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for k, v in tree.items():
-            out.update(_flatten(v, f"{prefix}/{k}" if prefix else str(k)))
-        return out
-    return {prefix: tree}
-
-
 def buffers_equal(a: Any, b: Any, *, batch_size: int, draws: int = 3) -> list[str]:
     """Differences between two buffers: state dicts leaf by leaf, then ``draws`` samples.
 
     Sampling advances both buffers' RNGs identically. Returns an empty list when equal.
     """
     problems: list[str] = []
-    sa, sb = _flatten(a.state_dict()), _flatten(b.state_dict())
+    sa, sb = flat_items(a.state_dict()), flat_items(b.state_dict())
     if sa.keys() != sb.keys():
         return [f"state keys differ: {sorted(sa.keys() ^ sb.keys())}"]
     for key, va in sa.items():

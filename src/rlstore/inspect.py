@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlstore._trees import flat_items
+
 __all__ = ["add_arguments", "run", "format_metadata", "find_prefixes"]
 
 _SUFFIX = "metadata.json"
@@ -42,15 +44,6 @@ def find_prefixes(directory: Path) -> list[str]:
 def _short(value: Any, limit: int = 70) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _leaves(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(tree, dict) and tree:
-        out: list[tuple[str, Any]] = []
-        for k, v in tree.items():
-            out.extend(_leaves(v, f"{prefix}/{k}" if prefix else str(k)))
-        return out
-    return [(prefix, tree)]
 
 
 def format_metadata(sidecar: dict[str, Any], *, title: str = "") -> str:
@@ -84,8 +77,8 @@ def format_metadata(sidecar: dict[str, Any], *, title: str = "") -> str:
         for key, entry in schema.items():
             shape = "x".join(str(s) for s in entry.get("shape", [])) or "scalar"
             lines.append(f"    {key:<{w}}  {entry.get('dtype', '?'):<8} {shape}")
-    state = _leaves(sidecar.get("state") or {})
-    if state and state != [("", {})]:
+    state = list(flat_items(sidecar.get("state") or {}).items())
+    if state:
         lines.append(f"  other state ({len(state)}):")
         w = max(len(k) for k, _ in state)
         lines += [f"    {k:<{w}}  {_short(v)}" for k, v in state]

@@ -68,8 +68,36 @@ Hidden = torch.Tensor | tuple[torch.Tensor, ...]
 RNG = np.random.Generator | torch.Generator
 
 
+class TimeMajor:
+    """``num_steps`` / ``num_envs`` of a time-major record whose ``rewards`` are ``(T, N)``."""
+
+    rewards: Any
+
+    @property
+    def num_steps(self) -> int:
+        """T, the number of steps per env."""
+        return int(self.rewards.shape[0])
+
+    @property
+    def num_envs(self) -> int:
+        """N, the number of env columns."""
+        return int(self.rewards.shape[1])
+
+
 @dataclass(frozen=True, eq=False)
-class Minibatch:
+class _PPOTargets:
+    """The fields every PPO minibatch starts with (shapes: see the subclasses)."""
+
+    obs: Obs
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    advantages: torch.Tensor
+    values: torch.Tensor
+    returns: torch.Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class Minibatch(_PPOTargets):
     """One PPO minibatch (field names follow DecisionTransformerInterpretability's
     ``src.ppo.memory.Minibatch``).
 
@@ -83,12 +111,6 @@ class Minibatch:
     ``int_values`` / ``int_returns`` are set when the buffer has an intrinsic stream.
     """
 
-    obs: Obs
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    advantages: torch.Tensor
-    values: torch.Tensor
-    returns: torch.Tensor
     recurrence_memory: Hidden | None = None
     mask: torch.Tensor | None = None
     episode_starts: torch.Tensor | None = None
@@ -98,7 +120,7 @@ class Minibatch:
 
 
 @dataclass(frozen=True, eq=False)
-class TrajectoryMinibatch:
+class TrajectoryMinibatch(_PPOTargets):
     """Windows of past steps for Transformer agents (field names of
     DecisionTransformerInterpretability's ``TrajectoryMinibatch``, plus ``mask``).
 
@@ -111,12 +133,6 @@ class TrajectoryMinibatch:
     original's per-target reward.
     """
 
-    obs: Obs
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    advantages: torch.Tensor
-    values: torch.Tensor
-    returns: torch.Tensor
     timesteps: torch.Tensor
     rewards: torch.Tensor
     mask: torch.Tensor | None = None
@@ -126,7 +142,7 @@ class TrajectoryMinibatch:
 
 
 @dataclass(frozen=True, eq=False)
-class RolloutBatch:
+class RolloutBatch(TimeMajor):
     """A whole rollout, every field ``(T, N, *field_shape)`` (read-only views of the buffer).
 
     ``advantages`` / ``returns`` are None until returns are computed; with an intrinsic stream,
@@ -155,16 +171,6 @@ class RolloutBatch:
     int_returns: torch.Tensor | None = None
     final_obs: Obs | None = None
     final_obs_given: torch.Tensor | None = None
-
-    @property
-    def num_steps(self) -> int:
-        """T, the number of stored steps per env."""
-        return int(self.rewards.shape[0])
-
-    @property
-    def num_envs(self) -> int:
-        """N, the number of env columns."""
-        return int(self.rewards.shape[1])
 
     @property
     def dones(self) -> torch.Tensor:

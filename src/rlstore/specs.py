@@ -41,7 +41,6 @@ __all__ = [
     "validate_batch",
     "cast_to_spec",
     "all_finite",
-    "as_flags",
 ]
 
 
@@ -433,19 +432,3 @@ def _lead(value: Any, spec: FieldSpec, lead: tuple[int, ...], single: bool) -> t
     except (TypeError, ValueError, RuntimeError):  # ragged: cast_to_spec names the field
         return lead
     return () if ndim == len(spec.shape) else lead
-
-
-def as_flags(name: str, value: Any) -> np.ndarray:
-    """Episode-end flags as a bool array, accepting only exact encodings.
-
-    bools, 0/1 integers and 0.0/1.0 floats convert; anything else (``0.5``, ``2``, NaN,
-    strings, ``None``, objects) is a :class:`SpecError` naming ``name``. The shape is kept.
-    """
-    arr = to_numpy(name, value)
-    kind = arr.dtype.kind
-    if kind == "b":
-        return arr
-    if kind in "iuf" and bool(np.isin(arr, (0, 1)).all()):  # NaN is never in (0, 1)
-        return arr.astype(bool)
-    shown = repr(value) if kind not in "iuf" else f"{arr.dtype} values {arr.ravel()[:4].tolist()}"
-    raise SpecError(f"{name}: expected bools (or exact 0/1), got {shown}")

@@ -208,3 +208,15 @@ def test_crafted_checkpoint_content_is_rejected_before_anything_runs(tmp_path, e
     with pytest.raises(CheckpointError, match=match):
         train_ppo(run, TINY, ENV, run_dir=tmp_path, resume=True)
     assert np.array_equal(np.random.get_state(legacy=False)["state"]["key"], before)  # noqa: NPY002
+
+
+def test_resume_without_env_state_warns(tmp_path) -> None:
+    """Resuming without saved environment state (envs restart from a reset, so the curve
+    differs from an uninterrupted run) was a print to stderr; it is a UserWarning now."""
+    from rlstore.agents.ppo.trainer import train_ppo
+
+    run = RunConfig(seed=0, track=False)
+    train_ppo(run, TINY, ENV, run_dir=tmp_path)
+    _tamper(tmp_path / "checkpoints" / "checkpoint_0000", lambda s: s["resume"].update(envs=None))
+    with pytest.warns(UserWarning, match="no environment state; envs restart from a reset"):
+        train_ppo(run, TINY, ENV, run_dir=tmp_path, resume=True)

@@ -157,6 +157,11 @@ def test_state_file_alone_is_self_describing(tmp_path: Path, nested_state: dict[
         ({"x": np.zeros(2, np.complex64)}, "got complex64"),
         ({"x": torch.zeros(2, dtype=torch.complex64)}, "got complex64"),
         ({"x": {"y": [np.zeros(2)]}}, "got ndarray"),
+        # the walk is rlstore._trees.tree_map: tuples are JSON lists, never array containers
+        ({"x": (np.zeros(2), 1)}, "got ndarray"),
+        ({"x": {"y": ({"z": torch.zeros(2)},)}}, "got Tensor"),
+        ({"x": {3: np.zeros(2)}}, r"state/x: keys must be .* got 3"),
+        ({"x": {"a/b": {}}}, "without '/'"),  # an empty dict's key is checked too
     ],
 )
 def test_unsupported_state_is_rejected_before_writing(

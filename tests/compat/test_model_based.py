@@ -1,4 +1,4 @@
-"""Tests of the seed-003 MBReplayBuffer facade against naive references."""
+"""Tests of the PyTorchRL MBReplayBuffer facade against naive references."""
 
 from __future__ import annotations
 
@@ -157,3 +157,15 @@ def test_constructor_arguments_are_checked():
             make(10, **kw)
     with pytest.raises(RLStoreError, match="max_size"):
         make(True)
+
+
+def test_numeric_parameters_refuse_bools_nan_and_strings():
+    """update_storage_parameter stored True as validation_ratio 1.0 and NaN as is; a string
+    ratio in the constructor raised a bare TypeError."""
+    buf = make(10)
+    for bad in (True, float("nan"), "0.5", None):
+        with pytest.raises(ConfigError, match="new_parameter_value"):
+            buf.update_storage_parameter("validation_ratio", bad)
+    assert buf.validation_ratio == 0.2
+    with pytest.raises(ConfigError, match="validation_ratio"):
+        make(10, validation_ratio="0.5")

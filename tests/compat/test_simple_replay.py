@@ -1,4 +1,4 @@
-"""SimpleReplayBuffer facade (seed 000) against a plain list-of-transitions reference."""
+"""SimpleReplayBuffer facade (`src.buffers`) against a plain list-of-transitions reference."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""velora buffer facade (seed 002) against list-of-transitions and single-env references."""
+"""velora buffer facade against list-of-transitions and single-env references."""
 
 from __future__ import annotations
 
@@ -418,3 +418,25 @@ def test_bfloat16_tensors_are_accepted_and_widened_exactly() -> None:
     )
     want = torch.tensor(np.stack([t["state"] for t in ts])).to(bf).float()
     torch.testing.assert_close(buf.state_dict()["states"], want, rtol=0, atol=0)
+
+
+def test_only_singleton_axes_are_reshaped() -> None:
+    """Any array of the right size used to be reshaped: actions given as (action_dim, B)
+    were silently re-paired with the wrong states. Only singleton axes may differ now."""
+    buf = ReplayBuffer(8, S, A, H, seed=0)
+    exp = _expected(_transitions(3))
+    args = {k: exp[k] for k in FIELDS}
+    with pytest.raises(SpecError, match=r"actions: expected shape \(3, 2\), got \(2, 3\)"):
+        buf.add_multi(*({**args, "actions": exp["actions"].T}[k] for k in FIELDS))
+    assert len(buf) == 0
+    buf.add_multi(*({**args, "rewards": exp["rewards"].T}[k] for k in FIELDS))  # (1, 3): fine
+    _assert_contents(buf, _transitions(3))
+
+
+def test_empty_buffer_state_dict_has_zero_rows() -> None:
+    sd = ReplayBuffer(4, S, A, H).state_dict()
+    assert {k: tuple(v.shape) for k, v in sd.items()} == {
+        "states": (0, S), "actions": (0, A), "rewards": (0, 1), "next_states": (0, S),
+        "dones": (0, 1), "hiddens": (0, H),
+    }  # fmt: skip
+    assert all(v.dtype == torch.float32 for v in sd.values())

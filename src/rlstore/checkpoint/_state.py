@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlstore._checks import read_file
 from rlstore.checkpoint._atomic import _write_checkpoint_files
 from rlstore.checkpoint._safetensors_io import _header, _read_arrays, _sha256
 from rlstore.checkpoint._tree import (
@@ -139,12 +140,7 @@ def read_metadata(dirpath: str | os.PathLike[str], *, prefix: str = "buffer_") -
             sidecar checksum mismatch (edited or corrupted metadata), or missing keys.
     """
     path = metadata_file_path(dirpath, prefix)
-    try:
-        if not path.is_file():
-            raise CheckpointError(f"{path}: checkpoint metadata file is missing")
-        raw = path.read_bytes()
-    except (OSError, ValueError) as exc:  # unreadable, or a path with a NUL byte
-        raise CheckpointError(f"{path}: cannot read checkpoint metadata ({exc})") from exc
+    raw = read_file(path, "checkpoint metadata file", CheckpointError)
     try:
         sidecar = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # not UTF-8, bad JSON, huge ints, deep nesting

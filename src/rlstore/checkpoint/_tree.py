@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstore._trees import to_numpy, tree_map
 from rlstore.checkpoint._safetensors_io import _ST_DTYPES, _c_contiguous
 from rlstore.errors import CheckpointError
 
@@ -52,36 +53,26 @@ def _flatten(
     schema: dict[str, dict[str, Any]] = {}
     torch = sys.modules.get("torch")  # no tensor can exist unless torch was imported
 
-    def walk(node: Mapping[str, Any], path: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            if not isinstance(key, str) or not key or "/" in key:
+    def split(path: tuple[Any, ...], value: Any) -> Any:
+        """An array leaf goes to ``arrays`` (``_ARRAY`` marks its place); others stay."""
+        if not all(isinstance(k, str) for k in path):  # in a tuple (a JSON list) or a bad key:
+            return value  # _jsonable refuses arrays in lists, and non-string keys
+        full = "/".join(path)
+        kind = "numpy" if isinstance(value, np.ndarray) else None
+        if torch is not None and isinstance(value, torch.Tensor):
+            if value.dtype == torch.bfloat16:
                 raise CheckpointError(
-                    f"state{path or ''}: keys must be non-empty strings without '/', got {key!r}"
+                    f"state[{full!r}]: bfloat16 tensors are not supported, convert to float32 first"
                 )
-            full = f"{path}/{key}" if path else key
-            if isinstance(value, Mapping):
-                out[key] = walk(value, full)
-            elif torch is not None and isinstance(value, torch.Tensor):
-                if value.dtype == torch.bfloat16:
-                    raise CheckpointError(
-                        f"state[{full!r}]: bfloat16 tensors are not supported, "
-                        "convert to float32 first"
-                    )
-                from rlstore._trees import to_numpy  # imports torch, already loaded here
+            kind = "torch"
+        if kind is None:
+            return value
+        arrays[full] = _c_contiguous(to_numpy(full, value))
+        _check_dtype(full, arrays[full].dtype)
+        schema[full] = _schema_entry(arrays[full], kind)
+        return _ARRAY
 
-                arrays[full] = _c_contiguous(to_numpy(full, value))
-                _check_dtype(full, arrays[full].dtype)
-                schema[full] = _schema_entry(arrays[full], "torch")
-            elif isinstance(value, np.ndarray):
-                _check_dtype(full, value.dtype)
-                arrays[full] = _c_contiguous(value)
-                schema[full] = _schema_entry(arrays[full], "numpy")
-            else:
-                out[key] = _jsonable(value, full)
-        return out
-
-    tree = walk(state, "")
+    tree = _jsonable(tree_map(split, state, path=()), "", state_keys=True)
     return arrays, schema, tree
 
 
@@ -96,8 +87,14 @@ def _schema_entry(arr: np.ndarray, kind: str) -> dict[str, Any]:
     return {"shape": list(arr.shape), "dtype": arr.dtype.name, "kind": kind}
 
 
-def _jsonable(value: Any, path: str) -> Any:
-    """``value`` as plain JSON types (numpy scalars -> Python, tuples -> lists), else raise."""
+_ARRAY = object()
+"""Where :func:`_flatten` took an array out of the state (dropped from the JSON rest)."""
+
+
+def _jsonable(value: Any, path: str, *, state_keys: bool = False) -> Any:
+    """``value`` as plain JSON types (numpy scalars -> Python, tuples -> lists; entries marked
+    ``_ARRAY`` dropped), else raise. With ``state_keys``, the keys of dicts reached through
+    dicts only must be non-empty strings without ``'/'`` (state-dict keys)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, np.generic):
@@ -105,7 +102,17 @@ def _jsonable(value: Any, path: str) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v, f"{path}/{k}") for k, v in value.items()}
+        for k in value if state_keys else ():
+            if not isinstance(k, str) or not k or "/" in k:
+                raise CheckpointError(
+                    f"state{'/' + path if path else ''}: keys must be non-empty strings "
+                    f"without '/', got {k!r}"
+                )
+        return {
+            str(k): _jsonable(v, f"{path}/{k}" if path else str(k), state_keys=state_keys)
+            for k, v in value.items()
+            if v is not _ARRAY
+        }
     raise CheckpointError(
         f"state[{path!r}]: expected a numpy array, torch tensor, dict or JSON scalar/list, "
         f"got {type(value).__name__}"

@@ -1,25 +1,27 @@
-"""Seed 003 (PyTorchRL) ``MBReplayBuffer``: transition storage for dynamics-model training.
-
-A facade over :class:`rlstore.buffers.model_based.ModelBasedReplay` (circular numpy storage)
-and its MBPO-style split (:meth:`~rlstore.buffers.model_based.ModelBasedReplay.
-train_validation_split`, :func:`~rlstore.buffers.model_based.model_dataset`,
+"""PyTorchRL's ``MBReplayBuffer`` (``pytorchrl.agent.storages.model_based``), the transition
+storage of dynamics-model training, as a facade over
+:class:`rlstore.buffers.model_based.ModelBasedReplay` and its MBPO-style split
+(:meth:`~rlstore.buffers.model_based.ModelBasedReplay.train_validation_split`,
+:func:`~rlstore.buffers.model_based.model_dataset`,
 :func:`~rlstore.buffers.model_based.ensemble_minibatches`).
 
 Samples are dicts of PyTorchRL keys (``Observation``, ``Action``, ``Reward``,
 ``NextObservation``, ``Done``, ``NextDone`` and, for recurrent actors, the hidden states) whose
 values carry a leading env axis ``N``; each insert appends ``N`` rows (env order).
 
-Decisions that differ from the seed (its API is kept):
+Where it differs from PyTorchRL (its API is kept):
 
 * ``get_all_buffer_data`` and ``get_data_slice`` index rows chronologically (oldest first,
-  across the wrap-around); the seed returned ``[:step]`` / physical rows, which after a
+  across the wrap-around); PyTorchRL returned ``[:step]`` / physical rows, which after a
   wrap-around drop the oldest data. Before the first wrap-around both agree;
-* ``reset()`` empties the buffer (``size = step = 0``), as documented in the seed (its code
-  kept ``size - step`` rows);
+* ``reset()`` empties the buffer (``size = step = 0``), as documented (PyTorchRL's code kept
+  ``size - step`` rows);
+* ``init_tensors`` allocates nothing: storage is allocated by the first insert;
 * ``generate_batches`` holds out a random ``validation_ratio`` of the rows (capped at
   ``max_holdout``), fits the input scaler (:attr:`scaler`) on the train rows only, honours
   ``num_epochs`` and never yields an empty batch; with ``ensemble_size`` set, every member
-  gets its own bootstrap rows (``train_input`` is ``(E, B, D)``, else ``(B, D)``).
+  gets its own bootstrap rows (``train_input`` is ``(E, B, D)``, else ``(B, D)``);
+* bad input raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from rlstore._checks import as_device, check_count
+from rlstore._checks import as_device, check_count, real_number
 from rlstore._trees import to_numpy
 from rlstore.buffers.model_based import (
     ModelBasedReplay,
@@ -45,15 +47,26 @@ from rlstore.specs import FieldSpec, cast_to_spec
 __all__ = ["MBReplayBuffer"]
 
 
+def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
+    """``{key: (L, ...) array}`` of a dict of tensors/arrays (None values skipped)."""
+    if not isinstance(sample, Mapping):
+        raise SpecError(f"{what}: expected a dict of tensors, got {type(sample).__name__}")
+    out = {k: to_numpy(k, v) for k, v in sample.items() if v is not None}
+    for k, v in out.items():
+        if v.ndim < 1:
+            raise SpecError(f"{k}: expected a leading env axis, got a scalar")
+    return out
+
+
 class MBReplayBuffer:
-    """PyTorchRL's model-based replay buffer (seed 003).
+    """PyTorchRL's model-based replay buffer.
 
     Args:
         size: capacity in transitions (rows).
         device: torch device of the yielded batches.
         actor: the actor; ``actor.dynamics_model.reward_function`` (if set) drops the reward
             target, ``actor.dynamics_model.ensemble_size`` is read when ``ensemble_size`` is None.
-        algorithm: the algorithm (unused, kept for the seed signature).
+        algorithm: the algorithm (unused, kept for the documented signature).
         envs: the vector env; a Discrete ``action_space`` one-hot encodes the actions.
         validation_ratio, max_holdout: holdout share and cap (rlstore extension, keyword only).
         ensemble_size: bootstrap members (None: read from the dynamics model, else no member
@@ -76,17 +89,16 @@ class MBReplayBuffer:
         ensemble_size: int | None = None,
         seed: int | np.random.Generator | None = None,
     ) -> None:
-        if not 0.0 <= validation_ratio < 1.0:
+        if not 0.0 <= real_number("validation_ratio", validation_ratio) < 1.0:
             raise ConfigError(f"validation_ratio: expected [0, 1), got {validation_ratio!r}")
-        max_holdout = check_count("max_holdout", max_holdout, minimum=0)
+        self.max_holdout = check_count("max_holdout", max_holdout, minimum=0)
         if ensemble_size is not None:
             ensemble_size = check_count("ensemble_size", ensemble_size)
         self.device = as_device(device)
         self.core = ModelBasedReplay(size, seed=seed)
         self.max_size = self.core.max_size
         self.actor, self.algo, self.envs = actor, algorithm, envs
-        self.validation_ratio, self.max_holdout = float(validation_ratio), max_holdout
-        self.ensemble_size = ensemble_size
+        self.validation_ratio, self.ensemble_size = float(validation_ratio), ensemble_size
         self.scaler: StandardScaler | None = None
 
     @classmethod
@@ -115,32 +127,15 @@ class MBReplayBuffer:
 
     # ------------------------------------------------------------------ writing
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
-        """Allocate zero storage ``(size, *row_shape)`` for every key of ``sample``.
-
-        Raises:
-            SpecError: a value that is not a bool/int/float array with a leading env axis.
-        """
-        if not self.core.data:
-            specs = {}
-            for k, v in sample.items():
-                if v is not None:
-                    a = to_numpy(k, v)
-                    if a.ndim < 1:
-                        raise SpecError(f"{k}: expected a leading env axis, got a scalar")
-                    specs[k] = FieldSpec(k, a.shape[1:], a.dtype)  # rejects object/str/complex
-            self.core.data = {
-                k: np.zeros((self.max_size, *s.shape), s.dtype) for k, s in specs.items()
-            }
+        """Nothing to allocate ahead: the first insert allocates the storage (module doc)."""
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
-        if not isinstance(sample, Mapping):
-            raise SpecError(f"sample: expected a dict of tensors, got {type(sample).__name__}")
-        rows = {k: to_numpy(k, v) for k, v in sample.items() if v is not None}
-        for k, v in rows.items():
-            if v.ndim < 1:
-                raise SpecError(f"{k}: expected a leading env axis, got a scalar")
-        self.insert_data_slice(rows)
+        self.core.insert_data_slice(_rows(sample, "sample"))
+
+    def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
+        """Append rows ``{key: (L, ...)}`` at the cursor, wrapping (every key the same L)."""
+        self.core.insert_data_slice(_rows(new_data, "new_data"))
 
     def insert_single_tensor_slice(
         self, tensor_storage: dict[str, np.ndarray], tensor_key: str, tensor_values: Any
@@ -153,15 +148,10 @@ class MBReplayBuffer:
         Raises:
             SpecError: values that do not convert losslessly to the stored rows (or NaN/inf).
         """
-        v = to_numpy(tensor_key, tensor_values)
+        v = _rows({tensor_key: tensor_values}, "tensor_values")[tensor_key]
         stored = tensor_storage.get(tensor_key)
-        if v.ndim < 1:
-            raise SpecError(f"{tensor_key}: expected a leading axis L, got a scalar")
-        spec = FieldSpec(
-            tensor_key,
-            v.shape[1:] if stored is None else stored.shape[1:],
-            v.dtype if stored is None else stored.dtype,
-        )
+        like = v if stored is None else stored
+        spec = FieldSpec(tensor_key, like.shape[1:], like.dtype)
         v = cast_to_spec(tensor_key, v, spec, v.shape[:1], allow_nonfinite=False)
         if stored is None:
             tensor_storage[tensor_key] = np.zeros((self.max_size, *spec.shape), spec.dtype)
@@ -170,12 +160,6 @@ class MBReplayBuffer:
         pos = (self.core.step + (n - keep) + np.arange(keep)) % self.max_size
         tensor_storage[tensor_key][pos] = v[n - keep :]
         return int(n)
-
-    def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
-        """Append rows ``{key: (L, ...)}`` at the cursor, wrapping (every key the same L)."""
-        if not isinstance(new_data, Mapping):
-            raise SpecError(f"new_data: expected a dict of arrays, got {type(new_data).__name__}")
-        self.core.insert_data_slice({k: to_numpy(k, v) for k, v in new_data.items()})
 
     # ------------------------------------------------------------------ reading
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:
@@ -201,18 +185,16 @@ class MBReplayBuffer:
         """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``).
 
         Raises:
-            ConfigError: not a numeric public attribute of the buffer.
+            ConfigError: not a numeric public attribute of the buffer, or not a number.
         """
-        current = getattr(self, parameter_name, None)
-        numeric = (int, float, np.integer, np.floating)
-        if parameter_name.startswith("_") or isinstance(current, bool):
-            current = None
-        if not isinstance(current, numeric) or not isinstance(new_parameter_value, numeric):
+        current = getattr(self, parameter_name, None) if parameter_name[:1] != "_" else None
+        if isinstance(current, bool) or not isinstance(current, (int, float)):
             raise ConfigError(
-                f"parameter_name: {parameter_name!r} is not a numeric parameter of MBReplayBuffer "
-                f"(or {new_parameter_value!r} is not a number)"
+                f"parameter_name: expected a numeric parameter of MBReplayBuffer, "
+                f"got {parameter_name!r}"
             )
-        setattr(self, parameter_name, type(current)(new_parameter_value))
+        value = real_number("new_parameter_value", new_parameter_value)
+        setattr(self, parameter_name, type(current)(value))
 
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1
@@ -235,24 +217,22 @@ class MBReplayBuffer:
         if members is None:  # one model: every train row once per epoch, no bootstrap
             split = split._replace(bootstrap=np.arange(split.train.size, dtype=np.int64)[None])
         space = getattr(self.envs, "single_action_space", getattr(self.envs, "action_space", None))
-        n_act = int(space.n) if space is not None and hasattr(space, "n") else None
+        n = getattr(space, "n", None)  # Discrete: one-hot actions
+        n_act = None if n is None else int(n)
         reward_key = None if getattr(model, "reward_function", None) is not None else REW
         ds = model_dataset(
             self.core.get_all(), split, keys=(OBS, ACT, OBS2, reward_key), num_actions=n_act
         )
         self.scaler = ds.scaler
+        arrays = {"holdout_input": ds.holdout_inputs, "holdout_label": ds.holdout_targets}
+        hold = {k: torch.as_tensor(v, device=self.device) for k, v in arrays.items()}
         max_batches = -(-ds.train_inputs.shape[0] // mini_batch_size)
-        hold_in = torch.as_tensor(ds.holdout_inputs, device=self.device)
-        hold_out = torch.as_tensor(ds.holdout_targets, device=self.device)
         for mb in ensemble_minibatches(ds, mini_batch_size, num_epochs, seed=self.core.rng):
-            x, y = mb.inputs, mb.targets
-            if members is None:
-                x, y = x[0], y[0]
+            x, y = (mb.inputs, mb.targets) if members is not None else (mb.inputs[0], mb.targets[0])
             yield {
                 "train_input": torch.as_tensor(x, device=self.device),
                 "train_label": torch.as_tensor(y, device=self.device),
-                "holdout_input": hold_in,
-                "holdout_label": hold_out,
+                **hold,
                 "batch_number": mb.batch_number,
                 "max_batches": max_batches,
                 "epoch": mb.epoch,

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from rlstore._lazy import lazy_module
 from rlstore._trees import to_numpy
 from rlstore.errors import SpecError
 from rlstore.returns._io import (
@@ -60,17 +61,7 @@ __all__ = [
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
-_KERNELS: Any = None
-
-
-def _k() -> Any:
-    """The compiled kernels, imported on first use (numba adds ~0.5 s to ``import rlstore``)."""
-    global _KERNELS
-    if _KERNELS is None:
-        from rlstore.returns import _kernels
-
-        _KERNELS = _kernels
-    return _KERNELS
+_k = lazy_module("rlstore.returns._kernels")  # the compiled scans
 
 
 # --------------------------------------------------------------------------- fast estimators

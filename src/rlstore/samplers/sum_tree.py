@@ -32,22 +32,13 @@ from typing import Any
 import numpy as np
 
 from rlstore._checks import check_count
+from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.storage import _checked_array, _count, _mapping
 
 __all__ = ["SumTree"]
 
-_KERNELS: Any = None
-
-
-def _kernels() -> Any:
-    """The compiled walks, imported on first use (numba adds ~0.5 s to ``import rlstore``)."""
-    global _KERNELS
-    if _KERNELS is None:
-        from rlstore.samplers import _tree_kernels
-
-        _KERNELS = _tree_kernels
-    return _KERNELS
+_kernels = lazy_module("rlstore.samplers._tree_kernels")  # the compiled walks
 
 
 def _check_indices(name: str, indices: Any, high: int) -> np.ndarray:

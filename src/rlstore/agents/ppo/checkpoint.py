@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 import re
-import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -447,10 +447,10 @@ def restore_training(
     if res["envs"] is not None and state is not None and has_episode_logs(envs):
         restore_envs(envs, cfg.environment, res["envs"], agent, state.next_obs)
     else:
-        print(
-            "rlstore: the checkpoint has no environment state; envs restart from a reset, so "
+        warnings.warn(
+            "the checkpoint has no environment state; envs restart from a reset, so "
             "the resumed curve differs from an uninterrupted run",
-            file=sys.stderr,
+            stacklevel=2,
         )
     agent.load_state_dict(payload["model"])
     optimizer.load_state_dict(opt_state)

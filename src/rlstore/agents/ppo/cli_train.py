@@ -16,6 +16,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from importlib import resources
 from pathlib import Path
@@ -110,7 +111,21 @@ def _summary(stats: Any, env_id: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``rlstore train``; 0 on success, 2 on a configuration / checkpoint error."""
+    """Run ``rlstore train``; 0 on success, 2 on a configuration / checkpoint error. The
+    library's info logs (the run folder) go to stderr meanwhile."""
+    log, handler = logging.getLogger("rlstore"), logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("rlstore train: %(message)s"))
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        return _run(args)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
     from rlstore.agents.ppo.trainer import ppo_runner
 
     try:

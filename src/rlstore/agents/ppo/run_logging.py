@@ -7,6 +7,7 @@ for them, so importing the trainer stays light.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +37,10 @@ class RunLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                print(
-                    "rlstore train: no TensorBoard logs: the tensorboard package is not "
-                    "installed (pip install 'rlstore[train]')",
-                    file=sys.stderr,
+                warnings.warn(
+                    "no TensorBoard logs: the tensorboard package is not installed "
+                    "(pip install 'rlstore[train]')",
+                    stacklevel=2,
                 )
             else:
                 self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
@@ -47,10 +48,10 @@ class RunLogger:
             try:
                 import wandb
             except ImportError:
-                print(
-                    "rlstore train: --wandb ignored: the wandb package is not installed "
+                warnings.warn(
+                    "--wandb ignored: the wandb package is not installed "
                     "(pip install 'rlstore[wandb]'); logging to TensorBoard only.",
-                    file=sys.stderr,
+                    stacklevel=2,
                 )
             else:
                 self.wandb = wandb.init(
@@ -111,10 +112,10 @@ class RunLogger:
             from matplotlib.backends.backend_agg import FigureCanvasAgg
             from matplotlib.figure import Figure
         except ImportError:
-            print(
-                "rlstore train: no learning-curve plot: matplotlib is not installed "
+            warnings.warn(
+                "no learning-curve plot: matplotlib is not installed "
                 "(pip install 'rlstore[train]')",
-                file=sys.stderr,
+                stacklevel=2,
             )
             return
 

@@ -50,6 +50,7 @@ import torch
 
 from rlstore.checkpoint import load_state, read_metadata, save_state
 from rlstore.errors import CheckpointError, ConfigError
+from rlstore.minibatches import TimeMajor
 
 __all__ = [
     "SAMPLING_METHODS",
@@ -69,7 +70,7 @@ Obs = np.ndarray | dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
-class Trajectories:
+class Trajectories(TimeMajor):
     """Time-major trajectories of one agent in ``N`` envs over ``T`` steps (see module doc).
 
     Attributes:
@@ -88,16 +89,6 @@ class Trajectories:
     terminated: np.ndarray
     truncated: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_steps(self) -> int:
-        """T, the number of steps per env."""
-        return int(self.rewards.shape[0])
-
-    @property
-    def num_envs(self) -> int:
-        """N, the number of envs."""
-        return int(self.rewards.shape[1])
 
     def _episodes(self) -> list[tuple[int, int, int]]:
         """``(env, start, end)`` (end inclusive) of every episode that ended inside the data."""

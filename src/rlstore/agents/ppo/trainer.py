@@ -25,7 +25,7 @@ plotting in :mod:`rlstore.agents.ppo.run_logging`; their public names are re-exp
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +56,8 @@ from rlstore.agents.ppo.rollout import (
 from rlstore.agents.ppo.run_logging import RunLogger
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "SAMPLING_METHODS",
@@ -281,5 +283,5 @@ def ppo_runner(
         run_dir, k = base.with_name(f"{base.name}-{k}"), k + 1
     run_dir.mkdir(parents=True)
     cfg.to_yaml(run_dir / "config.yaml")
-    print(f"rlstore train: writing {run_dir}", file=sys.stderr)
+    logger.info("writing %s", run_dir)
     return train_ppo(run_config, online_config, environment_config, model_config, run_dir=run_dir)
