@@ -52,7 +52,9 @@ def test_ring_rejects_bad_sizes() -> None:
 
 def test_ring_state_round_trip_and_bad_state() -> None:
     st = RingStorage(3, 2, SPECS)
-    st.write_block({"x": np.arange(12, dtype=np.float32).reshape(3, 2, 2), "f": np.ones((3, 2), bool)})
+    st.write_block(
+        {"x": np.arange(12, dtype=np.float32).reshape(3, 2, 2), "f": np.ones((3, 2), bool)}
+    )
     st.write_block({"x": np.full((1, 2, 2), 7, np.float32), "f": np.zeros((1, 2), bool)})
     back = RingStorage.from_state_dict(st.state_dict())
     assert (back.cursor, back.size, back.rows_written) == (1, 3, 4)
@@ -187,7 +189,11 @@ def test_memmap_ring_equals_the_memory_ring_and_reopens_without_a_copy(tmp_path,
     back = MemmapStorage.open(tmp_path / "ring", disk.counters())
     arr = back.records if packed else back.arrays["x"]
     assert isinstance(arr, np.memmap)  # mapped, not read into memory
-    assert (back.cursor, back.size, back.rows_written) == (disk.cursor, disk.size, disk.rows_written)
+    assert (back.cursor, back.size, back.rows_written) == (
+        disk.cursor,
+        disk.size,
+        disk.rows_written,
+    )
     for k in SPECS:
         np.testing.assert_array_equal(back.gather(idx)[k], mem.gather(idx)[k])
 
@@ -221,7 +227,8 @@ def test_memmap_open_refuses_missing_or_mismatching_files(tmp_path) -> None:
 def test_storage_layout_is_json_and_checked(tmp_path) -> None:
     lay = StorageLayout.memmap(tmp_path, keep=False)
     assert StorageLayout.parse(lay.to_json()) == lay and StorageLayout.parse(None).kind == "memory"
-    for bad, match in [({"kind": "disk"}, "storage.kind"), ({"kind": "memmap"}, "directory"),
-                       ({"kind": "memory", "keep": 1}, "keep"), ([1], "storage: expected")]:  # fmt: skip
+    bad_layouts = [({"kind": "disk"}, "storage.kind"), ({"kind": "memmap"}, "directory"),
+                   ({"kind": "memory", "keep": 1}, "keep"), ([1], "storage: expected")]  # fmt: skip
+    for bad, match in bad_layouts:
         with pytest.raises(ConfigError, match=match):
             StorageLayout.parse(bad)  # type: ignore[arg-type]

@@ -132,7 +132,9 @@ def test_new_items_get_the_max_priority_seen() -> None:
     assert len(s) == 4
     np.testing.assert_allclose(s.tree.leaves[2:4], (8.0 + 1e-6) ** 0.5, rtol=1e-15)
     s.on_write(7, 11)  # ids 0..6 leave (priority 0), 7..10 enter in slots 7, 0, 1, 2
-    np.testing.assert_allclose(s.tree.leaves, [(8.0 + 1e-6) ** 0.5] * 3 + [0] * 4 + [(8.0 + 1e-6) ** 0.5])
+    np.testing.assert_allclose(
+        s.tree.leaves, [(8.0 + 1e-6) ** 0.5] * 3 + [0] * 4 + [(8.0 + 1e-6) ** 0.5]
+    )
 
 
 def test_updates_of_overwritten_ids_are_ignored() -> None:

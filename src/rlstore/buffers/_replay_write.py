@@ -192,7 +192,10 @@ class ReplayWriter:
         }
         specs = schema.specs
         if schema.dict_obs or isinstance(obs, Mapping) or isinstance(next_obs, Mapping):
-            flat_o, flat_no = schema.flatten_obs("obs", obs), schema.flatten_obs("next_obs", next_obs)
+            flat_o, flat_no = (
+                schema.flatten_obs("obs", obs),
+                schema.flatten_obs("next_obs", next_obs),
+            )
         else:
             flat_o, flat_no = {"obs": obs}, {"obs": next_obs}
         o = {k: _cast(k, flat_o[k], specs[k], lead, inner, single, fin and specs[k].is_float)
@@ -299,4 +302,3 @@ def _shape(name: str, value: Any) -> tuple[int, ...]:
         return tuple(np.shape(value))
     except (TypeError, ValueError, RuntimeError) as exc:
         raise SpecError(f"{name}: expected an array, got {type(value).__name__}: {exc}") from exc
-

@@ -282,8 +282,7 @@ class PrioritizedSampler:
         live[np.arange(lo, hi) % cap] = True
         if (tree.leaves[~live] != 0).any() or (tree.leaves[live] == 0).any():
             raise CheckpointError(
-                f"{where}.tree.leaves: expected priorities > 0 exactly on the live ids "
-                f"[{lo}, {hi})"
+                f"{where}.tree.leaves: expected priorities > 0 exactly on the live ids [{lo}, {hi})"
             )
         # the last check: set_rng_state checks the whole state before it changes the generator
         self.rng = set_rng_state(self.rng, sd["rng"], where=f"{where}.rng")

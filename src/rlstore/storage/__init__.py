@@ -63,9 +63,7 @@ class Storage(Protocol):
         """Overwrite some fields ``(num_envs, *shape)`` of one physical row; cursor unchanged."""
         ...
 
-    def gather(
-        self, flat: np.ndarray, names: Sequence[str] | None = None
-    ) -> dict[str, np.ndarray]:
+    def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Contiguous copies ``{name: (B, *shape)}`` at ``flat = physical_row * num_envs + env``."""
         ...
 

@@ -129,9 +129,7 @@ class RingStorage:
             return self.records.nbytes
         return sum(a.nbytes for a in self.arrays.values())
 
-    def gather(
-        self, flat: np.ndarray, names: Sequence[str] | None = None
-    ) -> dict[str, np.ndarray]:
+    def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Contiguous copies of the items at flat positions ``row * num_envs + env``.
 
         Args:
