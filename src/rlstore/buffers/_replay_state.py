@@ -49,6 +49,7 @@ def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
     _checked_array("state_dict.prev_open", prev_open, (n,), np.dtype(bool))
     new: dict[str, Any] = {"_seed": seed, "_prev_open": prev_open.copy()}
     new["_prev_open_any"] = bool(prev_open.any())
+    new["_prev_all"] = bool(prev_open.all())
     if sd["storage"] is None:
         if sd["side"] is not None or sd["disc"] is not None or cfg.get("specs") is not None:
             raise CheckpointError(

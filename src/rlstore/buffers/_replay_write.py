@@ -17,6 +17,7 @@ writes it with vectorized numpy through the storage protocol (``write_block`` / 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from rlstore.storage import Storage
     from rlstore.storage.ring import SideStore
 
-__all__ = ["ReplayWriter"]
+__all__ = ["ReplayWriter", "field_plan"]
 
 _F32 = np.dtype(np.float32)
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -74,6 +75,66 @@ def _fits(value: int, dt: np.dtype) -> bool:
     return bool(info.min <= value <= info.max)
 
 
+class _Field:
+    """What one field of an add is checked against, computed once per buffer layout: the
+    stored dtype, the row shape ``(1, num_envs, *shape)``, the item shape a single add may pass
+    (``num_envs == 1``), whether NaN/inf are refused, and the exact scalar conversions.
+
+    A Python or numpy scalar of a single add is stored into ``scratch``, a preallocated
+    ``(1, 1)`` row (measured: ~0.2 us, against ~1.7 us for ``np.float32(v).reshape(1, 1)``);
+    the row is written into the storage before the next add reuses it.
+    """
+
+    __slots__ = ("spec", "dt", "row", "item", "single", "fin", "f32", "flag", "ints", "sctype",
+                 "scratch")  # fmt: skip
+
+    def __init__(self, spec: FieldSpec, n: int, allow_nonfinite: bool, obs: bool):
+        self.spec, self.dt = spec, spec.dtype
+        self.row = (1, n, *spec.shape)
+        self.item = (n, *spec.shape)  # an add's shape; a single add may leave the env out:
+        self.single = spec.shape if n == 1 else None
+        self.fin = spec.is_float and not allow_nonfinite
+        scalar = n == 1 and not spec.shape and not obs  # obs and next_obs would share scratch
+        self.scratch = np.zeros(self.row, spec.dtype) if scalar else None
+        self.f32 = scalar and spec.dtype == _F32
+        self.flag = scalar and spec.dtype.kind == "b"
+        info = np.iinfo(spec.dtype) if spec.dtype.kind in "iu" else None
+        self.ints = (int(info.min), int(info.max)) if scalar and info is not None else None
+        self.sctype = spec.dtype.type if scalar else None
+
+    def take(self, v: Any) -> np.ndarray | None:
+        """``v`` as the row written when it converts exactly (else None: :func:`_cast`)."""
+        t = type(v)
+        if t is _NDARRAY:
+            if v.dtype is not self.dt and v.dtype != self.dt:
+                return None
+            if v.shape != self.item and v.shape != self.single:
+                return None
+            v = v.reshape(self.row)
+            return v if not self.fin or all_finite(v) else None
+        sc = self.scratch
+        if sc is None:
+            return None
+        if t is float:
+            ok = self.f32 and -_F32_MAX <= v <= _F32_MAX  # NaN, inf and overflow fail
+        elif t is bool:
+            ok = self.flag
+        elif t is int:
+            ok = self.ints is not None and self.ints[0] <= v <= self.ints[1]
+        else:
+            ok = t is self.sctype and (not self.fin or math.isfinite(v))
+        if not ok:
+            return None
+        sc[0, 0] = v
+        return sc
+
+
+def field_plan(schema: TransitionSchema, n: int, allow_nonfinite: bool) -> dict[str, _Field]:
+    """The :class:`_Field` of every stored field of ``schema`` (``ReplayBuffer._allocate``)."""
+    obs = set(schema.obs_names)
+    return {k: _Field(s, n, allow_nonfinite, k in obs) for k, s in schema.specs.items()}
+
+
 class ReplayWriter:
     """Mixin: ``add`` / ``extend`` of ``ReplayBuffer`` (attributes set by the buffer)."""
 
@@ -89,7 +150,9 @@ class ReplayWriter:
     _sampler: Sampler
     _prev_open: np.ndarray
     _prev_open_any: bool
+    _prev_all: bool
     _pending: list[bytes] | None  # bytes of the pending next_obs row per obs field
+    _plan: dict[str, _Field]  # per-field checks of an add (field_plan)
 
     def _allocate(self, specs: dict[str, FieldSpec], storage: Any = None) -> None:
         raise NotImplementedError  # provided by ReplayBuffer
@@ -185,23 +248,36 @@ class ReplayWriter:
         n, fin = self.num_envs, not self.allow_nonfinite
         lead, inner = ((1, n), (n,)) if t is None else ((t, n), (t, n))
         single = t is None and n == 1
-        values = (*core, *(extra[k] for k in schema.extra_names))
-        vals = {
-            k: _cast(k, v, s, lead, inner, single, fin and s.is_float)
-            for (k, s), v in zip(schema.nonobs, values, strict=True)
-        }
-        specs = schema.specs
-        if schema.dict_obs or isinstance(obs, Mapping) or isinstance(next_obs, Mapping):
-            flat_o, flat_no = (
-                schema.flatten_obs("obs", obs),
-                schema.flatten_obs("next_obs", next_obs),
+        plan = self._plan if t is None and self._schema is schema else None
+        values = (*core, *(extra[k] for k in schema.extra_names)) if extra else core
+        vals = {}
+        for (k, s), v in zip(schema.nonobs, values, strict=True):
+            arr = None if plan is None else plan[k].take(v)
+            vals[k] = (
+                _cast(k, v, s, lead, inner, single, fin and s.is_float) if arr is None else arr
             )
+        specs = schema.specs
+        if (
+            schema.dict_obs
+            or not (type(obs) is _NDARRAY and type(next_obs) is _NDARRAY)
+            and (isinstance(obs, Mapping) or isinstance(next_obs, Mapping))
+        ):
+            flat_o = schema.flatten_obs("obs", obs)
+            flat_no = schema.flatten_obs("next_obs", next_obs)
         else:
             flat_o, flat_no = {"obs": obs}, {"obs": next_obs}
-        o = {k: _cast(k, flat_o[k], specs[k], lead, inner, single, fin and specs[k].is_float)
-             for k in schema.obs_names}  # fmt: skip
-        no = {k: _cast("next_" + k, flat_no[k], specs[k], lead, inner, single,
-                       fin and specs[k].is_float) for k in schema.obs_names}  # fmt: skip
+        o, no = {}, {}
+        for k in schema.obs_names:
+            s = specs[k]
+            arr = None if plan is None else plan[k].take(flat_o[k])
+            o[k] = (
+                _cast(k, flat_o[k], s, lead, inner, single, fin and s.is_float)
+                if arr is None
+                else arr
+            )
+            arr = None if plan is None else plan[k].take(flat_no[k])
+            no[k] = (_cast("next_" + k, flat_no[k], s, lead, inner, single, fin and s.is_float)
+                     if arr is None else arr)  # fmt: skip
         return o, no, vals
 
     # ------------------------------------------------------------------ writing
@@ -226,7 +302,11 @@ class ReplayWriter:
                 self._write_block({k: v[a:b] for k, v in o.items()},
                                   {k: v[a:b] for k, v in no.items()},
                                   {k: v[a:b] for k, v in vals.items()}, b - a)  # fmt: skip
-        self._sampler.on_write(*self._window())
+        st = self._storage
+        if st is not None:
+            n, rw = self.num_envs, st.rows_written
+            rows = st.size if st.size <= self.capacity_per_env else self.capacity_per_env
+            self._sampler.on_write((rw - rows) * n, rw * n)
 
     def _write_block(self, o: dict[str, np.ndarray], no: dict[str, np.ndarray],
                      vals: dict[str, np.ndarray], t: int) -> None:  # fmt: skip
@@ -240,11 +320,13 @@ class ReplayWriter:
             vals.update({"next_" + k: v for k, v in no.items()})
             st.write_block(vals)
             return
-        done = vals["terminated"] | vals["truncated"]
+        te, tr = vals["terminated"], vals["truncated"]
+        zero = bytes(te.size)  # bool bytes are 0/1: all-zero bytes <=> no episode ended
+        done = te | tr if te.tobytes() != zero or tr.tobytes() != zero else None
         c, g0 = st.cursor, st.rows_written
         if self._prev_open_any:  # is obs[0] the pending next_obs of its column?
-            pend = self._pending_bytes(st, c)
-            changed = [k for i, k in enumerate(o) if o[k][0].tobytes() != pend[i]]
+            pend = self._pending or self._pending_bytes(st, c)
+            changed = [k for k, p in zip(o, pend, strict=True) if o[k][0].tobytes() != p]
             if changed:
                 prev = {k: _from_bytes(pend[i], st.specs[k], n) for i, k in enumerate(o)}
                 jump = np.zeros(n, dtype=bool)
@@ -259,13 +341,14 @@ class ReplayWriter:
             jump = np.zeros((t - 1, n), dtype=bool)
             for k in o:
                 jump |= (no[k][:-1] != o[k][1:]).reshape(t - 1, n, -1).any(axis=2)
-            jump &= ~done[:-1]
+            if done is not None:
+                jump &= ~done[:-1]
         vals.update(o)
         st.write_block(vals)
         last = {k: v[-1] for k, v in no.items()}
         st.put_row(st.cursor, last)
         self._pending = [v.tobytes() for v in last.values()]
-        if done.tobytes() != bytes(done.size):  # bool bytes are 0/1: any done?
+        if done is not None:
             ti, ni = np.nonzero(done)
             side.append((g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()},
                         self._min_live_key())  # fmt: skip
@@ -274,8 +357,13 @@ class ReplayWriter:
             disc_store.append((g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()},
                               self._min_live_key())  # fmt: skip
         po = self._prev_open
-        np.logical_not(done[-1], out=po)
-        self._prev_open_any = po.tobytes() != bytes(n)
+        if done is not None:
+            np.logical_not(done[-1], out=po)
+            b = po.tobytes()
+            self._prev_open_any, self._prev_all = b != bytes(n), b == b"\x01" * n
+        elif not self._prev_all:  # every episode goes on
+            po[:] = True
+            self._prev_open_any = self._prev_all = True
 
     def _pending_bytes(self, st: Storage, row: int) -> list[bytes]:
         """Bytes of the pending ``next_obs`` row (read from the storage after a load)."""

@@ -49,7 +49,7 @@ import torch
 
 from rlstore._checks import as_device, check_count
 from rlstore.buffers._replay_state import checked_state, stored_specs
-from rlstore.buffers._replay_write import ReplayWriter
+from rlstore.buffers._replay_write import ReplayWriter, field_plan
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
@@ -157,7 +157,7 @@ class ReplayBuffer(ReplayWriter):
         self._disc: SideStore | None = None  # next_obs of discontinuous (non-done) rows
         self._pending: list[bytes] | None = None
         self._prev_open = np.zeros(self.num_envs, dtype=bool)
-        self._prev_open_any = False
+        self._prev_open_any = self._prev_all = False
         parsed = TransitionSchema.parse(specs)
         if parsed is not None:
             self._allocate(parsed)
@@ -176,6 +176,7 @@ class ReplayBuffer(ReplayWriter):
         self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
         self._extra_names = schema.extra_names
         self._storage, self._side, self._disc = storage, side, disc
+        self._plan = field_plan(schema, self.num_envs, self.allow_nonfinite)
         self._pending = None
 
     # ------------------------------------------------------------------ reading

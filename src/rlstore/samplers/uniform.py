@@ -64,7 +64,9 @@ class UniformSampler:
 
     def on_write(self, lo: int, hi: int) -> None:
         """The live ids are now ``[lo, hi)``."""
-        self.lo, self.hi = check_window(lo, hi, (self.lo, self.hi), None)
+        if type(lo) is not int or type(hi) is not int or not (self.lo <= lo <= hi >= self.hi):
+            lo, hi = check_window(lo, hi, (self.lo, self.hi), None)
+        self.lo, self.hi = lo, hi
 
     def sample(self, batch_size: int, beta: float | None = None) -> SampledIds:
         """Draw ``batch_size`` live ids uniformly with replacement (``beta`` is ignored).

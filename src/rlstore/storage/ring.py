@@ -104,7 +104,9 @@ class RingStorage:
     def _views(self) -> None:
         """(Re)build ``arrays`` / ``flat`` as views of ``records`` (packed layout)."""
         n = self.rows * self.num_envs
-        self._flat_records = None
+        self._flat_records = self._rec1 = None
+        if self.records is not None and self.num_envs == 1:
+            self._rec1 = self.records[:, 0]
         if self.records is not None:
             self.arrays = {k: self.records[k] for k in self.specs}
             self._flat_records = self.records.reshape(n)
@@ -113,7 +115,7 @@ class RingStorage:
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the records once: field views would otherwise come back as copies."""
         state = dict(self.__dict__)
-        del state["flat"], state["_flat_records"]
+        del state["flat"], state["_flat_records"], state["_rec1"]
         if self.records is not None:
             del state["arrays"]
         return state
@@ -174,7 +176,9 @@ class RingStorage:
         if t > self.rows:
             raise CapacityError(f"block: expected at most rows={self.rows} rows, got {t}")
         c, arrays = self.cursor, self.arrays
-        if c + t <= self.rows:
+        if t == 1 and self._rec1 is not None:  # one item: one tuple assignment of the record
+            self._rec1[c] = tuple([values[k][0, 0] for k in self.specs])
+        elif c + t <= self.rows:
             for k, v in values.items():
                 arrays[k][c : c + t] = v
         else:
