@@ -9,10 +9,10 @@ writes it with vectorized numpy through the storage protocol (``write_block`` / 
   :func:`~rlstore.specs.cast_to_spec` (safe casts only, named errors);
 * the observation-stored-once layout writes ``obs`` in the ring and the newest ``next_obs`` in
   the spare row after the cursor; the final observations of ended episodes go to ``side``;
-* a stream is *discontinuous* where an ``obs`` differs from the previous ``next_obs`` of its
-  env column although no episode ended (an offline dataset, relabelled goals): the true
-  successor then goes to ``disc``. The previous pending ``next_obs`` is kept as bytes, so that
-  the common continuing case costs one bytes comparison.
+* a stream is *discontinuous* where an ``obs`` differs (in any byte) from the previous
+  ``next_obs`` of its env column although no episode ended (an offline dataset, relabelled
+  goals): the true successor then goes to ``disc``. The previous pending ``next_obs`` is kept as
+  bytes, so that the common continuing case costs one bytes comparison.
 """
 
 from __future__ import annotations
@@ -327,20 +327,23 @@ class ReplayWriter:
         if self._prev_open_any:  # is obs[0] the pending next_obs of its column?
             pend = self._pending or self._pending_bytes(st, c)
             changed = [k for k, p in zip(o, pend, strict=True) if o[k][0].tobytes() != p]
-            if changed:
+            if changed:  # a discontinuity: keep the pending next_obs of those columns
                 prev = {k: _from_bytes(pend[i], st.specs[k], n) for i, k in enumerate(o)}
-                jump = np.zeros(n, dtype=bool)
-                for k in changed:
-                    jump |= (o[k][0] != prev[k]).reshape(n, -1).any(axis=1)
-                jump &= self._prev_open
-                if jump.any():
+                if n == 1:
+                    jump = self._prev_open
+                else:
+                    jump = np.zeros(n, dtype=bool)
+                    for k in changed:
+                        jump |= _differ(o[k][0], prev[k], n)
+                    jump &= self._prev_open
+                if n == 1 or jump.any():
                     cols = np.flatnonzero(jump)
                     disc_store.append((g0 - 1) * n + cols, {k: v[cols] for k, v in prev.items()},
                                       self._min_live_key())  # fmt: skip
         if t > 1:  # jumps inside the block
             jump = np.zeros((t - 1, n), dtype=bool)
             for k in o:
-                jump |= (no[k][:-1] != o[k][1:]).reshape(t - 1, n, -1).any(axis=2)
+                jump |= _differ(no[k][:-1], o[k][1:], (t - 1, n))
             if done is not None:
                 jump &= ~done[:-1]
         vals.update(o)
@@ -378,6 +381,16 @@ class ReplayWriter:
     def _min_live_key(self) -> int:
         """Smallest side-store key still referenced by a stored transition."""
         return self._window()[0]
+
+
+def _differ(a: np.ndarray, b: np.ndarray, lead: Any) -> np.ndarray:
+    """Per item of the ``lead`` axes: do ``a`` and ``b`` differ in any byte? (Bytes, not
+    values: a successor is continuous only when it is bit for bit the next ``obs``, so that
+    ``-0.0`` and NaN payloads come back exactly.)"""
+    lead = (lead,) if isinstance(lead, int) else lead
+    a8 = np.ascontiguousarray(a).view(np.uint8).reshape(*lead, -1)
+    b8 = np.ascontiguousarray(b).view(np.uint8).reshape(*lead, -1)
+    return (a8 != b8).any(axis=-1)
 
 
 def _from_bytes(b: bytes, spec: FieldSpec, n: int) -> np.ndarray:
