@@ -110,8 +110,11 @@ class _Field:
                 return None
             if v.shape != self.item and v.shape != self.single:
                 return None
-            v = v.reshape(self.row)
-            return v if not self.fin or all_finite(v) else None
+            if self.fin:  # small 1-D rows: one Python sum (NaN/inf make it non-finite)
+                ok = math.isfinite(sum(v.tolist())) if v.ndim == 1 and v.size <= 64 else None
+                if not (ok or all_finite(v)):
+                    return None
+            return v.reshape(self.row)
         sc = self.scratch
         if sc is None:
             return None

@@ -96,11 +96,6 @@ class RingStorage:
         memory-mapped ring overrides this."""
         return np.zeros(shape, dtype)
 
-    @property
-    def capacity_per_env(self) -> int:
-        """Alias of :attr:`rows` (the name used before the Storage protocol)."""
-        return self.rows
-
     def _views(self) -> None:
         """(Re)build ``arrays`` / ``flat`` as views of ``records`` (packed layout)."""
         n = self.rows * self.num_envs
