@@ -36,7 +36,8 @@ def test_errors() -> None:
     with pytest.raises(CapacityError, match="batch_size: expected an int >= 1, got 0"):
         s.sample(0)
     with pytest.raises(SpecError, match="lo, hi"):
-        s.on_write(0, 4)  # the window never moves back
+        s.on_write(3, 2)
+    s.on_write(0, 4)  # uniform keeps nothing per id: a window may also start over
     with pytest.raises(ConfigError, match="update_priorities"):
         s.update_priorities([0], [1.0])
     with pytest.raises(ConfigError, match="seed"):

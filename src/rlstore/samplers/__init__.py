@@ -74,9 +74,9 @@ def make_sampler(value: Any, seed: int | np.random.Generator | None) -> Sampler:
         return UniformSampler(seed)
     if isinstance(value, Mapping) and value.get("kind") == "prioritized":
         kw = {k: v for k, v in value.items() if k != "kind"}
-        if isinstance(kw.get("beta"), Mapping):
-            kw["beta"] = LinearSchedule(**kw["beta"])
         try:
+            if isinstance(kw.get("beta"), Mapping):
+                kw["beta"] = LinearSchedule(**kw["beta"])
             return PrioritizedSampler(**kw, seed=seed)
         except TypeError as exc:
             raise ConfigError(f"sampler: malformed prioritized config {dict(value)!r}") from exc

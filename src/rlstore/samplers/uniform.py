@@ -63,9 +63,10 @@ class UniformSampler:
         return {"kind": "uniform"}
 
     def on_write(self, lo: int, hi: int) -> None:
-        """The live ids are now ``[lo, hi)``."""
-        if type(lo) is not int or type(hi) is not int or not (self.lo <= lo <= hi >= self.hi):
-            lo, hi = check_window(lo, hi, (self.lo, self.hi), None)
+        """The live ids are now ``[lo, hi)`` (any window: nothing is kept per id, so a sampler
+        may also be handed to a new buffer)."""
+        if type(lo) is not int or type(hi) is not int or not 0 <= lo <= hi:
+            lo, hi = check_window(lo, hi, (0, 0), None)
         self.lo, self.hi = lo, hi
 
     def sample(self, batch_size: int, beta: float | None = None) -> SampledIds:
