@@ -65,7 +65,7 @@ class Stream:
 
 
 def fast_args(row: dict[str, np.ndarray], single: bool, step: int) -> dict[str, Any]:
-    """Input the fast path takes; single adds alternate numpy scalars (np.float32, np.bool_,
+    """Input that needs no conversion; single adds alternate numpy scalars (np.float32, np.bool_,
     np.int64) with Python scalars (float, bool, int)."""
     if not single:
         return dict(row)
@@ -233,7 +233,7 @@ def test_pickled_buffer_continues_like_the_original(how: str, n: int) -> None:
     buf, stream = _buffer(n)
     twin = pickle.loads(pickle.dumps(buf)) if how == "pickle" else copy.deepcopy(buf)
     assert flat_state(twin) == flat_state(buf)
-    for step in range(9):  # across wrap-around, fast path (single adds when n == 1)
+    for step in range(9):  # across wrap-around (single adds when n == 1)
         row = stream.row()
         buf.add(**fast_args(row, single=n == 1, step=step))
         twin.add(**fast_args(row, single=n == 1, step=step))
@@ -245,7 +245,7 @@ def test_pickled_buffer_continues_like_the_original(how: str, n: int) -> None:
 
 def test_equal_but_not_identical_dtypes_are_accepted_as_is() -> None:
     """Dtype checks try identity first; an equal dtype object (here one with metadata) must
-    still be accepted by the fast path and store the same bytes as the general path."""
+    still be accepted as is and store the same bytes as converted input."""
     f32 = np.dtype(np.float32, metadata={"unit": "m"})
     b8 = np.dtype(np.bool_, metadata={"unit": "flag"})
     stream = Stream(3, (4,), np.float32, "float", seed=5)
