@@ -70,6 +70,16 @@ class Adapter:
     def own_nbytes(self, buf: Any, capacity: int) -> float | None:
         return None
 
+    # prioritized replay (``supports_per``): a buffer filled like ``fill``, then
+    # ``per_step`` = sample(batch) with importance weights + update_priorities(batch)
+    supports_per = False
+
+    def make_per(self, capacity: int) -> Any:
+        raise NotImplementedError
+
+    def per_step(self, buf: Any, batch_size: int, priorities: Any) -> Any:
+        raise NotImplementedError
+
 
 _KEYS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
@@ -77,11 +87,25 @@ _KEYS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 class RLStoreAdapter(Adapter):
     module = "rlstore.buffers.replay"
     notes = "ReplayBuffer(capacity, num_envs); add(obs, action, reward, next_obs, term, trunc)"
+    once = True
+    supports_per = True
 
     def make(self, capacity: int, num_envs: int) -> Any:
         from rlstore.buffers.replay import ReplayBuffer
 
-        return ReplayBuffer(capacity, num_envs=num_envs, seed=0)
+        return ReplayBuffer(capacity, num_envs=num_envs, seed=0, store_next_obs_once=self.once)
+
+    def make_per(self, capacity: int) -> Any:
+        from rlstore.buffers.replay import ReplayBuffer
+        from rlstore.samplers import PrioritizedSampler
+
+        sampler = PrioritizedSampler(alpha=0.6, beta=0.4, seed=0)
+        return ReplayBuffer(capacity, sampler=sampler, store_next_obs_once=self.once)
+
+    def per_step(self, buf: Any, batch_size: int, priorities: Any) -> Any:
+        batch = buf.sample(batch_size)
+        buf.update_priorities(batch.indices, priorities)
+        return batch
 
     def single_inputs(self, s: dict[str, Any]) -> list[Any]:
         return _rows(s, _KEYS, 0)
@@ -111,21 +135,38 @@ class RLStoreAdapter(Adapter):
         return float(buf.nbytes) / capacity
 
 
+class RLStorePlainAdapter(RLStoreAdapter):
+    notes = "rlstore store_next_obs_once=False (next_obs stored per row)"
+    once = False
+
+
 class CpprbAdapter(Adapter):
     module = "cpprb"
     notes = "ReplayBuffer(size, env_dict) storing next_obs; add(**arrays), 8-row arrays batched"
     next_of = False
+    supports_per = True
 
-    def make(self, capacity: int, num_envs: int) -> Any:
+    def make(self, capacity: int, num_envs: int, per: bool = False) -> Any:
         import numpy as np
-        from cpprb import ReplayBuffer
+        from cpprb import PrioritizedReplayBuffer, ReplayBuffer
 
+        cls: Any = PrioritizedReplayBuffer if per else ReplayBuffer
         obs = {"shape": self.case.obs_shape, "dtype": np.dtype(self.case.obs_dtype)}
         env_dict: dict[str, Any] = {"obs": obs, "act": {"shape": ACT_DIM}, "rew": {}, "done": {}}
         if self.next_of:
-            return ReplayBuffer(capacity, env_dict, next_of="obs")
+            return cls(capacity, env_dict, next_of="obs")
         env_dict["next_obs"] = obs
-        return ReplayBuffer(capacity, env_dict)
+        return cls(capacity, env_dict)
+
+    def make_per(self, capacity: int) -> Any:
+        return self.make(capacity, 1, per=True)
+
+    def per_step(self, buf: Any, batch_size: int, priorities: Any) -> Any:
+        import torch
+
+        b = buf.sample(batch_size, beta=0.4)
+        buf.update_priorities(b["indexes"], priorities)
+        return {k: torch.from_numpy(v) for k, v in b.items()}
 
     def _kw(self, s: dict[str, Any], n: int | None) -> list[Any]:
         rows = _rows(s, _KEYS, n)
@@ -174,6 +215,7 @@ class CpprbNextOfAdapter(CpprbAdapter):
     notes = "cpprb next_of='obs' (obs stored once); batched n/a: rows of one add are one stream"
     next_of = True
     supports_batched = False
+    supports_per = False
 
 
 class SB3Adapter(Adapter):
@@ -242,6 +284,21 @@ class SB3OptMemAdapter(SB3Adapter):
 class TorchRLAdapter(Adapter):
     module = "torchrl"
     notes = "ReplayBuffer(storage=LazyTensorStorage(cap)); add(TensorDict) / extend(TensorDict[8])"
+    supports_per = True
+
+    def make_per(self, capacity: int) -> Any:
+        from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+
+        return TensorDictPrioritizedReplayBuffer(
+            alpha=0.6, beta=0.4, storage=LazyTensorStorage(capacity)
+        )
+
+    def per_step(self, buf: Any, batch_size: int, priorities: Any) -> Any:
+        import torch
+
+        td = buf.sample(batch_size)  # carries "index" and "_weight"
+        buf.update_priority(td["index"], torch.from_numpy(priorities))
+        return td
 
     def make(self, capacity: int, num_envs: int) -> Any:
         from torchrl.data import LazyTensorStorage, ReplayBuffer
@@ -305,6 +362,19 @@ class TianshouAdapter(Adapter):
     module = "tianshou"
     notes = "ReplayBuffer(size) / VectorReplayBuffer(size, 8); add(Batch) per step"
     ignore_obs_next = False
+    supports_per = True
+
+    def make_per(self, capacity: int) -> Any:
+        from tianshou.data import PrioritizedReplayBuffer
+
+        return PrioritizedReplayBuffer(
+            capacity, alpha=0.6, beta=0.4, ignore_obs_next=self.ignore_obs_next
+        )
+
+    def per_step(self, buf: Any, batch_size: int, priorities: Any) -> Any:
+        batch = self.sample(buf, batch_size)
+        buf.update_weight(batch.pop("_indices"), priorities)
+        return batch
 
     def make(self, capacity: int, num_envs: int) -> Any:
         from tianshou.data import ReplayBuffer, VectorReplayBuffer
@@ -335,18 +405,24 @@ class TianshouAdapter(Adapter):
     def sample(self, buf: Any, batch_size: int) -> Any:
         import torch
 
-        b, _ = buf.sample(batch_size)
+        b, idx = buf.sample(batch_size)
         keys = ("obs", "act", "rew", "obs_next", "terminated", "truncated")
-        return {k: torch.from_numpy(b[k]) for k in keys}
+        out = {k: torch.from_numpy(b[k]) for k in keys}
+        if "weight" in b:
+            out["weight"] = torch.from_numpy(b["weight"])
+        out["_indices"] = idx
+        return out
 
 
 class TianshouNoNextAdapter(TianshouAdapter):
     notes = "Tianshou ignore_obs_next=True (obs stored once; obs_next at an episode end is obs)"
     ignore_obs_next = True
+    supports_per = False
 
 
 ADAPTERS: dict[str, type[Adapter]] = {
     "rlstore": RLStoreAdapter,
+    "rlstore-plain": RLStorePlainAdapter,
     "cpprb": CpprbAdapter,
     "cpprb-next_of": CpprbNextOfAdapter,
     "sb3": SB3Adapter,

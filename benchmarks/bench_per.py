@@ -2,9 +2,9 @@
 
 What is measured: one iteration of a DQN-with-PER training step's replay bookkeeping, on a full
 sampler of capacity ``2**20`` (every slot live, random priorities): a stratified
-``PrioritizedSampler.sample(N, 256)`` (indices, float32 weights, generations), then
-``update_priorities`` of those 256 slots with fresh |TD errors| and the generations (stale
-check included). Index/priority bookkeeping only: gathering the transitions is the buffer's job
+``PrioritizedSampler.sample(256)`` (indices, float32 weights), then
+``update_priorities`` of those 256 ids with fresh |TD errors| (ids overwritten since are
+ignored). Index/priority bookkeeping only: gathering the transitions is the buffer's job
 and is measured with the buffer integration. Peers come with that integration too (the fastest
 measured in issue 10: Tianshou, 2.8k-5.1k iterations/s at 1M).
 
@@ -33,15 +33,15 @@ def run(capacity: int, batch: int, iters: int, repeats: int) -> dict[str, float]
     from rlstore.samplers import PrioritizedSampler
 
     sampler = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=0)
-    sampler.on_write(np.arange(capacity))
+    sampler.on_write(0, capacity)
     rng = np.random.default_rng(1)
     sampler.update_priorities(np.arange(capacity), rng.exponential(size=capacity))
     errors = rng.exponential(size=(iters, batch))  # drawn outside the timed region
 
     def loop() -> None:
         for i in range(iters):
-            s = sampler.sample(capacity, batch)
-            sampler.update_priorities(s.indices, errors[i], s.generations)
+            s = sampler.sample(batch)
+            sampler.update_priorities(s.indices, errors[i])
 
     t = time_repeats(loop, items=iters, repeats=repeats, warmup=1)
     return {"rate": t.rate, "cpu_rate": t.cpu_rate, "spread": t.spread}

@@ -2,9 +2,14 @@
 
 One run measures every library on the same workloads and prints ratios (GUIDE section 5):
 
-- ``single add``: one transition per call into a full buffer with one env (transitions/s);
+- ``single add``: one transition per call into a full buffer with one env (transitions/s), of
+  a continuing stream and of independent transitions (each ``obs`` unrelated to the previous
+  ``next_obs``: an offline dataset, relabelled goals);
 - ``batched add``: one call per step of 8 envs, arrays with a leading axis of 8, into a full
   buffer (transitions/s; adds are timed in steady state, the ring wrapping over touched memory);
+- ``PER``: prioritized ``sample(256)`` (transitions and importance weights, as torch tensors)
+  plus ``update_priorities`` of the 256 drawn, on a full buffer (vector case: 1,000,000;
+  iterations/s), for the libraries that ship proportional PER;
 - ``sample 256``: a uniform batch of 256 from a full buffer, converted to torch tensors
   (batches/s; libraries that return numpy arrays pay ``torch.from_numpy`` per field);
 - ``bytes/transition``: growth of the anonymous resident memory (``RssAnon``) of a fresh
@@ -85,6 +90,7 @@ class Case:
         batched_steps: steps of 8 envs per timed repeat of ``batched add``.
         samples: batches of 256 drawn per timed repeat of ``sample 256``.
         pool: length of the cyclic pre-generated stream, per env.
+        per_steps: prioritized sample + update iterations per timed repeat (0: skipped).
     """
 
     name: str
@@ -95,6 +101,7 @@ class Case:
     batched_steps: int
     samples: int
     pool: int
+    per_steps: int = 0
 
     @property
     def shapes(self) -> str:
@@ -106,9 +113,9 @@ class Case:
 def make_case(name: str, *, quick: bool, capacity: int | None) -> Case:
     """The standard case ``name`` (issue 2 shapes), scaled down with ``quick`` or ``capacity``."""
     if name == "vector":
-        c = Case("vector", (17,), "float32", 1_000_000, 30_000, 10_000, 2_000, 4096)
+        c = Case("vector", (17,), "float32", 1_000_000, 30_000, 10_000, 2_000, 4096, 500)
         if quick:
-            c = Case("vector", (17,), "float32", 20_000, 2_000, 500, 200, 512)
+            c = Case("vector", (17,), "float32", 20_000, 2_000, 500, 200, 512, 50)
     elif name == "image":
         c = Case("image", (84, 84, 4), "uint8", 100_000, 10_000, 1_000, 200, 128)
         if quick:
@@ -127,6 +134,7 @@ def make_case(name: str, *, quick: bool, capacity: int | None) -> Case:
             min(c.batched_steps, capacity // NUM_ENVS_BATCHED),
             c.samples,
             min(c.pool, capacity // 4),
+            c.per_steps,
         )
     return c
 
@@ -136,12 +144,14 @@ def make_case(name: str, *, quick: bool, capacity: int | None) -> Case:
 # --------------------------------------------------------------------------------------------
 
 
-def make_stream(case: Case, num_envs: int, seed: int) -> dict[str, Any]:
+def make_stream(case: Case, num_envs: int, seed: int, independent: bool = False) -> dict[str, Any]:
     """A cyclic stream of ``case.pool`` steps of ``num_envs`` envs, numpy arrays ``(P, N, ...)``.
 
     ``next_obs[t, n] == obs[(t + 1) % P, n]`` unless ``terminated | truncated`` at ``(t, n)``,
     where ``next_obs`` is an independent random final observation. Rewards and actions are
-    float32 normals; about 0.2% of steps terminate and 0.1% truncate.
+    float32 normals; about 0.2% of steps terminate and 0.1% truncate. With ``independent``
+    every ``next_obs`` is an independent random observation (an offline dataset, relabelled
+    goals: no add continues the previous one).
     """
     import numpy as np
 
@@ -150,9 +160,12 @@ def make_stream(case: Case, num_envs: int, seed: int) -> dict[str, Any]:
     shape = (p, num_envs, *case.obs_shape)
     if case.obs_dtype == "uint8":
         obs = rng.integers(0, 256, size=shape, dtype=np.uint8)
+        next_obs = rng.integers(0, 256, size=shape, dtype=np.uint8) if independent else None
     else:
         obs = rng.standard_normal(shape, dtype=np.float32)
-    next_obs = np.roll(obs, -1, axis=0)
+        next_obs = rng.standard_normal(shape, dtype=np.float32) if independent else None
+    if next_obs is None:
+        next_obs = np.roll(obs, -1, axis=0)
     terminated = rng.random((p, num_envs)) < 0.002
     truncated = (rng.random((p, num_envs)) < 0.001) & ~terminated
     done = terminated | truncated
@@ -266,6 +279,7 @@ def run_worker(lib: str, case: Case, repeats: int, seed: int, clock: str = "cpu"
     arrays = storage_nbytes(buf)
     out["array_bytes_per_transition"] = arrays / case.capacity if arrays else None
     out["own_nbytes_per_transition"] = adapter.own_nbytes(buf, case.capacity)
+
     def sample_loop() -> None:
         # like a training loop: each batch is dropped when the next one is bound (holding all
         # of them would bill every library for page faults of gigabytes of image batches)
@@ -288,7 +302,18 @@ def run_worker(lib: str, case: Case, repeats: int, seed: int, clock: str = "cpu"
 
     t = time_repeats(single, items=case.single_adds, repeats=repeats)
     out["single_add"] = _entry(t, clock)
-    del buf, single_inputs
+
+    # single adds of independent transitions (each obs unrelated to the previous next_obs)
+    indep = itertools.cycle(adapter.single_inputs(make_stream(case, 1, seed + 2, True)))
+
+    def single_indep() -> None:
+        add = adapter.add_single
+        for inp in itertools.islice(indep, case.single_adds):
+            add(buf, inp)
+
+    t = time_repeats(single_indep, items=case.single_adds, repeats=repeats)
+    out["single_add_indep"] = _entry(t, clock)
+    del buf, single_inputs, indep
     gc.collect()
 
     # batched adds of 8 envs, also into a buffer first filled to capacity (untimed)
@@ -306,6 +331,29 @@ def run_worker(lib: str, case: Case, repeats: int, seed: int, clock: str = "cpu"
         t = time_repeats(batched, items=case.batched_steps * NUM_ENVS_BATCHED, repeats=repeats)
         out["batched_add"] = _entry(t, clock)
         del buf
+
+    # prioritized replay: sample(256) with weights + update_priorities(256), full buffer
+    if adapter.supports_per and case.per_steps:
+        import numpy as np
+
+        prio = np.random.default_rng(seed).exponential(size=(64, BATCH_SIZE))
+        try:
+            buf = adapter.make_per(case.capacity)
+            adapter.fill(buf, s1, adapter.single_inputs(s1), case.capacity)
+            adapter.per_step(buf, BATCH_SIZE, prio[0])
+        except (ImportError, RuntimeError) as exc:  # e.g. torchrl built without its C++ trees
+            out["per_error"] = f"{type(exc).__name__}: {exc}"[:200]
+            return out
+
+        def per_loop() -> None:
+            for i in range(case.per_steps):
+                adapter.per_step(buf, BATCH_SIZE, prio[i % 64])
+
+        t = time_repeats(per_loop, items=case.per_steps, repeats=repeats)
+        out["per"] = _entry(t, clock)
+        del buf
+        gc.collect()
+
     return out
 
 
@@ -316,8 +364,10 @@ def run_worker(lib: str, case: Case, repeats: int, seed: int, clock: str = "cpu"
 # (key in the worker result, row label, unit, higher is better)
 WORKLOADS = [
     ("single_add", "single add", "transitions/s", True),
+    ("single_add_indep", "single add, independent", "transitions/s", True),
     ("batched_add", "batched add (8 envs)", "transitions/s", True),
     ("sample", "sample 256 -> torch", "batches/s", True),
+    ("per", "PER sample 256 + update_priorities 256", "iterations/s", True),
     ("rss_bytes_per_transition", "memory, RssAnon growth", "B/transition", False),
     ("array_bytes_per_transition", "memory, sum of arrays", "B/transition", False),
 ]
@@ -410,7 +460,7 @@ def case_tables(case: Case, results: list[dict]) -> tuple[str, list[list[str]]]:
         vals = {r["lib"]: _value(r, key) for r in ok}
         # a non-positive memory reading is a measurement failure, not a result
         vals = {k: v for k, v in vals.items() if v is not None and (higher or v > 0)}
-        peers = {k: v for k, v in vals.items() if k != "rlstore"}
+        peers = {k: v for k, v in vals.items() if not k.startswith("rlstore")}
         best_lib = (max if higher else min)(peers, key=peers.__getitem__) if peers else None
         best = peers[best_lib] if best_lib else None
         for lib, v in sorted(vals.items(), key=lambda kv: -kv[1] if higher else kv[1]):
@@ -422,19 +472,19 @@ def case_tables(case: Case, results: list[dict]) -> tuple[str, list[list[str]]]:
                 cell += f" (±{half_range:.0%})"
             ratio = f"x{v / best:.2f}" if best else "n/a"
             rows.append([label, lib, cell, unit, ratio])
-        if "rlstore" in vals and best:
-            ratio = vals["rlstore"] / best
+        for ours in [k for k in vals if k.startswith("rlstore")] if best else []:
+            ratio = vals[ours] / best
             if higher:
                 target, met = f">= x{TARGET_SPEEDUP:.0f}", ratio >= TARGET_SPEEDUP
-            elif key == "rss_bytes_per_transition" and case.name == "vector":
-                target, met = f"<= {TARGET_BYTES:.0f} B", vals["rlstore"] <= TARGET_BYTES
+            elif key == "rss_bytes_per_transition" and case.name == "vector" and ours == "rlstore":
+                target, met = f"<= {TARGET_BYTES:.0f} B", vals[ours] <= TARGET_BYTES
             else:
                 target, met = "-", None
             summary.append(
                 [
                     case.name,
-                    label,
-                    _fmt(vals["rlstore"], unit),
+                    label if ours == "rlstore" else f"{label} ({ours})",
+                    _fmt(vals[ours], unit),
                     f"{_fmt(best, unit)} ({best_lib})",
                     f"x{ratio:.2f}",
                     target,
@@ -446,6 +496,8 @@ def case_tables(case: Case, results: list[dict]) -> tuple[str, list[list[str]]]:
             rows.append(["(failed)", r["lib"], r["error"][:200], "", ""])
         elif not ADAPTERS[r["lib"]].supports_batched:
             rows.append(["batched add (8 envs)", r["lib"], "n/a", "", ADAPTERS[r["lib"]].notes])
+        if "per_error" in r:
+            rows.append(["PER (n/a)", r["lib"], r["per_error"][:120], "", ""])
     headers = ["workload", "library", "median (± half range)", "unit", "vs best peer"]
     return markdown_table(headers, rows), summary
 
@@ -548,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     summ_headers = ["case", "workload", "rlstore", "best peer", "ratio", "target", "met"]
     sections.insert(0, ("Summary: rlstore vs the best peer", markdown_table(summ_headers, summary)))
     note = "Not importable here, skipped: " + (", ".join(missing) if missing else "none") + "."
-    sections.append(("Method", method_text(cases, repeats, args.clock, args.rounds) + "\n\n" + note))
+    sections.append(
+        ("Method", method_text(cases, repeats, args.clock, args.rounds) + "\n\n" + note)
+    )
     for heading, body in sections:
         print(f"\n## {heading}\n\n{body}")
     if args.json:

@@ -7,34 +7,39 @@ import json
 import numpy as np
 import pytest
 
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import UniformSampler, make_rng, rng_state, set_rng_state
 
 
-def test_uniform_in_range_and_roughly_uniform() -> None:
-    s = UniformSampler(seed=1)
-    idx = s.sample(10, 100_000)
-    assert idx.dtype == np.int64 and idx.min() >= 0 and idx.max() <= 9
-    counts = np.bincount(idx, minlength=10)
+def _uniform(seed: int | np.random.Generator, lo: int, hi: int) -> UniformSampler:
+    s = UniformSampler(seed)
+    s.on_write(lo, hi)
+    return s
+
+
+def test_uniform_in_the_live_window_and_roughly_uniform() -> None:
+    s = _uniform(1, 30, 40)
+    batch = s.sample(100_000)
+    idx = batch.indices
+    assert idx.dtype == np.int64 and idx.min() >= 30 and idx.max() <= 39
+    np.testing.assert_array_equal(batch.weights, 1.0)
+    counts = np.bincount(idx - 30, minlength=10)
     # each count ~ Binomial(1e5, 0.1): sd = sqrt(1e5 * 0.1 * 0.9) ~ 95; allow 6 sd
     assert np.all(np.abs(counts - 10_000) < 6 * 95)
-
-
-def test_mask_sampling_only_hits_true_positions() -> None:
-    mask = np.zeros((4, 5), bool)
-    mask[1, 2] = mask[3, 0] = True
-    idx = UniformSampler(seed=0).sample(mask, 1000)
-    assert set(idx.tolist()) == {7, 15}  # flat positions 1*5+2 and 3*5+0
-    with pytest.raises(EmptyBufferError, match="mask all False"):
-        UniformSampler(seed=0).sample(np.zeros(3, bool), 1)
 
 
 def test_errors() -> None:
     s = UniformSampler(seed=0)
     with pytest.raises(EmptyBufferError):
-        s.sample(0, 3)
+        s.sample(3)
+    s.on_write(0, 5)
     with pytest.raises(CapacityError, match="batch_size: expected an int >= 1, got 0"):
-        s.sample(5, 0)
+        s.sample(0)
+    with pytest.raises(SpecError, match="lo, hi"):
+        s.on_write(3, 2)
+    s.on_write(0, 4)  # uniform keeps nothing per id: a window may also start over
+    with pytest.raises(ConfigError, match="update_priorities"):
+        s.update_priorities([0], [1.0])
     with pytest.raises(ConfigError, match="seed"):
         make_rng("seed")  # type: ignore[arg-type]
     with pytest.raises(CheckpointError, match="rng"):
@@ -42,14 +47,14 @@ def test_errors() -> None:
 
 
 def test_state_round_trip_draws_the_same_future() -> None:
-    a = UniformSampler(seed=123)
-    a.sample(50, 7)
+    a = _uniform(123, 0, 50)
+    a.sample(7)
     sd = json.loads(json.dumps(a.state_dict()))  # JSON-able
-    expected = [a.sample(50, 16) for _ in range(3)]
+    expected = [a.sample(16).indices for _ in range(3)]
     b = UniformSampler(seed=999)
-    b.load_state_dict(sd)
+    b.load_state_dict(sd, window=(0, 50))
     for e in expected:
-        np.testing.assert_array_equal(b.sample(50, 16), e)
+        np.testing.assert_array_equal(b.sample(16).indices, e)
 
 
 def test_generator_is_shared_and_bit_generator_class_restored() -> None:

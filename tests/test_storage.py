@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlstore.errors import CapacityError, CheckpointError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError
 from rlstore.specs import FieldSpec
-from rlstore.storage import RingStorage, SideStore
+from rlstore.storage import MemmapStorage, RingStorage, SideStore, StorageLayout
 
 SPECS = {"x": FieldSpec("x", (2,), np.float32), "f": FieldSpec("f", (), np.bool_)}
 
@@ -24,7 +24,7 @@ def test_ring_writes_match_a_list_model(cap: int, n: int) -> None:
             st.write_block({"x": block, "f": block[..., 0] > 0})
         else:
             for r in block:
-                st.write_row({"x": r, "f": r[:, 0] > 0})
+                st.write_block({"x": r[None], "f": r[None, :, 0] > 0})
         rows.extend(block)
         assert st.rows_written == len(rows)
         assert st.size == min(len(rows), cap)
@@ -41,19 +41,21 @@ def test_ring_writes_match_a_list_model(cap: int, n: int) -> None:
 
 
 def test_ring_rejects_bad_sizes() -> None:
-    with pytest.raises(CapacityError, match="capacity_per_env: expected > 0, got 0"):
+    with pytest.raises(CapacityError, match="rows: expected > 0, got 0"):
         RingStorage(0, 1, SPECS)
     with pytest.raises(CapacityError, match="num_envs"):
         RingStorage(2, 0, SPECS)
     st = RingStorage(2, 1, SPECS)
-    with pytest.raises(CapacityError, match="at most capacity_per_env=2 rows, got 3"):
-        st.write_block({"x": np.zeros((3, 1, 2), np.float32)})
+    with pytest.raises(CapacityError, match="at most rows=2 rows, got 3"):
+        st.write_block({"x": np.zeros((3, 1, 2), np.float32), "f": np.zeros((3, 1), bool)})
 
 
 def test_ring_state_round_trip_and_bad_state() -> None:
     st = RingStorage(3, 2, SPECS)
-    st.write_block({"x": np.arange(20, dtype=np.float32).reshape(5, 2, 2)[:3]})
-    st.write_row({"x": np.full((2, 2), 7, np.float32)})
+    st.write_block(
+        {"x": np.arange(12, dtype=np.float32).reshape(3, 2, 2), "f": np.ones((3, 2), bool)}
+    )
+    st.write_block({"x": np.full((1, 2, 2), 7, np.float32), "f": np.zeros((1, 2), bool)})
     back = RingStorage.from_state_dict(st.state_dict())
     assert (back.cursor, back.size, back.rows_written) == (1, 3, 4)
     for k in SPECS:
@@ -119,10 +121,10 @@ def test_ring_pickle_keeps_field_arrays_as_views_of_the_records(packed: bool) ->
 
     specs = {"x": FieldSpec("x", (2,), np.float32), "f": FieldSpec("f", (), np.bool_)}
     st = RingStorage(3, 2, specs, packed=packed)
-    st.write_row({"x": np.ones((2, 2), np.float32), "f": np.array([True, False])})
+    st.write_block({"x": np.ones((1, 2, 2), np.float32), "f": np.array([[True, False]])})
     back = pickle.loads(pickle.dumps(st))
     assert (back.cursor, back.size, back.rows_written) == (1, 1, 1)
-    back.write_row({"x": np.full((2, 2), 7, np.float32), "f": np.array([False, True])})
+    back.write_block({"x": np.full((1, 2, 2), 7, np.float32), "f": np.array([[False, True]])})
     # a write through the field arrays must be what gather (records / flat views) reads
     got = back.gather(np.array([0, 1, 2, 3]))
     np.testing.assert_array_equal(got["x"][:, 0], [1, 1, 7, 7])
@@ -147,11 +149,86 @@ def test_gather_strategies_agree_with_the_unpacked_layout(obs_shape: tuple[int, 
             "action": rng.standard_normal((2, 6)).astype(np.float32),
             "terminated": rng.random(2) < 0.5,
         }
-        packed.write_row(row)
-        plain.write_row(row)
+        packed.write_block({k: v[None] for k, v in row.items()})
+        plain.write_block({k: v[None] for k, v in row.items()})
     idx = rng.integers(0, 32, 64)
     got, want = packed.gather(idx), plain.gather(idx)
     for name in ("obs", "action", "terminated"):
         np.testing.assert_array_equal(got[name], want[name])
         assert got[name].flags.c_contiguous
     np.testing.assert_array_equal(packed.gather(idx, ["obs"])["obs"], want["obs"])
+
+
+def test_put_row_overwrites_one_row_and_keeps_the_cursor() -> None:
+    st = RingStorage(3, 2, SPECS)
+    st.write_block({"x": np.ones((1, 2, 2), np.float32), "f": np.ones((1, 2), bool)})
+    st.put_row(1, {"x": np.full((2, 2), 5, np.float32)})
+    assert (st.cursor, st.size, st.rows_written) == (1, 1, 1)
+    got = st.gather(np.array([0, 2, 3]))
+    np.testing.assert_array_equal(got["x"][:, 0], [1, 5, 5])
+    np.testing.assert_array_equal(got["f"], [True, False, False])
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_memmap_ring_equals_the_memory_ring_and_reopens_without_a_copy(tmp_path, packed) -> None:
+    rng = np.random.default_rng(0)
+    mem = RingStorage(4, 2, SPECS, packed=packed)
+    disk = MemmapStorage(4, 2, SPECS, directory=tmp_path / "ring", packed=packed)
+    for _ in range(5):  # wraps around
+        t = int(rng.integers(1, 4))
+        block = {"x": rng.standard_normal((t, 2, 2)).astype(np.float32),
+                 "f": rng.random((t, 2)) < 0.5}  # fmt: skip
+        mem.write_block(block)
+        disk.write_block(block)
+    disk.put_row(disk.cursor, {"x": np.full((2, 2), 9, np.float32)})
+    mem.put_row(mem.cursor, {"x": np.full((2, 2), 9, np.float32)})
+    idx = np.arange(8)
+    for k in SPECS:
+        np.testing.assert_array_equal(disk.gather(idx)[k], mem.gather(idx)[k])
+    disk.flush()
+    back = MemmapStorage.open(tmp_path / "ring", disk.counters())
+    arr = back.records if packed else back.arrays["x"]
+    assert isinstance(arr, np.memmap)  # mapped, not read into memory
+    assert (back.cursor, back.size, back.rows_written) == (
+        disk.cursor,
+        disk.size,
+        disk.rows_written,
+    )
+    for k in SPECS:
+        np.testing.assert_array_equal(back.gather(idx)[k], mem.gather(idx)[k])
+
+
+def test_memmap_keep_false_removes_the_files_and_folders_are_not_clobbered(tmp_path) -> None:
+    import gc
+
+    d = tmp_path / "tmp_ring"
+    st = MemmapStorage(2, 1, SPECS, directory=d, keep=False)
+    assert list(d.glob("*.npy"))
+    with pytest.raises(ConfigError, match="directory: expected a folder without"):
+        MemmapStorage(2, 1, SPECS, directory=d)
+    del st
+    gc.collect()
+    assert not list(d.glob("*.npy"))
+    kept = MemmapStorage(2, 1, SPECS, directory=d, keep=True)
+    del kept
+    gc.collect()
+    assert list(d.glob("*.npy"))  # keep=True: the files stay for open()
+
+
+def test_memmap_open_refuses_missing_or_mismatching_files(tmp_path) -> None:
+    st = MemmapStorage(2, 1, SPECS, directory=tmp_path / "a")
+    counters = st.counters()
+    with pytest.raises(CheckpointError, match="cannot map"):
+        MemmapStorage.open(tmp_path / "b", counters)
+    with pytest.raises(CheckpointError, match="expected shape"):
+        MemmapStorage.open(tmp_path / "a", {**counters, "capacity_per_env": 3})
+
+
+def test_storage_layout_is_json_and_checked(tmp_path) -> None:
+    lay = StorageLayout.memmap(tmp_path, keep=False)
+    assert StorageLayout.parse(lay.to_json()) == lay and StorageLayout.parse(None).kind == "memory"
+    bad_layouts = [({"kind": "disk"}, "storage.kind"), ({"kind": "memmap"}, "directory"),
+                   ({"kind": "memory", "keep": 1}, "keep"), ([1], "storage: expected")]  # fmt: skip
+    for bad, match in bad_layouts:
+        with pytest.raises(ConfigError, match=match):
+            StorageLayout.parse(bad)  # type: ignore[arg-type]

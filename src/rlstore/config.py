@@ -202,6 +202,12 @@ class ReplayBufferConfig(BufferConfig):
     specs: dict[str, FieldSpecConfig] | None = None
     """Explicit field schema ``{name: {shape, dtype}}`` (or the list of ``{name, shape,
     dtype}`` that ``ReplayBuffer.config()`` writes); ``None`` infers it from the first add."""
+    storage: dict[str, Any] | None = None
+    """Storage layout ``{kind: memory | memmap, directory, keep}`` (see
+    ``rlstore.storage.StorageLayout``); ``None``: memory."""
+    sampler: dict[str, Any] | None = None
+    """Sampler ``{kind: uniform}`` or ``{kind: prioritized, alpha, beta, eps}``; ``None``:
+    uniform."""
 
     @field_validator("specs", mode="before")
     @classmethod

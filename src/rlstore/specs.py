@@ -295,7 +295,7 @@ DEFAULT_SPECS = {
 
 
 class TransitionSchema:
-    """Field layout of a transition buffer and validation of whole adds.
+    """Field layout of a transition buffer (its write path casts each add against it).
 
     Fields: ``obs`` (or ``obs.<key>`` for one level of dict observations), ``action``,
     ``reward`` (float32 by default), ``terminated`` / ``truncated`` (bool), and any extras.
@@ -381,54 +381,3 @@ class TransitionSchema:
             raise SpecError(f"{name}: expected keys {self.obs_keys()}, got {keys}")
         return {"obs." + k: v for k, v in obs.items()}
 
-    def validate(
-        self,
-        lead: tuple[int, ...],
-        obs: Any,
-        next_obs: Any,
-        core: tuple[Any, Any, Any, Any],
-        extra: Mapping[str, Any],
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Check one add; nothing is written anywhere.
-
-        Args:
-            lead: batch shape, ``(num_envs,)`` or ``(T, num_envs)``; with ``lead == (1,)`` a
-                value may also leave the env axis out (single add).
-            obs, next_obs: arrays or dicts of arrays.
-            core: ``(action, reward, terminated, truncated)``.
-            extra: extra fields.
-
-        Returns:
-            ``(obs fields, next_obs fields, other fields)``, each ``{name: np.ndarray}`` cast to
-            the specs (``next_obs`` keyed by the obs field names).
-
-        Raises:
-            SpecError: naming the field, the expectation and what arrived.
-        """
-        if (extra or self.extra_names) and sorted(extra) != sorted(self.extra_names):
-            raise SpecError(f"extras: expected {sorted(self.extra_names)}, got {sorted(extra)}")
-        single = lead == (1,)
-        anf = self.allow_nonfinite
-        vals = {}
-        values = (*core, *(extra[k] for k in self.extra_names))
-        for (k, s), v in zip(self.nonobs, values, strict=True):
-            vals[k] = cast_to_spec(k, v, s, _lead(v, s, lead, single), allow_nonfinite=anf)
-        o, no = {}, {}
-        for k, v in self.flatten_obs("obs", obs).items():
-            s = self.specs[k]
-            o[k] = cast_to_spec(k, v, s, _lead(v, s, lead, single), allow_nonfinite=anf)
-        for k, v in self.flatten_obs("next_obs", next_obs).items():
-            s = self.specs[k]
-            no[k] = cast_to_spec("next_" + k, v, s, _lead(v, s, lead, single), allow_nonfinite=anf)
-        return o, no, vals
-
-
-def _lead(value: Any, spec: FieldSpec, lead: tuple[int, ...], single: bool) -> tuple[int, ...]:
-    """Expected lead shape: ``()`` for a single add (num_envs == 1, env axis left out)."""
-    if not single:
-        return lead
-    try:
-        ndim = np.ndim(value)
-    except (TypeError, ValueError, RuntimeError):  # ragged: cast_to_spec names the field
-        return lead
-    return () if ndim == len(spec.shape) else lead

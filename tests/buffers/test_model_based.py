@@ -247,3 +247,19 @@ def test_later_inserts_convert_only_losslessly_and_rejections_change_nothing():
         with pytest.raises(SpecError, match="x"):
             fresh.insert_data_slice(first)
         assert fresh.data == {} and len(fresh) == 0
+
+
+def test_rows_live_in_the_shared_ring_and_state_checks_the_cursor():
+    from rlstore.storage import RingStorage
+
+    buf = ModelBasedReplay(4)
+    buf.insert_data_slice(rows(0, 6))
+    assert isinstance(buf._ring, RingStorage) and buf._ring.rows_written == 6
+    sd = buf.state_dict()
+    fresh = ModelBasedReplay(4)
+    with pytest.raises(CheckpointError, match="does not fit"):
+        fresh.load_state_dict({**sd, "size": 2, "step": 3})  # a ring that is not full wraps
+    assert fresh.data == {} and len(fresh) == 0
+    fresh.load_state_dict(sd)
+    fresh.insert_data_slice(rows(6, 7))
+    assert fresh.get_all()["k"].tolist() == [3, 4, 5, 6] and fresh.step == 3

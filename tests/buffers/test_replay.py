@@ -350,9 +350,9 @@ def test_allow_nonfinite_stores_nan_and_inf() -> None:
     np.testing.assert_array_equal(g["reward"], np.array([np.nan, -np.inf], np.float32))
 
 
-def test_batched_fast_path_reopens_columns_after_a_done() -> None:
+def test_batched_adds_reopen_columns_after_a_done() -> None:
     """Regression: env 0 ends at step 1, goes on at step 2, then jumps at step 3; the jump must
-    be detected (the step-2 transition keeps its own next_obs), on the fast path too."""
+    be detected (the step-2 transition keeps its own next_obs)."""
     buf = ReplayBuffer(8, num_envs=2, seed=0)
     f = np.zeros(2, bool)
     seq = [  # (obs of env 0, next_obs of env 0, done of env 0); env 1 always continuous

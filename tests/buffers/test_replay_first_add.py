@@ -178,7 +178,9 @@ def test_bools_and_non_ints_are_not_counts(bad: Any) -> None:
     buf.add(**valid(1))
     with pytest.raises(CapacityError, match="batch_size"):
         buf.sample(bad)
-    assert len(ReplayBuffer(np.int64(10), num_envs=np.int32(2))._sampler.sample(5, 2)) == 2
+    numpy_ints = ReplayBuffer(np.int64(10), num_envs=np.int32(2))
+    numpy_ints.add(**valid(2))
+    assert len(numpy_ints.sample_indices(np.int64(2))) == 2
 
 
 def test_gather_errors_are_named() -> None:

@@ -78,7 +78,7 @@ class Stream:
             truncated=col_of(5, bool),
             hidden=col_of(6, np.float32)[..., None],
         )
-        if not self.hidden:  # no extras: batched adds of plain arrays take the fast path
+        if not self.hidden:  # no extras: batched adds of plain arrays pass without conversion
             del out["hidden"]
         return out
 

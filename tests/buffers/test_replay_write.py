@@ -1,13 +1,10 @@
-"""The fast add path of ReplayBuffer against its slow twin, the general (validating) path.
+"""The one write path of ReplayBuffer: typed input against converted input, byte for byte.
 
-The fast path has two tiers: the compiled writer (``rlstore._accel``, the common case of
-continuing episodes) and the Python fast path (``_replay_fast.py``); the main test runs with
-the writer on and off. Two buffers get the same stream of transitions: one as input the fast
-path takes (numpy arrays of the stored dtype and shape, float / bool scalars for single adds),
-the other as input that only the general path accepts (nested Python lists, 0/1 integer
-flags). After every operation their whole ``state_dict`` must be equal byte for byte, and a spy
-checks that the fast buffer really took the fast path. Rejections on the fast path must name
-the field and leave the buffer exactly as it was.
+Two buffers get the same stream of transitions: one as numpy arrays of the stored dtype and
+shape (float / bool / int scalars for single adds), which pass without conversion, the other as
+input that needs converting (nested Python lists, 0/1 integer flags). After every operation
+their whole ``state_dict`` must be equal byte for byte. Rejections must name the field and
+leave the buffer exactly as it was.
 """
 
 from __future__ import annotations
@@ -20,52 +17,9 @@ import numpy as np
 import pytest
 from _helpers import flat_state
 
-from rlstore.buffers._replay_fast import accel_available
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec
-
-
-def count_general(buf: ReplayBuffer) -> list[int]:
-    """Spy: count the calls of the general add path of ``buf`` (instance attribute)."""
-    calls = [0]
-    general = buf._add_general
-
-    def spy(*args: Any) -> None:
-        calls[0] += 1
-        general(*args)
-
-    buf._add_general = spy  # type: ignore[method-assign]
-    return calls
-
-
-class CountingWriter:
-    """Spy around the compiled writer: counts the adds it wrote (it returns True for those)."""
-
-    def __init__(self, writer: Any) -> None:
-        self.writer, self.written = writer, 0
-
-    def add(self, *args: Any) -> bool:
-        ok = self.writer.add(*args)
-        self.written += bool(ok)
-        return ok
-
-    def gather(self, *args: Any) -> int:
-        return self.writer.gather(*args)
-
-
-def set_accel(buf: ReplayBuffer, on: bool) -> CountingWriter | None:
-    """Writer on (wrapped in a spy) or off (the Python fast path does everything)."""
-    f = buf._fast
-    assert f is not None
-    if not on:
-        f.writer = None
-        return None
-    if f.writer is None:
-        pytest.skip("rlstore._accel is not built (no C compiler at install)")
-    spy = CountingWriter(f.writer)
-    f.writer = spy
-    return spy
 
 
 class Stream:
@@ -111,7 +65,7 @@ class Stream:
 
 
 def fast_args(row: dict[str, np.ndarray], single: bool, step: int) -> dict[str, Any]:
-    """Input the fast path takes; single adds alternate numpy scalars (np.float32, np.bool_,
+    """Input that needs no conversion; single adds alternate numpy scalars (np.float32, np.bool_,
     np.int64) with Python scalars (float, bool, int)."""
     if not single:
         return dict(row)
@@ -161,30 +115,16 @@ def make(
 
 @pytest.mark.parametrize(("n", "single", "shape", "dtype", "act", "cap"), CASES)
 @pytest.mark.parametrize("order", [0, 1])
-@pytest.mark.parametrize("accel", [True, False], ids=["compiled", "python"])
-def test_fast_path_equals_general_path_byte_for_byte(
-    n, single, shape, dtype, act, cap, order, accel
-):
+def test_typed_input_equals_converted_input_byte_for_byte(n, single, shape, dtype, act, cap, order):
     stream = Stream(n, shape, dtype, act, seed=cap + n)
     fast = make(n, shape, dtype, act, cap, order)
     slow = make(n, shape, dtype, act, cap, order)
     steps = 3 * cap + 5 if n < 8 else 300  # several wrap-arounds
-    row = stream.row()
-    fast.add(**fast_args(row, single, 0))  # allocates: the writer exists from here on
-    slow.add(**general_args(row, single))
-    if order and accel:  # the writer covers the (obs, action, reward, flags) record order only
-        assert fast._fast is not None and fast._fast.writer is None
-        return
-    spy = set_accel(fast, accel)
-    general_calls = count_general(fast)
-    for step in range(1, steps):
+    for step in range(steps):
         row = stream.row()
         fast.add(**fast_args(row, single, step))
         slow.add(**general_args(row, single))
         assert flat_state(fast) == flat_state(slow), f"step {step}"
-    assert general_calls[0] == 0  # every add of `fast` took the fast path
-    if spy is not None:  # the compiled writer wrote the continuing rows
-        assert spy.written > 0
     assert len(fast) == len(slow) > 0
     # and both reconstruct the same next_obs for every stored transition
     a, b = fast.gather(np.arange(len(fast))), slow.gather(np.arange(len(slow)))
@@ -193,9 +133,9 @@ def test_fast_path_equals_general_path_byte_for_byte(
 
 
 @pytest.mark.parametrize("n", [1, 3])
-def test_mixed_fast_general_and_extend_stay_equal(n: int) -> None:
-    """Any interleaving of fast adds, general adds and extend blocks (which invalidate the
-    bytes the fast path keeps of the pending observation) equals the all-general run."""
+def test_mixed_typed_converted_and_extend_stay_equal(n: int) -> None:
+    """Any interleaving of typed adds, converted adds and extend blocks equals the all-converted
+    run (the bytes kept of the pending observation follow every write)."""
     rng = np.random.default_rng(7)
     stream = Stream(n, (3,), np.float32, "float", seed=11)
     mixed = ReplayBuffer(6, num_envs=n, seed=0)
@@ -216,7 +156,7 @@ def test_mixed_fast_general_and_extend_stay_equal(n: int) -> None:
 
 
 def test_pending_bytes_do_not_survive_load_state_dict() -> None:
-    """After loading another buffer's state, a fast add must compare against the loaded
+    """After loading another buffer's state, an add must compare against the loaded
     pending observation, not the bytes kept from before the load."""
     s1, s2 = Stream(2, (3,), np.float32, "float", 1), Stream(2, (3,), np.float32, "float", 2)
     a, b = ReplayBuffer(5, num_envs=2, seed=0), ReplayBuffer(5, num_envs=2, seed=0)
@@ -250,7 +190,7 @@ BAD = [  # (field, index into the row, bad value, expected message)
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize(("field", "idx", "value", "match"), BAD)
 @pytest.mark.parametrize("after_done", [False, True])
-def test_fast_path_rejects_nonfinite_and_leaves_buffer_unchanged(
+def test_nonfinite_is_rejected_and_leaves_buffer_unchanged(
     n, field, idx, value, match, after_done
 ) -> None:
     buf, stream = _buffer(n)
@@ -293,7 +233,7 @@ def test_pickled_buffer_continues_like_the_original(how: str, n: int) -> None:
     buf, stream = _buffer(n)
     twin = pickle.loads(pickle.dumps(buf)) if how == "pickle" else copy.deepcopy(buf)
     assert flat_state(twin) == flat_state(buf)
-    for step in range(9):  # across wrap-around, fast path (single adds when n == 1)
+    for step in range(9):  # across wrap-around (single adds when n == 1)
         row = stream.row()
         buf.add(**fast_args(row, single=n == 1, step=step))
         twin.add(**fast_args(row, single=n == 1, step=step))
@@ -303,16 +243,15 @@ def test_pickled_buffer_continues_like_the_original(how: str, n: int) -> None:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-def test_equal_but_not_identical_dtypes_take_the_fast_path() -> None:
+def test_equal_but_not_identical_dtypes_are_accepted_as_is() -> None:
     """Dtype checks try identity first; an equal dtype object (here one with metadata) must
-    still be accepted by the fast path and store the same bytes as the general path."""
+    still be accepted as is and store the same bytes as converted input."""
     f32 = np.dtype(np.float32, metadata={"unit": "m"})
     b8 = np.dtype(np.bool_, metadata={"unit": "flag"})
     stream = Stream(3, (4,), np.float32, "float", seed=5)
     fast, slow = ReplayBuffer(5, num_envs=3, seed=0), ReplayBuffer(5, num_envs=3, seed=0)
     fast.add(**stream.row())
     slow.load_state_dict(fast.state_dict())
-    general_calls = count_general(fast)
     for _ in range(8):
         row = stream.row()
         odd = {
@@ -323,97 +262,11 @@ def test_equal_but_not_identical_dtypes_take_the_fast_path() -> None:
         fast.add(**odd)
         slow.add(**general_args(row, single=False))
         assert flat_state(fast) == flat_state(slow)
-    assert general_calls[0] == 0
 
 
-@pytest.mark.parametrize(("n", "single", "shape", "dtype", "act", "cap"), CASES)
-def test_compiled_writer_takes_every_continuing_add(n, single, shape, dtype, act, cap) -> None:
-    """Episodes that never end: after the first add every add is the writer's common case
-    (Python floats, numpy float32 / float64 rewards, Python ints and numpy int64 actions
-    alternate), and the bytes equal the Python fast path's across wrap-arounds."""
-    stream = Stream(n, shape, dtype, act, seed=cap, p_events=0.0)
-    compiled, python = make(n, shape, dtype, act, cap, 0), make(n, shape, dtype, act, cap, 0)
-    row = stream.row()
-    compiled.add(**row)
-    python.add(**row)
-    spy, _ = set_accel(compiled, True), set_accel(python, False)
-    for step in range(1, 3 * cap + 5):
-        args = fast_args(stream.row(), single, step)
-        if single and step % 3 == 0:
-            args["reward"] = np.float64(args["reward"])
-        compiled.add(**args)
-        python.add(**args)
-        assert flat_state(compiled) == flat_state(python), f"step {step}"
-    assert spy is not None and spy.written == 3 * cap + 4
-
-
-@pytest.mark.parametrize("n", [1, 3])
-@pytest.mark.parametrize(("field", "idx", "value", "match"), BAD)
-def test_compiled_writer_leaves_bad_values_to_the_validating_path(n, field, idx, value, match):
-    """A continuing row with one NaN / inf: the writer writes nothing, the error names the
-    field, and the buffer is exactly as it was."""
-    stream = Stream(n, (4,), np.float32, "float", seed=3, p_events=0.0)
-    buf = ReplayBuffer(6, num_envs=n, seed=0)
-    buf.add(**stream.row())
-    spy = set_accel(buf, True)
-    for _ in range(4):
-        buf.add(**stream.row())
-    assert spy is not None and spy.written == 4
-    assert_rejected_unchanged(buf, stream.row(), field, idx, value, match)
-    assert spy.written == 4
-
-
-def test_compiled_writer_ignores_odd_input_types() -> None:
-    """A subclass, a non-contiguous view, swapped byte order, a float64 reward row, integer
-    flags, a wrong env count: the writer declines (returns False, writes nothing)."""
-    if not accel_available():
-        pytest.skip("rlstore._accel is not built (no C compiler at install)")
-    stream = Stream(2, (4,), np.float32, "float", seed=9, p_events=0.0)
-    buf = ReplayBuffer(6, num_envs=2, seed=0)
-    buf.add(**stream.row())
-    f = buf._fast
-    assert f is not None and f.writer is not None
-    row = stream.row()
-    before = flat_state(buf)
-    odd = [
-        dict(row, obs=row["obs"].view(np.ma.MaskedArray)),
-        dict(row, next_obs=np.asfortranarray(np.repeat(row["next_obs"], 2, 1))[:, ::2]),
-        dict(row, action=row["action"].astype(">f4")),
-        dict(row, reward=row["reward"].astype(np.float64)),
-        dict(row, terminated=row["terminated"].astype(np.int64)),
-        dict(row, obs=row["obs"][:1]),
-    ]
-    for args in odd:
-        assert f.writer.add(buf, *(args[k] for k in KEYS)) is False
-        assert flat_state(buf) == before
-    assert f.writer.add(buf, *(row[k] for k in KEYS)) is True
-
-
-KEYS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
-
-
-def test_rlstore_no_accel_turns_the_compiled_writer_off(monkeypatch) -> None:
-    """``RLSTORE_NO_ACCEL=1``: new buffers use the Python paths only, with the same bytes."""
-    stream = Stream(2, (4,), np.float32, "float", seed=12)
-    rows = [stream.row() for _ in range(20)]
-    monkeypatch.setenv("RLSTORE_NO_ACCEL", "1")
-    assert not accel_available()
-    plain = ReplayBuffer(7, num_envs=2, seed=0)
-    plain.add(**rows[0])  # the storage (and its add plan) is allocated on the first add
-    monkeypatch.delenv("RLSTORE_NO_ACCEL")
-    default = ReplayBuffer(7, num_envs=2, seed=0)
-    default.add(**rows[0])
-    for row in rows[1:]:
-        plain.add(**row)
-        default.add(**row)
-    assert plain._fast is not None and plain._fast.writer is None
-    assert flat_state(plain) == flat_state(default)
-
-
-def test_observations_of_many_dims_take_the_python_paths() -> None:
-    """The compiled writer covers items of up to 8 dims; more still work, in Python."""
+def test_observations_of_many_dims() -> None:
     obs = np.zeros((1,) * 9 + (2,), np.float32)
     buf = ReplayBuffer(4, seed=0)
     for _ in range(3):
         buf.add(obs, np.float32(0), 1.0, obs, False, False)
-    assert buf._fast is not None and buf._fast.writer is None and len(buf) == 3
+    assert len(buf) == 3

@@ -15,13 +15,13 @@ from rlstore.errors import (
     EmptyBufferError,
     SpecError,
 )
-from rlstore.samplers import LinearSchedule, PrioritizedSample, PrioritizedSampler
+from rlstore.samplers import LinearSchedule, PrioritizedSampler, SampledIds
 
 
 def _sampler(priorities: list[float], capacity: int | None = None, **kw: Any) -> PrioritizedSampler:
     n = len(priorities)
     s = PrioritizedSampler(capacity or n, **kw)
-    s.on_write(np.arange(n))
+    s.on_write(0, n)
     s.update_priorities(np.arange(n), np.array(priorities, dtype=np.float64))
     return s
 
@@ -54,7 +54,7 @@ def test_sampling_frequencies_within_three_sigma() -> None:
     draws = 100_000
     counts = np.zeros(9)
     for _ in range(100):
-        batch = s.sample(6, 1000)
+        batch = s.sample(1000)
         counts += np.bincount(batch.indices, minlength=9)
     assert counts[6:].sum() == 0  # slots never written are never drawn
     sigma = np.sqrt(draws * prob * (1 - prob))
@@ -64,7 +64,7 @@ def test_sampling_frequencies_within_three_sigma() -> None:
 def test_stratified_one_draw_per_segment() -> None:
     s = _sampler([1.0] * 8, alpha=1.0, seed=3)  # 8 equal segments = the 8 slots
     for _ in range(5):
-        np.testing.assert_array_equal(s.sample(8, 8).indices, np.arange(8))
+        np.testing.assert_array_equal(s.sample(8).indices, np.arange(8))
 
 
 def test_weights_hand_computed() -> None:
@@ -75,14 +75,14 @@ def test_weights_hand_computed() -> None:
     #   slot 2: (0.4 / 1.6)^0.5 = 0.5, slot 3 (the least likely): 1.
     s = _sampler([3.0, 8.0, 15.0, 0.0], capacity=6, alpha=0.5, beta=0.5, eps=1.0, seed=1)
     np.testing.assert_allclose(s.tree.leaves, [2, 3, 4, 1, 0, 0], rtol=1e-15)
-    batch = s.sample(4, 400)
-    assert isinstance(batch, PrioritizedSample)
+    batch = s.sample(400)
+    assert isinstance(batch, SampledIds)
     assert batch.indices.dtype == np.int64 and batch.weights.dtype == np.float32
     expected = np.array([0.5**0.5, (1 / 3) ** 0.5, 0.5, 1.0])
     np.testing.assert_allclose(batch.weights, expected[batch.indices], rtol=1e-6)
     assert set(batch.indices.tolist()) == {0, 1, 2, 3}
     # beta per call: beta = 1 gives 0.4 / (4 P_i) = 0.5, 1/3, 0.25, 1
-    batch = s.sample(4, 400, beta=1.0)
+    batch = s.sample(400, beta=1.0)
     expected = np.array([0.5, 1 / 3, 0.25, 1.0])
     np.testing.assert_allclose(batch.weights, expected[batch.indices], rtol=1e-6)
 
@@ -92,7 +92,7 @@ def test_alpha_zero_is_uniform_with_unit_weights() -> None:
     np.testing.assert_array_equal(s.tree.leaves, [1.0, 1.0, 1.0, 1.0])  # x^0 = 1
     counts = np.zeros(4)
     for _ in range(100):
-        batch = s.sample(4, 1000)
+        batch = s.sample(1000)
         np.testing.assert_array_equal(batch.weights, 1.0)
         counts += np.bincount(batch.indices, minlength=4)
     sigma = np.sqrt(100_000 * 0.25 * 0.75)
@@ -101,7 +101,7 @@ def test_alpha_zero_is_uniform_with_unit_weights() -> None:
 
 def test_beta_zero_gives_unit_weights() -> None:
     s = _sampler([0.1, 5.0, 50.0, 0.0], alpha=0.6, beta=0.0, seed=2)
-    np.testing.assert_array_equal(s.sample(4, 256).weights, 1.0)
+    np.testing.assert_array_equal(s.sample(256).weights, 1.0)
 
 
 def test_linear_beta_schedule() -> None:
@@ -111,7 +111,7 @@ def test_linear_beta_schedule() -> None:
     # P = 0.25, 0.75; weight of slot 1 = (0.25 / 0.75)^beta = (1/3)^beta
     for step in range(6):
         assert s.current_beta() == sched(step)
-        batch = s.sample(2, 64)
+        batch = s.sample(64)
         w1 = batch.weights[batch.indices == 1]
         np.testing.assert_allclose(w1, (1 / 3) ** sched(step), rtol=1e-6)
     assert s.steps == 6
@@ -123,32 +123,32 @@ def test_linear_beta_schedule() -> None:
 
 def test_new_items_get_the_max_priority_seen() -> None:
     s = PrioritizedSampler(8, alpha=0.5, eps=1e-6, seed=0)
-    s.on_write(np.array([0, 1]))
+    s.on_write(0, 2)
     np.testing.assert_array_equal(s.tree.leaves[:2], [1.0, 1.0])  # initial max priority 1
     s.update_priorities(np.array([0, 1]), np.array([8.0, 0.5]))
     assert s.max_priority == pytest.approx(8.0 + 1e-6, rel=1e-15)
     s.update_priorities(np.array([0]), np.array([0.1]))  # max priority never goes down
-    s.on_write(np.array([2, 2, 3]))  # a repeated index is one slot
+    s.on_write(0, 4)
     assert len(s) == 4
     np.testing.assert_allclose(s.tree.leaves[2:4], (8.0 + 1e-6) ** 0.5, rtol=1e-15)
-    g = s.generations
-    assert g[2] == g[3] > g[0] == g[1] > 0
+    s.on_write(7, 11)  # ids 0..6 leave (priority 0), 7..10 enter in slots 7, 0, 1, 2
+    np.testing.assert_allclose(
+        s.tree.leaves, [(8.0 + 1e-6) ** 0.5] * 3 + [0] * 4 + [(8.0 + 1e-6) ** 0.5]
+    )
 
 
-def test_stale_generation_updates_are_ignored() -> None:
+def test_updates_of_overwritten_ids_are_ignored() -> None:
     s = _sampler([1.0, 2.0, 3.0, 4.0], alpha=1.0, eps=1e-6, seed=4)
-    batch = s.sample(4, 4)
-    s.on_write(np.array([batch.indices[0]]))  # slot overwritten after it was drawn
-    over = int(batch.indices[0])
-    leaf_before = s.tree.leaves[over]
-    s.update_priorities(batch.indices, np.full(4, 0.25), batch.generations)
-    assert s.tree.leaves[over] == leaf_before  # the new item keeps its entry priority
+    batch = SampledIds(np.arange(4), np.ones(4, np.float32))  # as if drawn now
+    s.on_write(1, 5)  # id 0 overwritten after it was drawn: id 4 now sits in its slot
+    leaf_before = s.tree.leaves[0]
+    s.update_priorities(batch.indices, np.full(4, 0.25))
+    assert s.tree.leaves[0] == leaf_before  # the new item keeps its entry priority
     for i in batch.indices[1:]:
         assert s.tree.leaves[i] == pytest.approx(0.25 + 1e-6, rel=1e-15)
     assert s.tree.total == pytest.approx(s.tree.leaves.sum(), rel=1e-12)
-    # without generations every entry applies
-    s.update_priorities(batch.indices, np.full(4, 0.5))
-    assert s.tree.leaves[over] == pytest.approx(0.5 + 1e-6, rel=1e-15)
+    s.update_priorities(np.array([4]), np.array([0.5]))  # the new id itself
+    assert s.tree.leaves[0] == pytest.approx(0.5 + 1e-6, rel=1e-15)
 
 
 def test_duplicate_indices_in_one_update() -> None:
@@ -168,17 +168,15 @@ def test_duplicate_indices_in_one_update() -> None:
         (([0, 1], [1.0]), SpecError, r"priorities: expected shape \(2,\) like indices"),
         (([0, 1], [True, False]), SpecError, "priorities: expected a real-valued array"),
         (([0, 1], [1.0 + 0j, 2.0]), SpecError, "priorities: expected a real-valued array"),
-        (([0, 9], [1.0, 1.0]), SpecError, r"indices: expected values in \[0, 6\), got 9"),
-        (([0, 5], [1.0, 1.0]), SpecError, "indices: expected slots written by on_write, got 5"),
+        (([0, 9], [1.0, 1.0]), SpecError, r"indices: expected ids in \[0, 4\) \(written\), got 9"),
+        (([0, -1], [1.0, 1.0]), SpecError, r"indices: expected ids in \[0, 4\)"),
         (([0.0], [1.0]), SpecError, "indices: expected a 1-D integer array"),
         (([0], [1e200]), SpecError, r"priorities: expected \(p \+ eps\)\^alpha <="),
-        (([0, 1], [1.0, 1.0], [1]), SpecError, r"generations: expected an integer array of sh"),
-        (([0, 1], [1.0, 1.0], [1.0, 1.0]), SpecError, "generations: expected an integer array"),
     ],
 )
 def test_rejected_updates_change_nothing(args: tuple, err: type, match: str) -> None:
     s = _sampler([1.0, 2.0, 3.0, 4.0], capacity=6, alpha=2.0, seed=5)
-    s.sample(4, 3)
+    s.sample(3)
     before = _state(s)
     with pytest.raises(err, match=match):
         s.update_priorities(*(np.array(a) for a in args))
@@ -187,17 +185,19 @@ def test_rejected_updates_change_nothing(args: tuple, err: type, match: str) -> 
 
 def test_sample_errors() -> None:
     s = PrioritizedSampler(4, seed=0)
-    with pytest.raises(EmptyBufferError, match="on_write first"):
-        s.sample(0, 2)
-    s.on_write([0, 1])
-    with pytest.raises(SpecError, match="size: expected 2 live slots like on_write, got 3"):
-        s.sample(3, 2)
+    with pytest.raises(EmptyBufferError, match="no live id"):
+        s.sample(2)
+    s.on_write(0, 2)
     with pytest.raises(CapacityError, match="batch_size: expected an int >= 1, got 0"):
-        s.sample(2, 0)
+        s.sample(0)
     with pytest.raises(ConfigError, match="beta"):
-        s.sample(2, 2, beta=-1.0)
-    with pytest.raises(SpecError, match="indices"):
-        s.on_write([4])
+        s.sample(2, beta=-1.0)
+    with pytest.raises(SpecError, match="at most capacity=4 live ids, got 5"):
+        s.on_write(0, 5)
+    with pytest.raises(ConfigError, match="capacity: expected 4"):
+        s.bind(8)
+    with pytest.raises(ConfigError, match="no slots yet"):
+        PrioritizedSampler().on_write(0, 1)
     assert len(s) == 2 and s.steps == 0
 
 
@@ -224,16 +224,17 @@ def _run(s: PrioritizedSampler, n: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        b = s.sample(len(s), 16)
-        out += [b.indices, b.weights, b.generations]
-        s.update_priorities(b.indices, rng.exponential(size=16), b.generations)
-        s.on_write(rng.integers(0, s.capacity, 3))
+        b = s.sample(16)
+        out += [b.indices, b.weights]
+        s.update_priorities(b.indices, rng.exponential(size=16))
+        hi = s.hi + 3
+        s.on_write(max(s.lo + int(rng.integers(0, 3)), hi - s.capacity), hi)
     return out
 
 
 def test_exact_resume() -> None:
     a = PrioritizedSampler(32, alpha=0.7, beta=LinearSchedule(0.4, 1.0, 10), seed=11)
-    a.on_write(np.arange(20))
+    a.on_write(0, 20)
     _run(a, 5, seed=0)
     sd = copy.deepcopy(a.state_dict())
     b = PrioritizedSampler(32, alpha=0.7, beta=LinearSchedule(0.4, 1.0, 10), seed=99)
@@ -243,9 +244,8 @@ def test_exact_resume() -> None:
         np.testing.assert_array_equal(x, y)
     # state_dict returns copies
     sd2 = b.state_dict()
-    sd2["generations"][:] = -1
     sd2["tree"]["leaves"][:] = 0
-    assert (b.generations >= 0).all() and b.tree.total > 0
+    assert b.tree.total > 0
 
 
 def _corrupt(sd: dict, key: str, value: Any) -> dict:
@@ -267,10 +267,9 @@ def _corrupt(sd: dict, key: str, value: Any) -> dict:
         ("max_priority", float("inf"), "sampler.max_priority"),
         ("max_priority", 1, "sampler.max_priority"),
         ("steps", -1, "sampler.steps"),
-        ("next_generation", 1, r"sampler.generations: expected values in \[0, 1\)"),
-        ("generations", np.zeros(8, np.int32), "sampler.generations: expected shape"),
-        ("live", np.zeros(8, bool), "leaves: nonzero priority on a slot never written"),
-        ("live", np.zeros(7, bool), "sampler.live: expected shape"),
+        ("window", [0, 2], "leaves: expected priorities > 0 exactly on the live ids"),
+        ("window", [0, 9], r"sampler.window: expected at most capacity ids"),
+        ("window", [3], r"sampler.window: expected \[lo, hi\]"),
         ("leaves", np.full(8, np.nan), "sampler.tree.leaves"),
         ("rng", {"bit_generator": "Evil"}, "sampler.rng.bit_generator"),
     ],
@@ -291,7 +290,7 @@ def test_resume_through_a_checkpoint_file(tmp_path: Any) -> None:
     from rlstore.checkpoint import load_state, save_state
 
     a = PrioritizedSampler(16, alpha=0.5, seed=7)
-    a.on_write(np.arange(10))
+    a.on_write(0, 10)
     _run(a, 3, seed=0)
     save_state(tmp_path, {"sampler": a.state_dict()})
     b = PrioritizedSampler(16, alpha=0.5, seed=8)

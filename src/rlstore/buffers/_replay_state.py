@@ -18,7 +18,8 @@ import numpy as np
 
 from rlstore.errors import CheckpointError, SpecError
 from rlstore.specs import FieldSpec, TransitionSchema
-from rlstore.storage import RingStorage, SideStore, _checked_array
+from rlstore.storage import RingStorage, Storage
+from rlstore.storage.ring import SideStore, _checked_array
 
 if TYPE_CHECKING:
     from rlstore.buffers.replay import ReplayBuffer
@@ -63,16 +64,21 @@ def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
         raise CheckpointError(f"state_dict.config.specs: malformed ({exc!r})") from exc
     if specs is None or (buf.specs is not None and specs != buf.specs):
         raise CheckpointError(f"state_dict.config.specs: expected {buf.specs}, got {specs}")
-    st = RingStorage.from_state_dict(sd["storage"], where="state_dict.storage")
-    stored = _stored_specs(specs, buf.store_next_obs_once)
-    if st.specs != stored or (st.capacity_per_env, st.num_envs) != (
+    raw = sd["storage"]
+    if isinstance(raw, RingStorage):  # mapped by ReplayBuffer.open: trusted, not scanned
+        st: Storage = raw
+    else:
+        _check_finite(raw, "storage", buf.allow_nonfinite)
+        st = RingStorage.from_state_dict(raw, where="state_dict.storage")
+    stored = stored_specs(specs, buf.store_next_obs_once)
+    if st.specs != stored or (st.rows, st.num_envs) != (
         buf.capacity_per_env + 1,
         n,
     ):
         raise CheckpointError(
             f"state_dict.storage: expected fields {list(stored.values())} with "
             f"{buf.capacity_per_env + 1} rows x {n} envs, got {list(st.specs.values())} "
-            f"with {st.capacity_per_env} x {st.num_envs}"
+            f"with {st.rows} x {st.num_envs}"
         )
     obs_specs = {k: specs[k] for k in specs if k == "obs" or k.startswith("obs.")}
     side, disc = SideStore(obs_specs), SideStore(obs_specs, capacity=1)
@@ -80,8 +86,9 @@ def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
     bound = {"max_key": st.rows_written * n, "max_capacity": 3 * rows_max + 16}
     side.load_state_dict(sd["side"], where="state_dict.side", **bound)
     disc.load_state_dict(sd["disc"], where="state_dict.disc", **bound)
-    _check_consistent(st, side, disc, prev_open, buf.capacity_per_env,
-                      buf.store_next_obs_once, buf.allow_nonfinite)  # fmt: skip
+    for name in ("side", "disc"):
+        _check_finite(sd[name], name, buf.allow_nonfinite)
+    _check_consistent(st, side, disc, prev_open, buf.capacity_per_env, buf.store_next_obs_once)
     return {**new, "specs": specs, "storage": st, "side": side, "disc": disc}
 
 
@@ -89,7 +96,7 @@ _STATE_KEYS = ("config", "storage", "side", "disc", "prev_open", "sampler")
 """Keys of :meth:`ReplayBuffer.state_dict`."""
 
 
-def _stored_specs(specs: dict[str, FieldSpec], once: bool) -> dict[str, FieldSpec]:
+def stored_specs(specs: dict[str, FieldSpec], once: bool) -> dict[str, FieldSpec]:
     """Specs of the ring's fields: ``specs`` plus ``next_<obs>`` unless ``once``."""
     stored = dict(specs)
     if not once:
@@ -99,14 +106,26 @@ def _stored_specs(specs: dict[str, FieldSpec], once: bool) -> dict[str, FieldSpe
     return stored
 
 
+def _check_finite(sd: Any, name: str, allow_nonfinite: bool) -> None:
+    """Float arrays of a checked ``{"arrays": {...}}`` state are finite unless allowed."""
+    arrays = sd.get("arrays") if isinstance(sd, Mapping) else None
+    if allow_nonfinite or not isinstance(arrays, Mapping):
+        return
+    for k, arr in arrays.items():
+        if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise CheckpointError(
+                f"state_dict.{name}.arrays.{k}: expected finite values "
+                "(allow_nonfinite is False), got NaN/inf"
+            )
+
+
 def _check_consistent(
-    st: RingStorage,
+    st: Storage,
     side: SideStore,
     disc: SideStore,
     prev_open: np.ndarray,
     capacity_per_env: int,
     once: bool,
-    allow_nonfinite: bool,
 ) -> None:
     """Cross-checks of a loaded state that only adds could have produced.
 
@@ -116,14 +135,6 @@ def _check_consistent(
     fields are finite unless ``allow_nonfinite``. Keys below the live range are dead entries
     the side stores drop lazily, and are allowed.
     """
-    if not allow_nonfinite:
-        for name, arrays in (("storage", st.arrays), ("side", side.arrays), ("disc", disc.arrays)):
-            for k, arr in arrays.items():
-                if arr.dtype.kind == "f" and not bool(np.isfinite(arr).all()):
-                    raise CheckpointError(
-                        f"state_dict.{name}.arrays.{k}: expected finite values "
-                        "(allow_nonfinite is False), got NaN/inf"
-                    )
     n, written = st.num_envs, st.rows_written
     if not once or written == 0:
         if side.n or disc.n or prev_open.any():
@@ -132,14 +143,15 @@ def _check_consistent(
                 f"(store_next_obs_once={once}, rows_written={written})"
             )
         return
-    done = st.arrays["terminated"] | st.arrays["truncated"]  # (C + 1, n)
-    if not np.array_equal(prev_open, ~done[(st.cursor - 1) % st.capacity_per_env]):
+    flags = st.gather(np.arange(st.rows * n), ["terminated", "truncated"])
+    done = (flags["terminated"] | flags["truncated"]).reshape(st.rows, n)  # (C + 1, n)
+    if not np.array_equal(prev_open, ~done[(st.cursor - 1) % st.rows]):
         raise CheckpointError(
             "state_dict.prev_open: expected the newest row's 'not done' flags "
-            f"{(~done[(st.cursor - 1) % st.capacity_per_env]).tolist()}, got {prev_open.tolist()}"
+            f"{(~done[(st.cursor - 1) % st.rows]).tolist()}, got {prev_open.tolist()}"
         )
     g = np.arange(written - min(st.size, capacity_per_env), written)  # live global rows
-    live_done = done[g % st.capacity_per_env]  # (rows, n)
+    live_done = done[g % st.rows]  # (rows, n)
     rows, cols = np.nonzero(live_done)
     need = g[rows] * n + cols  # sorted: row-major order of (row, col)
     lo = int(g[0]) * n if len(g) else written * n

@@ -1,7 +1,8 @@
 """Replay for model-based RL: circular storage and an MBPO-style train/validation split.
 
-:class:`ModelBasedReplay` keeps named fields in preallocated numpy arrays ``(max_size, *shape)``
-(allocated from the first insert) with a write cursor ``step`` and a fill level ``size``.
+:class:`ModelBasedReplay` keeps named fields in the replay buffers' ring
+(:class:`~rlstore.storage.RingStorage`, one env column, ``max_size`` rows, allocated from the first
+insert) with a write cursor ``step`` and a fill level ``size``.
 
 **Decision on the seed's ``get_all_buffer_data`` (``[:step]``).** PyTorchRL returns the rows
 before the cursor, which after a wrap-around is only the newest part (and nothing right after a
@@ -41,6 +42,7 @@ import numpy as np
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import make_rng, rng_state, set_rng_state
 from rlstore.specs import FieldSpec, cast_to_spec
+from rlstore.storage import RingStorage
 
 __all__ = [
     "ModelBasedReplay",
@@ -84,12 +86,45 @@ class ModelBasedReplay:
         ):
             raise CapacityError(f"max_size: expected a positive int, got {max_size!r}")
         self.max_size = int(max_size)
-        self.step, self.size = 0, 0
-        self.data: dict[str, np.ndarray] = {}
+        self._ring: RingStorage | None = None
         self.rng = make_rng(seed)
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def step(self) -> int:
+        """Physical write cursor."""
+        return 0 if self._ring is None else self._ring.cursor
+
+    @property
+    def size(self) -> int:
+        """Rows stored."""
+        return 0 if self._ring is None else self._ring.size
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        """The physical storage ``{field: (max_size, *shape)}`` (views into the ring, not in
+        chronological order); ``{}`` before the first insert."""
+        return {} if self._ring is None else {k: a[:, 0] for k, a in self._ring.arrays.items()}
+
+    @data.setter
+    def data(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Replace the storage by copies of ``arrays`` (``(max_size, *shape)`` each); the cursor
+        and fill level are kept."""
+        ring = self._new_ring({k: FieldSpec(k, a.shape[1:], a.dtype) for k, a in arrays.items()})
+        for k, a in arrays.items():
+            ring.arrays[k][:, 0] = a
+        if self._ring is not None:
+            ring.cursor, ring.size, ring.rows_written = (
+                self._ring.cursor, self._ring.size, self._ring.rows_written)  # fmt: skip
+        self._ring = ring
+
+    def _new_ring(self, specs: dict[str, FieldSpec]) -> RingStorage:
+        try:
+            return RingStorage(self.max_size, 1, specs, packed=False)
+        except CapacityError as exc:
+            raise CapacityError(f"max_size: {exc}") from None
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor kwargs (the RNG state lives in :meth:`state_dict`)."""
@@ -145,23 +180,15 @@ class ModelBasedReplay:
                 (1.7 into an int field), NaN/inf; a rejected call leaves the buffer unchanged.
         """
         arrays, n = self._check(new_data)
-        if not self.data:
-            data = {}
-            for k, a in arrays.items():
-                try:
-                    data[k] = np.zeros((self.max_size, *a.shape[1:]), dtype=a.dtype)
-                except (MemoryError, ValueError) as exc:
-                    raise CapacityError(
-                        f"max_size: cannot allocate {self.max_size} rows of {k} "
-                        f"{a.shape[1:]} {a.dtype} ({exc})"
-                    ) from None
-            self.data = data
-        keep = min(n, self.max_size)
-        pos = (self.step + (n - keep) + np.arange(keep)) % self.max_size
-        for k, a in arrays.items():
-            self.data[k][pos] = a[n - keep :]
-        self.step = (self.step + n) % self.max_size
-        self.size = min(self.size + n, self.max_size)
+        if self._ring is None:
+            self._ring = self._new_ring({k: FieldSpec(k, a.shape[1:], a.dtype)
+                                         for k, a in arrays.items()})  # fmt: skip
+        ring, keep = self._ring, min(n, self.max_size)
+        skip = n - keep  # rows older than the newest max_size are never written
+        ring.cursor = (ring.cursor + skip) % self.max_size
+        ring.rows_written += skip
+        if keep:
+            ring.write_block({k: a[skip:, None] for k, a in arrays.items()})
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Store one row ``{field: (*shape)}`` (validated like :meth:`insert_data_slice`)."""
@@ -203,7 +230,8 @@ class ModelBasedReplay:
 
     def clear(self) -> None:
         """Forget every row (storage is kept and overwritten later)."""
-        self.step, self.size = 0, 0
+        if self._ring is not None:
+            self._ring.cursor = self._ring.size = self._ring.rows_written = 0
 
     # ------------------------------------------------------------------ split
     def train_validation_split(
@@ -248,7 +276,7 @@ class ModelBasedReplay:
         }
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
+        """Restore :meth:`state_dict` output (checked first; the buffer is unchanged on error)."""
         try:
             data = {k: np.asarray(v).copy() for k, v in dict(sd.get("data") or {}).items()}
             step, size = int(sd["step"]), int(sd["size"])
@@ -256,12 +284,24 @@ class ModelBasedReplay:
         except (KeyError, TypeError) as exc:
             raise CheckpointError(f"ModelBasedReplay state: missing or bad entry ({exc})") from exc
         if (
-            any(a.shape[0] != self.max_size for a in data.values())
+            any(a.ndim < 1 or a.shape[0] != self.max_size for a in data.values())
             or not 0 <= size <= self.max_size
             or not 0 <= step < self.max_size
+            or (size < self.max_size and step != size)  # only a full ring wraps
+            or (size and not data)
         ):
             raise CheckpointError(f"ModelBasedReplay state: does not fit max_size={self.max_size}")
-        self.data, self.step, self.size, self.rng = data, step, size, rng
+        try:
+            specs = {k: FieldSpec(k, a.shape[1:], a.dtype) for k, a in data.items()}
+        except SpecError as exc:
+            raise CheckpointError(f"ModelBasedReplay state: {exc}") from exc
+        ring = self._new_ring(specs) if data else None
+        if ring is not None:
+            for k, a in data.items():
+                ring.arrays[k][:, 0] = a
+            ring.cursor, ring.size = step, size
+            ring.rows_written = size if size < self.max_size else self.max_size + step
+        self._ring, self.rng = ring, rng
 
 
 @dataclass

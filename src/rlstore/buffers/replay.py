@@ -16,10 +16,14 @@ terminated, truncated`` (+ extras) of one transition. Its ``next_obs`` is not st
 With ``store_next_obs_once=False`` ``next_obs`` is stored per row (twice the observation
 memory); it is the plain twin the compact layout is tested against: both draw identical batches.
 
-Modules. This file holds the layout, reading (``sample`` / ``gather``), ``warm`` and state; the
-write path (``add`` / ``extend``, validation, discontinuity detection) is the mixin
-``_replay_write.ReplayWriter``, whose fast add path for already well-typed input lives in
-``_replay_fast.py`` (tested byte for byte against the general path).
+Composition. The ring is any :class:`~rlstore.storage.Storage` (``storage=``: memory by
+default, memory-mapped files with :meth:`StorageLayout.memmap`), touched only through its
+protocol; the sampler is any :class:`~rlstore.samplers.Sampler` (``sampler=``: uniform by
+default, or :class:`~rlstore.samplers.PrioritizedSampler`). Transition ids are
+``global_row * num_envs + env`` (``global_row`` counts every row ever written), so they stay
+valid while the transition is stored and tell when it was overwritten. The one write path
+(``add`` / ``extend``: validation, discontinuity detection) is ``_replay_write.py``; the checks
+of a loaded state are ``_replay_state.py``.
 
 Example:
     >>> import numpy as np
@@ -29,42 +33,41 @@ Example:
     >>> len(buf), buf.metadata()["side_entries"]  # one final observation kept aside
     (2, 1)
     >>> batch = buf.sample(2)
-    >>> tuple(batch.next_obs.shape), batch.next_obs.dtype
-    ((2, 4), torch.float32)
+    >>> tuple(batch.next_obs.shape), batch.next_obs.dtype, batch.weights.tolist()
+    ((2, 4), torch.float32, [1.0, 1.0])
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from rlstore._checks import as_device, check_count
-from rlstore._output_pool import OutputPool
-from rlstore.buffers._replay_fast import FastPlan
-from rlstore.buffers._replay_state import checked_state
-from rlstore.buffers._replay_write import ReplayWriter
-from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
-from rlstore.samplers import UniformSampler
+from rlstore.buffers._replay_state import checked_state, stored_specs
+from rlstore.buffers._replay_write import ReplayWriter, field_plan
+from rlstore.errors import (
+    CapacityError,
+    CheckpointError,
+    ConfigError,
+    EmptyBufferError,
+    RLStoreError,
+    SpecError,
+)
+from rlstore.samplers import Sampler, make_sampler
 from rlstore.specs import FieldSpec, TransitionSchema
-from rlstore.storage import RingStorage, SideStore
+from rlstore.storage import Storage, StorageLayout
+from rlstore.storage.ring import SideStore
 
 __all__ = ["ReplayBuffer", "ReplayBatch"]
 
-Obs = Any  # np.ndarray-like, or a one-level dict of them
-
-
-POOLED_BATCH_MIN_BYTES = 1 << 20
-"""Sampled batches of at least this many bytes reuse pooled memory (:mod:`rlstore._output_pool`):
-measured on 256 x 84x84x4 images, 4.3 ms per sample with fresh memory (page faults), 0.8 ms with
-reused memory; below it, fresh ``np.empty`` arrays are cheaper than the pool's bookkeeping."""
-
 
 class ReplayBatch(NamedTuple):
-    """A uniform sample of ``B`` transitions as torch tensors on the buffer's device.
+    """A sample of ``B`` transitions as torch tensors on the buffer's device.
 
     Attributes:
         obs: ``(B, *obs_shape)`` (or a dict of them), stored dtype (uint8 stays uint8).
@@ -74,6 +77,9 @@ class ReplayBatch(NamedTuple):
         terminated: ``(B,)`` bool; use ``1 - terminated`` as the bootstrap mask.
         truncated: ``(B,)`` bool; time-limit ends (bootstrap from ``next_obs``).
         extras: ``{name: (B, *shape)}`` for any extra field (e.g. ``hidden``).
+        indices: ``(B,)`` int64 numpy transition ids ``global_row * num_envs + env`` (pass
+            them to :meth:`ReplayBuffer.update_priorities`).
+        weights: ``(B,)`` float32 importance weights (ones for uniform sampling).
     """
 
     obs: torch.Tensor | dict[str, torch.Tensor]
@@ -83,10 +89,12 @@ class ReplayBatch(NamedTuple):
     terminated: torch.Tensor
     truncated: torch.Tensor
     extras: dict[str, torch.Tensor]
+    indices: np.ndarray
+    weights: torch.Tensor
 
 
 class ReplayBuffer(ReplayWriter):
-    """FIFO ring of transitions with uniform sampling with replacement.
+    """FIFO ring of transitions, sampled uniformly (default) or by priority, with replacement.
 
     Args:
         capacity: total transitions kept (> 0); rounded up to a multiple of ``num_envs``.
@@ -96,9 +104,14 @@ class ReplayBuffer(ReplayWriter):
             ``reward`` (float32), ``terminated``/``truncated`` (bool) default; other names are
             extras.
         device: torch device of sampled tensors (storage stays in host memory).
-        seed: int, ``np.random.Generator`` or ``None`` for the sampler.
+        seed: int, ``np.random.Generator`` or ``None`` for the sampler built here (give a
+            sampler object its own seed instead).
         store_next_obs_once: compact layout (default) or plain per-row ``next_obs``.
         allow_nonfinite: accept NaN/inf in float fields (rejected by default).
+        storage: a :class:`~rlstore.storage.StorageLayout` (or its dict): memory (default) or
+            ``StorageLayout.memmap(directory, keep=...)``.
+        sampler: ``None`` (uniform), a :class:`~rlstore.samplers.PrioritizedSampler` (or a
+            :class:`~rlstore.samplers.UniformSampler`), or a sampler's ``config()`` dict.
     """
 
     def __init__(
@@ -111,6 +124,8 @@ class ReplayBuffer(ReplayWriter):
         seed: int | np.random.Generator | None = None,
         store_next_obs_once: bool = True,
         allow_nonfinite: bool = False,
+        storage: StorageLayout | Mapping[str, Any] | None = None,
+        sampler: Sampler | Mapping[str, Any] | None = None,
     ):
         self.capacity = check_count("capacity", capacity)
         self.num_envs = check_count("num_envs", num_envs)
@@ -126,82 +141,55 @@ class ReplayBuffer(ReplayWriter):
                 raise ConfigError(f"{name}: expected a bool, got {flag!r}")
         self.store_next_obs_once = bool(store_next_obs_once)
         self.allow_nonfinite = bool(allow_nonfinite)
+        self._layout = StorageLayout.parse(storage)
+        if seed is not None and not isinstance(sampler, (Mapping, type(None))):
+            raise ConfigError(
+                "seed: give the seed to the sampler object, or pass its config() dict with "
+                "seed=..., not both"
+            )
         self._seed = int(seed) if isinstance(seed, (int, np.integer)) else None
-        self._sampler = UniformSampler(seed)
+        self._sampler = make_sampler(sampler, seed)
+        self._sampler.bind((self.capacity_per_env + 1) * self.num_envs)
         self.specs: dict[str, FieldSpec] | None = None
         self._schema: TransitionSchema | None = None
-        self._storage: RingStorage | None = None
+        self._storage: Storage | None = None
         self._side: SideStore | None = None  # final observations of ended episodes
         self._disc: SideStore | None = None  # next_obs of discontinuous (non-done) rows
-        self._fast: FastPlan | None = None  # fast add path (common layout only)
-        self._pending: tuple[Any, int, bytes] | None = None  # see _replay_fast
+        self._pending: list[bytes] | None = None
         self._prev_open = np.zeros(self.num_envs, dtype=bool)
-        self._prev_open_any = False
-        self._prev_all = False
-        self._outputs = OutputPool()  # reused memory of sampled batches (compiled gather)
+        self._prev_open_any = self._prev_all = False
         parsed = TransitionSchema.parse(specs)
         if parsed is not None:
             self._allocate(parsed)
 
     # ------------------------------------------------------------------ layout
-    def _allocate(self, specs: dict[str, FieldSpec], storage: RingStorage | None = None) -> None:
+    def _allocate(self, specs: dict[str, FieldSpec], storage: Storage | None = None) -> None:
         """Build the schema and storage of ``specs``; nothing is assigned before every
         allocation succeeded (a failed one raises :class:`CapacityError`, buffer unchanged)."""
         schema = TransitionSchema(specs, allow_nonfinite=self.allow_nonfinite)
-        next_names = {k: "next_" + k for k in schema.obs_names}
-        stored = dict(specs)
-        if not self.store_next_obs_once:
-            stored.update(
-                {n: FieldSpec(n, specs[k].shape, specs[k].dtype) for k, n in next_names.items()}
-            )
         if storage is None:
-            storage = RingStorage(self.capacity_per_env + 1, self.num_envs, stored)
-        elif storage.specs != stored or storage.arrays["reward"].shape[:2] != (
-            self.capacity_per_env + 1,
-            self.num_envs,
-        ):
-            raise CheckpointError(
-                f"state_dict.storage: expected fields {list(stored)} with "
-                f"{self.capacity_per_env + 1} rows x {self.num_envs} envs, got "
-                f"{list(storage.specs)} with "
-                f"{storage.arrays['reward'].shape[:2]}"
-            )
-        side = SideStore({k: specs[k] for k in schema.obs_names})
-        disc = SideStore({k: specs[k] for k in schema.obs_names}, capacity=1)
+            stored = stored_specs(specs, self.store_next_obs_once)
+            storage = self._layout.build(self.capacity_per_env + 1, self.num_envs, stored)
+        obs_specs = {k: specs[k] for k in schema.obs_names}
+        side, disc = SideStore(obs_specs), SideStore(obs_specs, capacity=1)
         self.specs, self._schema = schema.specs, schema
         self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
         self._extra_names = schema.extra_names
-        self._next_names = next_names
         self._storage, self._side, self._disc = storage, side, disc
-        self._build_fast()
-
-    def _build_fast(self) -> None:
-        """Fast add plan (views into the storage) for the common layout, else ``None``."""
-        st, specs, schema = self._storage, self.specs, self._schema
-        self._fast = self._pending = None
-        if st is not None and specs is not None and schema is not None:
-            if FastPlan.applies(
-                specs,
-                schema,
-                store_next_obs_once=self.store_next_obs_once,
-                allow_nonfinite=self.allow_nonfinite,
-            ):
-                self._fast = FastPlan(specs, st, self.num_envs)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the fast plan: its views are rebuilt on the unpickled storage."""
-        state = dict(self.__dict__)
-        state["_fast"] = state["_pending"] = state["_outputs"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._outputs = OutputPool()
-        self._build_fast()
+        self._plan = field_plan(schema, self.num_envs, self.allow_nonfinite)
+        self._pending = None
 
     # ------------------------------------------------------------------ reading
     def _rows(self) -> int:
         return 0 if self._storage is None else min(self._storage.size, self.capacity_per_env)
+
+    def _window(self) -> tuple[int, int]:
+        """Live transition ids ``[lo, hi)``."""
+        st = self._storage
+        if st is None:
+            return 0, 0
+        n = self.num_envs
+        return (st.rows_written - self._rows()) * n, st.rows_written * n
 
     def __len__(self) -> int:
         """Number of stored (sampleable) transitions."""
@@ -214,8 +202,7 @@ class ReplayBuffer(ReplayWriter):
             return 0
         return self._storage.nbytes + self._side.nbytes + self._disc.nbytes + self._prev_open.nbytes
 
-    def sample_indices(self, batch_size: int) -> np.ndarray:
-        """Draw flat transition indices ``row * num_envs + env`` (row 0 = oldest), int64."""
+    def _check_batch(self, batch_size: int) -> int:
         check_count("batch_size", batch_size)
         cap = self.capacity_per_env * self.num_envs  # capacity rounded up to whole rows
         if batch_size > cap:
@@ -225,7 +212,13 @@ class ReplayBuffer(ReplayWriter):
             raise EmptyBufferError(
                 f"batch_size: expected <= stored transitions={size}, got {batch_size}"
             )
-        return self._sampler.sample(size, int(batch_size))
+        return int(batch_size)
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        """Draw flat transition indices ``row * num_envs + env`` (row 0 = oldest), int64, by
+        the buffer's sampler (for :meth:`gather`)."""
+        ids = self._sampler.sample(self._check_batch(batch_size)).indices
+        return ids - self._window()[0]
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Numpy arrays of the transitions at flat indices (see :meth:`sample_indices`).
@@ -238,32 +231,29 @@ class ReplayBuffer(ReplayWriter):
             SpecError: ``indices`` not a 1-D integer array, or an index outside
                 ``[0, len(self))``.
         """
-        st, side, disc = self._storage, self._side, self._disc
-        if st is None or side is None or disc is None:
+        if self._storage is None:
             raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
         if type(indices) is not np.ndarray or indices.dtype != np.int64:
             indices = _check_indices(indices)
         elif indices.ndim != 1:
             raise SpecError(f"indices: expected a 1-D integer array, got shape {indices.shape}")
-        f = self._fast
-        if f is not None and f.writer is not None:
-            try:
-                return self._gather_compiled(f.writer, indices)
-            except IndexError as exc:  # the compiled ring checks the range as it reads
-                raise SpecError(str(exc)) from None
         if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
             bad = indices[(indices < 0) | (indices >= len(self))][0]
             raise SpecError(f"indices: expected values in [0, {len(self)}), got {bad}")
-        n, rows = self.num_envs, st.capacity_per_env
+        return self._gather_ids(indices + self._window()[0])
+
+    def _gather_ids(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The transitions of live ids (checked by the caller)."""
+        st, side, disc = self._storage, self._side, self._disc
+        if st is None or side is None or disc is None:
+            raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
+        n, rows = self.num_envs, st.rows
         if n == 1:
-            g = indices + (st.rows_written - self._rows())
-            col = None
-            phys = g % rows
-            flat, succ = phys, phys + 1
+            flat = ids % rows
+            succ = flat + 1
             succ[succ == rows] = 0
         else:
-            lrow, col = np.divmod(indices, n)
-            g = lrow + (st.rows_written - self._rows())
+            g, col = np.divmod(ids, n)
             phys = g % rows
             flat = phys * n + col
             succ = (phys + 1) % rows * n + col
@@ -271,44 +261,12 @@ class ReplayBuffer(ReplayWriter):
         if not self.store_next_obs_once:
             return out
         out.update({"next_" + k: v for k, v in st.gather(succ, self._obs_names).items()})
-        done = out["terminated"] | out["truncated"]
-        if side.n and done.any():  # every done transition has its final obs in `side`
-            where = np.flatnonzero(done)
-            keys = g[where] * n + col[where] if col is not None else g[where]
-            self._patch(out, side, where, keys)
+        if side.n:  # every done transition has its final obs in `side`
+            where = np.flatnonzero(out["terminated"] | out["truncated"])
+            if where.size:
+                self._patch(out, side, where, ids[where])
         if disc.n:
-            self._patch(out, disc, np.arange(len(flat)), g * n + col if col is not None else g)
-        return out
-
-    def _gather_compiled(self, writer: Any, indices: np.ndarray) -> dict[str, np.ndarray]:
-        """:meth:`gather` by the compiled ring (one pass over the records), then the same
-        side-store patches; tested equal to the numpy path (``test_replay_gather.py``)."""
-        st, side, disc = self._storage, self._side, self._disc
-        rec = None if st is None else st.records  # the compiled ring exists only for records
-        if st is None or side is None or disc is None or rec is None:  # gather checked these
-            raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
-        idx = np.ascontiguousarray(indices, dtype=np.int64)
-        b, specs = len(idx), st.specs
-        fields = {k: ((b, *specs[k].shape), specs[k].dtype) for k in specs}
-        fields["next_obs"] = fields["obs"]
-        if b * rec.dtype.itemsize >= POOLED_BATCH_MIN_BYTES:
-            out = self._outputs.take(fields)  # large (image) batches: no page faults
-        else:  # small batches come from the heap cheaply; the pool's bookkeeping would cost more
-            out = {k: np.empty(shape, dtype) for k, (shape, dtype) in fields.items()}
-        offset = st.rows_written - self._rows()
-        done = writer.gather(
-            idx, len(self), offset, out["obs"], out["action"], out["reward"],
-            out["terminated"], out["truncated"], out["next_obs"],
-        )  # fmt: skip
-        if (done and side.n) or disc.n:
-            n = self.num_envs
-            g = idx // n + offset
-            keys = g * n + idx % n  # global flat key of each sampled transition
-            if done and side.n:
-                where = np.flatnonzero(out["terminated"] | out["truncated"])
-                self._patch(out, side, where, keys[where])
-            if disc.n:
-                self._patch(out, disc, np.arange(b), keys)
+            self._patch(out, disc, np.arange(len(ids)), ids)
         return out
 
     def _patch(
@@ -320,17 +278,25 @@ class ReplayBuffer(ReplayWriter):
             for k in self._obs_names:
                 out["next_" + k][w] = store.arrays[k][p]
 
-    def sample(self, batch_size: int) -> ReplayBatch:
-        """Uniformly sample ``batch_size`` stored transitions with replacement.
+    def sample(self, batch_size: int, beta: float | None = None) -> ReplayBatch:
+        """Sample ``batch_size`` stored transitions with replacement, by the buffer's sampler.
+
+        Args:
+            batch_size: transitions to draw.
+            beta: importance exponent of a prioritized sampler for this batch (its own
+                ``beta`` or schedule when ``None``); ignored by uniform sampling.
 
         Returns:
-            :class:`ReplayBatch` of torch tensors on ``device``, leading axis ``batch_size``.
+            :class:`ReplayBatch` of torch tensors on ``device``, leading axis ``batch_size``,
+            with the drawn ``indices`` (ids) and importance ``weights``.
 
         Raises:
             CapacityError: ``batch_size <= 0`` or ``> capacity``.
             EmptyBufferError: ``batch_size`` larger than the number of stored transitions.
         """
-        arrays = self.gather(self.sample_indices(batch_size))
+        drawn = self._sampler.sample(self._check_batch(batch_size), beta)
+        arrays = self._gather_ids(drawn.indices)
+        arrays["_weights"] = drawn.weights
         dev = self.device
         if dev.type == "cpu":
             t = {k: torch.from_numpy(v) for k, v in arrays.items()}
@@ -349,7 +315,19 @@ class ReplayBuffer(ReplayWriter):
             t["terminated"],
             t["truncated"],
             {k: t[k] for k in self._extra_names},
+            drawn.indices,
+            t["_weights"],
         )
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Set the priorities (e.g. ``|TD error|``) of sampled transitions by their ids
+        (``batch.indices``); ids overwritten since they were sampled are ignored.
+
+        Raises:
+            ConfigError: the buffer samples uniformly.
+            SpecError: malformed ids or priorities (negative, NaN, inf); nothing changes.
+        """
+        self._sampler.update_priorities(indices, priorities)
 
     # ------------------------------------------------------------------ filling
     def warm(
@@ -392,6 +370,8 @@ class ReplayBuffer(ReplayWriter):
             "seed": self._seed,
             "store_next_obs_once": self.store_next_obs_once,
             "allow_nonfinite": self.allow_nonfinite,
+            "storage": self._layout.to_json(),
+            "sampler": self._sampler.config(),
         }
 
     def metadata(self) -> dict[str, Any]:
@@ -410,10 +390,13 @@ class ReplayBuffer(ReplayWriter):
 
     def state_dict(self) -> dict[str, Any]:
         """Nested dict of numpy arrays and JSON-able scalars restoring this buffer exactly
-        (contents, cursor, size, pending observations, sampler RNG state)."""
+        (contents, cursor, size, pending observations, sampler state)."""
+        return self._state(None if self._storage is None else self._storage.state_dict())
+
+    def _state(self, storage: Any) -> dict[str, Any]:
         return {
             "config": self.config(),
-            "storage": None if self._storage is None else self._storage.state_dict(),
+            "storage": storage,
             "side": None if self._side is None else self._side.state_dict(),
             "disc": None if self._disc is None else self._disc.state_dict(),
             "prev_open": self._prev_open.copy(),
@@ -427,22 +410,78 @@ class ReplayBuffer(ReplayWriter):
         (capacity, num_envs, layout, ``allow_nonfinite``, specs), the ring's arrays and
         counters, the side stores (sorted keys, none from the future, every stored done
         transition's final observation present), the pending-observation flags, finiteness
-        of float fields unless ``allow_nonfinite``, and the sampler's RNG state.
+        of float fields unless ``allow_nonfinite``, and the sampler's state.
 
         Raises:
             CheckpointError: naming the first entry that is missing or wrong; the buffer is
                 unchanged then.
         """
         new = checked_state(self, sd)
-        self._sampler.load_state_dict(sd["sampler"])  # checked whole before it changes
         specs, storage, side, disc = (new.pop(k) for k in ("specs", "storage", "side", "disc"))
+        n = self.num_envs
+        rows = 0 if storage is None else min(storage.size, self.capacity_per_env)
+        written = 0 if storage is None else storage.rows_written
+        window = ((written - rows) * n, written * n)
+        self._sampler.load_state_dict(sd["sampler"], window=window)  # checked before it changes
+        if storage is not None and storage is not sd["storage"]:  # a copy: into this layout
+            storage = self._layout.adopt(storage, self._storage)
         if storage is None:
             self.specs = self._schema = self._storage = self._side = self._disc = None
-            self._fast = self._pending = None
+            self._pending = None
         else:
             self._allocate(specs, storage)
             self._side, self._disc = side, disc
         self.__dict__.update(new)
+
+    # ------------------------------------------------------------------ memory-mapped files
+    def flush(self) -> None:
+        """Write a memory-mapped buffer's pages and everything else it needs to reopen
+        (:meth:`open`) into its folder.
+
+        Raises:
+            ConfigError: the buffer is not memory-mapped.
+        """
+        from rlstore.checkpoint import save_state
+
+        if self._layout.kind != "memmap":
+            raise ConfigError("flush: only a memory-mapped buffer (StorageLayout.memmap) flushes")
+        st = self._storage
+        if st is not None:
+            st.flush()  # type: ignore[attr-defined]
+        counters = None if st is None else st.counters()  # type: ignore[attr-defined]
+        save_state(str(self._layout.directory), self._state(counters), prefix=_MMAP_PREFIX)
+
+    @classmethod
+    def open(cls, directory: str | Path, *, device: str | None = None) -> ReplayBuffer:
+        """Reopen a memory-mapped buffer from its folder after :meth:`flush`, mapping its
+        files (no copy); later adds and samples continue exactly.
+
+        Raises:
+            CheckpointError: the folder holds no flushed buffer, or files that do not match.
+        """
+        from rlstore.checkpoint import load_state
+        from rlstore.storage import MemmapStorage
+
+        sd = dict(load_state(str(directory), prefix=_MMAP_PREFIX))
+        cfg = sd.get("config")
+        if not isinstance(cfg, Mapping) or not isinstance(cfg.get("storage"), Mapping):
+            raise CheckpointError(f"{directory}: expected a flushed memory-mapped ReplayBuffer")
+        layout = StorageLayout.memmap(directory, keep=bool(cfg["storage"].get("keep", True)))
+        kwargs = {**cfg, "specs": None, "storage": layout}
+        if device is not None:
+            kwargs["device"] = device
+        try:
+            buf = cls(**kwargs)
+        except (TypeError, RLStoreError) as exc:
+            raise CheckpointError(f"{directory}: config does not fit ReplayBuffer ({exc})") from exc
+        if sd["storage"] is not None:
+            sd["storage"] = MemmapStorage.open(directory, sd["storage"], keep=layout.keep)
+        buf.load_state_dict(sd)
+        return buf
+
+
+_MMAP_PREFIX = "replay_"
+"""File prefix of the state a memory-mapped buffer's :meth:`ReplayBuffer.flush` writes."""
 
 
 def _check_indices(indices: Any) -> np.ndarray:

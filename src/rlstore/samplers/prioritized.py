@@ -1,57 +1,44 @@
 """Proportional prioritized sampling (Schaul et al. 2016, arXiv:1511.05952) over a sum tree.
 
-A slot ``i`` holds priority ``p_i`` and is drawn with probability
-``P(i) = (p_i + eps)^alpha / sum_k (p_k + eps)^alpha`` over the ``N`` live slots (those written
-through :meth:`PrioritizedSampler.on_write`). A batch is drawn stratified: ``[0, total)`` is cut
-into ``batch_size`` equal segments and one mass is drawn uniformly in each. Importance weights are
-``w_i = (N * P(i))^-beta / max_j w_j`` where the maximum runs over the WHOLE buffer (the weight of
-the least likely live slot, ``(N * P_min)^-beta``), not over the batch, as in OpenAI baselines:
-weights only ever scale updates down, and a slot's weight does not depend on what else happened
-to be drawn with it. ``N`` is the number of live slots, not the capacity.
+The sampler works on the ids of :mod:`rlstore.samplers.uniform`: the live ids form a window
+``[lo, hi)`` of at most ``capacity`` ids, and id ``i`` sits in slot ``i % capacity`` of a float64
+:class:`~rlstore.samplers.sum_tree.SumTree`. A live id ``i`` with priority ``p_i`` is drawn with
+probability ``P(i) = (p_i + eps)^alpha / sum_k (p_k + eps)^alpha``; ids that leave the window
+(overwritten) get priority 0 and are never drawn. A batch is drawn stratified: ``[0, total)`` is
+cut into ``batch_size`` equal segments and one mass is drawn uniformly in each. Importance
+weights are ``w_i = (N * P(i))^-beta / max_j w_j`` where the maximum runs over the WHOLE buffer
+(the weight of the least likely live id, ``(N * P_min)^-beta``), not over the batch, as in
+OpenAI baselines: weights only ever scale updates down, and an id's weight does not depend on
+what else happened to be drawn with it. ``N`` is the number of live ids.
 
 Example:
     >>> s = PrioritizedSampler(8, alpha=1.0, beta=1.0, seed=0)
-    >>> s.on_write(np.arange(4))
-    >>> batch = s.sample(4, 2)
+    >>> s.on_write(0, 4)
+    >>> batch = s.sample(2)
     >>> batch.indices.dtype, batch.weights.dtype, batch.weights.tolist()
     (dtype('int64'), dtype('float32'), [1.0, 1.0])
-    >>> s.update_priorities(batch.indices, np.array([3.0, 0.5]), batch.generations)
+    >>> s.update_priorities(batch.indices, np.array([3.0, 0.5]))
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from rlstore._checks import check_count, real_number
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers._rng import make_rng, rng_state, set_rng_state
-from rlstore.samplers.sum_tree import SumTree, _check_indices, _check_values, _last_writes
-from rlstore.storage import _checked_array, _count, _mapping
+from rlstore.samplers.sum_tree import SumTree, _check_values, _last_writes
+from rlstore.samplers.uniform import SampledIds, check_window
+from rlstore.storage.ring import _count, _mapping
 
-__all__ = ["LinearSchedule", "PrioritizedSample", "PrioritizedSampler"]
+__all__ = ["LinearSchedule", "PrioritizedSampler"]
 
 _FLOAT_MAX = float(np.finfo(np.float64).max)
-
-
-class PrioritizedSample(NamedTuple):
-    """One prioritized batch.
-
-    Attributes:
-        indices: ``(B,)`` int64 slots drawn.
-        weights: ``(B,)`` float32 importance weights in ``(0, 1]``.
-        generations: ``(B,)`` int64 write generation of each slot when drawn; pass it back to
-            :meth:`PrioritizedSampler.update_priorities` so that updates to slots overwritten
-            in the meantime are ignored.
-    """
-
-    indices: np.ndarray
-    weights: np.ndarray
-    generations: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -76,15 +63,14 @@ class LinearSchedule:
 
 
 class PrioritizedSampler:
-    """Proportional prioritized sampling over ``capacity`` slots (see the module docstring).
+    """Proportional prioritized sampling of the live ids (see the module docstring).
 
-    New or overwritten slots (:meth:`on_write`) enter with the largest priority seen so far
-    (initially 1.0) and a new generation number; :meth:`sample` draws a stratified batch with
-    importance weights; :meth:`update_priorities` sets ``(|p| + eps)^alpha`` for the sampled
-    slots that were not overwritten since.
+    New ids (:meth:`on_write`) enter with the largest priority seen so far (initially 1.0);
+    :meth:`sample` draws a stratified batch with importance weights; :meth:`update_priorities`
+    sets ``(p + eps)^alpha`` for the ids that are still live and ignores the others.
 
     Args:
-        capacity: number of slots (int >= 1).
+        capacity: slots (int >= 1), or ``None`` to let the buffer size it (:meth:`bind`).
         alpha: priority exponent ``>= 0`` (0: uniform sampling).
         beta: importance exponent ``>= 0`` (0: unit weights), or a :class:`LinearSchedule`
             evaluated at the number of :meth:`sample` calls made so far.
@@ -97,122 +83,134 @@ class PrioritizedSampler:
 
     def __init__(
         self,
-        capacity: int,
+        capacity: int | None = None,
         alpha: float = 0.6,
         beta: float | LinearSchedule = 0.4,
         eps: float = 1e-6,
         seed: int | np.random.Generator | None = None,
     ):
-        self.capacity = check_count("capacity", capacity, error=ConfigError)
         self.alpha = real_number("alpha", alpha, 0.0, _FLOAT_MAX, expected="a finite number >= 0")
         self.beta = beta if isinstance(beta, LinearSchedule) else _beta(beta)
         self.eps = real_number("eps", eps, 0.0, _FLOAT_MAX, expected="a finite number > 0")
         if self.eps == 0.0:
             raise ConfigError(f"eps: expected a finite number > 0, got {eps!r}")
         self.rng = make_rng(seed)
-        self.tree = SumTree(self.capacity)
-        self.generations = np.zeros(self.capacity, dtype=np.int64)
-        self.live = np.zeros(self.capacity, dtype=bool)
+        self.capacity: int | None = None
+        self.tree = SumTree(1)
         self.max_priority = 1.0  # the largest |p| + eps seen (before the alpha power)
         self.steps = 0  # sample() calls: the argument of a beta schedule
-        self._n = 0  # live slots
-        self._next_generation = 1
+        self.lo = self.hi = 0  # live ids
+        if capacity is not None:
+            self.bind(capacity)
+
+    def bind(self, capacity: int) -> None:
+        """Allocate the tree for ``capacity`` slots (a buffer calls this with its slots).
+
+        Raises:
+            ConfigError: ``capacity`` not an int >= 1, or another capacity than bound before.
+        """
+        cap = check_count("capacity", capacity, error=ConfigError)
+        if self.capacity is not None and cap != self.capacity:
+            raise ConfigError(
+                f"capacity: expected {self.capacity} like the sampler was built for, got {cap}"
+            )
+        if self.capacity is None:
+            self.capacity, self.tree = cap, SumTree(cap)
+
+    def _cap(self) -> int:
+        if self.capacity is None:
+            raise ConfigError("capacity: the sampler has no slots yet (give capacity or bind)")
+        return self.capacity
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able hyperparameters: ``{"kind": "prioritized", "alpha", "beta", "eps"}``."""
+        beta = asdict(self.beta) if isinstance(self.beta, LinearSchedule) else self.beta
+        return {"kind": "prioritized", "alpha": self.alpha, "beta": beta, "eps": self.eps}
 
     def __len__(self) -> int:
-        """The number of live slots ``N`` (written at least once)."""
-        return self._n
+        """The number of live ids ``N``."""
+        return self.hi - self.lo
 
     def current_beta(self) -> float:
         """The beta the next :meth:`sample` uses when none is given."""
         return self.beta(self.steps) if isinstance(self.beta, LinearSchedule) else self.beta
 
-    def on_write(self, indices: Any) -> None:
-        """Mark ``indices`` as (over)written: priority = the largest seen so far, new generation.
+    def on_write(self, lo: int, hi: int) -> None:
+        """The live ids are now ``[lo, hi)``: ids that left get priority 0, new ids the
+        largest priority seen so far.
 
         Raises:
-            SpecError: ``indices`` not a 1-D integer array in ``[0, capacity)``; nothing changes.
+            SpecError: a window that moves back or holds more than ``capacity`` ids.
         """
-        idx = _check_indices("indices", indices, self.capacity)
-        uniq, _ = _last_writes(idx)
-        value = np.full(len(uniq), _power(np.float64(self.max_priority), self.alpha))
-        self.tree._set_unique(uniq, value)
-        self.generations[uniq] = self._next_generation
-        self._next_generation += 1
-        self._n += int(len(uniq) - np.count_nonzero(self.live[uniq]))
-        self.live[uniq] = True
+        cap = self._cap()
+        lo, hi = check_window(lo, hi, (self.lo, self.hi), cap)
+        gone = np.arange(self.lo, min(lo, self.hi), dtype=np.int64)
+        new = np.arange(max(self.hi, lo), hi, dtype=np.int64)
+        if gone.size or new.size:
+            top = _power(np.float64(self.max_priority), self.alpha)
+            slots, last = _last_writes(np.concatenate((gone, new)) % cap)  # new wins a slot
+            vals = np.concatenate((np.zeros(gone.size), np.full(new.size, top)))[last]
+            self.tree._set_unique(slots, vals)
+        self.lo, self.hi = lo, hi
 
-    def sample(self, size: int, batch_size: int, beta: float | None = None) -> PrioritizedSample:
-        """Draw ``batch_size`` slots, one per equal segment of ``[0, total)``, with weights.
+    def sample(self, batch_size: int, beta: float | None = None) -> SampledIds:
+        """Draw ``batch_size`` live ids, one per equal segment of ``[0, total)``, with weights.
 
         Args:
-            size: the number of live slots as the caller sees it; must equal ``len(self)``.
-            batch_size: number of slots (int >= 1).
+            batch_size: number of ids (int >= 1).
             beta: importance exponent for this batch; default :meth:`current_beta`.
 
         Returns:
-            :class:`PrioritizedSample` (``indices`` int64, ``weights`` float32 in ``(0, 1]``,
-            ``generations`` int64), each of shape ``(batch_size,)``.
+            :class:`~rlstore.samplers.uniform.SampledIds`: ``indices`` int64 ids, ``weights``
+            float32 in ``(0, 1]``, each of shape ``(batch_size,)``.
 
         Raises:
-            EmptyBufferError: no live slot.
-            SpecError: ``size`` differs from ``len(self)``.
+            EmptyBufferError: no live id.
             CapacityError: ``batch_size`` not an int >= 1.
             ConfigError: ``beta`` not a number >= 0.
         """
         b = check_count("batch_size", batch_size)
         b_exp = self.current_beta() if beta is None else _beta(beta)
-        if self._n == 0 or not self.tree.total > 0:
-            raise EmptyBufferError("sample: no slot written yet (on_write first)")
-        if check_count("size", size, minimum=0, error=SpecError) != self._n:
-            raise SpecError(f"size: expected {self._n} live slots like on_write, got {size!r}")
-        total = self.tree.total
-        mass = (np.arange(b) + self.rng.random(b)) * (total / b)
-        idx = self.tree._find(mass)
+        if self.hi == self.lo or not self.tree.total > 0:
+            raise EmptyBufferError("sample: no live id (the buffer is empty)")
+        tree, cap = self.tree, self._cap()
+        total = tree.total
+        slots = tree._find((np.arange(b) + self.rng.random(b)) * (total / b))
         # (N P(i))^-beta / (N P_min)^-beta = (p_min / p_i)^beta: N and the total cancel
-        ratio = self.tree.min / self.tree.leaves[idx]
+        ratio = tree.min / tree._sum[tree._leaf0 + slots]
         weights = (ratio**b_exp).astype(np.float32)
         self.steps += 1
-        return PrioritizedSample(idx, weights, self.generations[idx])
+        return SampledIds(self.lo + (slots - self.lo) % cap, weights)
 
-    def update_priorities(
-        self, indices: Any, priorities: Any, generations: Any | None = None
-    ) -> None:
-        """Store ``(p + eps)^alpha`` for the slots ``indices`` and raise the max priority.
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Store ``(p + eps)^alpha`` for the live ids ``indices`` and raise the max priority.
 
         Pass ``p = |TD error|``: negative priorities are refused, not folded with ``abs``.
-        An index that repeats takes its last priority. With ``generations`` (from
-        :meth:`sample`), entries whose slot was overwritten since it was drawn are ignored.
+        An id that repeats takes its last priority. Ids that are no longer live (overwritten
+        since they were drawn) are ignored.
 
         Args:
-            indices: ``(k,)`` integers: live slots in ``[0, capacity)``.
+            indices: ``(k,)`` integer ids drawn by :meth:`sample` (in ``[0, hi)``).
             priorities: ``(k,)`` finite real numbers ``>= 0`` (e.g. ``|TD error|``).
-            generations: ``(k,)`` integers, or ``None`` to apply every entry.
 
         Raises:
-            SpecError: wrong shapes or dtypes, an index out of range or never written, a
-                negative, NaN or inf priority; nothing changes.
+            SpecError: wrong shapes or dtypes, an id never written, a negative, NaN or inf
+                priority; nothing changes.
         """
-        idx = _check_indices("indices", indices, self.capacity)
+        idx = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise SpecError(
+                f"indices: expected a 1-D integer array, got {idx.dtype} of shape {idx.shape}"
+            )
         pri = _check_values("priorities", priorities, len(idx))
-        if len(idx) and not self.live[idx].all():
-            bad = idx[~self.live[idx]][0]
-            raise SpecError(f"indices: expected slots written by on_write, got {bad} (empty)")
-        keep = None
-        if generations is not None:
-            gen = generations if isinstance(generations, np.ndarray) else np.asarray(generations)
-            if gen.shape != idx.shape or gen.dtype.kind not in "iu":
-                raise SpecError(
-                    f"generations: expected an integer array of shape {idx.shape} like "
-                    f"indices, got {gen.dtype} of shape {gen.shape}"
-                )
-            keep = gen == self.generations[idx]
-        uniq, last = _last_writes(idx)
-        raw = pri[last] + self.eps
-        if keep is not None:
-            k = keep[last]
-            uniq, raw = uniq[k], raw[k]
-        if not len(uniq):
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.hi):
+            bad = idx[(idx < 0) | (idx >= self.hi)][0]
+            raise SpecError(f"indices: expected ids in [0, {self.hi}) (written), got {bad}")
+        keep = idx >= self.lo
+        slots, last = _last_writes(idx[keep].astype(np.int64) % self._cap())
+        if not len(slots):
             return
+        raw = pri[keep][last] + self.eps
         stored = _power(raw, self.alpha)
         top = float(stored.max())
         if not top <= self.tree.max_value:  # inf after the power, or a sum that could overflow
@@ -220,35 +218,39 @@ class PrioritizedSampler:
                 f"priorities: expected (p + eps)^alpha <= {self.tree.max_value:.6g}, got "
                 f"{top} from p = {float(raw[np.argmax(stored)] - self.eps)}"
             )
-        self.tree._set_unique(uniq, stored)
+        self.tree._set_unique(slots, stored)
         self.max_priority = max(self.max_priority, float(raw.max()))
 
     def state_dict(self) -> dict[str, Any]:
-        """Arrays (tree leaves, generations, live mask) and JSON-able scalars, all copies."""
+        """The tree's leaves (a copy) and JSON-able scalars (window, counters, RNG state)."""
         return {
             "tree": self.tree.state_dict(),
-            "generations": self.generations.copy(),
-            "live": self.live.copy(),
             "alpha": self.alpha,
             "eps": self.eps,
             "max_priority": self.max_priority,
             "steps": self.steps,
-            "next_generation": self._next_generation,
+            "window": [self.lo, self.hi],
             "rng": rng_state(self.rng),
         }
 
-    def load_state_dict(self, sd: Mapping[str, Any], *, where: str = "sampler") -> None:
+    def load_state_dict(
+        self,
+        sd: Mapping[str, Any],
+        *,
+        window: tuple[int, int] | None = None,
+        where: str = "sampler",
+    ) -> None:
         """Restore :meth:`state_dict` output; later samples equal the original's.
 
         Everything is checked before anything changes: the keys, ``alpha`` and ``eps`` equal to
-        this sampler's, array shapes and dtypes, finite non-negative leaves that are zero on
-        slots never written, generations below ``next_generation``, the RNG state.
+        this sampler's, the window (equal to ``window`` when given, e.g. the buffer's), finite
+        non-negative leaves that are zero outside the window, the RNG state.
 
         Raises:
             CheckpointError: a malformed or mismatching state; ``self`` is unchanged.
         """
-        keys = ("tree", "generations", "live", "alpha", "eps", "max_priority", "steps")
-        sd = _mapping(where, sd, (*keys, "next_generation", "rng"))
+        cap = self._cap()
+        sd = _mapping(where, sd, ("tree", "alpha", "eps", "max_priority", "steps", "window", "rng"))
         for name in ("alpha", "eps"):
             value = sd[name]
             if not isinstance(value, float) or value != getattr(self, name):
@@ -256,14 +258,15 @@ class PrioritizedSampler:
                     f"{where}.{name}: expected {getattr(self, name)} like this sampler, got "
                     f"{value!r}"
                 )
-        cap = (self.capacity,)
-        live = _checked_array(f"{where}.live", sd["live"], cap, np.dtype(bool))
-        gens = _checked_array(f"{where}.generations", sd["generations"], cap, np.dtype(np.int64))
-        next_gen = _count(f"{where}.next_generation", sd["next_generation"], 1)
-        if gens.size and (int(gens.min()) < 0 or int(gens.max()) >= next_gen):
+        win = sd["window"]
+        if not isinstance(win, (list, tuple)) or len(win) != 2:
+            raise CheckpointError(f"{where}.window: expected [lo, hi], got {win!r}")
+        lo = _count(f"{where}.window", win[0], 0)
+        hi = _count(f"{where}.window", win[1], lo)
+        if hi - lo > cap or (window is not None and (lo, hi) != tuple(window)):
             raise CheckpointError(
-                f"{where}.generations: expected values in [0, {next_gen}), got "
-                f"[{int(gens.min())}, {int(gens.max())}]"
+                f"{where}.window: expected {list(window) if window else 'at most capacity ids'}"
+                f", got {[lo, hi]}"
             )
         steps = _count(f"{where}.steps", sd["steps"], 0)
         max_p = sd["max_priority"]
@@ -273,15 +276,18 @@ class PrioritizedSampler:
                 f"{where}.max_priority: expected a float > 0 with max_priority^alpha <= "
                 f"{self.tree.max_value:.6g}, got {max_p!r}"
             )
-        tree = SumTree(self.capacity)
+        tree = SumTree(cap)
         tree.load_state_dict(sd["tree"], where=f"{where}.tree")
-        if (tree.leaves[~live] != 0).any():
-            raise CheckpointError(f"{where}.tree.leaves: nonzero priority on a slot never written")
+        live = np.zeros(cap, dtype=bool)
+        live[np.arange(lo, hi) % cap] = True
+        if (tree.leaves[~live] != 0).any() or (tree.leaves[live] == 0).any():
+            raise CheckpointError(
+                f"{where}.tree.leaves: expected priorities > 0 exactly on the live ids [{lo}, {hi})"
+            )
         # the last check: set_rng_state checks the whole state before it changes the generator
         self.rng = set_rng_state(self.rng, sd["rng"], where=f"{where}.rng")
-        self.tree, self.live, self.generations = tree, live.copy(), gens.copy()
-        self.max_priority, self.steps, self._next_generation = max_p, steps, next_gen
-        self._n = int(np.count_nonzero(live))
+        self.tree, self.lo, self.hi = tree, lo, hi
+        self.max_priority, self.steps = max_p, steps
 
 
 def _beta(beta: Any) -> float:

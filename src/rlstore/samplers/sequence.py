@@ -10,9 +10,11 @@ Global row ``g`` counts every row ever written; the ring holds rows ``[lo, hi)``
   episode whose beginning was never observed count from the first row observed.
 * **Live.** A start is drawn only while its whole window of ``window`` rows is stored:
   ``lo <= g`` and ``g + window <= hi``: never across the write head, never from dropped rows.
-* **Ids.** A sequence is named ``g * num_envs + env`` (global, never reused); its slot in the
-  :class:`~rlstore.samplers.PrioritizedSampler` is ``(g % capacity_per_env) * num_envs + env``.
-  ``alpha = 0`` is uniform sampling over live sequences (unit weights).
+* **Ids.** A sequence is named ``g * num_envs + env`` (global, never reused). Sequences become
+  complete and leave the ring in the same order (by ``g``, then ``env``), so the ``k``-th
+  complete sequence has the window id ``k`` of a :class:`~rlstore.samplers.PrioritizedSampler`,
+  whose live window ``[klo, khi)`` is exactly the live sequences; ``keys[k % capacity]`` holds
+  its name (sorted along the window). ``alpha = 0`` is uniform sampling (unit weights).
 
 Example:
     >>> s = SequenceSampler(8, 1, window=3, stride=2, seed=0)
@@ -31,7 +33,7 @@ import numpy as np
 from rlstore._checks import check_count
 from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
 from rlstore.samplers.prioritized import PrioritizedSampler
-from rlstore.storage import _checked_array, _count, _mapping
+from rlstore.storage.ring import _checked_array, _count, _mapping
 
 __all__ = ["SequenceSample", "SequenceSampler"]
 
@@ -41,20 +43,6 @@ class SequenceSample(NamedTuple):
 
     ids: np.ndarray
     weights: np.ndarray
-
-
-class _Prioritized(PrioritizedSampler):
-    """:class:`PrioritizedSampler` plus :meth:`remove` (a start can die without a successor in
-    its slot, which ``on_write`` alone cannot express)."""
-
-    def remove(self, slots: np.ndarray) -> None:
-        """Empty the live ``slots`` (zero priority, not live, not counted)."""
-        s = np.unique(slots)
-        s = s[self.live[s]]
-        if len(s):
-            self.tree.update(s, np.zeros(len(s)))
-            self.live[s] = False
-            self._n -= len(s)
 
 
 class SequenceSampler:
@@ -89,7 +77,8 @@ class SequenceSampler:
                 f"window: expected at most capacity_per_env={capacity_per_env} rows, got {window}"
             )
         cap = self.capacity_per_env * self.num_envs
-        self.prio = _Prioritized(cap, alpha=alpha, beta=beta, eps=eps, seed=seed)
+        self.prio = PrioritizedSampler(cap, alpha=alpha, beta=beta, eps=eps, seed=seed)
+        self.keys = np.full(cap, -1, dtype=np.int64)  # name of window id k at k % cap
         self.start_row = np.full((self.capacity_per_env, self.num_envs), -1, dtype=np.int64)
         self.phase = np.zeros(self.num_envs, dtype=np.int64)  # episode step of row hi - 1
         self.hi = 0  # rows observed
@@ -97,6 +86,22 @@ class SequenceSampler:
     def __len__(self) -> int:
         """Live sequences."""
         return len(self.prio)
+
+    def _segments(self) -> list[tuple[np.ndarray, int]]:
+        """The live window's names as (at most) two sorted ring views and their first ids."""
+        lo, hi, cap = self.prio.lo, self.prio.hi, len(self.keys)
+        first = self.keys[lo % cap : lo % cap + (hi - lo)] if hi > lo else self.keys[:0]
+        return [(first, lo), (self.keys[: hi - lo - len(first)], lo + len(first))]
+
+    def _find(self, names: np.ndarray) -> np.ndarray:
+        """Window ids of the live sequences ``names``; -1 for names not live."""
+        out = np.full(len(names), -1, dtype=np.int64)
+        for seg, k0 in self._segments():
+            if len(seg):
+                pos = np.minimum(np.searchsorted(seg, names), len(seg) - 1)
+                hit = seg[pos] == names
+                out[hit] = k0 + pos[hit]
+        return out
 
     @property
     def lo(self) -> int:
@@ -129,7 +134,7 @@ class SequenceSampler:
             )
         if first < self.hi:
             raise SpecError(f"first_row: expected >= {self.hi} (rows observed), got {first}")
-        c, w, hi0, lo0 = self.capacity_per_env, self.window, self.hi, self.lo
+        c, w, hi0 = self.capacity_per_env, self.window, self.hi
         hi1 = first + len(st)
         lo1 = max(0, hi1 - c)
         if first > hi0 and first > lo1:
@@ -141,11 +146,20 @@ class SequenceSampler:
         steps = np.arange(len(st))[:, None]
         last = np.maximum.accumulate(np.where(st, steps, -1), axis=0)
         phase = np.where(last >= 0, steps - last, self.phase + 1 + steps)
-        self.prio.remove(self._slots(lo0, min(lo1, hi0 - w + 1)))  # dropped from the ring
         keep = max(first, lo1) - first  # rows beyond the ring's reach are never stored
         g = np.arange(first + keep, hi1)
         self.start_row[g % c] = np.where(phase[keep:] % self.stride == 0, g[:, None], -1)
-        self.prio.on_write(self._slots(max(lo1, hi0 - w + 1), hi1 - w + 1))  # now complete
+        new = self._slots(max(lo1, hi0 - w + 1), hi1 - w + 1)  # complete now, sorted
+        p, env = np.divmod(new, self.num_envs)
+        names = self.start_row[p, env] * self.num_envs + env
+        # drop the sequences that start before the ring (row lo1): a prefix of old + new
+        thr, klo, khi = lo1 * self.num_envs, self.prio.lo, self.prio.hi
+        klo += sum(int(np.searchsorted(seg, thr)) for seg, _ in self._segments())
+        if klo == khi:
+            klo += int(np.searchsorted(names, thr))
+        k = np.arange(khi, khi + len(names))
+        self.keys[k[k >= klo] % len(self.keys)] = names[k >= klo]
+        self.prio.on_write(klo, khi + len(names))
         self.phase, self.hi = phase[-1], hi1
 
     def sample(self, batch_size: int, beta: float | None = None) -> SequenceSample:
@@ -159,9 +173,8 @@ class SequenceSampler:
             raise EmptyBufferError(
                 f"sample: no complete sequence of {self.window} rows stored yet (add more)"
             )
-        s = self.prio.sample(len(self.prio), b, beta)
-        p, env = np.divmod(s.indices, self.num_envs)
-        return SequenceSample(self.start_row[p, env] * self.num_envs + env, s.weights)
+        s = self.prio.sample(b, beta)
+        return SequenceSample(self.keys[s.indices % len(self.keys)], s.weights)
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> None:
         """Set the priorities of sequences ``ids`` (from :meth:`sample`); ids whose sequence is
@@ -174,9 +187,8 @@ class SequenceSampler:
         idx = np.asarray(ids)
         if idx.ndim != 1 or idx.dtype.kind not in "iu":
             raise SpecError(f"ids: expected a 1-D integer array, got {idx.dtype} {idx.shape}")
-        g, env = np.divmod(idx.astype(np.int64), self.num_envs)
-        p = g % self.capacity_per_env
-        live = (g >= self.lo) & (g + self.window <= self.hi) & (self.start_row[p, env] == g)
+        k = self._find(idx.astype(np.int64))
+        live = k >= 0
         pri = np.asarray(priorities)
         ok = pri.shape == idx.shape and pri.dtype.kind in "iuf"
         if not ok or not (np.isfinite(pri) & (pri >= 0)).all():
@@ -184,7 +196,7 @@ class SequenceSampler:
                 f"priorities: expected finite numbers >= 0 of shape {idx.shape} like ids, got "
                 f"{pri.dtype} of shape {pri.shape}"
             )
-        self.prio.update_priorities((p * self.num_envs + env)[live], pri[live])
+        self.prio.update_priorities(k[live], pri[live])
 
     def state_dict(self) -> dict[str, Any]:
         """Copies of the starts, phases, rows observed and the prioritized sampler's state."""
@@ -192,6 +204,7 @@ class SequenceSampler:
             "start_row": self.start_row.copy(),
             "phase": self.phase.copy(),
             "hi": self.hi,
+            "keys": self.keys.copy(),
             "prio": self.prio.state_dict(),
         }
 
@@ -201,12 +214,16 @@ class SequenceSampler:
         Raises:
             CheckpointError: a missing, malformed or mismatching entry; nothing changes.
         """
-        sd = _mapping(where, sd, ("start_row", "phase", "hi", "prio"))
+        sd = _mapping(where, sd, ("start_row", "phase", "hi", "keys", "prio"))
         shape = (self.capacity_per_env, self.num_envs)
         start = _checked_array(f"{where}.start_row", sd["start_row"], shape, np.dtype(np.int64))
         phase = _checked_array(f"{where}.phase", sd["phase"], shape[1:], np.dtype(np.int64))
         hi = _count(f"{where}.hi", sd["hi"], 0)
         if start.max() >= hi or start.min() < -1 or phase.min() < 0:
             raise CheckpointError(f"{where}.start_row: expected rows in [-1, {hi}) and phases >= 0")
+        keys = _checked_array(f"{where}.keys", sd["keys"], self.keys.shape, np.dtype(np.int64))
+        if keys.max() >= hi * self.num_envs or keys.min() < -1:
+            raise CheckpointError(f"{where}.keys: expected names in [-1, {hi * self.num_envs})")
         self.prio.load_state_dict(sd["prio"], where=f"{where}.prio")  # all or nothing
         self.start_row, self.phase, self.hi = start.copy(), phase.copy(), hi
+        self.keys = keys.copy()

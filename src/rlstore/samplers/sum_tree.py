@@ -34,7 +34,7 @@ import numpy as np
 from rlstore._checks import check_count
 from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
-from rlstore.storage import _checked_array, _count, _mapping
+from rlstore.storage.ring import _checked_array, _count, _mapping
 
 __all__ = ["SumTree"]
 

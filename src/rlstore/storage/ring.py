@@ -1,4 +1,4 @@
-"""Preallocated ring storage: per-field arrays ``(capacity_per_env, num_envs, *shape)``.
+"""Preallocated ring storage in memory: per-field arrays ``(rows, num_envs, *shape)``.
 
 :class:`RingStorage` knows nothing about transitions: it writes whole rows (one item per env
 column) at a cursor that wraps around, and counts how many rows hold data. Buffers build their
@@ -6,10 +6,10 @@ semantics (next-observation reconstruction, sampling) on top of it.
 
 Row bookkeeping:
 
-* ``cursor``: physical row the next write goes to, in ``[0, capacity_per_env)``;
-* ``size``: number of rows holding data, ``min(rows_written, capacity_per_env)``;
+* ``cursor``: physical row the next write goes to, in ``[0, rows)``;
+* ``size``: number of rows holding data, ``min(rows_written, rows)``;
 * ``rows_written``: total rows ever written (monotonic), so that row ``g`` (global index) lives
-  at physical row ``g % capacity_per_env`` while it is among the last ``size`` rows.
+  at physical row ``g % rows`` while it is among the last ``size`` rows.
 
 Example:
     >>> import numpy as np
@@ -40,7 +40,7 @@ GATHER_WHOLE_RECORDS_MAX_BYTES = 1024
 
 
 class RingStorage:
-    """Per-field preallocated arrays ``(capacity_per_env, num_envs, *shape)`` with a ring cursor.
+    """Per-field preallocated arrays ``(rows, num_envs, *shape)`` with a ring cursor.
 
     With ``packed=True`` (default) all fields of one item live side by side in one record of a
     structured array (no padding), and ``arrays[name]`` are strided views into it: a random
@@ -49,68 +49,68 @@ class RingStorage:
     contiguous array per field.
 
     Args:
-        capacity_per_env: rows per env column (> 0).
+        rows: physical rows per env column (> 0).
         num_envs: env columns (> 0).
         specs: ``{name: FieldSpec}``; one array (view) per spec, zero-filled.
         packed: record layout (see above).
     """
 
     def __init__(
-        self,
-        capacity_per_env: int,
-        num_envs: int,
-        specs: Mapping[str, FieldSpec],
-        *,
-        packed: bool = True,
+        self, rows: int, num_envs: int, specs: Mapping[str, FieldSpec], *, packed: bool = True
     ):
-        if int(capacity_per_env) <= 0:
-            raise CapacityError(f"capacity_per_env: expected > 0, got {capacity_per_env}")
+        if int(rows) <= 0:
+            raise CapacityError(f"rows: expected > 0, got {rows}")
         if int(num_envs) <= 0:
             raise CapacityError(f"num_envs: expected > 0, got {num_envs}")
-        self.capacity_per_env = int(capacity_per_env)
+        self.rows = int(rows)
         self.num_envs = int(num_envs)
         self.specs: dict[str, FieldSpec] = dict(specs)
         self.packed = bool(packed) and bool(self.specs)
-        shape = (self.capacity_per_env, self.num_envs)
+        shape = (self.rows, self.num_envs)
         self.records: np.ndarray | None = None
+        self.arrays: dict[str, np.ndarray] = {}
         try:
             if self.packed:
                 rec = np.dtype([(k, s.dtype, s.shape) for k, s in self.specs.items()])
-                self.records = np.zeros(shape, dtype=rec)
-                self.arrays: dict[str, np.ndarray] = {k: self.records[k] for k in self.specs}
+                self.records = self._zeros("records", shape, rec)
             else:
                 self.arrays = {
-                    k: np.zeros((*shape, *s.shape), s.dtype) for k, s in self.specs.items()
+                    k: self._zeros(k, (*shape, *s.shape), s.dtype) for k, s in self.specs.items()
                 }
+        except CheckpointError:  # a memory-mapped file that does not fit
+            raise
         except (MemoryError, ValueError) as exc:  # ValueError: "array is too big"
             item = sum(math.prod(s.shape) * s.dtype.itemsize for s in self.specs.values())
-            need = self.capacity_per_env * self.num_envs * item
+            need = self.rows * self.num_envs * item
             raise CapacityError(
-                f"capacity: cannot allocate {need:,} bytes for {self.capacity_per_env} rows x "
+                f"capacity: cannot allocate {need:,} bytes for {self.rows} rows x "
                 f"{self.num_envs} envs x {item} bytes per item ({type(exc).__name__}: {exc})"
             ) from None
-        rows = self.capacity_per_env * self.num_envs
-        self.flat: dict[str, np.ndarray] = {
-            k: a.reshape(rows, *a.shape[2:]) for k, a in self.arrays.items()
-        }
-        self._flat_records = None if self.records is None else self.records.reshape(rows)
+        self._views()
         self.cursor = 0
         self.size = 0
         self.rows_written = 0
 
+    def _zeros(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """Zero-filled memory of one array (``name``: ``records`` or a field name); the
+        memory-mapped ring overrides this."""
+        return np.zeros(shape, dtype)
+
     def _views(self) -> None:
         """(Re)build ``arrays`` / ``flat`` as views of ``records`` (packed layout)."""
-        rows = self.capacity_per_env * self.num_envs
-        self._flat_records = None
+        n = self.rows * self.num_envs
+        self._flat_records = self._rec1 = None
+        if self.records is not None and self.num_envs == 1:
+            self._rec1 = self.records[:, 0]
         if self.records is not None:
             self.arrays = {k: self.records[k] for k in self.specs}
-            self._flat_records = self.records.reshape(rows)
-        self.flat = {k: a.reshape(rows, *a.shape[2:]) for k, a in self.arrays.items()}
+            self._flat_records = self.records.reshape(n)
+        self.flat = {k: a.reshape(n, *a.shape[2:]) for k, a in self.arrays.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the records once: field views would otherwise come back as copies."""
         state = dict(self.__dict__)
-        del state["flat"], state["_flat_records"]
+        del state["flat"], state["_flat_records"], state["_rec1"]
         if self.records is not None:
             del state["arrays"]
         return state
@@ -126,13 +126,11 @@ class RingStorage:
             return self.records.nbytes
         return sum(a.nbytes for a in self.arrays.values())
 
-    def gather(
-        self, flat_index: np.ndarray, names: Sequence[str] | None = None
-    ) -> dict[str, np.ndarray]:
+    def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Contiguous copies of the items at flat positions ``row * num_envs + env``.
 
         Args:
-            flat_index: int array ``(B,)`` of physical flat positions.
+            flat: int array ``(B,)`` of physical flat positions.
             names: fields to read (all when None).
 
         Returns:
@@ -142,67 +140,64 @@ class RingStorage:
         recs = self._flat_records
         if recs is not None and recs.dtype.itemsize <= GATHER_WHOLE_RECORDS_MAX_BYTES:
             # small records: one gather of whole records, then a compact copy per field
-            rec = recs.take(flat_index)
+            rec = recs.take(flat)
             return {k: rec[k].copy() for k in names}
         if recs is not None:
             # large records (images): gather each field straight from its strided view, so the
             # bytes of a big observation are copied once, not twice
-            return {k: recs[k][flat_index] for k in names}
-        return {k: self.flat[k].take(flat_index, axis=0) for k in names}
+            return {k: recs[k][flat] for k in names}
+        return {k: self.flat[k].take(flat, axis=0) for k in names}
 
-    def write_row(self, values: Mapping[str, Any]) -> None:
-        """Write one row at ``cursor`` and advance it.
-
-        Args:
-            values: ``{name: array}`` for a subset of fields, each broadcastable to
-                ``(num_envs, *shape)``; fields left out keep their previous content.
-        """
-        c = self.cursor
+    def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite some fields of physical ``row`` (``{name: (num_envs, *shape)}``); the
+        cursor and counters do not change (the pending ``next_obs`` at the spare row)."""
         arrays = self.arrays
         for k, v in values.items():
-            arrays[k][c] = v
-        self.cursor = c + 1 if c + 1 < self.capacity_per_env else 0
-        self.rows_written += 1
-        if self.size < self.capacity_per_env:
-            self.size += 1
+            arrays[k][row] = v
 
     def write_block(self, values: Mapping[str, np.ndarray]) -> None:
-        """Write ``T`` consecutive rows starting at ``cursor`` (wrapping) and advance it.
+        """Write ``k`` consecutive rows starting at ``cursor`` (wrapping) and advance it.
 
         Args:
-            values: ``{name: array (T, num_envs, *shape)}``, same ``T`` for all fields,
-                ``T <= capacity_per_env``.
+            values: ``{name: array (k, num_envs, *shape)}`` for every field, same ``k``,
+                ``k <= rows``.
 
         Raises:
-            CapacityError: ``T > capacity_per_env``.
+            CapacityError: ``k > rows``.
         """
         if not values:
             return
         t = len(next(iter(values.values())))
-        if t > self.capacity_per_env:
-            raise CapacityError(
-                f"block: expected at most capacity_per_env={self.capacity_per_env} rows, got {t}"
-            )
-        c = self.cursor
-        first = min(t, self.capacity_per_env - c)
-        for k, v in values.items():
-            arr = self.arrays[k]
-            arr[c : c + first] = v[:first]
-            if first < t:
+        if t > self.rows:
+            raise CapacityError(f"block: expected at most rows={self.rows} rows, got {t}")
+        c, arrays = self.cursor, self.arrays
+        if t == 1 and self._rec1 is not None:  # one item: one tuple assignment of the record
+            self._rec1[c] = tuple([values[k][0, 0] for k in self.specs])
+        elif c + t <= self.rows:
+            for k, v in values.items():
+                arrays[k][c : c + t] = v
+        else:
+            first = self.rows - c
+            for k, v in values.items():
+                arr = arrays[k]
+                arr[c:] = v[:first]
                 arr[: t - first] = v[first:]
-        self.cursor = (c + t) % self.capacity_per_env
+        self.cursor = (c + t) % self.rows
         self.rows_written += t
-        self.size = min(self.size + t, self.capacity_per_env)
+        self.size = min(self.size + t, self.rows)
 
     def state_dict(self) -> dict[str, Any]:
-        """Nested dict: ``arrays`` (numpy, full capacity) and JSON-able ``cursor``, ``size``,
-        ``rows_written``, ``specs``."""
+        """Nested dict: ``arrays`` (numpy copies, all rows) and JSON-able ``cursor``, ``size``,
+        ``rows_written``, ``capacity_per_env`` (the rows), ``num_envs``, ``specs``."""
+        return {"arrays": {k: a.copy() for k, a in self.arrays.items()}, **self.counters()}
+
+    def counters(self) -> dict[str, Any]:
+        """The JSON-able part of :meth:`state_dict` (everything but the arrays)."""
         return {
-            "arrays": {k: a.copy() for k, a in self.arrays.items()},
             "cursor": self.cursor,
             "size": self.size,
             "rows_written": self.rows_written,
-            "capacity_per_env": self.capacity_per_env,
+            "capacity_per_env": self.rows,
             "num_envs": self.num_envs,
             "specs": [s.to_json() for s in self.specs.values()],
         }
@@ -212,9 +207,9 @@ class RingStorage:
         """Rebuild a storage from :meth:`state_dict` output (arrays copied).
 
         Everything is checked before anything is allocated: the specs, one array per spec of
-        shape ``(capacity_per_env, num_envs, *shape)`` and the spec's dtype (bools 0/1), and
-        counters reachable by writes: ``size == min(rows_written, capacity_per_env)`` and
-        ``cursor == rows_written % capacity_per_env``.
+        shape ``(rows, num_envs, *shape)`` and the spec's dtype (bools 0/1), and counters
+        reachable by writes: ``size == min(rows_written, rows)`` and
+        ``cursor == rows_written % rows``.
 
         Args:
             sd: the state dict.
@@ -223,30 +218,44 @@ class RingStorage:
         Raises:
             CheckpointError: naming the first entry that is missing or wrong.
         """
-        sd = _mapping(where, sd, ("arrays", "cursor", "size", "rows_written",
-                                  "capacity_per_env", "num_envs", "specs"))  # fmt: skip
-        cap = _count(f"{where}.capacity_per_env", sd["capacity_per_env"], 1)
-        n_envs = _count(f"{where}.num_envs", sd["num_envs"], 1)
-        specs = _specs_from_json(f"{where}.specs", sd["specs"])
+        sd = _mapping(where, sd, ("arrays", *_COUNTERS))
+        rows, n_envs, specs = checked_layout(sd, where)
         arrays = _mapping(f"{where}.arrays", sd["arrays"], tuple(specs))
         checked = {
-            k: _checked_array(f"{where}.arrays.{k}", arrays[k], (cap, n_envs, *s.shape), s.dtype)
+            k: _checked_array(f"{where}.arrays.{k}", arrays[k], (rows, n_envs, *s.shape), s.dtype)
             for k, s in specs.items()
         }
-        rows_written = _count(f"{where}.rows_written", sd["rows_written"], 0)
-        size = _count(f"{where}.size", sd["size"], 0)
-        cursor = _count(f"{where}.cursor", sd["cursor"], 0)
-        if size != min(rows_written, cap) or cursor != rows_written % cap:
-            raise CheckpointError(
-                f"{where}: expected size == min(rows_written, capacity_per_env) and cursor == "
-                f"rows_written % capacity_per_env, got cursor {cursor}, size {size}, "
-                f"rows_written {rows_written}, capacity_per_env {cap}"
-            )
-        st = cls(cap, n_envs, specs)
+        counters = checked_counts(sd, where, rows)
+        st = cls(rows, n_envs, specs)
         for k, arr in st.arrays.items():
             arr[...] = checked[k]
-        st.cursor, st.size, st.rows_written = cursor, size, rows_written
+        st.cursor, st.size, st.rows_written = counters
         return st
+
+
+_COUNTERS = ("cursor", "size", "rows_written", "capacity_per_env", "num_envs", "specs")
+
+
+def checked_layout(sd: Mapping[str, Any], where: str) -> tuple[int, int, dict[str, FieldSpec]]:
+    """``(rows, num_envs, specs)`` of a ring's state dict, checked."""
+    rows = _count(f"{where}.capacity_per_env", sd["capacity_per_env"], 1)
+    n_envs = _count(f"{where}.num_envs", sd["num_envs"], 1)
+    return rows, n_envs, _specs_from_json(f"{where}.specs", sd["specs"])
+
+
+def checked_counts(sd: Mapping[str, Any], where: str, rows: int) -> tuple[int, int, int]:
+    """``(cursor, size, rows_written)`` of a ring's state dict, checked: reachable by writes
+    (``size == min(rows_written, rows)``, ``cursor == rows_written % rows``)."""
+    rows_written = _count(f"{where}.rows_written", sd["rows_written"], 0)
+    size = _count(f"{where}.size", sd["size"], 0)
+    cursor = _count(f"{where}.cursor", sd["cursor"], 0)
+    if size != min(rows_written, rows) or cursor != rows_written % rows:
+        raise CheckpointError(
+            f"{where}: expected size == min(rows_written, capacity_per_env) and cursor == "
+            f"rows_written % capacity_per_env, got cursor {cursor}, size {size}, "
+            f"rows_written {rows_written}, capacity_per_env {rows}"
+        )
+    return cursor, size, rows_written
 
 
 def _mapping(where: str, value: Any, keys: Sequence[str]) -> Mapping[str, Any]:

@@ -1,0 +1,173 @@
+"""ReplayBuffer with a PrioritizedSampler, and on memory-mapped files (StorageLayout.memmap)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+from _helpers import flat_state
+
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.checkpoint import load, save
+from rlstore.errors import CheckpointError, ConfigError, SpecError
+from rlstore.samplers import PrioritizedSampler
+from rlstore.storage import StorageLayout
+
+F = np.float32
+
+
+def _row(i: int, n: int, done: bool = False) -> dict[str, Any]:
+    """One add of ``n`` envs whose obs encodes the transition number ``i``."""
+    return {"obs": np.full((n, 2), i, F), "action": np.arange(n), "reward": np.full(n, i, F),
+            "next_obs": np.full((n, 2), i + 1, F), "terminated": np.full(n, done),
+            "truncated": np.zeros(n, bool)}  # fmt: skip
+
+
+def _state(buf: ReplayBuffer) -> dict[str, Any]:
+    return {k: v for k, v in flat_state(buf).items() if not k.startswith("/config/storage")}
+
+
+def _per(cap: int = 6, n: int = 2, **kw: Any) -> ReplayBuffer:
+    return ReplayBuffer(cap, num_envs=n, sampler=PrioritizedSampler(seed=0, **kw))
+
+
+def test_frequencies_within_three_sigma_through_the_buffer() -> None:
+    buf = _per(8, 2, alpha=1.0, beta=1.0, eps=1e-9)
+    for i in range(6):  # 12 transitions: wraps (capacity 8), ids 4..11 live
+        buf.add(**_row(i, 2))
+    batch = buf.sample(8)
+    ids = np.arange(4, 12)
+    pri = np.arange(1.0, 9.0)  # id 4 -> 1, ..., id 11 -> 8
+    buf.update_priorities(ids, pri)
+    prob = pri / pri.sum()
+    counts = np.zeros(8)
+    for _ in range(12_500):  # 1e5 draws (batch_size <= capacity)
+        b = buf.sample(8)
+        assert b.indices.min() >= 4 and b.indices.max() <= 11  # never the spare row or old ids
+        counts += np.bincount(b.indices - 4, minlength=8)
+        # what was drawn is what the id names: obs row g = id // 2 holds value g
+        np.testing.assert_array_equal(b.obs[:, 0].numpy(), b.indices // 2)
+    sigma = np.sqrt(1e5 * prob * (1 - prob))
+    assert np.all(np.abs(counts - 1e5 * prob) <= 3 * sigma), (counts, 1e5 * prob)
+    assert batch.weights.dtype.is_floating_point
+
+
+def test_weights_hand_computed_and_uniform_weights_are_ones() -> None:
+    # alpha = 1, eps ~ 0: P = p / 10 for p = 1, 2, 3, 4 (ids 0..3, one env); N = 4;
+    # w = (4 P)^-1 / max w = p_min / p = 1, 1/2, 1/3, 1/4
+    buf = _per(4, 1, alpha=1.0, beta=1.0, eps=1e-12)
+    for i in range(4):
+        buf.add(**_row(i, 1))
+    buf.update_priorities(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    b = buf.sample(4)
+    np.testing.assert_allclose(b.weights.numpy(), 1.0 / (b.indices + 1), rtol=1e-6)
+    uni = ReplayBuffer(4, seed=0)
+    uni.add(**_row(0, 1))
+    np.testing.assert_array_equal(uni.sample(1).weights.numpy(), 1.0)
+    with pytest.raises(ConfigError, match="update_priorities"):
+        uni.update_priorities([0], [1.0])
+
+
+def test_new_transitions_enter_with_max_priority_and_overwritten_updates_are_ignored() -> None:
+    buf = _per(4, 1, alpha=1.0, eps=1e-12)
+    for i in range(4):
+        buf.add(**_row(i, 1))
+    buf.update_priorities(np.arange(4), np.array([1.0, 9.0, 3.0, 4.0]))
+    tree = buf._sampler.tree
+    buf.add(**_row(4, 1))  # id 4 enters with the max priority seen (9); id 0 is overwritten
+    assert tree._sum[tree._leaf0 + 4 % 5] == pytest.approx(9.0)
+    buf.add(**_row(5, 1))
+    total = tree.total
+    buf.update_priorities(np.array([0, 1]), np.array([100.0, 100.0]))  # both overwritten since
+    assert tree.total == total
+    with pytest.raises(SpecError, match=r"indices: expected ids in \[0, 6\)"):
+        buf.update_priorities(np.array([6]), np.array([1.0]))
+    with pytest.raises(SpecError, match="priorities: expected values >= 0"):
+        buf.update_priorities(np.array([5]), np.array([-1.0]))
+    assert tree.total == total
+
+
+def test_resume_gives_identical_samples_and_checkpoint_files(tmp_path) -> None:
+    a = _per(6, 2, alpha=0.7, beta=0.5)
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        a.add(**_row(i, 2, done=i == 2))
+    b0 = a.sample(4)
+    a.update_priorities(b0.indices, rng.exponential(size=4))
+    b = _per(6, 2, alpha=0.7, beta=0.5)
+    b.load_state_dict(a.state_dict())
+    save(a, tmp_path)
+    c = load(tmp_path)
+    assert isinstance(c._sampler, PrioritizedSampler) and c.config() == a.config()
+    for step in range(5):
+        outs = [x.sample(6) for x in (a, b, c)]
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o.indices, outs[0].indices)
+            np.testing.assert_array_equal(o.weights.numpy(), outs[0].weights.numpy())
+            np.testing.assert_array_equal(o.next_obs.numpy(), outs[0].next_obs.numpy())
+        pri = rng.exponential(size=6)
+        for x in (a, b, c):
+            x.update_priorities(outs[0].indices, pri)
+            x.add(**_row(10 + step, 2))
+
+
+def test_rejected_sampler_state_leaves_the_buffer_unchanged() -> None:
+    a = _per()
+    a.add(**_row(0, 2))
+    sd = a.state_dict()
+    sd["sampler"]["window"] = [0, 4]
+    b = _per()
+    b.add(**_row(5, 2))
+    before = flat_state(b)
+    with pytest.raises(CheckpointError, match="sampler.window"):
+        b.load_state_dict(sd)
+    assert flat_state(b) == before
+
+
+def test_sampler_and_seed_arguments() -> None:
+    with pytest.raises(ConfigError, match="seed: give the seed to the sampler"):
+        ReplayBuffer(4, seed=0, sampler=PrioritizedSampler())
+    with pytest.raises(ConfigError, match="sampler: expected"):
+        ReplayBuffer(4, sampler="per")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="capacity: expected 4"):
+        ReplayBuffer(8, sampler=PrioritizedSampler(4))  # 8 + 1 spare row = 9 slots
+    cfg = {"kind": "prioritized", "alpha": 0.5, "beta": {"start": 0.4, "end": 1.0, "steps": 10},
+           "eps": 1e-6}  # fmt: skip
+    buf = ReplayBuffer(4, seed=3, sampler=cfg)
+    assert buf.config()["sampler"] == cfg and ReplayBuffer(**buf.config()).config() == buf.config()
+
+
+def test_memmap_buffer_equals_memory_and_reopens_without_a_copy(tmp_path) -> None:
+    d = tmp_path / "replay"
+    disk = ReplayBuffer(6, num_envs=2, seed=0, storage=StorageLayout.memmap(d))
+    mem = ReplayBuffer(6, num_envs=2, seed=0)
+    for i in range(5):
+        for buf in (disk, mem):
+            buf.add(**_row(i, 2, done=i == 1))
+    assert _state(disk) == _state(mem)
+    disk.flush()
+    back = ReplayBuffer.open(d)
+    assert isinstance(back._storage.records, np.memmap)  # mapped, not copied
+    assert _state(back) == _state(mem)
+    for i in range(5, 9):  # continues exactly, wrapping around
+        back.add(**_row(i, 2, done=i == 7))
+        mem.add(**_row(i, 2, done=i == 7))
+        np.testing.assert_array_equal(
+            back.sample(5).next_obs.numpy(), mem.sample(5).next_obs.numpy()
+        )
+    with pytest.raises(ConfigError, match="flush: only a memory-mapped"):
+        mem.flush()
+    with pytest.raises(CheckpointError):
+        ReplayBuffer.open(tmp_path / "nothing")
+
+
+def test_memmap_keep_false_removes_its_files(tmp_path) -> None:
+    d = tmp_path / "scratch"
+    buf = ReplayBuffer(4, seed=0, storage={"kind": "memmap", "directory": str(d), "keep": False})
+    buf.add(**_row(0, 1))
+    assert list(d.glob("*.npy"))
+    del buf
+    gc.collect()
+    assert not list(d.glob("*.npy"))
