@@ -172,7 +172,7 @@ def test_state_dict_rejects_damaged_states() -> None:
         FrameStackStorage.from_state_dict({**fs.state_dict(), "extra": 1})
     sd = fs.state_dict()
     sd["frames"]["obs.b"]["side"] = {"keys": np.zeros(0, np.int64), "arrays": {"older":
-        np.zeros((0, 2, 2, 2), np.uint8)}, "capacity": 1}  # fmt: skip
+        np.zeros((0, 2, 4), np.uint8)}, "capacity": 1}  # fmt: skip
     with pytest.raises(CheckpointError, match="obs.b: kinds out of range or a SIDE row without"):
         FrameStackStorage.from_state_dict(sd)
     sd = fs.state_dict()

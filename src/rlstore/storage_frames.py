@@ -44,87 +44,84 @@ __all__ = ["FrameStackStorage"]
 LINK, REPEAT, ZERO, SIDE = 0, 1, 2, 3
 
 
-def _all(eq: np.ndarray, lead: int) -> np.ndarray:
-    """``eq.all()`` over every axis after the first ``lead``."""
-    return np.asarray(eq.reshape(*eq.shape[:lead], -1).all(axis=-1))
-
-
 class _Frames:
-    """One frame-stack field: newest frames + kinds in a ring of ``rows + S - 1`` rows, the
-    older frames of ``SIDE`` rows in a side store, and a cached tail of the newest row."""
+    """One frame-stack field: newest frames (flattened, ``F`` items) + kinds in a ring of
+    ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store, and a copy of the
+    newest written stack's last ``S - 1`` frames (``tail``) for the next sharing check.
+    Stacks are compared bytewise, as 64-bit words when a frame's bytes allow it."""
 
     def __init__(
-        self, spec: FieldSpec, stack_axis: int, rows: int, num_envs: int, alloc: bool = True
+        self, spec: FieldSpec, axis: int, rows: int, num_envs: int, store: RingStorage | None
     ):
-        self.name, self.dtype, self.n = spec.name, spec.dtype, num_envs
-        self.axis = stack_axis % len(spec.shape)
-        self.depth = spec.shape[self.axis]
-        self.slots = rows + self.depth - 1
-        frame = spec.shape[: self.axis] + spec.shape[self.axis + 1 :]
+        self.n, self.axis = num_envs, axis % len(spec.shape)
+        self.depth, self.slots = spec.shape[self.axis], rows + spec.shape[self.axis] - 1
+        self.frame = spec.shape[: self.axis] + spec.shape[self.axis + 1 :]
+        size = int(np.prod(self.frame))
+        step = 8 if size * spec.dtype.itemsize % 8 == 0 else spec.dtype.itemsize
+        self.word = np.dtype(f"u{step}")
         self.store_specs = {
-            "frame": FieldSpec("frame", frame, spec.dtype),
+            "frame": FieldSpec("frame", (size,), spec.dtype),
             "kind": FieldSpec("kind", (), np.dtype(np.uint8)),
         }
-        self.side_specs = {"older": FieldSpec("older", (self.depth - 1, *frame), spec.dtype)}
-        if alloc:
-            self.store = RingStorage(self.slots, num_envs, self.store_specs)
-        self.side = SideStore(self.side_specs, capacity=1)
-        self.pending = False  # the buffer put the next row (global rows_written) ahead of time
-        self.tail: np.ndarray | None = None  # newest written stack without its oldest frame
+        older = FieldSpec("older", (self.depth - 1, size), spec.dtype)
+        self.store = store or RingStorage(self.slots, num_envs, self.store_specs)
+        self.side = SideStore({"older": older}, capacity=1)
+        self.pending = False  # the next row (global rows_written) was put ahead of its write
+        self.tail: np.ndarray | None = None  # words (n, S - 1, W); None before the first write
 
-    def canon(self, x: np.ndarray, lead: int) -> np.ndarray:
-        """View of ``x`` with the stack axis moved right after the ``lead`` batch axes."""
-        return np.moveaxis(x, lead + self.axis, lead)
+    def flat(self, x: np.ndarray, lead: int) -> np.ndarray:
+        """``x (*lead, *shape)`` as contiguous ``(*lead, S, F)`` (a view when it can be)."""
+        x = np.moveaxis(x, lead + self.axis, lead) if self.axis else x
+        return np.ascontiguousarray(x).reshape(*x.shape[: lead + 1], -1)
 
-    def kinds(self, x: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
-        """Kind ``(k, n)`` of canonical stacks ``x (k, n, S, ...)``; ``prev`` is the previous
-        row's stacks without their oldest frame, ``(n, S - 1, ...)`` (None: no previous row)."""
-        link = np.zeros(x.shape[:2], dtype=bool)
-        if len(x) > 1:
-            link[1:] = _all(x[1:, :, :-1] == x[:-1, :, 1:], 2)
-        if prev is not None:
-            link[0] = _all(x[0, :, :-1] == prev, 1)
-        kind = np.full(x.shape[:2], LINK, dtype=np.uint8)
+    def kinds(self, w: np.ndarray) -> np.ndarray:
+        """Kinds ``(k, n)`` of the stacks ``w`` (words ``(k, n, S, W)``)."""
+        link = np.zeros(w.shape[:2], dtype=bool)
+        if self.tail is not None:
+            link[0] = (w[0, :, :-1] == self.tail).all(axis=(1, 2))
+        if len(w) > 1:
+            link[1:] = (w[1:, :, :-1] == w[:-1, :, 1:]).all(axis=(2, 3))
+        kind = np.zeros(w.shape[:2], dtype=np.uint8)  # LINK
         if not link.all():
-            rest = x[~link]
-            repeat = _all(rest[:, :-1] == rest[:, -1:], 1)
-            zero = _all(rest[:, :-1] == 0, 1)
+            rest = w[~link]
+            repeat = (rest[:, :-1] == rest[:, -1:]).all(axis=(1, 2))
+            zero = (rest[:, :-1] == 0).all(axis=(1, 2))
             kind[~link] = np.where(repeat, REPEAT, np.where(zero, ZERO, SIDE))
         return kind
 
     def commit(self, x: np.ndarray, kind: np.ndarray, g0: int, rows: int, put: bool) -> None:
-        """Write canonical stacks ``x (k, n, S, ...)`` of global rows ``g0, g0 + 1, ...``: the
-        newest frames and kinds (at the store's cursor without advancing it when ``put``), then
-        the older frames of ``SIDE`` rows; a pending put of row ``g0`` is replaced."""
-        side, n = self.side, self.n
+        """Write stacks ``x (k, n, S, F)`` of global rows ``g0, g0 + 1, ...``: the newest frames
+        and kinds (at the store's cursor, not advancing it, when ``put``), then the older frames
+        of ``SIDE`` rows; a pending put of row ``g0`` is replaced."""
+        side, n, store = self.side, self.n, self.store
         if self.pending:  # its side entries hold the largest keys: drop them from the end
             side.n = int(np.searchsorted(side.keys[: side.n], g0 * n))
         if put:
-            c = self.store.cursor
-            self.store.arrays["frame"][c] = x[0, :, -1]
-            self.store.arrays["kind"][c] = kind[0]
+            store.arrays["frame"][store.cursor] = x[0, :, -1]
+            store.arrays["kind"][store.cursor] = kind[0]
         else:
-            self.store.write_block({"frame": x[:, :, -1], "kind": kind})
-            self.tail = x[-1, :, 1:].copy()
-        t, e = np.nonzero(kind == SIDE)
-        oldest = g0 + len(x) - rows - self.depth + 1  # no live row reads a side entry before it
-        side.append((g0 + t) * n + e, {"older": x[t, e, :-1]}, max(oldest, 0) * n)
+            store.write_block({"frame": x[:, :, -1], "kind": kind})
+            self.tail = x[-1, :, 1:].view(self.word).copy()
         self.pending = put
+        if (kind == SIDE).any():
+            t, e = np.nonzero(kind == SIDE)
+            oldest = g0 + len(x) - rows - self.depth + 1  # no live row reads side entries before
+            side.append((g0 + t) * n + e, {"older": x[t, e, :-1]}, max(oldest, 0) * n)
 
     def read(self, g: np.ndarray, env: np.ndarray) -> np.ndarray:
-        """Canonical stacks ``(B, S, ...)`` of global rows ``g`` (zeros where ``g < 0``)."""
-        s, n, slots = self.depth, self.n, self.slots
+        """Stacks ``(B, S, F)`` of global rows ``g`` (zeros where ``g < 0``): follow links back
+        from each row until ``S - 1`` frames are found or a row of another kind stops it."""
+        s, n, slots, store = self.depth, self.n, self.slots, self.store
         h = np.maximum(g, 0)
         pos = h % slots * n + env
-        kinds = self.store.flat["kind"]
         src = np.empty((len(g), s), dtype=np.int64)  # flat slot of each frame of each stack
         src[:, -1] = pos
         alive = np.ones(len(g), dtype=bool)  # still following links
         back = np.zeros(len(g), dtype=np.int64)  # links followed before the stop
-        stop_kind = np.full(len(g), LINK, dtype=np.uint8)
+        stop_kind = np.zeros(len(g), dtype=np.uint8)
         stop_pos, stop_row = pos.copy(), h.copy()
         for j in range(1, s):
-            k = kinds[pos]
+            k = store.flat["kind"][pos]
             stop = alive & (k != LINK)
             stop_kind[stop], stop_pos[stop], stop_row[stop] = k[stop], pos[stop], h[stop]
             back[stop] = j - 1
@@ -132,15 +129,13 @@ class _Frames:
             h = h - alive
             pos = np.where(alive, h % slots * n + env, stop_pos)
             src[:, s - 1 - j] = pos  # REPEAT rows repeat their own newest frame
-        out = self.store.flat["frame"][src]
+        out = store.flat["frame"][src]
         # positions p < S - 1 - back of a stopped stack are the stop row's older frame p + back
         older = np.arange(s) < (s - 1 - back)[:, None]
         out[older & (stop_kind == ZERO)[:, None]] = 0
         b, p = np.nonzero(older & (stop_kind == SIDE)[:, None])
         if len(b):
-            hit, at = self.side.lookup(stop_row[b] * n + env[b])
-            if not hit.all():
-                raise CheckpointError(f"{self.name}: side frames of a SIDE row are missing")
+            at = self.side.lookup(stop_row[b] * n + env[b])[1]  # hits: checked on every load
             out[b, p] = self.side.arrays["older"][at, p + back[b]]
         out[g < 0] = 0
         return out
@@ -177,22 +172,23 @@ def _frame_names(
 class FrameStackStorage:
     """A ring of ``rows x num_envs`` items whose frame-stack fields keep each frame once.
 
-    The :class:`~rlstore.storage.Storage` protocol: ``write_block``, ``put_row`` (frame fields
-    only at ``cursor``: the pending next row), ``gather``, ``state_dict`` /
-    ``from_state_dict``, and ``cursor``, ``rows_written``, ``size``, ``nbytes``.
+    The :class:`~rlstore.storage.Storage` protocol: ``write_block`` (with an optional
+    ``continuing`` mask), ``put_row`` (frame fields only at ``cursor``: the pending next row),
+    ``gather``, ``state_dict`` / ``from_state_dict``, ``cursor``, ``rows_written``, ``size``,
+    ``nbytes``.
 
     Args:
         rows: physical rows (> 0).
         num_envs: env columns (> 0).
-        specs: ``{name: FieldSpec}``; a frame field's spec is the full stack, e.g.
+        specs: ``{name: FieldSpec}``; a frame field's spec is the whole stack, e.g.
             ``(4, 84, 84)`` uint8.
         stack_axis: the stack axis of the frame fields' item shape (negative counts from the
             end).
-        frame_fields: frame-stack fields (any dtype); default: every uint8 ``obs`` /
+        frame_fields: the frame-stack fields (any dtype); default: every uint8 ``obs`` /
             ``obs.<key>`` with a stack axis of size >= 2.
 
     Raises:
-        CapacityError: ``rows`` or ``num_envs`` < 1.
+        CapacityError: ``rows`` or ``num_envs`` not an int > 0.
         SpecError: no frame-stack field, or a named one without a stack axis of size >= 2.
     """
 
@@ -205,32 +201,25 @@ class FrameStackStorage:
         stack_axis: int = 0,
         frame_fields: Sequence[str] | None = None,
     ):
-        self._setup(rows, num_envs, specs, stack_axis, frame_fields, True)
+        names = self._layout(rows, num_envs, specs, stack_axis, frame_fields)
+        others = {k: s for k, s in self.specs.items() if k not in names}
+        self.ring = RingStorage(self.rows, self.num_envs, others)
+        self.frames = {
+            k: _Frames(self.specs[k], self.stack_axis, self.rows, self.num_envs, None)
+            for k in names
+        }
 
-    def _setup(
-        self,
-        rows: Any,
-        num_envs: Any,
-        specs: Mapping[str, FieldSpec],
-        stack_axis: Any,
-        frame_fields: Sequence[str] | None,
-        alloc: bool,
-    ) -> None:
-        for arg, v in (("rows", rows), ("num_envs", num_envs), ("stack_axis", stack_axis)):
+    def _layout(
+        self, rows: Any, n: Any, specs: Mapping[str, FieldSpec], axis: Any, names: Any
+    ) -> list[str]:
+        for arg, v in (("rows", rows), ("num_envs", n), ("stack_axis", axis)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
                 raise CapacityError(f"{arg}: expected an int, got {v!r}")
             if arg != "stack_axis" and v < 1:
                 raise CapacityError(f"{arg}: expected > 0, got {v}")
-        self.rows, self.num_envs, self.stack_axis = int(rows), int(num_envs), int(stack_axis)
+        self.rows, self.num_envs, self.stack_axis = int(rows), int(n), int(axis)
         self.specs: dict[str, FieldSpec] = dict(specs)
-        names = _frame_names(self.specs, self.stack_axis, frame_fields)
-        if alloc:
-            others = {k: s for k, s in self.specs.items() if k not in names}
-            self.ring = RingStorage(self.rows, self.num_envs, others)
-        self.frames = {
-            k: _Frames(self.specs[k], self.stack_axis, self.rows, self.num_envs, alloc)
-            for k in names
-        }
+        return _frame_names(self.specs, self.stack_axis, names)
 
     @property
     def rows_written(self) -> int:
@@ -249,58 +238,79 @@ class FrameStackStorage:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the ring, the frame rings, side stores and cached newest stacks."""
-        extra = sum(
+        """Bytes held: the ring, the frame rings, side stores and newest-stack tails."""
+        return self.ring.nbytes + sum(
             f.store.nbytes + f.side.nbytes + (0 if f.tail is None else f.tail.nbytes)
             for f in self.frames.values()
         )
-        return self.ring.nbytes + extra
 
-    def _checked(self, values: Mapping[str, Any], lead: tuple[int, ...], every: bool) -> None:
-        """Field names, shapes and (frame fields) dtypes of ``values``, before any write."""
-        extra = set(values) - set(self.specs)
-        missing = set(self.specs) - set(values) if every else set()
+    def _plan(
+        self, values: Mapping[str, Any], lead: tuple[int, ...], continuing: Any = None
+    ) -> list[tuple[_Frames, np.ndarray, np.ndarray]]:
+        """Check names, shapes and frame dtypes of ``values`` (and the declared continuations),
+        then return each frame field's ``(frames, stacks (k, n, S, F), kinds (k, n))``."""
+        extra, missing = set(values) - set(self.specs), set()
+        if len(lead) == 2:
+            missing = set(self.specs) - set(values)
         if extra or missing:
-            raise SpecError(
-                f"values: expected the fields {sorted(self.specs)}, got {sorted(values)} "
-                f"(missing {sorted(missing)}, unexpected {sorted(extra)})"
-            )
+            raise SpecError(f"values: expected the fields {sorted(self.specs)}, got "
+                            f"{sorted(values)} (missing {sorted(missing)}, unexpected "
+                            f"{sorted(extra)})")  # fmt: skip
         for k, v in values.items():
-            want = (*lead, *self.specs[k].shape)
-            dtype = getattr(v, "dtype", None)
+            want, dtype = (*lead, *self.specs[k].shape), getattr(v, "dtype", None)
             if np.shape(v) != want or (k in self.frames and dtype != self.specs[k].dtype):
-                got = f"{np.shape(v)} {getattr(v, 'dtype', type(v).__name__)}"
+                got = f"{np.shape(v)} {dtype or type(v).__name__}"
                 raise SpecError(
                     f"{k}: expected shape {want} dtype {self.specs[k].dtype}, got {got}"
                 )
+        if continuing is not None and (
+            np.shape(continuing) != lead or getattr(continuing, "dtype", None) != np.bool_
+        ):
+            got = (
+                f"{np.shape(continuing)} {getattr(continuing, 'dtype', type(continuing).__name__)}"
+            )
+            raise SpecError(f"continuing: expected a bool array of shape {lead}, got {got}")
+        plan = []
+        for name, f in self.frames.items():
+            if name not in values or not lead[0]:
+                continue
+            x = f.flat(values[name] if len(lead) == 2 else values[name][None], 2)
+            w = x.view(f.word)
+            kind = f.kinds(w)
+            broken = None if continuing is None else np.nonzero(continuing & (kind != LINK))
+            if broken is not None and len(broken[0]):
+                t, e = int(broken[0][0]), int(broken[1][0])
+                ref = w[t - 1, e, 1:] if t else None if f.tail is None else f.tail[e]
+                got = (
+                    "no previous row"
+                    if ref is None
+                    else f"{(w[t, e, :-1] == ref).all(axis=1).sum()} of {f.depth - 1} equal"
+                )
+                raise SpecError(
+                    f"{name}: env {e} block row {t} was declared continuing: expected "
+                    f"{name}[:-1] along stack axis {f.axis} to equal the previous row's "
+                    f"{name}[1:] ({f.depth - 1} shared frames), got {got}"
+                )
+            plan.append((f, x, kind))
+        return plan
 
-    def write_block(
-        self, values: Mapping[str, np.ndarray], continuing: np.ndarray | None = None
-    ) -> None:
+    def write_block(self, values: Mapping[str, np.ndarray], continuing: Any = None) -> None:
         """Write every field ``(k, num_envs, *shape)`` at ``cursor``; it advances ``k`` rows.
 
         Args:
             values: one array per field, ``k <= rows``.
             continuing: optional bool ``(k, num_envs)``: rows declared to continue the previous
-                row of their env; their frame stacks must share ``S - 1`` frames with it.
+                row of their env; their stacks must share ``S - 1`` frames with it.
 
         Raises:
-            SpecError: missing/unexpected fields, wrong shapes or frame dtypes, or a declared
+            SpecError: missing or unexpected fields, wrong shapes or frame dtypes, or a declared
                 continuation that does not share frames; nothing is written then.
             CapacityError: ``k > rows``.
         """
-        k = np.shape(next(iter(values.values())))[:1][0] if values else 0
-        self._checked(values, (k, self.num_envs), True)
+        k = int(np.shape(next(iter(values.values())))[0]) if values else 0
         if k > self.rows:
             raise CapacityError(f"block: expected at most rows={self.rows} rows, got {k}")
-        if continuing is not None and (
-            np.shape(continuing) != (k, self.num_envs) or np.asarray(continuing).dtype != np.bool_
-        ):
-            raise SpecError(
-                f"continuing: expected a bool array of shape {(k, self.num_envs)}, got "
-                f"{np.shape(continuing)} {getattr(continuing, 'dtype', type(continuing).__name__)}"
-            )
-        plan = self._plan(values, 1, continuing)
+        plan = self._plan(values, (k, self.num_envs), continuing)
         g0 = self.rows_written
         if k:
             self.ring.write_block({key: v for key, v in values.items() if key not in self.frames})
@@ -310,70 +320,37 @@ class FrameStackStorage:
     def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some fields ``(num_envs, *shape)`` of physical ``row``; cursor unchanged.
 
-        Frame fields can only be put at ``cursor``: they become the pending next row (global
-        ``rows_written``), which the next :meth:`write_block` overwrites.
+        Frame fields can only be put at ``cursor``: they are the pending next row (global row
+        ``rows_written``), which the next :meth:`write_block` writes again.
 
         Raises:
             SpecError: unknown field, wrong shape or frame dtype, or a frame field put at a
                 row other than ``cursor``; nothing is written then.
         """
-        self._checked(values, (self.num_envs,), False)
-        if not 0 <= row < self.rows:
-            raise CapacityError(f"row: expected an int in [0, {self.rows}), got {row}")
-        put = [k for k in values if k in self.frames]
-        if put and row != self.cursor:
-            raise SpecError(
-                f"row: frame fields {put} can only be put at the cursor row {self.cursor} "
-                f"(the pending next row), got row {row}"
-            )
-        plan = self._plan({k: np.asarray(values[k])[None] for k in put}, 1, None)
+        if not isinstance(row, (int, np.integer)) or not 0 <= row < self.rows:
+            raise CapacityError(f"row: expected an int in [0, {self.rows}), got {row!r}")
+        plan = self._plan(values, (self.num_envs,))
+        if plan and row != self.cursor:
+            raise SpecError(f"row: frame fields {[f for f in values if f in self.frames]} can "
+                            f"only be put at the cursor row {self.cursor} (the pending next "
+                            f"row), got row {row}")  # fmt: skip
         for key, v in values.items():
             if key not in self.frames:
                 self.ring.arrays[key][row] = v
         for f, x, kind in plan:
             f.commit(x, kind, self.rows_written, self.rows, put=True)
 
-    def _plan(
-        self, values: Mapping[str, np.ndarray], lead: int, continuing: np.ndarray | None
-    ) -> list[tuple[_Frames, np.ndarray, np.ndarray]]:
-        """Canonical stacks and kinds of every frame field in ``values``, and the check of the
-        declared continuations (all before anything is written)."""
-        plan = []
-        for name, f in self.frames.items():
-            if name not in values or len(values[name]) == 0:
-                continue
-            x = f.canon(np.asarray(values[name]), lead + 1)
-            as_uint = x.view(np.dtype(f"u{f.dtype.itemsize}"))  # bytewise (-0.0 != 0.0)
-            prev = None if f.tail is None else f.tail.view(as_uint.dtype)
-            kind = f.kinds(as_uint, prev)
-            if continuing is not None and (continuing & (kind != LINK)).any():
-                t, e = (int(i[0]) for i in np.nonzero(continuing & (kind != LINK)))
-                ref = as_uint[t - 1, e, 1:] if t else None if prev is None else prev[e]
-                same = (
-                    "no previous row"
-                    if ref is None
-                    else (f"{int(_all(as_uint[t, e, :-1] == ref, 1).sum())} of {f.depth - 1} equal")
-                )
-                raise SpecError(
-                    f"{name}: env {e} block row {t} was declared continuing: expected "
-                    f"{name}[:-1] along stack axis {f.axis} to equal the previous row's "
-                    f"{name}[1:] ({f.depth - 1} shared frames), got {same}"
-                )
-            plan.append((f, x, kind))
-        return plan
-
     def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Contiguous copies ``{name: (B, *shape)}`` at ``flat = physical_row * num_envs + env``,
-        frame stacks rebuilt (zeros for rows never written, like a fresh ring).
+        stacks rebuilt (zeros in rows never written, like a fresh ring).
 
         Raises:
-            SpecError: an unknown name, or ``flat`` not integers in ``[0, rows * num_envs)``.
+            SpecError: an unknown name, or ``flat`` not 1-D ints in ``[0, rows * num_envs)``.
         """
         names = list(self.specs) if names is None else list(names)
         if set(names) - set(self.specs):
             raise SpecError(f"names: expected fields of {sorted(self.specs)}, got {names}")
-        flat = np.asarray(flat)
-        top = self.rows * self.num_envs
+        flat, top = np.asarray(flat), self.rows * self.num_envs
         if (
             flat.dtype.kind not in "iu"
             or flat.ndim != 1
@@ -381,19 +358,19 @@ class FrameStackStorage:
         ):
             raise SpecError(f"flat: expected 1-D ints in [0, {top}), got {flat.dtype} {flat!r}")
         row, env = np.divmod(flat.astype(np.int64), self.num_envs)
-        back = (self.cursor - row) % self.rows
+        back, rw = (self.cursor - row) % self.rows, self.rows_written
         plain = [k for k in names if k not in self.frames]
         out = self.ring.gather(flat, plain) if plain else {}
         for k in names:
-            f = self.frames.get(k)
-            if f is not None:
-                g = self.rows_written - back
-                g[back == 0] = self.rows_written if f.pending else self.rows_written - self.rows
-                out[k] = np.ascontiguousarray(np.moveaxis(f.read(g, env), 1, 1 + f.axis))
+            if (f := self.frames.get(k)) is not None:
+                g = rw - back
+                g[back == 0] = rw if f.pending else rw - self.rows  # a put row, or the oldest
+                x = f.read(g, env).reshape(len(g), f.depth, *f.frame)
+                out[k] = np.ascontiguousarray(np.moveaxis(x, 1, 1 + f.axis)) if f.axis else x
         return {k: out[k] for k in names}
 
     def state_dict(self) -> dict[str, Any]:
-        """Copies: the ring's and every frame field's ring and side store state, the pending
+        """Copies: the ring's and every frame field's ring and side store states, the pending
         flags, and the JSON-able layout (``rows``, ``num_envs``, ``stack_axis``, ``specs``)."""
         return {
             "rows": self.rows,
@@ -413,8 +390,8 @@ class FrameStackStorage:
 
     @classmethod
     def from_state_dict(cls, sd: Mapping[str, Any], *, where: str = "storage") -> FrameStackStorage:
-        """Rebuild a storage from :meth:`state_dict` output, checked whole first: the layout,
-        every ring and side store, equal counters, and a side entry for every live ``SIDE`` row.
+        """Rebuild a storage from :meth:`state_dict` output, checked whole: the layout, every
+        ring and side store, one ``rows_written``, a side entry for every live ``SIDE`` row.
 
         Raises:
             CheckpointError: naming the first entry that is missing or wrong.
@@ -423,46 +400,43 @@ class FrameStackStorage:
         if not isinstance(sd, Mapping) or set(sd) != keys:
             got = sorted(map(str, sd)) if isinstance(sd, Mapping) else type(sd).__name__
             raise CheckpointError(f"{where}: expected a dict with keys {sorted(keys)}, got {got}")
-        frames_sd = sd["frames"]
+        st, frames = cls.__new__(cls), sd["frames"]
         try:
             specs = {d["name"]: FieldSpec.from_json(d) for d in sd["specs"]}
-            if not isinstance(frames_sd, Mapping):
-                raise SpecError(f"frames: expected a dict, got {type(frames_sd).__name__}")
-            st = cls.__new__(cls)
-            st._setup(sd["rows"], sd["num_envs"], specs, sd["stack_axis"], list(frames_sd), False)
+            if not isinstance(frames, Mapping):
+                raise SpecError(f"frames: expected a dict, got {type(frames).__name__}")
+            st._layout(sd["rows"], sd["num_envs"], specs, sd["stack_axis"], list(frames))
         except (RLStoreError, TypeError, KeyError) as exc:
             raise CheckpointError(f"{where}: bad layout ({type(exc).__name__}: {exc})") from None
-        st.ring = RingStorage.from_state_dict(sd["ring"], where=f"{where}.ring")
-        n, rows = st.num_envs, st.rows
-        if (st.ring.capacity_per_env, st.ring.num_envs) != (rows, n) or st.ring.specs != {
-            k: s for k, s in specs.items() if k not in st.frames
-        }:
-            raise CheckpointError(f"{where}.ring: expected {rows} rows x {n} envs of the "
-                                  "non-frame fields, got another layout")  # fmt: skip
-        counts = set() if not st.ring.specs else {st.ring.rows_written}
-        for k, f in st.frames.items():
-            at, fsd = f"{where}.frames.{k}", frames_sd[k]
+        st.ring, n = RingStorage.from_state_dict(sd["ring"], where=f"{where}.ring"), st.num_envs
+        others = {k: s for k, s in specs.items() if k not in frames}
+        if (st.ring.capacity_per_env, st.ring.num_envs, st.ring.specs) != (st.rows, n, others):
+            raise CheckpointError(f"{where}.ring: expected {st.rows} rows x {n} envs of {others}")
+        counts, st.frames = {st.ring.rows_written} if others else set(), {}
+        for k, fsd in frames.items():
+            at = f"{where}.frames.{k}"
             if not isinstance(fsd, Mapping) or set(fsd) != {"store", "side", "pending"}:
-                raise CheckpointError(f"{at}: expected a dict with store, side, pending")
-            f.store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
-            if f.store.specs != f.store_specs or f.store.capacity_per_env != f.slots:
+                raise CheckpointError(f"{at}: expected a dict with keys store, side, pending")
+            store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
+            f = st.frames[k] = _Frames(specs[k], st.stack_axis, st.rows, n, store)
+            if (store.specs, store.capacity_per_env) != (f.store_specs, f.slots):
                 raise CheckpointError(f"{at}.store: expected {f.slots} rows of {f.store_specs}")
             if not isinstance(fsd["pending"], bool):
                 raise CheckpointError(f"{at}.pending: expected a bool, got {fsd['pending']!r}")
-            f.pending, rw = fsd["pending"], f.store.rows_written
-            counts.add(rw)
+            f.pending, rw = fsd["pending"], store.rows_written
             top = (rw + f.pending) * n
             f.side.load_state_dict(
                 fsd["side"], max_key=top, max_capacity=2 * top + 16, where=f"{at}.side"
             )
             g = np.arange(max(rw + f.pending - f.slots + 1, 0), rw + f.pending)
-            kind = f.store.arrays["kind"][g % f.slots]
+            kind = store.arrays["kind"][g % f.slots]
             t, e = np.nonzero(kind == SIDE)
             bad = (kind > SIDE).any() or (len(g) and g[0] == 0 and (kind[0] == LINK).any())
             if bad or not f.side.lookup(g[t] * n + e)[0].all():
                 raise CheckpointError(f"{at}: kinds out of range or a SIDE row without side frames")
             if rw:
-                f.tail = f.read(np.full(n, rw - 1), np.arange(n))[:, 1:]
+                f.tail = f.read(np.full(n, rw - 1), np.arange(n))[:, 1:].view(f.word).copy()
+            counts.add(rw)
         if len(counts) > 1:
             raise CheckpointError(f"{where}: expected one rows_written for all rings, got {counts}")
         return st
