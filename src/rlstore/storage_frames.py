@@ -44,6 +44,62 @@ __all__ = ["FrameStackStorage"]
 LINK, REPEAT, ZERO, SIDE = 0, 1, 2, 3
 
 
+def _classify(w: np.ndarray, tail: np.ndarray, kind: np.ndarray) -> int:
+    """Kind of each stack of ``w (k, n, S, W)`` into ``kind (k, n)``; ``tail (n, S, W)`` is the
+    previous row (no rows: no previous row). Returns the number of SIDE kinds."""
+    k, n, s, m = w.shape
+    last, sides = (s - 1) * m, 0
+    for t in range(k):
+        for e in range(n):
+            cur = w[t, e].ravel()
+            link = t > 0 or len(tail) > 0
+            if link:
+                prev = w[t - 1, e].ravel() if t else tail[e].ravel()
+                for j in range(last):
+                    if cur[j] != prev[j + m]:
+                        link = False
+                        break
+            if link:
+                kind[t, e] = LINK
+                continue
+            repeat = zero = True
+            for j in range(last):
+                repeat = repeat and cur[j] == cur[last + j % m]
+                zero = zero and cur[j] == 0
+                if not (repeat or zero):
+                    break
+            kind[t, e] = REPEAT if repeat else ZERO if zero else SIDE
+            sides += not (repeat or zero)
+    return sides
+
+
+def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int, put: bool) -> None:
+    """Newest frames and kinds of ``w (k, n, S, W)`` into ``frames (slots * n, W)`` and
+    ``kinds (slots * n,)`` at the slots of global rows ``g0, g0 + 1, ...``; unless ``put``,
+    the last row into ``tail``."""
+    k, n, s, m = w.shape
+    slots = len(kinds) // n
+    for t in range(k):
+        at = (g0 + t) % slots * n
+        for e in range(n):
+            frames[at + e, :] = w[t, e, s - 1, :]
+            kinds[at + e] = kind[t, e]
+    if not put:
+        tail[:] = w[k - 1]
+
+
+_KERNELS: list[Any] = []
+
+
+def _kernels() -> list[Any]:
+    """``[_classify, _commit]`` compiled by numba on first use (not at import)."""
+    if not _KERNELS:
+        from numba import njit
+
+        _KERNELS.extend(njit(cache=True, nogil=True)(f) for f in (_classify, _commit))
+    return _KERNELS
+
+
 class _Frames:
     """One frame-stack field: newest frames (flattened, ``F`` items) + kinds in a ring of
     ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store, and a copy of the
@@ -67,45 +123,36 @@ class _Frames:
         self.store = store or RingStorage(self.slots, num_envs, self.store_specs)
         self.side = SideStore({"older": older}, capacity=1)
         self.pending = False  # the next row (global rows_written) was put ahead of its write
-        self.tail: np.ndarray | None = None  # words (n, S - 1, W); None before the first write
+        words = size * spec.dtype.itemsize // step
+        self.tail = np.zeros((num_envs, self.depth, words), self.word)  # the newest row
 
     def flat(self, x: np.ndarray, lead: int) -> np.ndarray:
         """``x (*lead, *shape)`` as contiguous ``(*lead, S, F)`` (a view when it can be)."""
         x = np.moveaxis(x, lead + self.axis, lead) if self.axis else x
         return np.ascontiguousarray(x).reshape(*x.shape[: lead + 1], -1)
 
-    def kinds(self, w: np.ndarray) -> np.ndarray:
-        """Kinds ``(k, n)`` of the stacks ``w`` (words ``(k, n, S, W)``)."""
-        link = np.zeros(w.shape[:2], dtype=bool)
-        if self.tail is not None:
-            link[0] = (w[0, :, :-1] == self.tail).all(axis=(1, 2))
-        if len(w) > 1:
-            link[1:] = (w[1:, :, :-1] == w[:-1, :, 1:]).all(axis=(2, 3))
-        kind = np.zeros(w.shape[:2], dtype=np.uint8)  # LINK
-        if not link.all():
-            rest = w[~link]
-            repeat = (rest[:, :-1] == rest[:, -1:]).all(axis=(1, 2))
-            zero = (rest[:, :-1] == 0).all(axis=(1, 2))
-            kind[~link] = np.where(repeat, REPEAT, np.where(zero, ZERO, SIDE))
-        return kind
+    def kinds(self, w: np.ndarray) -> tuple[np.ndarray, int]:
+        """Kinds ``(k, n)`` of the stacks ``w`` (words ``(k, n, S, W)``) and the ``SIDE`` count."""
+        kind = np.empty(w.shape[:2], dtype=np.uint8)
+        sides = _kernels()[0](w, self.tail if self.store.rows_written else self.tail[:0], kind)
+        return kind, sides
 
-    def commit(self, x: np.ndarray, kind: np.ndarray, g0: int, rows: int, put: bool) -> None:
+    def commit(self, x: np.ndarray, kind: np.ndarray, sides: int, g0: int, put: bool) -> None:
         """Write stacks ``x (k, n, S, F)`` of global rows ``g0, g0 + 1, ...``: the newest frames
         and kinds (at the store's cursor, not advancing it, when ``put``), then the older frames
         of ``SIDE`` rows; a pending put of row ``g0`` is replaced."""
-        side, n, store = self.side, self.n, self.store
-        if self.pending:  # its side entries hold the largest keys: drop them from the end
+        side, n, store, slots = self.side, self.n, self.store, self.slots
+        if self.pending and side.n and side.keys[side.n - 1] >= g0 * n:  # drop its side entries
             side.n = int(np.searchsorted(side.keys[: side.n], g0 * n))
-        if put:
-            store.arrays["frame"][store.cursor] = x[0, :, -1]
-            store.arrays["kind"][store.cursor] = kind[0]
-        else:
-            store.write_block({"frame": x[:, :, -1], "kind": kind})
-            self.tail = x[-1, :, 1:].view(self.word).copy()
+        frames = store.flat["frame"].view(self.word)
+        _kernels()[1](x.view(self.word), kind, frames, store.flat["kind"], self.tail, g0, put)
+        if not put:  # the kernel wrote the rows: advance the store's counters alike
+            store.rows_written += len(x)
+            store.cursor, store.size = store.rows_written % slots, min(store.rows_written, slots)
         self.pending = put
-        if (kind == SIDE).any():
+        if sides:
             t, e = np.nonzero(kind == SIDE)
-            oldest = g0 + len(x) - rows - self.depth + 1  # no live row reads side entries before
+            oldest = g0 + len(x) - slots  # no live row reads side entries before this row
             side.append((g0 + t) * n + e, {"older": x[t, e, :-1]}, max(oldest, 0) * n)
 
     def read(self, g: np.ndarray, env: np.ndarray) -> np.ndarray:
@@ -208,6 +255,7 @@ class FrameStackStorage:
             k: _Frames(self.specs[k], self.stack_axis, self.rows, self.num_envs, None)
             for k in names
         }
+        self._clock = self.frames[names[0]].store  # its counters are every ring's counters
 
     def _layout(
         self, rows: Any, n: Any, specs: Mapping[str, FieldSpec], axis: Any, names: Any
@@ -224,7 +272,7 @@ class FrameStackStorage:
     @property
     def rows_written(self) -> int:
         """Rows ever written by :meth:`write_block` (puts not counted)."""
-        return next(iter(self.frames.values())).store.rows_written
+        return self._clock.rows_written
 
     @property
     def cursor(self) -> int:
@@ -240,47 +288,40 @@ class FrameStackStorage:
     def nbytes(self) -> int:
         """Bytes held: the ring, the frame rings, side stores and newest-stack tails."""
         return self.ring.nbytes + sum(
-            f.store.nbytes + f.side.nbytes + (0 if f.tail is None else f.tail.nbytes)
-            for f in self.frames.values()
+            f.store.nbytes + f.side.nbytes + f.tail.nbytes for f in self.frames.values()
         )
 
     def _plan(
         self, values: Mapping[str, Any], lead: tuple[int, ...], continuing: Any = None
-    ) -> list[tuple[_Frames, np.ndarray, np.ndarray]]:
+    ) -> list[tuple[_Frames, np.ndarray, np.ndarray, int]]:
         """Check names, shapes and frame dtypes of ``values`` (and the declared continuations),
         then return each frame field's ``(frames, stacks (k, n, S, F), kinds (k, n))``."""
-        extra, missing = set(values) - set(self.specs), set()
-        if len(lead) == 2:
-            missing = set(self.specs) - set(values)
-        if extra or missing:
-            raise SpecError(f"values: expected the fields {sorted(self.specs)}, got "
-                            f"{sorted(values)} (missing {sorted(missing)}, unexpected "
-                            f"{sorted(extra)})")  # fmt: skip
+        specs, frames = self.specs, self.frames
+        if not (values.keys() == specs.keys() if len(lead) == 2 else values.keys() <= specs.keys()):
+            raise SpecError(f"values: expected {'the' if len(lead) == 2 else 'some of the'} "
+                            f"fields {sorted(specs)}, got {sorted(values)}")  # fmt: skip
         for k, v in values.items():
-            want, dtype = (*lead, *self.specs[k].shape), getattr(v, "dtype", None)
-            if np.shape(v) != want or (k in self.frames and dtype != self.specs[k].dtype):
-                got = f"{np.shape(v)} {dtype or type(v).__name__}"
-                raise SpecError(
-                    f"{k}: expected shape {want} dtype {self.specs[k].dtype}, got {got}"
-                )
+            spec, shape = specs[k], getattr(v, "shape", None)
+            if shape != (*lead, *spec.shape) or (k in frames and v.dtype != spec.dtype):
+                got = f"{shape} {getattr(v, 'dtype', type(v).__name__)}"
+                raise SpecError(f"{k}: expected an array of shape {(*lead, *spec.shape)} dtype "
+                                f"{spec.dtype}, got {got}")  # fmt: skip
         if continuing is not None and (
-            np.shape(continuing) != lead or getattr(continuing, "dtype", None) != np.bool_
+            getattr(continuing, "shape", None) != lead or continuing.dtype != np.bool_
         ):
-            got = (
-                f"{np.shape(continuing)} {getattr(continuing, 'dtype', type(continuing).__name__)}"
-            )
+            got = f"{np.shape(continuing)} {getattr(continuing, 'dtype', type(continuing))}"
             raise SpecError(f"continuing: expected a bool array of shape {lead}, got {got}")
         plan = []
-        for name, f in self.frames.items():
+        for name, f in frames.items():
             if name not in values or not lead[0]:
                 continue
             x = f.flat(values[name] if len(lead) == 2 else values[name][None], 2)
             w = x.view(f.word)
-            kind = f.kinds(w)
+            kind, sides = f.kinds(w)
             broken = None if continuing is None else np.nonzero(continuing & (kind != LINK))
             if broken is not None and len(broken[0]):
                 t, e = int(broken[0][0]), int(broken[1][0])
-                ref = w[t - 1, e, 1:] if t else None if f.tail is None else f.tail[e]
+                ref = w[t - 1, e, 1:] if t else f.tail[e, 1:] if f.store.rows_written else None
                 got = (
                     "no previous row"
                     if ref is None
@@ -291,7 +332,7 @@ class FrameStackStorage:
                     f"{name}[:-1] along stack axis {f.axis} to equal the previous row's "
                     f"{name}[1:] ({f.depth - 1} shared frames), got {got}"
                 )
-            plan.append((f, x, kind))
+            plan.append((f, x, kind, sides))
         return plan
 
     def write_block(self, values: Mapping[str, np.ndarray], continuing: Any = None) -> None:
@@ -314,8 +355,8 @@ class FrameStackStorage:
         g0 = self.rows_written
         if k:
             self.ring.write_block({key: v for key, v in values.items() if key not in self.frames})
-        for f, x, kind in plan:
-            f.commit(x, kind, g0, self.rows, put=False)
+        for f, x, kind, sides in plan:
+            f.commit(x, kind, sides, g0, put=False)
 
     def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some fields ``(num_envs, *shape)`` of physical ``row``; cursor unchanged.
@@ -337,8 +378,8 @@ class FrameStackStorage:
         for key, v in values.items():
             if key not in self.frames:
                 self.ring.arrays[key][row] = v
-        for f, x, kind in plan:
-            f.commit(x, kind, self.rows_written, self.rows, put=True)
+        for f, x, kind, sides in plan:
+            f.commit(x, kind, sides, self.rows_written, put=True)
 
     def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Contiguous copies ``{name: (B, *shape)}`` at ``flat = physical_row * num_envs + env``,
@@ -435,8 +476,9 @@ class FrameStackStorage:
             if bad or not f.side.lookup(g[t] * n + e)[0].all():
                 raise CheckpointError(f"{at}: kinds out of range or a SIDE row without side frames")
             if rw:
-                f.tail = f.read(np.full(n, rw - 1), np.arange(n))[:, 1:].view(f.word).copy()
+                f.tail[:] = f.read(np.full(n, rw - 1), np.arange(n)).view(f.word)
             counts.add(rw)
         if len(counts) > 1:
             raise CheckpointError(f"{where}: expected one rows_written for all rings, got {counts}")
+        st._clock = next(iter(st.frames.values())).store
         return st
