@@ -83,7 +83,7 @@ def test_every_gathered_stack_is_the_stack_written(
     """Writes like the buffer's (blocks, the pending next obs put at the cursor, then written
     again, continuations declared), many wrap-arounds: the twin's content everywhere."""
     rng = np.random.default_rng(seed)
-    frame = (2, 3)
+    frame = (2, 4)  # 8 bytes: compared as one 64-bit word
     specs = _specs(depth, axis, frame)
     fs = FrameStackStorage(rows, n, specs, stack_axis=axis)
     twin = RingStorage(rows, n, specs, packed=False)
@@ -125,14 +125,14 @@ def test_every_gathered_stack_is_the_stack_written(
     _assert_same(back, twin)
 
 
-def _filled(rows: int = 4, n: int = 2, steps: int = 20, seed: int = 0) -> FrameStackStorage:
+def _filled(rows: int = 4, n: int = 2, steps: int = 13, seed: int = 0) -> FrameStackStorage:
     rng = np.random.default_rng(seed)
-    fs = FrameStackStorage(rows, n, _specs(3, 0, (2, 2)))
-    s = Stream(rng, n, 3, (2, 2), high=4)
+    fs = FrameStackStorage(rows, n, _specs(3, 0, (2, 4)))
+    s = Stream(rng, n, 3, (2, 4), high=4)
     for _ in range(steps):
         obs = s.step(0.2, 0.2)[0][None]
         fs.write_block({"obs.a": obs, "obs.b": obs, "action": np.zeros((1, n, 2), np.float32)})
-    fs.put_row(fs.cursor, {"obs.a": np.zeros((n, 3, 2, 2), np.uint8)})
+    fs.put_row(fs.cursor, {"obs.a": np.zeros((n, 3, 2, 4), np.uint8)})
     return fs
 
 
@@ -155,8 +155,8 @@ def test_state_dict_round_trip_is_exact_and_writes_go_on_alike() -> None:
     _assert_state_equal(back.state_dict(), sd)
     flat = np.arange(8)
     block = {
-        "obs.a": np.ones((2, 2, 3, 2, 2), np.uint8),
-        "obs.b": np.ones((2, 2, 3, 2, 2), np.uint8),
+        "obs.a": np.ones((2, 2, 3, 2, 4), np.uint8),
+        "obs.b": np.ones((2, 2, 3, 2, 4), np.uint8),
         "action": np.ones((2, 2, 2), np.float32),
     }
     for st_ in (fs, back):
@@ -172,7 +172,7 @@ def test_state_dict_rejects_damaged_states() -> None:
         FrameStackStorage.from_state_dict({**fs.state_dict(), "extra": 1})
     sd = fs.state_dict()
     sd["frames"]["obs.b"]["side"] = {"keys": np.zeros(0, np.int64), "arrays": {"older":
-        np.zeros((0, 2, 4), np.uint8)}, "capacity": 1}  # fmt: skip
+        np.zeros((0, 2, 8), np.uint8)}, "capacity": 1}  # fmt: skip
     with pytest.raises(CheckpointError, match="obs.b: kinds out of range or a SIDE row without"):
         FrameStackStorage.from_state_dict(sd)
     sd = fs.state_dict()
@@ -193,8 +193,8 @@ def test_rejected_writes_name_the_problem_and_change_nothing() -> None:
     fs = _filled()
     before = fs.state_dict()
     good = {
-        "obs.a": np.ones((2, 2, 3, 2, 2), np.uint8),
-        "obs.b": np.ones((2, 2, 3, 2, 2), np.uint8),
+        "obs.a": np.ones((2, 2, 3, 2, 4), np.uint8),
+        "obs.b": np.ones((2, 2, 3, 2, 4), np.uint8),
         "action": np.ones((2, 2, 2), np.float32),
     }
     cont = np.array([[False, False], [True, False]])
@@ -210,7 +210,7 @@ def test_rejected_writes_name_the_problem_and_change_nothing() -> None:
         fs.write_block(good, continuing=cont.astype(int))
     with pytest.raises(
         SpecError,
-        match=r"obs.a: expected an array of shape \(2, 2, 3, 2, 2\) dtype uint8, got .* int16",
+        match=r"obs.a: expected an array of shape \(2, 2, 3, 2, 4\) dtype uint8, got .* int16",
     ):
         fs.write_block({**good, "obs.a": good["obs.a"].astype(np.int16)})
     with pytest.raises(
@@ -227,7 +227,7 @@ def test_rejected_writes_name_the_problem_and_change_nothing() -> None:
     with pytest.raises(SpecError, match=r"flat: expected 1-D ints in \[0, 8\)"):
         fs.gather(np.array([8]))
     _assert_state_equal(fs.state_dict(), before)
-    fresh = FrameStackStorage(3, 1, _specs(3, 0, (2, 2)))
+    fresh = FrameStackStorage(3, 1, _specs(3, 0, (2, 4)))
     with pytest.raises(SpecError, match="env 0 block row 0 .* got no previous row"):
         fresh.write_block({k: v[:1, :1] for k, v in good.items()}, continuing=np.ones((1, 1), bool))
     assert fresh.rows_written == 0 and fresh.frames["obs.a"].side.n == 0
@@ -239,12 +239,17 @@ def test_constructor_errors() -> None:
     with pytest.raises(SpecError, match=r"frame_fields: 'obs': expected a field with a stack axis"):
         FrameStackStorage(4, 1, {"obs": FieldSpec("obs", (1, 8), np.uint8)}, frame_fields=["obs"])
     with pytest.raises(CapacityError, match="rows: expected > 0, got 0"):
-        FrameStackStorage(0, 1, _specs(4, 0, (2, 2)))
-    # float stacks when named explicitly: compared bytewise, so -0.0 and 0.0 never link
+        FrameStackStorage(0, 1, _specs(4, 0, (2, 4)))
+    # float stacks when named explicitly (12-byte frames: compared as 32-bit words): compared
+    # bytewise, so -0.0 does not link to 0.0
     fs = FrameStackStorage(
-        4, 1, {"obs": FieldSpec("obs", (2, 1), np.float32)}, frame_fields=["obs"]
+        4, 1, {"obs": FieldSpec("obs", (2, 3), np.float32)}, frame_fields=["obs"]
     )
-    fs.write_block({"obs": np.array([[[[0.0], [1.0]]], [[[-0.0], [2.0]]]], np.float32)})
+    obs = np.zeros((2, 1, 2, 3), np.float32)
+    obs[0, 0, 1], obs[1, 0, 0, 0], obs[1, 0, 1] = 1.0, -0.0, 2.0
+    fs.write_block({"obs": obs})
+    assert fs.frames["obs"].word == np.uint32 and fs.frames["obs"].side.n == 1  # row 1
+    np.testing.assert_array_equal(fs.gather(np.arange(2))["obs"], obs[:, 0])
     assert np.signbit(fs.gather(np.array([1]))["obs"][0, 0, 0])
 
 

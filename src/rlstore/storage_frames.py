@@ -88,15 +88,45 @@ def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int, put:
         tail[:] = w[k - 1]
 
 
+def _read(g: Any, env: Any, n: int, kinds: Any, frames: Any, keys: Any, older: Any, out: Any):
+    """Stacks of global rows ``g (B,)`` of envs ``env (B,)`` into ``out (B, S, W)``: from the
+    newest frame, follow ``LINK`` rows back until a row of another kind gives the rest."""
+    s, slots = out.shape[1], len(kinds) // n
+    for b in range(len(g)):
+        h, e = g[b], env[b]
+        if h < 0:
+            out[b] = 0
+            continue
+        pos = h % slots * n + e
+        out[b, s - 1] = frames[pos]
+        p = s - 2
+        while p >= 0 and kinds[pos] == LINK:
+            h -= 1
+            pos = h % slots * n + e
+            out[b, p] = frames[pos]
+            p -= 1
+        if p < 0:
+            continue
+        shift = s - 2 - p  # row h's stack is row g's shifted by g - h: its older frame q + shift
+        side = np.searchsorted(keys, h * n + e)
+        for q in range(p + 1):
+            if kinds[pos] == REPEAT:
+                out[b, q] = frames[pos]
+            elif kinds[pos] == ZERO:
+                out[b, q] = 0
+            else:
+                out[b, q] = older[side, q + shift]
+
+
 _KERNELS: list[Any] = []
 
 
 def _kernels() -> list[Any]:
-    """``[_classify, _commit]`` compiled by numba on first use (not at import)."""
+    """``[_classify, _commit, _read]`` compiled by numba on first use (not at import)."""
     if not _KERNELS:
         from numba import njit
 
-        _KERNELS.extend(njit(cache=True, nogil=True)(f) for f in (_classify, _commit))
+        _KERNELS.extend(njit(cache=True, nogil=True)(f) for f in (_classify, _commit, _read))
     return _KERNELS
 
 
@@ -156,35 +186,13 @@ class _Frames:
             side.append((g0 + t) * n + e, {"older": x[t, e, :-1]}, max(oldest, 0) * n)
 
     def read(self, g: np.ndarray, env: np.ndarray) -> np.ndarray:
-        """Stacks ``(B, S, F)`` of global rows ``g`` (zeros where ``g < 0``): follow links back
-        from each row until ``S - 1`` frames are found or a row of another kind stops it."""
-        s, n, slots, store = self.depth, self.n, self.slots, self.store
-        h = np.maximum(g, 0)
-        pos = h % slots * n + env
-        src = np.empty((len(g), s), dtype=np.int64)  # flat slot of each frame of each stack
-        src[:, -1] = pos
-        alive = np.ones(len(g), dtype=bool)  # still following links
-        back = np.zeros(len(g), dtype=np.int64)  # links followed before the stop
-        stop_kind = np.zeros(len(g), dtype=np.uint8)
-        stop_pos, stop_row = pos.copy(), h.copy()
-        for j in range(1, s):
-            k = store.flat["kind"][pos]
-            stop = alive & (k != LINK)
-            stop_kind[stop], stop_pos[stop], stop_row[stop] = k[stop], pos[stop], h[stop]
-            back[stop] = j - 1
-            alive &= ~stop
-            h = h - alive
-            pos = np.where(alive, h % slots * n + env, stop_pos)
-            src[:, s - 1 - j] = pos  # REPEAT rows repeat their own newest frame
-        out = store.flat["frame"][src]
-        # positions p < S - 1 - back of a stopped stack are the stop row's older frame p + back
-        older = np.arange(s) < (s - 1 - back)[:, None]
-        out[older & (stop_kind == ZERO)[:, None]] = 0
-        b, p = np.nonzero(older & (stop_kind == SIDE)[:, None])
-        if len(b):
-            at = self.side.lookup(stop_row[b] * n + env[b])[1]  # hits: checked on every load
-            out[b, p] = self.side.arrays["older"][at, p + back[b]]
-        out[g < 0] = 0
+        """Stacks ``(B, S, F)`` of global rows ``g`` (zeros where ``g < 0``)."""
+        frame = self.store_specs["frame"]
+        out = np.empty((len(g), self.depth, *frame.shape), frame.dtype)
+        kinds, frames = self.store.flat["kind"], self.store.flat["frame"].view(self.word)
+        older = self.side.arrays["older"].view(self.word)
+        keys = self.side.keys[: self.side.n]  # a hit for every live SIDE row: checked on load
+        _kernels()[2](g, env, self.n, kinds, frames, keys, older, out.view(self.word))
         return out
 
 
