@@ -234,7 +234,10 @@ def test_rejected_writes_name_the_problem_and_change_nothing() -> None:
 
 
 def test_constructor_errors() -> None:
-    with pytest.raises(SpecError, match="expected at least one frame-stack field"):
+    with pytest.raises(
+        SpecError,
+        match=r"specs: expected a frame-stack field .*got \[FieldSpec\(name=.obs., shape=\(4, 8\)",
+    ):
         FrameStackStorage(4, 1, {"obs": FieldSpec("obs", (4, 8), np.float32)})
     with pytest.raises(SpecError, match=r"frame_fields: 'obs': expected a field with a stack axis"):
         FrameStackStorage(4, 1, {"obs": FieldSpec("obs", (1, 8), np.uint8)}, frame_fields=["obs"])

@@ -73,10 +73,10 @@ def _classify(w: np.ndarray, tail: np.ndarray, kind: np.ndarray) -> int:
     return sides
 
 
-def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int, put: bool) -> None:
+def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int) -> None:
     """Newest frames and kinds of ``w (k, n, S, W)`` into ``frames (slots * n, W)`` and
-    ``kinds (slots * n,)`` at the slots of global rows ``g0, g0 + 1, ...``; unless ``put``,
-    the last row into ``tail``."""
+    ``kinds (slots * n,)`` at the slots of global rows ``g0, g0 + 1, ...``; the last row into
+    ``tail``."""
     k, n, s, m = w.shape
     slots = len(kinds) // n
     for t in range(k):
@@ -84,8 +84,7 @@ def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int, put:
         for e in range(n):
             frames[at + e, :] = w[t, e, s - 1, :]
             kinds[at + e] = kind[t, e]
-    if not put:
-        tail[:] = w[k - 1]
+    tail[:] = w[k - 1]
 
 
 def _read(g: Any, env: Any, n: int, kinds: Any, frames: Any, keys: Any, older: Any, out: Any):
@@ -152,34 +151,26 @@ class _Frames:
         older = FieldSpec("older", (self.depth - 1, size), spec.dtype)
         self.store = store or RingStorage(self.slots, num_envs, self.store_specs)
         self.side = SideStore({"older": older}, capacity=1)
-        self.pending = False  # the next row (global rows_written) was put ahead of its write
+        self.pending = False  # the next row (global rows_written) was put ahead of its write:
+        self.next = np.zeros((num_envs, self.depth, size), spec.dtype)  # its stacks
         words = size * spec.dtype.itemsize // step
         self.tail = np.zeros((num_envs, self.depth, words), self.word)  # the newest row
 
-    def flat(self, x: np.ndarray, lead: int) -> np.ndarray:
-        """``x (*lead, *shape)`` as contiguous ``(*lead, S, F)`` (a view when it can be)."""
-        x = np.moveaxis(x, lead + self.axis, lead) if self.axis else x
-        return np.ascontiguousarray(x).reshape(*x.shape[: lead + 1], -1)
-
-    def kinds(self, w: np.ndarray) -> tuple[np.ndarray, int]:
-        """Kinds ``(k, n)`` of the stacks ``w`` (words ``(k, n, S, W)``) and the ``SIDE`` count."""
-        kind = np.empty(w.shape[:2], dtype=np.uint8)
-        sides = _kernels()[0](w, self.tail if self.store.rows_written else self.tail[:0], kind)
-        return kind, sides
-
-    def commit(self, x: np.ndarray, kind: np.ndarray, sides: int, g0: int, put: bool) -> None:
-        """Write stacks ``x (k, n, S, F)`` of global rows ``g0, g0 + 1, ...``: the newest frames
-        and kinds (at the store's cursor, not advancing it, when ``put``), then the older frames
-        of ``SIDE`` rows; a pending put of row ``g0`` is replaced."""
-        side, n, store, slots = self.side, self.n, self.store, self.slots
-        if self.pending and side.n and side.keys[side.n - 1] >= g0 * n:  # drop its side entries
-            side.n = int(np.searchsorted(side.keys[: side.n], g0 * n))
+    def commit(self, x: np.ndarray, kind: np.ndarray, sides: int) -> None:
+        """Write stacks ``x (k, n, S, F)`` as the next rows: newest frames and kinds, then the
+        older frames of ``SIDE`` rows; a pending put is dropped."""
+        side, n, store, slots, g0 = (
+            self.side,
+            self.n,
+            self.store,
+            self.slots,
+            self.store.rows_written,
+        )
         frames = store.flat["frame"].view(self.word)
-        _kernels()[1](x.view(self.word), kind, frames, store.flat["kind"], self.tail, g0, put)
-        if not put:  # the kernel wrote the rows: advance the store's counters alike
-            store.rows_written += len(x)
-            store.cursor, store.size = store.rows_written % slots, min(store.rows_written, slots)
-        self.pending = put
+        _kernels()[1](x.view(self.word), kind, frames, store.flat["kind"], self.tail, g0)
+        store.rows_written += len(x)  # the kernel wrote the rows: advance the store's counters
+        store.cursor, store.size = store.rows_written % slots, min(store.rows_written, slots)
+        self.pending = False
         if sides:
             t, e = np.nonzero(kind == SIDE)
             oldest = g0 + len(x) - slots  # no live row reads side entries before this row
@@ -192,36 +183,33 @@ class _Frames:
         kinds, frames = self.store.flat["kind"], self.store.flat["frame"].view(self.word)
         older = self.side.arrays["older"].view(self.word)
         keys = self.side.keys[: self.side.n]  # a hit for every live SIDE row: checked on load
-        _kernels()[2](g, env, self.n, kinds, frames, keys, older, out.view(self.word))
+        put = g == self.store.rows_written  # the pending row (only while pending)
+        _kernels()[2](
+            np.where(put, -1, g), env, self.n, kinds, frames, keys, older, out.view(self.word)
+        )
+        if put.any():
+            out[put] = self.next[env[put]]
         return out
 
 
-def _frame_names(
-    specs: Mapping[str, FieldSpec], stack_axis: int, frame_fields: Sequence[str] | None
-) -> list[str]:
-    """Frame-stack fields: the given ones (checked), else every uint8 ``obs`` / ``obs.<key>``
-    with a stack axis of size >= 2."""
-    auto = frame_fields is None
-    names = [k for k in specs if k == "obs" or k.startswith("obs.")] if auto else frame_fields
-    out = []
-    for k in names or ():
-        s = specs.get(k)
-        ok = s is not None and -len(s.shape) <= stack_axis < len(s.shape)
-        ok = ok and s is not None and s.shape[stack_axis] >= 2
-        if ok and (not auto or (s is not None and s.dtype == np.uint8)):
-            out.append(k)
-        elif not auto:
-            got = "no such field" if s is None else f"shape {s.shape} dtype {s.dtype}"
-            raise SpecError(
-                f"frame_fields: {k!r}: expected a field with a stack axis {stack_axis} of size "
-                f">= 2, got {got}"
-            )
-    if not out:
-        raise SpecError(
-            f"specs: expected at least one frame-stack field (obs or obs.<key>, uint8, stack "
-            f"axis {stack_axis} of size >= 2), got {[s.to_json() for s in specs.values()]}"
-        )
-    return out
+def _frame_names(specs: Mapping[str, FieldSpec], axis: int, names: Any) -> list[str]:
+    """Frame-stack fields: ``names`` (checked), else every uint8 ``obs`` / ``obs.<key>`` with a
+    stack axis of size >= 2."""
+
+    def stacked(s: FieldSpec | None) -> bool:
+        return s is not None and -len(s.shape) <= axis < len(s.shape) and s.shape[axis] >= 2
+
+    if names is None:
+        names = [k for k, s in specs.items() if k.split(".")[0] == "obs" and stacked(s)]
+        names = [k for k in names if specs[k].dtype == np.uint8]
+    for k in names:
+        if not stacked(specs.get(k)):
+            raise SpecError(f"frame_fields: {k!r}: expected a field with a stack axis {axis} of "
+                            f"size >= 2, got {specs.get(k)}")  # fmt: skip
+    if not names:
+        raise SpecError(f"specs: expected a frame-stack field (obs or obs.<key>, uint8, stack "
+                        f"axis {axis} of size >= 2), got {list(specs.values())}")  # fmt: skip
+    return list(names)
 
 
 class FrameStackStorage:
@@ -296,7 +284,8 @@ class FrameStackStorage:
     def nbytes(self) -> int:
         """Bytes held: the ring, the frame rings, side stores and newest-stack tails."""
         return self.ring.nbytes + sum(
-            f.store.nbytes + f.side.nbytes + f.tail.nbytes for f in self.frames.values()
+            f.store.nbytes + f.side.nbytes + f.tail.nbytes + f.next.nbytes
+            for f in self.frames.values()
         )
 
     def _plan(
@@ -323,9 +312,14 @@ class FrameStackStorage:
         for name, f in frames.items():
             if name not in values or not lead[0]:
                 continue
-            x = f.flat(values[name] if len(lead) == 2 else values[name][None], 2)
-            w = x.view(f.word)
-            kind, sides = f.kinds(w)
+            x = values[name] if len(lead) == 2 else values[name][None]
+            x = np.moveaxis(x, 2 + f.axis, 2) if f.axis else x  # (k, n, S, *frame)
+            x = np.ascontiguousarray(x).reshape(*x.shape[:3], -1)
+            if len(lead) == 1:  # a put: stored whole until written
+                plan.append((f, x, x[:0, :, 0, 0], 0))
+                continue
+            w, kind = x.view(f.word), np.empty(x.shape[:2], dtype=np.uint8)
+            sides = _kernels()[0](w, f.tail if self.rows_written else f.tail[:0], kind)
             broken = None if continuing is None else np.nonzero(continuing & (kind != LINK))
             if broken is not None and len(broken[0]):
                 t, e = int(broken[0][0]), int(broken[1][0])
@@ -360,11 +354,10 @@ class FrameStackStorage:
         if k > self.rows:
             raise CapacityError(f"block: expected at most rows={self.rows} rows, got {k}")
         plan = self._plan(values, (k, self.num_envs), continuing)
-        g0 = self.rows_written
         if k:
             self.ring.write_block({key: v for key, v in values.items() if key not in self.frames})
         for f, x, kind, sides in plan:
-            f.commit(x, kind, sides, g0, put=False)
+            f.commit(x, kind, sides)
 
     def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some fields ``(num_envs, *shape)`` of physical ``row``; cursor unchanged.
@@ -386,8 +379,8 @@ class FrameStackStorage:
         for key, v in values.items():
             if key not in self.frames:
                 self.ring.arrays[key][row] = v
-        for f, x, kind, sides in plan:
-            f.commit(x, kind, sides, self.rows_written, put=True)
+        for f, x, _, _ in plan:
+            f.next[:], f.pending = x[0], True
 
     def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Contiguous copies ``{name: (B, *shape)}`` at ``flat = physical_row * num_envs + env``,
@@ -419,8 +412,8 @@ class FrameStackStorage:
         return {k: out[k] for k in names}
 
     def state_dict(self) -> dict[str, Any]:
-        """Copies: the ring's and every frame field's ring and side store states, the pending
-        flags, and the JSON-able layout (``rows``, ``num_envs``, ``stack_axis``, ``specs``)."""
+        """Copies: the ring's and every frame field's ring and side store states, pending flags
+        and stacks (``next``), and the JSON-able layout (rows, envs, stack axis, specs)."""
         return {
             "rows": self.rows,
             "num_envs": self.num_envs,
@@ -432,6 +425,7 @@ class FrameStackStorage:
                     "store": f.store.state_dict(),
                     "side": f.side.state_dict(),
                     "pending": f.pending,
+                    "next": f.next.copy(),
                 }
                 for k, f in self.frames.items()
             },
@@ -464,20 +458,23 @@ class FrameStackStorage:
         counts, st.frames = {st.ring.rows_written} if others else set(), {}
         for k, fsd in frames.items():
             at = f"{where}.frames.{k}"
-            if not isinstance(fsd, Mapping) or set(fsd) != {"store", "side", "pending"}:
-                raise CheckpointError(f"{at}: expected a dict with keys store, side, pending")
+            if not isinstance(fsd, Mapping) or set(fsd) != {"store", "side", "pending", "next"}:
+                raise CheckpointError(f"{at}: expected a dict with keys store, side, pending, next")
             store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
             f = st.frames[k] = _Frames(specs[k], st.stack_axis, st.rows, n, store)
             if (store.specs, store.capacity_per_env) != (f.store_specs, f.slots):
                 raise CheckpointError(f"{at}.store: expected {f.slots} rows of {f.store_specs}")
+            nxt, want = fsd["next"], (f.next.shape, f.next.dtype)
+            if not isinstance(nxt, np.ndarray) or (nxt.shape, nxt.dtype) != want:
+                raise CheckpointError(f"{at}.next: expected an array {want}, got {nxt!r:.80}")
             if not isinstance(fsd["pending"], bool):
                 raise CheckpointError(f"{at}.pending: expected a bool, got {fsd['pending']!r}")
-            f.pending, rw = fsd["pending"], store.rows_written
-            top = (rw + f.pending) * n
+            f.pending, f.next[:], rw = fsd["pending"], nxt, store.rows_written
+            top = rw * n
             f.side.load_state_dict(
                 fsd["side"], max_key=top, max_capacity=2 * top + 16, where=f"{at}.side"
             )
-            g = np.arange(max(rw + f.pending - f.slots + 1, 0), rw + f.pending)
+            g = np.arange(max(rw - f.slots + 1, 0), rw)
             kind = store.arrays["kind"][g % f.slots]
             t, e = np.nonzero(kind == SIDE)
             bad = (kind > SIDE).any() or (len(g) and g[0] == 0 and (kind[0] == LINK).any())
