@@ -11,11 +11,14 @@ and a *kind* saying where its ``S - 1`` older frames come from:
 * ``SIDE``: anything else (a discontinuity): kept in a compact keyed
   :class:`~rlstore.storage.SideStore` under ``g * num_envs + e``.
 
-A stack is rebuilt by following at most ``S - 1`` links back, vectorized over the batch. The
-newest frames live in a ring of ``rows + S - 1`` rows, so the oldest live row still finds the
-``S - 1`` frames before it after any wrap-around. Other fields go to an ordinary
-:class:`~rlstore.storage.RingStorage`. Per transition this costs one frame plus one byte (plus
-``S - 1`` frames per episode start that is neither zero- nor repeat-padded).
+A stack is rebuilt by following at most ``S - 1`` links back (numba kernels classify, write
+and rebuild, one pass over a block or batch). The newest frames live in a ring of
+``rows + S - 1`` rows, so the oldest live row still finds the ``S - 1`` frames before it after
+any wrap-around. A ``put_row`` of frame fields at the cursor (the buffer's pending
+``next_obs``) is kept whole until ``write_block`` writes that row. Other fields go to an
+ordinary :class:`~rlstore.storage.RingStorage`. Per transition this costs one frame plus one
+byte, plus ``S - 1`` frames per discontinuity or episode start that is neither zero- nor
+repeat-padded.
 
 Example:
     >>> import numpy as np
@@ -131,8 +134,8 @@ def _kernels() -> list[Any]:
 
 class _Frames:
     """One frame-stack field: newest frames (flattened, ``F`` items) + kinds in a ring of
-    ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store, and a copy of the
-    newest written stack's last ``S - 1`` frames (``tail``) for the next sharing check.
+    ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store, the newest written
+    stacks (``tail``, for the next sharing check) and the pending put's stacks (``next``).
     Stacks are compared bytewise, as 64-bit words when a frame's bytes allow it."""
 
     def __init__(
@@ -159,13 +162,8 @@ class _Frames:
     def commit(self, x: np.ndarray, kind: np.ndarray, sides: int) -> None:
         """Write stacks ``x (k, n, S, F)`` as the next rows: newest frames and kinds, then the
         older frames of ``SIDE`` rows; a pending put is dropped."""
-        side, n, store, slots, g0 = (
-            self.side,
-            self.n,
-            self.store,
-            self.slots,
-            self.store.rows_written,
-        )
+        side, n, store, slots = self.side, self.n, self.store, self.slots
+        g0 = store.rows_written
         frames = store.flat["frame"].view(self.word)
         _kernels()[1](x.view(self.word), kind, frames, store.flat["kind"], self.tail, g0)
         store.rows_written += len(x)  # the kernel wrote the rows: advance the store's counters
