@@ -450,8 +450,12 @@ class FrameStackStorage:
         except (RLStoreError, TypeError, KeyError) as exc:
             raise CheckpointError(f"{where}: bad layout ({type(exc).__name__}: {exc})") from None
         st.ring, n = RingStorage.from_state_dict(sd["ring"], where=f"{where}.ring"), st.num_envs
-        others = {k: s for k, s in specs.items() if k not in frames}
-        if (st.ring.capacity_per_env, st.ring.num_envs, st.ring.specs) != (st.rows, n, others):
+        others = {k: s for k, s in specs.items() if k not in frames}  # rows: checked key of sd
+        if (sd["ring"]["capacity_per_env"], st.ring.num_envs, st.ring.specs) != (
+            st.rows,
+            n,
+            others,
+        ):
             raise CheckpointError(f"{where}.ring: expected {st.rows} rows x {n} envs of {others}")
         counts, st.frames = {st.ring.rows_written} if others else set(), {}
         for k, fsd in frames.items():
@@ -460,7 +464,7 @@ class FrameStackStorage:
                 raise CheckpointError(f"{at}: expected a dict with keys store, side, pending, next")
             store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
             f = st.frames[k] = _Frames(specs[k], st.stack_axis, st.rows, n, store)
-            if (store.specs, store.capacity_per_env) != (f.store_specs, f.slots):
+            if (store.specs, fsd["store"]["capacity_per_env"]) != (f.store_specs, f.slots):
                 raise CheckpointError(f"{at}.store: expected {f.slots} rows of {f.store_specs}")
             nxt, want = fsd["next"], (f.next.shape, f.next.dtype)
             if not isinstance(nxt, np.ndarray) or (nxt.shape, nxt.dtype) != want:
