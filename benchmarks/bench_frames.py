@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,12 @@ from _common import (  # noqa: E402
 )
 
 LIBS = ("rlstore", "sb3", "cpprb")
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+"""glibc settings of every worker: batches are served from the heap, never trimmed and faulted
+back in. Without them, whether a sampled batch's pages are returned to the OS and faulted back
+on the next call depends on each library's allocation order (measured here: rlstore's two
+900 kB stack arrays per ``sample(32)``, 1.0 ms a call with glibc's defaults, 0.15 ms with these),
+which a training loop's own allocations change again."""
 STACK, FRAME = 4, (84, 84)
 
 
@@ -227,13 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_worker(args.worker, args.envs, args.capacity, args.repeats, 0)))
         return 0
     results: dict[int, list[dict[str, Any]]] = {1: [], 8: []}
+    env = {**os.environ, **MALLOC}
     for envs in results:
         for lib in args.libs.split(","):
             if lib == "cpprb" and envs > 1:
                 continue
             cmd = [sys.executable, __file__, "--worker", lib, "--envs", str(envs),
                    "--capacity", str(args.capacity), "--repeats", str(args.repeats)]  # fmt: skip
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode:
                 print(f"{lib} ({envs} envs) failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
                 continue
@@ -261,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         "process CPU time (steadier on a shared machine), ratios by CPU time. rlstore rows time "
         "the storage (write_block + put_row per step; gather + successor gather + torch.from_numpy "
         "per sample), not yet the ReplayBuffer it will sit under: the lead re-runs this after "
-        "wiring. SB3 returns torch tensors, cpprb numpy arrays; cpprb is one env only."
+        "wiring. Workers run with glibc MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_="
+        "256 MiB (see MALLOC in the script): with the defaults, sampled batches may be "
+        "page-faulted back in on every call, depending on each library's allocation order. "
+        "SB3 returns torch tensors, cpprb numpy arrays; cpprb is one env only."
     )
     versions = library_versions(["numpy", "torch", "stable-baselines3", "cpprb"])
     cmd = "PYTHONPATH=src python benchmarks/bench_frames.py" + (" --quick" if args.quick else "")

@@ -90,45 +90,38 @@ def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int) -> N
     tail[:] = w[k - 1]
 
 
-def _read(g: Any, env: Any, n: int, kinds: Any, frames: Any, keys: Any, older: Any, out: Any):
-    """Stacks of global rows ``g (B,)`` of envs ``env (B,)`` into ``out (B, S, W)``: from the
-    newest frame, follow ``LINK`` rows back until a row of another kind gives the rest."""
-    s, slots = out.shape[1], len(kinds) // n
+def _sources(g: Any, env: Any, n: int, kinds: Any, keys: Any, src: Any) -> None:
+    """Where each frame of the stacks of global rows ``g (B,)``, envs ``env (B,)`` comes from,
+    into ``src (B, S)``: a frame slot ``>= 0``, ``-1`` for zeros, ``-2 - i`` for frame ``i`` of
+    the side store's flattened older frames. From the newest frame, follow ``LINK`` rows back
+    until a row of another kind gives the rest."""
+    s, slots = src.shape[1], len(kinds) // n
     for b in range(len(g)):
         h, e = g[b], env[b]
-        if h < 0:
-            out[b] = 0
-            continue
         pos = h % slots * n + e
-        out[b, s - 1] = frames[pos]
+        src[b, s - 1] = pos if h >= 0 else -1
         p = s - 2
-        while p >= 0 and kinds[pos] == LINK:
+        while p >= 0 and h >= 0 and kinds[pos] == LINK:
             h -= 1
             pos = h % slots * n + e
-            out[b, p] = frames[pos]
+            src[b, p] = pos
             p -= 1
-        if p < 0:
-            continue
         shift = s - 2 - p  # row h's stack is row g's shifted by g - h: its older frame q + shift
-        side = np.searchsorted(keys, h * n + e)
+        side = np.searchsorted(keys, h * n + e) * (s - 1) + shift
         for q in range(p + 1):
-            if kinds[pos] == REPEAT:
-                out[b, q] = frames[pos]
-            elif kinds[pos] == ZERO:
-                out[b, q] = 0
-            else:
-                out[b, q] = older[side, q + shift]
+            kind = kinds[pos] if h >= 0 else ZERO
+            src[b, q] = pos if kind == REPEAT else -1 if kind == ZERO else -2 - (side + q)
 
 
 _KERNELS: list[Any] = []
 
 
 def _kernels() -> list[Any]:
-    """``[_classify, _commit, _read]`` compiled by numba on first use (not at import)."""
+    """``[_classify, _commit, _sources]`` compiled by numba on first use (not at import)."""
     if not _KERNELS:
         from numba import njit
 
-        _KERNELS.extend(njit(cache=True, nogil=True)(f) for f in (_classify, _commit, _read))
+        _KERNELS.extend(njit(cache=True, nogil=True)(f) for f in (_classify, _commit, _sources))
     return _KERNELS
 
 
@@ -176,15 +169,15 @@ class _Frames:
 
     def read(self, g: np.ndarray, env: np.ndarray) -> np.ndarray:
         """Stacks ``(B, S, F)`` of global rows ``g`` (zeros where ``g < 0``)."""
-        frame = self.store_specs["frame"]
-        out = np.empty((len(g), self.depth, *frame.shape), frame.dtype)
-        kinds, frames = self.store.flat["kind"], self.store.flat["frame"].view(self.word)
-        older = self.side.arrays["older"].view(self.word)
-        keys = self.side.keys[: self.side.n]  # a hit for every live SIDE row: checked on load
         put = g == self.store.rows_written  # the pending row (only while pending)
-        _kernels()[2](
-            np.where(put, -1, g), env, self.n, kinds, frames, keys, older, out.view(self.word)
-        )
+        src = np.empty((len(g), self.depth), dtype=np.int64)
+        keys = self.side.keys[: self.side.n]  # a hit for every live SIDE row: checked on load
+        _kernels()[2](np.where(put, -1, g), env, self.n, self.store.flat["kind"], keys, src)
+        out = self.store.flat["frame"][np.maximum(src, 0)]  # one copy of every frame
+        if (src < 0).any():
+            older = self.side.arrays["older"].reshape(-1, out.shape[-1])
+            out[src == -1] = 0
+            out[src < -1] = older[-2 - src[src < -1]]
         if put.any():
             out[put] = self.next[env[put]]
         return out
