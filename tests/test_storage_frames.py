@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -159,9 +160,12 @@ def test_state_dict_round_trip_is_exact_and_writes_go_on_alike() -> None:
         "obs.b": np.ones((2, 2, 3, 2, 4), np.uint8),
         "action": np.ones((2, 2, 2), np.float32),
     }
-    for st_ in (fs, back):
+    pickled = pickle.loads(pickle.dumps(fs))  # buffers are plain picklable objects
+    for st_ in (fs, back, pickled):
         st_.write_block(block)
     _assert_state_equal(back.state_dict(), fs.state_dict())
+    _assert_state_equal(pickled.state_dict(), fs.state_dict())
+    assert pickled._clock is pickled.frames["obs.a"].store  # one counter source after a pickle
     for k, v in fs.gather(flat).items():
         np.testing.assert_array_equal(back.gather(flat)[k], v)
 
