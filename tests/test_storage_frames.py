@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -291,3 +296,20 @@ def test_atari_bytes_per_transition(padding: str) -> None:
     per = fs.nbytes / (rows * n)
     assert 7056 < per <= 7300, per
     assert np.array_equal(fs.gather(np.array([fs.cursor * n + 1]))["obs"][0], stacks[1])
+
+
+def test_benchmark_worker_runs_and_checks_its_stacks() -> None:
+    """benchmarks/bench_frames.py's rlstore worker end to end at a tiny size (no timing checked)."""
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "benchmarks" / "bench_frames.py"), "--worker", "rlstore"]
+    cmd += ["--envs", "2", "--capacity", "256", "--repeats", "1"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["stacks_checked"] is True and r["add"]["rate"] > 0 and r["sample256"]["rate"] > 0
+    # 129 rows + 3 frame rows, x 2 envs, one 7,056-byte frame each, plus tails, pending stacks
+    assert 7056 <= r["own_per_transition"] <= 7056 * 1.5
