@@ -93,7 +93,7 @@ def run_worker(lib: str, envs: int, capacity: int, repeats: int, seed: int) -> d
     rng = np.random.default_rng(seed + 1)
     if lib == "rlstore":  # imports first: the RSS growth below counts the buffer only
         from rlstore.specs import FieldSpec
-        from rlstore.storage_frames import FrameStackStorage
+        from rlstore.storage.frames import FrameStackStorage
 
         warm = FrameStackStorage(2, 1, {"obs": FieldSpec("obs", (STACK, *FRAME), np.uint8)})
         warm.write_block({"obs": obs[:1, :1]})  # numba kernels loaded before the RSS baseline

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from rlstore.errors import CapacityError, CheckpointError, SpecError
 from rlstore.specs import FieldSpec
 from rlstore.storage import RingStorage
-from rlstore.storage_frames import FrameStackStorage
+from rlstore.storage.frames import FrameStackStorage
 
 
 class Stream:
