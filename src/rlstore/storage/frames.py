@@ -1,0 +1,484 @@
+"""Frame-deduplicated ring storage: stacked observations (Atari ``(4, 84, 84)`` uint8) kept once.
+
+Consecutive observations of an episode share ``S - 1`` of their ``S`` frames. For each frame
+field, row ``g`` (global, counted from the first write) of env ``e`` keeps only its newest frame
+and a *kind* saying where its ``S - 1`` older frames come from:
+
+* ``LINK``: they are the previous row's frames (``obs[:-1] == previous obs[1:]`` along the
+  stack axis, detected by content, so sharing is always exact);
+* ``REPEAT``: all equal to its own newest frame (a reset padded by repetition, gymnasium);
+* ``ZERO``: all zero (a reset padded with zeros, Stable-Baselines3 ``VecFrameStack``);
+* ``SIDE``: anything else (a discontinuity): kept in a compact keyed
+  :class:`~rlstore.storage.SideStore` under ``g * num_envs + e``.
+
+A stack is rebuilt by following at most ``S - 1`` links back (numba kernels classify, write
+and rebuild, one pass over a block or batch). The newest frames live in a ring of
+``rows + S - 1`` rows, so the oldest live row still finds the ``S - 1`` frames before it after
+any wrap-around. A ``put_row`` of frame fields at the cursor (the buffer's pending
+``next_obs``) is kept whole until ``write_block`` writes that row. Other fields go to an
+ordinary :class:`~rlstore.storage.RingStorage`. Per transition this costs one frame plus one
+byte, plus ``S - 1`` frames per discontinuity or episode start that is neither zero- nor
+repeat-padded.
+
+Example:
+    >>> import numpy as np
+    >>> from rlstore.specs import FieldSpec
+    >>> st = FrameStackStorage(8, 1, {"obs": FieldSpec("obs", (4, 2, 2), np.uint8)})
+    >>> frames = np.arange(12, dtype=np.uint8).repeat(4).reshape(12, 2, 2)
+    >>> obs = np.stack([frames[t : t + 4] for t in range(6)])[:, None]  # (6, 1, 4, 2, 2)
+    >>> st.write_block({"obs": obs})
+    >>> bool((st.gather(np.arange(6))["obs"] == obs[:, 0]).all()), st.frames["obs"].side.n
+    (True, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlstore.errors import CapacityError, CheckpointError, RLStoreError, SpecError
+from rlstore.specs import FieldSpec
+from rlstore.storage import RingStorage, SideStore
+
+__all__ = ["FrameStackStorage"]
+
+LINK, REPEAT, ZERO, SIDE = 0, 1, 2, 3
+
+
+def _classify(w: np.ndarray, tail: np.ndarray, kind: np.ndarray) -> int:
+    """Kind of each stack of ``w (k, n, S, W)`` into ``kind (k, n)``; ``tail (n, S, W)`` is the
+    previous row (no rows: no previous row). Returns the number of SIDE kinds."""
+    k, n, s, m = w.shape
+    last, sides = (s - 1) * m, 0
+    for t in range(k):
+        for e in range(n):
+            cur = w[t, e].ravel()
+            link = t > 0 or len(tail) > 0
+            if link:
+                prev = w[t - 1, e].ravel() if t else tail[e].ravel()
+                for j in range(last):
+                    if cur[j] != prev[j + m]:
+                        link = False
+                        break
+            if link:
+                kind[t, e] = LINK
+                continue
+            repeat = zero = True
+            for j in range(last):
+                repeat = repeat and cur[j] == cur[last + j % m]
+                zero = zero and cur[j] == 0
+                if not (repeat or zero):
+                    break
+            kind[t, e] = REPEAT if repeat else ZERO if zero else SIDE
+            sides += not (repeat or zero)
+    return sides
+
+
+def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int) -> None:
+    """Newest frames and kinds of ``w (k, n, S, W)`` into ``frames (slots * n, W)`` and
+    ``kinds (slots * n,)`` at the slots of global rows ``g0, g0 + 1, ...``; the last row into
+    ``tail``."""
+    k, n, s, m = w.shape
+    slots = len(kinds) // n
+    for t in range(k):
+        at = (g0 + t) % slots * n
+        for e in range(n):
+            frames[at + e, :] = w[t, e, s - 1, :]
+            kinds[at + e] = kind[t, e]
+    tail[:] = w[k - 1]
+
+
+def _sources(g: Any, env: Any, n: int, kinds: Any, keys: Any, src: Any) -> None:
+    """Where each frame of the stacks of global rows ``g (B,)``, envs ``env (B,)`` comes from,
+    into ``src (B, S)``: a frame slot ``>= 0``, ``-1`` for zeros, ``-2 - i`` for frame ``i`` of
+    the side store's flattened older frames. From the newest frame, follow ``LINK`` rows back
+    until a row of another kind gives the rest."""
+    s, slots = src.shape[1], len(kinds) // n
+    for b in range(len(g)):
+        h, e = g[b], env[b]
+        pos = h % slots * n + e
+        src[b, s - 1] = pos if h >= 0 else -1
+        p = s - 2
+        while p >= 0 and h >= 0 and kinds[pos] == LINK:
+            h -= 1
+            pos = h % slots * n + e
+            src[b, p] = pos
+            p -= 1
+        shift = s - 2 - p  # row h's stack is row g's shifted by g - h: its older frame q + shift
+        side = np.searchsorted(keys, h * n + e) * (s - 1) + shift
+        for q in range(p + 1):
+            kind = kinds[pos] if h >= 0 else ZERO
+            src[b, q] = pos if kind == REPEAT else -1 if kind == ZERO else -2 - (side + q)
+
+
+_KERNELS: list[Any] = []
+
+
+def _kernels() -> list[Any]:
+    """``[_classify, _commit, _sources]`` compiled by numba on first use (not at import)."""
+    if not _KERNELS:
+        from numba import njit
+
+        _KERNELS.extend(njit(cache=True, nogil=True)(f) for f in (_classify, _commit, _sources))
+    return _KERNELS
+
+
+class _Frames:
+    """One frame-stack field: newest frames (flattened, ``F`` items) + kinds in a ring of
+    ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store, the newest written
+    stacks (``tail``, for the next sharing check) and the pending put's stacks (``next``).
+    Stacks are compared bytewise, as 64-bit words when a frame's bytes allow it."""
+
+    def __init__(
+        self, spec: FieldSpec, axis: int, rows: int, num_envs: int, store: RingStorage | None
+    ):
+        self.n, self.axis = num_envs, axis % len(spec.shape)
+        self.depth, self.slots = spec.shape[self.axis], rows + spec.shape[self.axis] - 1
+        self.frame = spec.shape[: self.axis] + spec.shape[self.axis + 1 :]
+        size = int(np.prod(self.frame))
+        step = 8 if size * spec.dtype.itemsize % 8 == 0 else spec.dtype.itemsize
+        self.word = np.dtype(f"u{step}")
+        self.store_specs = {
+            "frame": FieldSpec("frame", (size,), spec.dtype),
+            "kind": FieldSpec("kind", (), np.dtype(np.uint8)),
+        }
+        older = FieldSpec("older", (self.depth - 1, size), spec.dtype)
+        self.store = store or RingStorage(self.slots, num_envs, self.store_specs)
+        self.side = SideStore({"older": older}, capacity=1)
+        self.pending = False  # the next row (global rows_written) was put ahead of its write:
+        self.next = np.zeros((num_envs, self.depth, size), spec.dtype)  # its stacks
+        words = size * spec.dtype.itemsize // step
+        self.tail = np.zeros((num_envs, self.depth, words), self.word)  # the newest row
+
+    def commit(self, x: np.ndarray, kind: np.ndarray, sides: int) -> None:
+        """Write stacks ``x (k, n, S, F)`` as the next rows: newest frames and kinds, then the
+        older frames of ``SIDE`` rows; a pending put is dropped."""
+        side, n, store, slots = self.side, self.n, self.store, self.slots
+        g0 = store.rows_written
+        frames = store.flat["frame"].view(self.word)
+        _kernels()[1](x.view(self.word), kind, frames, store.flat["kind"], self.tail, g0)
+        store.rows_written += len(x)  # the kernel wrote the rows: advance the store's counters
+        store.cursor, store.size = store.rows_written % slots, min(store.rows_written, slots)
+        self.pending = False
+        if sides:
+            t, e = np.nonzero(kind == SIDE)
+            oldest = g0 + len(x) - slots  # no live row reads side entries before this row
+            side.append((g0 + t) * n + e, {"older": x[t, e, :-1]}, max(oldest, 0) * n)
+
+    def read(self, g: np.ndarray, env: np.ndarray) -> np.ndarray:
+        """Stacks ``(B, S, F)`` of global rows ``g`` (zeros where ``g < 0``)."""
+        put = g == self.store.rows_written  # the pending row (only while pending)
+        src = np.empty((len(g), self.depth), dtype=np.int64)
+        keys = self.side.keys[: self.side.n]  # a hit for every live SIDE row: checked on load
+        _kernels()[2](np.where(put, -1, g), env, self.n, self.store.flat["kind"], keys, src)
+        out = self.store.flat["frame"][np.maximum(src, 0)]  # one copy of every frame
+        if (src < 0).any():
+            older = self.side.arrays["older"].reshape(-1, out.shape[-1])
+            out[src == -1] = 0
+            out[src < -1] = older[-2 - src[src < -1]]
+        if put.any():
+            out[put] = self.next[env[put]]
+        return out
+
+
+def _frame_names(specs: Mapping[str, FieldSpec], axis: int, names: Any) -> list[str]:
+    """Frame-stack fields: ``names`` (checked), else every uint8 ``obs`` / ``obs.<key>`` with a
+    stack axis of size >= 2."""
+
+    def stacked(s: FieldSpec | None) -> bool:
+        return s is not None and -len(s.shape) <= axis < len(s.shape) and s.shape[axis] >= 2
+
+    if names is None:
+        names = [k for k, s in specs.items() if k.split(".")[0] == "obs" and stacked(s)]
+        names = [k for k in names if specs[k].dtype == np.uint8]
+    for k in names:
+        if not stacked(specs.get(k)):
+            raise SpecError(f"frame_fields: {k!r}: expected a field with a stack axis {axis} of "
+                            f"size >= 2, got {specs.get(k)}")  # fmt: skip
+    if not names:
+        raise SpecError(f"specs: expected a frame-stack field (obs or obs.<key>, uint8, stack "
+                        f"axis {axis} of size >= 2), got {list(specs.values())}")  # fmt: skip
+    return list(names)
+
+
+class FrameStackStorage:
+    """A ring of ``rows x num_envs`` items whose frame-stack fields keep each frame once.
+
+    The :class:`~rlstore.storage.Storage` protocol: ``write_block`` (with an optional
+    ``continuing`` mask), ``put_row`` (frame fields only at ``cursor``: the pending next row),
+    ``gather``, ``state_dict`` / ``from_state_dict``, ``cursor``, ``rows_written``, ``size``,
+    ``nbytes``.
+
+    Args:
+        rows: physical rows (> 0).
+        num_envs: env columns (> 0).
+        specs: ``{name: FieldSpec}``; a frame field's spec is the whole stack, e.g.
+            ``(4, 84, 84)`` uint8.
+        stack_axis: the stack axis of the frame fields' item shape (negative counts from the
+            end).
+        frame_fields: the frame-stack fields (any dtype); default: every uint8 ``obs`` /
+            ``obs.<key>`` with a stack axis of size >= 2.
+
+    Raises:
+        CapacityError: ``rows`` or ``num_envs`` not an int > 0.
+        SpecError: no frame-stack field, or a named one without a stack axis of size >= 2.
+    """
+
+    def __init__(
+        self,
+        rows: int,
+        num_envs: int,
+        specs: Mapping[str, FieldSpec],
+        *,
+        stack_axis: int = 0,
+        frame_fields: Sequence[str] | None = None,
+    ):
+        names = self._layout(rows, num_envs, specs, stack_axis, frame_fields)
+        others = {k: s for k, s in self.specs.items() if k not in names}
+        self.ring = RingStorage(self.rows, self.num_envs, others)
+        self.frames = {
+            k: _Frames(self.specs[k], self.stack_axis, self.rows, self.num_envs, None)
+            for k in names
+        }
+        self._clock = self.frames[names[0]].store  # its counters are every ring's counters
+
+    def _layout(
+        self, rows: Any, n: Any, specs: Mapping[str, FieldSpec], axis: Any, names: Any
+    ) -> list[str]:
+        for arg, v in (("rows", rows), ("num_envs", n), ("stack_axis", axis)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+                raise CapacityError(f"{arg}: expected an int, got {v!r}")
+            if arg != "stack_axis" and v < 1:
+                raise CapacityError(f"{arg}: expected > 0, got {v}")
+        self.rows, self.num_envs, self.stack_axis = int(rows), int(n), int(axis)
+        self.specs: dict[str, FieldSpec] = dict(specs)
+        return _frame_names(self.specs, self.stack_axis, names)
+
+    @property
+    def rows_written(self) -> int:
+        """Rows ever written by :meth:`write_block` (puts not counted)."""
+        return self._clock.rows_written
+
+    @property
+    def cursor(self) -> int:
+        """Physical row the next write goes to."""
+        return self.rows_written % self.rows
+
+    @property
+    def size(self) -> int:
+        """Rows holding written data, ``min(rows_written, rows)``."""
+        return min(self.rows_written, self.rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the ring, the frame rings, side stores and newest-stack tails."""
+        return self.ring.nbytes + sum(
+            f.store.nbytes + f.side.nbytes + f.tail.nbytes + f.next.nbytes
+            for f in self.frames.values()
+        )
+
+    def _plan(
+        self, values: Mapping[str, Any], lead: tuple[int, ...], continuing: Any = None
+    ) -> list[tuple[_Frames, np.ndarray, np.ndarray, int]]:
+        """Check names, shapes and frame dtypes of ``values`` (and the declared continuations),
+        then return each frame field's ``(frames, stacks (k, n, S, F), kinds (k, n))``."""
+        specs, frames = self.specs, self.frames
+        if not (values.keys() == specs.keys() if len(lead) == 2 else values.keys() <= specs.keys()):
+            raise SpecError(f"values: expected {'the' if len(lead) == 2 else 'some of the'} "
+                            f"fields {sorted(specs)}, got {sorted(values)}")  # fmt: skip
+        for k, v in values.items():
+            spec, shape = specs[k], getattr(v, "shape", None)
+            if shape != (*lead, *spec.shape) or (k in frames and v.dtype != spec.dtype):
+                got = f"{shape} {getattr(v, 'dtype', type(v).__name__)}"
+                raise SpecError(f"{k}: expected an array of shape {(*lead, *spec.shape)} dtype "
+                                f"{spec.dtype}, got {got}")  # fmt: skip
+        if continuing is not None and (
+            getattr(continuing, "shape", None) != lead or continuing.dtype != np.bool_
+        ):
+            got = f"{np.shape(continuing)} {getattr(continuing, 'dtype', type(continuing))}"
+            raise SpecError(f"continuing: expected a bool array of shape {lead}, got {got}")
+        plan = []
+        for name, f in frames.items():
+            if name not in values or not lead[0]:
+                continue
+            x = values[name] if len(lead) == 2 else values[name][None]
+            x = np.moveaxis(x, 2 + f.axis, 2) if f.axis else x  # (k, n, S, *frame)
+            x = np.ascontiguousarray(x).reshape(*x.shape[:3], -1)
+            if len(lead) == 1:  # a put: stored whole until written
+                plan.append((f, x, x[:0, :, 0, 0], 0))
+                continue
+            w, kind = x.view(f.word), np.empty(x.shape[:2], dtype=np.uint8)
+            sides = _kernels()[0](w, f.tail if self.rows_written else f.tail[:0], kind)
+            broken = None if continuing is None else np.nonzero(continuing & (kind != LINK))
+            if broken is not None and len(broken[0]):
+                t, e = int(broken[0][0]), int(broken[1][0])
+                ref = w[t - 1, e, 1:] if t else f.tail[e, 1:] if f.store.rows_written else None
+                got = (
+                    "no previous row"
+                    if ref is None
+                    else f"{(w[t, e, :-1] == ref).all(axis=1).sum()} of {f.depth - 1} equal"
+                )
+                raise SpecError(
+                    f"{name}: env {e} block row {t} was declared continuing: expected "
+                    f"{name}[:-1] along stack axis {f.axis} to equal the previous row's "
+                    f"{name}[1:] ({f.depth - 1} shared frames), got {got}"
+                )
+            plan.append((f, x, kind, sides))
+        return plan
+
+    def write_block(self, values: Mapping[str, np.ndarray], continuing: Any = None) -> None:
+        """Write every field ``(k, num_envs, *shape)`` at ``cursor``; it advances ``k`` rows.
+
+        Args:
+            values: one array per field, ``k <= rows``.
+            continuing: optional bool ``(k, num_envs)``: rows declared to continue the previous
+                row of their env; their stacks must share ``S - 1`` frames with it.
+
+        Raises:
+            SpecError: missing or unexpected fields, wrong shapes or frame dtypes, or a declared
+                continuation that does not share frames; nothing is written then.
+            CapacityError: ``k > rows``.
+        """
+        k = int(np.shape(next(iter(values.values())))[0]) if values else 0
+        if k > self.rows:
+            raise CapacityError(f"block: expected at most rows={self.rows} rows, got {k}")
+        plan = self._plan(values, (k, self.num_envs), continuing)
+        if k:
+            self.ring.write_block({key: v for key, v in values.items() if key not in self.frames})
+        for f, x, kind, sides in plan:
+            f.commit(x, kind, sides)
+
+    def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite some fields ``(num_envs, *shape)`` of physical ``row``; cursor unchanged.
+
+        Frame fields can only be put at ``cursor``: they are the pending next row (global row
+        ``rows_written``), which the next :meth:`write_block` writes again.
+
+        Raises:
+            SpecError: unknown field, wrong shape or frame dtype, or a frame field put at a
+                row other than ``cursor``; nothing is written then.
+        """
+        if not isinstance(row, (int, np.integer)) or not 0 <= row < self.rows:
+            raise CapacityError(f"row: expected an int in [0, {self.rows}), got {row!r}")
+        plan = self._plan(values, (self.num_envs,))
+        if plan and row != self.cursor:
+            raise SpecError(f"row: frame fields {[f for f in values if f in self.frames]} can "
+                            f"only be put at the cursor row {self.cursor} (the pending next "
+                            f"row), got row {row}")  # fmt: skip
+        for key, v in values.items():
+            if key not in self.frames:
+                self.ring.arrays[key][row] = v
+        for f, x, _, _ in plan:
+            f.next[:], f.pending = x[0], True
+
+    def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Contiguous copies ``{name: (B, *shape)}`` at ``flat = physical_row * num_envs + env``,
+        stacks rebuilt (zeros in rows never written, like a fresh ring).
+
+        Raises:
+            SpecError: an unknown name, or ``flat`` not 1-D ints in ``[0, rows * num_envs)``.
+        """
+        names = list(self.specs) if names is None else list(names)
+        if set(names) - set(self.specs):
+            raise SpecError(f"names: expected fields of {sorted(self.specs)}, got {names}")
+        flat, top = np.asarray(flat), self.rows * self.num_envs
+        if (
+            flat.dtype.kind not in "iu"
+            or flat.ndim != 1
+            or (flat.size and (flat.min() < 0 or flat.max() >= top))
+        ):
+            raise SpecError(f"flat: expected 1-D ints in [0, {top}), got {flat.dtype} {flat!r}")
+        row, env = np.divmod(flat.astype(np.int64), self.num_envs)
+        back, rw = (self.cursor - row) % self.rows, self.rows_written
+        plain = [k for k in names if k not in self.frames]
+        out = self.ring.gather(flat, plain) if plain else {}
+        for k in names:
+            if (f := self.frames.get(k)) is not None:
+                g = rw - back
+                g[back == 0] = rw if f.pending else rw - self.rows  # a put row, or the oldest
+                x = f.read(g, env).reshape(len(g), f.depth, *f.frame)
+                out[k] = np.ascontiguousarray(np.moveaxis(x, 1, 1 + f.axis)) if f.axis else x
+        return {k: out[k] for k in names}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Copies: the ring's and every frame field's ring and side store states, pending flags
+        and stacks (``next``), and the JSON-able layout (rows, envs, stack axis, specs)."""
+        return {
+            "rows": self.rows,
+            "num_envs": self.num_envs,
+            "stack_axis": self.stack_axis,
+            "specs": [s.to_json() for s in self.specs.values()],
+            "ring": self.ring.state_dict(),
+            "frames": {
+                k: {
+                    "store": f.store.state_dict(),
+                    "side": f.side.state_dict(),
+                    "pending": f.pending,
+                    "next": f.next.copy(),
+                }
+                for k, f in self.frames.items()
+            },
+        }
+
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, Any], *, where: str = "storage") -> FrameStackStorage:
+        """Rebuild a storage from :meth:`state_dict` output, checked whole: the layout, every
+        ring and side store, one ``rows_written``, a side entry for every live ``SIDE`` row.
+
+        Raises:
+            CheckpointError: naming the first entry that is missing or wrong.
+        """
+        keys = {"rows", "num_envs", "stack_axis", "specs", "ring", "frames"}
+        if not isinstance(sd, Mapping) or set(sd) != keys:
+            got = sorted(map(str, sd)) if isinstance(sd, Mapping) else type(sd).__name__
+            raise CheckpointError(f"{where}: expected a dict with keys {sorted(keys)}, got {got}")
+        st, frames = cls.__new__(cls), sd["frames"]
+        try:
+            specs = {d["name"]: FieldSpec.from_json(d) for d in sd["specs"]}
+            if not isinstance(frames, Mapping):
+                raise SpecError(f"frames: expected a dict, got {type(frames).__name__}")
+            st._layout(sd["rows"], sd["num_envs"], specs, sd["stack_axis"], list(frames))
+        except (RLStoreError, TypeError, KeyError) as exc:
+            raise CheckpointError(f"{where}: bad layout ({type(exc).__name__}: {exc})") from None
+        st.ring, n = RingStorage.from_state_dict(sd["ring"], where=f"{where}.ring"), st.num_envs
+        others = {k: s for k, s in specs.items() if k not in frames}  # rows: checked key of sd
+        if (sd["ring"]["capacity_per_env"], st.ring.num_envs, st.ring.specs) != (
+            st.rows,
+            n,
+            others,
+        ):
+            raise CheckpointError(f"{where}.ring: expected {st.rows} rows x {n} envs of {others}")
+        counts, st.frames = {st.ring.rows_written} if others else set(), {}
+        for k, fsd in frames.items():
+            at = f"{where}.frames.{k}"
+            if not isinstance(fsd, Mapping) or set(fsd) != {"store", "side", "pending", "next"}:
+                raise CheckpointError(f"{at}: expected a dict with keys store, side, pending, next")
+            store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
+            f = st.frames[k] = _Frames(specs[k], st.stack_axis, st.rows, n, store)
+            if (store.specs, fsd["store"]["capacity_per_env"]) != (f.store_specs, f.slots):
+                raise CheckpointError(f"{at}.store: expected {f.slots} rows of {f.store_specs}")
+            nxt, want = fsd["next"], (f.next.shape, f.next.dtype)
+            if not isinstance(nxt, np.ndarray) or (nxt.shape, nxt.dtype) != want:
+                raise CheckpointError(f"{at}.next: expected an array {want}, got {nxt!r:.80}")
+            if not isinstance(fsd["pending"], bool):
+                raise CheckpointError(f"{at}.pending: expected a bool, got {fsd['pending']!r}")
+            f.pending, f.next[:], rw = fsd["pending"], nxt, store.rows_written
+            top = rw * n
+            f.side.load_state_dict(
+                fsd["side"], max_key=top, max_capacity=2 * top + 16, where=f"{at}.side"
+            )
+            g = np.arange(max(rw - f.slots + 1, 0), rw)
+            kind = store.arrays["kind"][g % f.slots]
+            t, e = np.nonzero(kind == SIDE)
+            bad = (kind > SIDE).any() or (len(g) and g[0] == 0 and (kind[0] == LINK).any())
+            if bad or not f.side.lookup(g[t] * n + e)[0].all():
+                raise CheckpointError(f"{at}: kinds out of range or a SIDE row without side frames")
+            if rw:
+                f.tail[:] = f.read(np.full(n, rw - 1), np.arange(n)).view(f.word)
+            counts.add(rw)
+        if len(counts) > 1:
+            raise CheckpointError(f"{where}: expected one rows_written for all rings, got {counts}")
+        st._clock = next(iter(st.frames.values())).store
+        return st
