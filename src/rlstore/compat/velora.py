@@ -42,7 +42,7 @@ from rlstore import checkpoint
 from rlstore._checks import as_device, check_count
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _Core
-from rlstore.compat._replay import rows, sampled, transition_core, write
+from rlstore.compat._common import rows, sampled, transition_core, write
 from rlstore.config import PositiveInt, StrictModel
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 
