@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
@@ -130,5 +131,10 @@ def set_parameter(obj: Any, parameter_name: str, new_parameter_value: Any) -> No
         raise ConfigError(
             f"parameter_name: {parameter_name!r} is not a numeric parameter of {type(obj).__name__}"
         )
-    value = real_number("new_parameter_value", new_parameter_value, expected="a number")
-    setattr(obj, parameter_name, type(current)(value))
+    big, integral = sys.float_info.max, isinstance(current, numbers.Integral)
+    want = "an integral number" if integral else "a finite number"
+    value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)
+    if integral and not value.is_integer():  # 2.5 is never stored as 2
+        raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
+    kind: Any = type(current)  # keeps an int an int, a float a float
+    setattr(obj, parameter_name, kind(value))

@@ -40,6 +40,7 @@ from rlstore.buffers.model_based import (
     ensemble_minibatches,
     model_dataset,
 )
+from rlstore.compat._common import factory, set_parameter
 from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
@@ -104,11 +105,7 @@ class MBReplayBuffer:
     @classmethod
     def create_factory(cls, size: int, **kwargs: Any) -> Callable[..., MBReplayBuffer]:
         """A function ``(device, actor, algorithm, envs) -> MBReplayBuffer``."""
-
-        def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any):
-            return cls(size, device, actor, algorithm, envs, **kwargs)
-
-        return create_buffer_instance
+        return factory(cls, size, **kwargs)
 
     @property
     def size(self) -> int:
@@ -182,19 +179,8 @@ class MBReplayBuffer:
         return info
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``).
-
-        Raises:
-            ConfigError: not a numeric public attribute of the buffer, or not a number.
-        """
-        current = getattr(self, parameter_name, None) if parameter_name[:1] != "_" else None
-        if isinstance(current, bool) or not isinstance(current, (int, float)):
-            raise ConfigError(
-                f"parameter_name: expected a numeric parameter of MBReplayBuffer, "
-                f"got {parameter_name!r}"
-            )
-        value = real_number("new_parameter_value", new_parameter_value)
-        setattr(self, parameter_name, type(current)(value))
+        """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``)."""
+        set_parameter(self, parameter_name, new_parameter_value)
 
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -196,18 +196,6 @@ class PPODBuffer(GAEBuffer):
         self._seen_supplementary: set[str] = set()
         self.mixer: DemoMixer | None = None
         self.load_initial_demos()
-
-    @classmethod
-    def create_factory(  # type: ignore[override]
-        cls, size: int, *args: Any, **kwargs: Any
-    ) -> Callable[..., PPODBuffer]:
-        """A function ``(device, actor, algorithm, envs) -> PPODBuffer``; the other arguments
-        (``rho=0.1, phi=0.3, gae_lambda=0.95, alpha=10, ...``) are those of the constructor."""
-
-        def create_buffer_instance(device: Any, actor: Actor, algorithm: Algorithm, envs: Any):
-            return cls(size, device, actor, algorithm, envs, *args, **kwargs)
-
-        return create_buffer_instance
 
     # ------------------------------------------------------------------ PyTorchRL attributes
     rho = property(lambda self: self.store.rho, doc="Reward-demo replay probability (annealed).")
