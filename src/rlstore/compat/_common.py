@@ -132,7 +132,7 @@ def set_parameter(obj: Any, parameter_name: str, new_parameter_value: Any) -> No
             f"parameter_name: {parameter_name!r} is not a numeric parameter of {type(obj).__name__}"
         )
     big, integral = sys.float_info.max, isinstance(current, numbers.Integral)
-    want = "an integral number" if integral else "a finite number"
+    want = "a number (finite, integral)" if integral else "a number (finite)"
     value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)
     if integral and not value.is_integer():  # 2.5 is never stored as 2
         raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
