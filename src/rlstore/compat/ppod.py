@@ -50,7 +50,6 @@ from rlstore.compat.pytorchrl import (
     ACT,
     DONE,
     DONE2,
-    IVAL,
     LOGP,
     OBS,
     OBS2,
@@ -365,18 +364,16 @@ class PPODBuffer(GAEBuffer):
             sample[RHS2] = rhs
         return sample
 
-    @torch.no_grad()
     def _revalue(self, sample: dict[str, Any], rows: np.ndarray) -> None:
         """Recompute ``Value`` (and ``IntrinsicValue``) of replaying slots on the stored demo
         observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
         idx = torch.from_numpy(np.flatnonzero(rows))
         rhs = self._next.get(RHS, self._rows.get(RHS))  # feed-forward actors: the zero row
         rhs = None if rhs is None else map_dict(rhs, lambda t: t[idx])
-        out = self.actor.get_value(self._next[OBS][idx], rhs, self._next[DONE][idx])
-        for key, name in ((VAL, "value_net1"), (IVAL, "ivalue_net1")):
-            if key in sample and name in out:
+        for key, v in self._values(self._next[OBS][idx], rhs, self._next[DONE][idx]).items():
+            if key in sample:
                 new = torch.as_tensor(sample[key]).clone()
-                new[idx] = out[name].to(new.dtype).reshape(len(idx), *new.shape[1:])
+                new[idx] = v.to(new.dtype).reshape(len(idx), *new.shape[1:])
                 sample[key] = new
 
     def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:

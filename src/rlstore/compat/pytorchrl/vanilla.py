@@ -224,19 +224,21 @@ class VanillaOnPolicyBuffer:
             raise EmptyBufferError("before_gradients: no transition stored in this rollout")
         return self.size
 
+    @torch.no_grad()
+    def _values(self, obs: Any, rhs: Any, done: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{Value: .., IntrinsicValue: ..}`` of the critics ``actor.get_value`` returns."""
+        out = self.actor.get_value(obs, rhs, done)
+        if "value_net1" not in out:
+            raise SpecError(f"actor.get_value: expected a dict with 'value_net1', got {list(out)}")
+        return {k: out[n] for k, n in ((K.VAL, "value_net1"), (K.IVAL, "ivalue_net1")) if n in out}
+
     def _bootstrap(self, L: int) -> None:
         """Write V(Observation[L]) (and the intrinsic value) into slot L of the view."""
         d = self.data
         rhs = None if d[K.RHS] is None else C.take(d[K.RHS], L)  # FF actors: the placeholder
-        with torch.no_grad():
-            value_dict = self.actor.get_value(C.take(d[K.OBS], L), rhs, d[K.DONE][L])
-        if "value_net1" not in value_dict:
-            raise SpecError(
-                f"actor.get_value: expected a dict with 'value_net1', got {list(value_dict)}"
-            )
-        for key, name in ((K.VAL, "value_net1"), (K.IVAL, "ivalue_net1")):
-            if d.get(key) is not None and name in value_dict:
-                d[key][L].copy_(value_dict[name].reshape(d[key][L].shape))
+        for key, v in self._values(C.take(d[K.OBS], L), rhs, d[K.DONE][L]).items():
+            if d.get(key) is not None:
+                d[key][L].copy_(v.reshape(d[key][L].shape))
 
     def compute_returns(
         self,
