@@ -38,27 +38,22 @@ class VanillaOnPolicyBuffer:
 
     Decisions that differ from PyTorchRL (its API is kept):
 
-    * ``data`` is a layout-C view built on first access after a change, not the storage:
-      writes into it are not stored, and it is rebuilt (results dropped) by the next
-      insertion, :meth:`reset` or :meth:`after_gradients`. ``Reward`` / ``Value`` /
-      ``LogProbability`` (and the intrinsic pair, ``FinalValue``) are float32, ``Done`` is 0/1
-      in the sample's dtype, ``Truncated`` / ``FinalValue`` are set only on truncated dones;
-    * advantages are normalized with :func:`rlstore.returns.normalize_advantages`: population
-      std (ddof=0; PyTorchRL used torch's unbiased std) plus PyTorchRL's eps 1e-5 (1e-8 in
+    * ``data`` is a layout-C view rebuilt (results dropped) after each insertion, :meth:`reset`
+      or :meth:`after_gradients`, not the storage: writes into it are not stored. ``Reward`` /
+      ``Value`` / ``LogProbability`` (intrinsic pair, ``FinalValue``) are float32, ``Done`` is
+      0/1 in the sample's dtype;
+    * advantages use the population std (PyTorchRL: unbiased) plus eps 1e-5 (1e-8 in
       :class:`VTraceBuffer`);
-    * a partial rollout uses all ``L = used_capacity`` stored transitions (PyTorchRL's
-      ``step - 1`` dropped the last one) and bootstraps from slot ``L``;
-    * the first insertion after construction or :meth:`reset` takes slot 0 from the sample's
+    * a partial rollout uses all ``L`` stored transitions (PyTorchRL's ``step - 1`` dropped
+      the last one); the first insertion of a rollout takes slot 0 from the sample's
       ``Observation``/``RecurrentHiddenStates``/``Done`` (PyTorchRL left zeros there);
-    * inserting into a full rollout raises :class:`~rlstore.errors.CapacityError` instead of
-      wrapping around; after :meth:`after_gradients` the next insertion starts a new rollout;
-    * a running :meth:`generate_batches` keeps reading the view it started with, so
-      :meth:`after_gradients` (called after every gradient step) does not change later
-      minibatches of the same update (PyTorchRL overwrote slot 0 at once);
-    * ``before_gradients`` keeps the stored recurrent state of slot ``L`` (the state *before*
-      that observation) instead of overwriting it with the actor's output state;
+    * a full rollout raises :class:`~rlstore.errors.CapacityError` instead of wrapping around;
+    * a running :meth:`generate_batches` keeps its view, so :meth:`after_gradients` (called
+      after every gradient step) does not change later minibatches of the same update;
+    * ``before_gradients`` keeps the stored recurrent state of slot ``L`` instead of the
+      actor's output state;
     * ``update_storage_parameter`` raises :class:`~rlstore.errors.ConfigError` for a name that is
-      not a numeric attribute of the buffer (PyTorchRL silently ignored it);
+      not a numeric attribute (PyTorchRL ignored it) or a value that is not a finite number;
     * ``insert_data_slice`` validates the data like inserted samples, all or nothing;
     * multiple critics (dict ``Value``) and the RND observation statistics (``algo.state_rms``)
       are not handled here; intrinsic rewards are scaled with rlstore's forward running
