@@ -167,5 +167,10 @@ def test_numeric_parameters_refuse_bools_nan_and_strings():
         with pytest.raises(ConfigError, match="new_parameter_value"):
             buf.update_storage_parameter("validation_ratio", bad)
     assert buf.validation_ratio == 0.2
+    for bad in (2.5, float("inf")):  # an int parameter took int(2.5) == 2; inf overflowed
+        with pytest.raises(ConfigError, match="new_parameter_value"):
+            buf.update_storage_parameter("max_holdout", bad)
+    buf.update_storage_parameter("max_holdout", 7.0)
+    assert buf.max_holdout == 7 and isinstance(buf.max_holdout, int)
     with pytest.raises(ConfigError, match="validation_ratio"):
         make(10, validation_ratio="0.5")

@@ -211,6 +211,10 @@ def test_initial_demo_loading_rules(tmp_path):
                    initial_agent_demos_dir=str(d))  # fmt: skip
     with pytest.raises(ConfigError, match="rho"):
         PPODBuffer(4, "cpu", actor, Algo(), None, rho=0.8, phi=0.5)
+    # a string or a fraction here raised TypeError or was truncated by int()
+    for kw in ({"save_demos_every": "10"}, {"num_agent_demos_to_save": 2.5}):
+        with pytest.raises(ConfigError, match=next(iter(kw))):
+            PPODBuffer(4, "cpu", actor, Algo(), None, **kw)
 
 
 def test_save_supplementary_and_factory(tmp_path):

@@ -471,6 +471,10 @@ def test_buffer_data_round_trip_and_parameters():
         buf.update_storage_parameter("no_such_thing", 1.0)
     with pytest.raises(ConfigError, match="expected a number"):
         buf.update_storage_parameter("gae_lambda", "high")
+    for bad in (float("nan"), float("inf")):  # NaN was stored as the new lambda
+        with pytest.raises(ConfigError, match="new_parameter_value"):
+            buf.update_storage_parameter("gae_lambda", bad)
+    assert buf.gae_lambda == 0.0
     envs.close()
 
 

@@ -208,6 +208,13 @@ def test_config_errors_name_the_key(cfg: dict[str, Any], match: str) -> None:
         SimpleReplayBuffer.instantiate_from_config_dict(cfg)
 
 
+def test_config_batch_size_above_size_is_a_config_error() -> None:
+    """A config with batch_size > size raised CapacityError, not the ConfigError of bad keys."""
+    cfg = {"obs_dim": 3, "act_dim": 2, "size": 5, "batch_size": 6}
+    with pytest.raises(ConfigError, match="batch_size: expected <= size=5, got 6"):
+        SimpleReplayBuffer.instantiate_from_config_dict(cfg)
+
+
 def test_config_file_errors_are_value_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         SimpleReplayBuffer.instantiate_from_config(tmp_path / "missing.yaml")

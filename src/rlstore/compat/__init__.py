@@ -4,9 +4,8 @@ velora's ``ReplayBuffer`` / ``BufferBase`` / ``BatchExperience``; PyTorchRL's on
 ``PPODBuffer`` and ``MBReplayBuffer``; DecisionTransformerInterpretability's ``src.ppo``
 ``Memory``; the documented ``src.buffers`` ``PPOBuffer`` and ``SimpleReplayBuffer``.
 
-Import them from their modules (``rlstore.compat.velora``, ``rlstore.compat.pytorchrl``, ...);
-this package re-exports them for convenience. velora's ``ReplayBuffer`` is exported as
-``VeloraReplayBuffer`` so it does not shadow :class:`rlstore.ReplayBuffer`.
+Re-exported from their modules; velora's ``ReplayBuffer`` as ``VeloraReplayBuffer`` (it would
+shadow :class:`rlstore.ReplayBuffer`).
 """
 
 from __future__ import annotations

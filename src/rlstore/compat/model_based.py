@@ -1,26 +1,17 @@
 """PyTorchRL's ``MBReplayBuffer`` (``pytorchrl.agent.storages.model_based``), the transition
-storage of dynamics-model training, as a facade over
-:class:`rlstore.buffers.model_based.ModelBasedReplay` and its MBPO-style split
-(:meth:`~rlstore.buffers.model_based.ModelBasedReplay.train_validation_split`,
-:func:`~rlstore.buffers.model_based.model_dataset`,
-:func:`~rlstore.buffers.model_based.ensemble_minibatches`).
+storage of dynamics-model training, over :class:`rlstore.buffers.model_based.ModelBasedReplay`
+and its MBPO-style split. Samples are dicts of PyTorchRL keys whose values carry a leading env
+axis ``N``; each insert appends ``N`` rows.
 
-Samples are dicts of PyTorchRL keys (``Observation``, ``Action``, ``Reward``,
-``NextObservation``, ``Done``, ``NextDone`` and, for recurrent actors, the hidden states) whose
-values carry a leading env axis ``N``; each insert appends ``N`` rows (env order).
+Differences from PyTorchRL (its API is kept):
 
-Where it differs from PyTorchRL (its API is kept):
-
-* ``get_all_buffer_data`` and ``get_data_slice`` index rows chronologically (oldest first,
-  across the wrap-around); PyTorchRL returned ``[:step]`` / physical rows, which after a
-  wrap-around drop the oldest data. Before the first wrap-around both agree;
-* ``reset()`` empties the buffer (``size = step = 0``), as documented (PyTorchRL's code kept
-  ``size - step`` rows);
-* ``init_tensors`` allocates nothing: storage is allocated by the first insert;
-* ``generate_batches`` holds out a random ``validation_ratio`` of the rows (capped at
-  ``max_holdout``), fits the input scaler (:attr:`scaler`) on the train rows only, honours
-  ``num_epochs`` and never yields an empty batch; with ``ensemble_size`` set, every member
-  gets its own bootstrap rows (``train_input`` is ``(E, B, D)``, else ``(B, D)``);
+* ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest first across the wrap-around
+  (PyTorchRL's ``[:step]`` dropped the oldest rows after one); ``reset()`` empties the buffer
+  (PyTorchRL's code kept ``size - step`` rows); ``init_tensors`` allocates nothing;
+* ``generate_batches`` holds out a random ``validation_ratio`` of the rows (at most
+  ``max_holdout``), fits the input :attr:`scaler` on the train rows only, honours
+  ``num_epochs``, never yields an empty batch and, with ``ensemble_size``, bootstraps rows per
+  member (``train_input`` ``(E, B, D)``, else ``(B, D)``);
 * bad input raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
 """
 
@@ -40,6 +31,7 @@ from rlstore.buffers.model_based import (
     ensemble_minibatches,
     model_dataset,
 )
+from rlstore.compat._common import factory, set_parameter
 from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
@@ -59,20 +51,10 @@ def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
 
 
 class MBReplayBuffer:
-    """PyTorchRL's model-based replay buffer.
-
-    Args:
-        size: capacity in transitions (rows).
-        device: torch device of the yielded batches.
-        actor: the actor; ``actor.dynamics_model.reward_function`` (if set) drops the reward
-            target, ``actor.dynamics_model.ensemble_size`` is read when ``ensemble_size`` is None.
-        algorithm: the algorithm (unused, kept for the documented signature).
-        envs: the vector env; a Discrete ``action_space`` one-hot encodes the actions.
-        validation_ratio, max_holdout: holdout share and cap (rlstore extension, keyword only).
-        ensemble_size: bootstrap members (None: read from the dynamics model, else no member
-            axis).
-        seed: seed of the split and shuffles.
-    """
+    """PyTorchRL's model-based replay buffer (module doc). ``actor.dynamics_model``'s
+    ``reward_function`` (if set) drops the reward target and its ``ensemble_size`` is read when
+    ``ensemble_size`` is None; a Discrete ``envs.action_space`` one-hot encodes the actions.
+    ``validation_ratio``, ``max_holdout``, ``ensemble_size`` and ``seed`` are rlstore's."""
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
 
@@ -104,11 +86,7 @@ class MBReplayBuffer:
     @classmethod
     def create_factory(cls, size: int, **kwargs: Any) -> Callable[..., MBReplayBuffer]:
         """A function ``(device, actor, algorithm, envs) -> MBReplayBuffer``."""
-
-        def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any):
-            return cls(size, device, actor, algorithm, envs, **kwargs)
-
-        return create_buffer_instance
+        return factory(cls, size, **kwargs)
 
     @property
     def size(self) -> int:
@@ -140,14 +118,8 @@ class MBReplayBuffer:
     def insert_single_tensor_slice(
         self, tensor_storage: dict[str, np.ndarray], tensor_key: str, tensor_values: Any
     ) -> int:
-        """Write ``tensor_values (L, ...)`` into ``tensor_storage[tensor_key]`` from the cursor,
-        wrapping circularly (zeros ``(size, ...)`` allocated if missing); returns ``L``.
-
-        The cursor is not moved (:meth:`insert_data_slice` does that once for all keys).
-
-        Raises:
-            SpecError: values that do not convert losslessly to the stored rows (or NaN/inf).
-        """
+        """Write ``tensor_values (L, ...)`` (lossless, finite) into ``tensor_storage[tensor_key]``
+        from the cursor, wrapping, without moving it; returns ``L``."""
         v = _rows({tensor_key: tensor_values}, "tensor_values")[tensor_key]
         stored = tensor_storage.get(tensor_key)
         like = v if stored is None else stored
@@ -182,31 +154,16 @@ class MBReplayBuffer:
         return info
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``).
-
-        Raises:
-            ConfigError: not a numeric public attribute of the buffer, or not a number.
-        """
-        current = getattr(self, parameter_name, None) if parameter_name[:1] != "_" else None
-        if isinstance(current, bool) or not isinstance(current, (int, float)):
-            raise ConfigError(
-                f"parameter_name: expected a numeric parameter of MBReplayBuffer, "
-                f"got {parameter_name!r}"
-            )
-        value = real_number("new_parameter_value", new_parameter_value)
-        setattr(self, parameter_name, type(current)(value))
+        """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``)."""
+        set_parameter(self, parameter_name, new_parameter_value)
 
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1
     ) -> Iterator[dict[str, Any]]:
-        """Yield dynamics-model batches (module doc).
-
-        Each batch: ``train_input``, ``train_label`` (``(B, D)`` or ``(E, B, D)`` float32
-        tensors on ``device``), ``holdout_input`` / ``holdout_label`` (``(N_hold, D)``),
-        ``batch_number``, ``max_batches`` (batches per epoch) and ``epoch``.
-        Inputs are ``concat(obs, action)`` scaled by :attr:`scaler`; labels are
-        ``concat(next_obs - obs, reward)`` (no reward with a known reward function).
-        """
+        """Yield ``train_input`` / ``train_label`` (``(B, D)`` or ``(E, B, D)``),
+        ``holdout_input`` / ``holdout_label``, ``batch_number``, ``max_batches``, ``epoch``:
+        inputs ``concat(obs, action)`` scaled by :attr:`scaler`, labels ``concat(next_obs -
+        obs, reward)`` (no reward with a known reward function)."""
         if self.core.size < 2:
             raise EmptyBufferError(f"generate_batches: need >= 2 transitions, got {self.size}")
         model = getattr(self.actor, "dynamics_model", None)

@@ -1,54 +1,41 @@
-"""PyTorchRL's ``PPODBuffer``: PPO+D demonstration replay inside a GAE rollout.
+"""PyTorchRL's ``PPODBuffer`` (``pytorchrl.agent.storages.on_policy.ppod_buffer``): PPO+D
+demonstration replay inside a GAE rollout, over :class:`~rlstore.compat.pytorchrl.GAEBuffer`,
+:class:`~rlstore.buffers.demos.DemoStore` (the demo rules) and
+:class:`~rlstore.buffers.demo_mixer.DemoMixer` (the per-slot replay).
 
-The original is ``pytorchrl.agent.storages.on_policy.ppod_buffer.PPODBuffer``.
+``insert_transition`` mixes the sample before storing it, as PyTorchRL: a slot replaying a demo
+stores the demo's action and reward, ``LogProbability = 0`` and ``Value`` recomputed by
+``actor.get_value`` on the demo observation, next observation the demo's next frame (frame
+stack rebuilt) with ``Done = 0``; when a demo or an env episode ends, the slot's next source is
+drawn with ``(rho, phi, 1 - rho - phi)`` (a demo start: first frame, ``Done = 1``, zero
+recurrent state; "env" after a demo calls ``envs.reset_single_env(i)`` if the env has it);
+every finished env episode is offered to the store as a reward or value demo.
 
-A facade over :class:`rlstore.compat.pytorchrl.GAEBuffer` (a
-:class:`~rlstore.buffers.rollout.RolloutBuffer` with PyTorchRL's layout-C view, GAE returns) and
-:mod:`rlstore.buffers.demos` (:class:`~rlstore.buffers.demos.DemoStore` holds the demo rules,
-:class:`~rlstore.buffers.demo_mixer.DemoMixer` the per-slot replay). ``insert_transition``
-mixes the sample before storing it:
+Differences from PyTorchRL (its API is kept):
 
-* a slot replaying a demo stores the demo's action and reward, ``LogProbability = 0`` (the
-  behaviour probability of a demo action is 1) and ``Value`` recomputed by
-  ``actor.get_value`` on the stored demo observation; its next observation is the demo's next
-  frame (frame stack rebuilt as in PyTorchRL) with ``Done = 0``;
-* when a demo ends (its last transition is a termination) or an env episode ends, the source of
-  the slot's next episode is drawn with ``(rho, phi, 1 - rho - phi)``; a demo start writes the
-  demo's first frame as next observation with ``Done = 1`` (the slot's last transition ends:
-  :meth:`~rlstore.buffers.rollout.RolloutBuffer.terminate_last`) and zeroed recurrent state; "env"
-  after a demo calls ``envs.reset_single_env(i)`` when the env has it;
-* every finished env episode is offered to the store (cut after its last positive reward, with
-  its running max of ``Value``) as a reward or value demo.
-
-Decisions that differ from PyTorchRL (its API is kept):
-
-* ``reward_demos`` / ``value_demos`` are lists of :class:`~rlstore.buffers.demos.Demo`
-  records (PyTorchRL used dicts with the same content); demo files are rlstore checkpoints
-  (``<name>_state.safetensors`` + ``<name>_metadata.json``); PyTorchRL's ``.npz`` demos
-  (``Observation``, ``Action``, ``Reward``, optional ``FrameSkip``) are read too;
-* randomness comes from one seeded numpy Generator (keyword ``seed``), not the global one;
-* PyTorchRL's MaxValue tracking bug (the running max is written under an integer key and read
-  under ``"env{i+1}"``, so every value demo keeps ``-inf``) is not reproduced;
-* the demo rules' documented choices (annealing that conserves ``rho + phi``, clipped
-  ``MaxValue ** alpha``, human demos kept when the reward demos are emptied) are those of
-  :mod:`rlstore.buffers.demos`; intrinsic rewards of demo steps are left as the sample gave them;
-* PyTorchRL's ``track_potential_demos(sample)`` is folded into ``insert_transition`` (the mixer
-  tracks every env slot's episode there); ``sample_demo(env_id)`` returns the drawn source code;
-* a sample rejected by the storage *after* mixing (a wrong shape) leaves the mixer one step
-  ahead; call :meth:`reset` after such an error.
+* demos are :class:`~rlstore.buffers.demos.Demo` records and rlstore checkpoint files
+  (``<name>_metadata.json``); PyTorchRL's ``.npz`` demos are read too;
+* randomness comes from one seeded Generator (keyword ``seed``), not the global one;
+* PyTorchRL's MaxValue tracking bug (written under an int key, read under ``"env{i+1}"``, so
+  every value demo kept ``-inf``) is not reproduced; annealing conserves ``rho + phi``,
+  ``MaxValue ** alpha`` is clipped, human demos survive emptying the reward demos;
+* ``track_potential_demos`` is folded into ``insert_transition`` (each step tracked once);
+  ``sample_demo(env_id)`` returns the drawn source code;
+* a sample the storage rejects *after* mixing leaves the mixer a step ahead: :meth:`reset`.
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from rlstore._checks import check_count
 from rlstore._trees import to_numpy
 from rlstore.buffers.demos import (
     ENV,
@@ -63,7 +50,6 @@ from rlstore.compat.pytorchrl import (
     ACT,
     DONE,
     DONE2,
-    IVAL,
     LOGP,
     OBS,
     OBS2,
@@ -123,26 +109,8 @@ def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
 
 
 class PPODBuffer(GAEBuffer):
-    """PyTorchRL's PPO+D storage: a GAE rollout with demonstration replay.
-
-    Args:
-        size, device, actor, algorithm, envs, gae_lambda: as in
-            :class:`~rlstore.compat.pytorchrl.GAEBuffer`.
-        rho: probability that a new episode replays a reward demo.
-        phi: probability that it replays a value demo.
-        alpha: value-demo sampling exponent (``P ~ MaxValue ** alpha``).
-        total_buffer_demo_capacity: maximum number of reward + value demos.
-        initial_human_demos_dir / initial_agent_demos_dir: demos loaded at construction (human
-            demos are never evicted).
-        supplementary_demos_dir: polled in :meth:`after_gradients`; new files become agent
-            reward demos.
-        target_agent_demos_dir: where :meth:`save_demos` writes the best demos.
-        num_agent_demos_to_save: how many reward (and value) demos :meth:`save_demos` writes.
-        initial_reward_threshold: minimum total reward of a reward demo (None = -inf).
-        save_demos_every: :meth:`save_demos` runs every this many :meth:`after_gradients`.
-        demo_dtypes: numpy dtypes of loaded demo ``Observation`` / ``Action`` / ``Reward``.
-        seed: seed of the demo Generator (keyword only; rlstore extension).
-    """
+    """PyTorchRL's PPO+D storage (module doc); the arguments are PyTorchRL's plus ``seed``
+    (the demo Generator's) and ``demo_dtypes`` (dtypes of loaded demo arrays)."""
 
     demos_data_fields: ClassVar[tuple[str, ...]] = ("Observation", "Action", "Reward")
     on_policy_data_fields: ClassVar[tuple[str, ...]] = OnPolicyDataKeys
@@ -179,11 +147,10 @@ class PPODBuffer(GAEBuffer):
             reward_threshold=initial_reward_threshold,
             seed=seed,
         )
-        if save_demos_every < 1 or num_agent_demos_to_save < 0:
-            raise ConfigError(
-                "save_demos_every, num_agent_demos_to_save: expected >= 1 and >= 0, got "
-                f"{save_demos_every}, {num_agent_demos_to_save}"
-            )
+        check_count("save_demos_every", save_demos_every, error=ConfigError)
+        check_count(
+            "num_agent_demos_to_save", num_agent_demos_to_save, minimum=0, error=ConfigError
+        )
         self.initial_human_demos_dir = initial_human_demos_dir
         self.initial_agent_demos_dir = initial_agent_demos_dir
         self.supplementary_demos_dir = supplementary_demos_dir
@@ -196,18 +163,6 @@ class PPODBuffer(GAEBuffer):
         self._seen_supplementary: set[str] = set()
         self.mixer: DemoMixer | None = None
         self.load_initial_demos()
-
-    @classmethod
-    def create_factory(  # type: ignore[override]
-        cls, size: int, *args: Any, **kwargs: Any
-    ) -> Callable[..., PPODBuffer]:
-        """A function ``(device, actor, algorithm, envs) -> PPODBuffer``; the other arguments
-        (``rho=0.1, phi=0.3, gae_lambda=0.95, alpha=10, ...``) are those of the constructor."""
-
-        def create_buffer_instance(device: Any, actor: Actor, algorithm: Algorithm, envs: Any):
-            return cls(size, device, actor, algorithm, envs, *args, **kwargs)
-
-        return create_buffer_instance
 
     # ------------------------------------------------------------------ PyTorchRL attributes
     rho = property(lambda self: self.store.rho, doc="Reward-demo replay probability (annealed).")
@@ -223,12 +178,8 @@ class PPODBuffer(GAEBuffer):
 
     # ------------------------------------------------------------------ demo files
     def load_demo(self, demo_path: str | os.PathLike[str]) -> Demo:
-        """Load one demo: a PyTorchRL ``.npz`` file or an rlstore ``<name>_metadata.json``.
-
-        Raises:
-            CheckpointError: unreadable file or missing keys.
-            ConfigError: the ``.npz`` ``FrameSkip`` differs from ``envs.env_kwargs``'s.
-        """
+        """Load one demo: a PyTorchRL ``.npz`` file or an rlstore ``<name>_metadata.json``
+        (CheckpointError: unreadable; ConfigError: a ``FrameSkip`` unlike the env's)."""
         path = Path(demo_path)
         if path.name.endswith("_metadata.json"):
             demo = load_demo(path.parent, path.name[: -len("_metadata.json")])
@@ -260,11 +211,7 @@ class PPODBuffer(GAEBuffer):
         return sorted([*names, *d.glob("*.npz")])
 
     def load_initial_demos(self) -> None:
-        """Load the initial human and agent demos as reward demos.
-
-        Raises:
-            CapacityError: more demos than ``total_buffer_demo_capacity``.
-        """
+        """Load the initial human and agent demos as reward demos (CapacityError: too many)."""
         for directory, human in (
             (self.initial_human_demos_dir, True),
             (self.initial_agent_demos_dir, False),
@@ -275,11 +222,8 @@ class PPODBuffer(GAEBuffer):
                 self.num_loaded_human_demos += int(human)
 
     def load_supplementary_demos(self) -> int:
-        """Add the demos of ``supplementary_demos_dir`` not seen before as agent reward demos.
-
-        Returns:
-            The number of demos added.
-        """
+        """Add the unseen demos of ``supplementary_demos_dir`` as agent reward demos; returns
+        how many."""
         added = 0
         for path in self._demo_files(self.supplementary_demos_dir):
             if str(path) in self._seen_supplementary:
@@ -339,12 +283,8 @@ class PPODBuffer(GAEBuffer):
         self._inserted: Mapping[str, Any] | None = None
 
     def sample_demo(self, env_id: int) -> int:
-        """Draw the source of slot ``env_id``'s next episode now and start it at the current
-        position (demo: first frame in ``Observation``, ``Done = 1``, zero recurrent state).
-
-        Returns:
-            The source code (0 env, 1 reward demo, 2 value demo).
-        """
+        """Draw the source of slot ``env_id``'s next episode now and start it at slot ``L``;
+        returns the source code (0 env, 1 reward demo, 2 value demo)."""
         if self.mixer is None or not self._next:
             raise SpecError("sample_demo: insert a transition first (the env slots are unknown)")
         obs, code = self.mixer.begin_episode(env_id)
@@ -363,12 +303,7 @@ class PPODBuffer(GAEBuffer):
         return code
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Track and mix demo replays into one vector-env step, then store it (module doc).
-
-        Calls :meth:`track_potential_demos` unless it was already called with this very
-        ``sample`` object (PyTorchRL's workflow may call it first): each step is tracked once.
-        A rejected sample changes nothing (it is validated before any tracking).
-        """
+        """Track and mix demo replays into one vector-env step, then store it (module doc)."""
         tracked, self._tracked = self._tracked, None
         if tracked is not None and tracked[0] is sample:
             mixed = tracked[1]
@@ -378,32 +313,16 @@ class PPODBuffer(GAEBuffer):
         self._inserted = sample
 
     def track_potential_demos(self, sample: Mapping[str, Any]) -> None:
-        """Tracks current episodes looking for potential demos (PyTorchRL's signature).
-
-        Feeds one vector-env step to the demo mixer: the step is appended to the open env
-        episodes, every finished episode is offered to the demo store (a reward demo when its
-        total reward reaches the threshold, else a value-demo candidate by MaxValue), and the
-        slots that replay demos get their demo transition. The mixed step is kept for the
-        following :meth:`insert_transition` of the same ``sample`` object, which then stores
-        it without tracking it again; calling it after :meth:`insert_transition` with the same
-        object does nothing (the step was tracked there).
-
-        Raises:
-            CapacityError, SpecError: like :meth:`insert_transition` (nothing changes).
-        """
+        """Tracks current episodes looking for potential demos (PyTorchRL's signature): the
+        mixed step is kept for the following :meth:`insert_transition` of the same ``sample``
+        object, so each step is tracked once."""
         if sample is self._inserted or (self._tracked is not None and self._tracked[0] is sample):
             return
         self._tracked = (sample, self._track(sample))
 
     def _track(self, sample: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate ``sample`` and mix demo replays into it; returns the sample to store.
-
-        Only the keys the mixing changed are converted back to tensors: ``Action``,
-        ``LogProbability`` (0) and ``Reward`` when a slot replays a demo, ``NextObservation``
-        when a slot replays or starts a demo, ``NextDone`` / ``NextTruncated`` when the mixed
-        flags differ from the sample's, ``NextRecurrentHiddenStates`` (0) at demo starts.
-        Rewards always pass through float32 (the mixer's reward dtype).
-        """
+        """Validate ``sample`` and mix demo replays into it; returns the sample to store
+        (only the keys the mixing changed are new tensors; rewards always float32)."""
         self._prepare(sample)  # validates (capacity, keys, shapes, dtypes, finite values)
         mixer = self._ensure_mixer(sample[OBS])
         sample = dict(sample)
@@ -445,18 +364,16 @@ class PPODBuffer(GAEBuffer):
             sample[RHS2] = rhs
         return sample
 
-    @torch.no_grad()
     def _revalue(self, sample: dict[str, Any], rows: np.ndarray) -> None:
         """Recompute ``Value`` (and ``IntrinsicValue``) of replaying slots on the stored demo
         observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
         idx = torch.from_numpy(np.flatnonzero(rows))
         rhs = self._next.get(RHS, self._rows.get(RHS))  # feed-forward actors: the zero row
         rhs = None if rhs is None else map_dict(rhs, lambda t: t[idx])
-        out = self.actor.get_value(self._next[OBS][idx], rhs, self._next[DONE][idx])
-        for key, name in ((VAL, "value_net1"), (IVAL, "ivalue_net1")):
-            if key in sample and name in out:
+        for key, v in self._values(self._next[OBS][idx], rhs, self._next[DONE][idx]).items():
+            if key in sample:
                 new = torch.as_tensor(sample[key]).clone()
-                new[idx] = out[name].to(new.dtype).reshape(len(idx), *new.shape[1:])
+                new[idx] = v.to(new.dtype).reshape(len(idx), *new.shape[1:])
                 sample[key] = new
 
     def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:

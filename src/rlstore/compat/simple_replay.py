@@ -1,26 +1,19 @@
-"""The ``src.buffers`` package's ``SimpleReplayBuffer`` (a FIFO replay buffer for SAC agents) as
-a facade over :class:`rlstore.ReplayBuffer`.
+"""The ``src.buffers`` package's ``SimpleReplayBuffer`` (FIFO replay for SAC agents) over
+:class:`rlstore.ReplayBuffer`: ``SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)`` with
+``store(buffer_dict)``, ``sample_batch()``, ``finish_path(action_obj=None)``,
+``instantiate_from_config(path)`` / ``instantiate_from_config_dict(config)`` and ``schema``.
 
-Its documented API: ``SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)`` with
-``store(buffer_dict)``, ``sample_batch()``, ``finish_path(action_obj=None)``, the classmethods
-``instantiate_from_config(path)`` / ``instantiate_from_config_dict(config)`` and a ``schema``
-class attribute listing the four integer config keys. What the documentation leaves open, and
-where rlstore differs:
+What the documentation leaves open, and where rlstore differs:
 
-* ``buffer_dict`` keys are those of Spinning Up's SAC ``store(obs, act, rew, next_obs, done)``:
-  ``obs`` ``(obs_dim,)``, ``act`` ``(act_dim,)``, ``rew`` scalar, ``next_obs`` ``(obs_dim,)``,
-  ``done`` bool (a termination: no bootstrap). Arrays, tensors and Python numbers are accepted;
-  a leading batch axis stores several timesteps at once. Bad input is a
-  :class:`~rlstore.errors.SpecError` naming the key, and stores nothing.
-* ``sample_batch()`` returns a dict with the same five keys: float32 torch tensors ``obs``
-  ``(batch_size, obs_dim)``, ``act`` ``(batch_size, act_dim)``, ``rew``, ``next_obs``, ``done``
-  ``(batch_size,)`` (``done`` as 0.0/1.0), drawn uniformly with replacement (``seed=``, an
-  rlstore addition, seeds the sampler).
-* ``finish_path`` is a no-op: its documentation is copied from ``PPOBuffer``, and a FIFO replay
-  buffer has no per-trajectory computation.
-* ``schema`` is a pydantic model (the original's is a strictyaml ``Map``) that rejects unknown
-  keys and non-integers with a :class:`~rlstore.errors.ConfigError` naming the key; config
-  files may be YAML or JSON.
+* ``buffer_dict`` has the keys of Spinning Up's SAC ``store``: ``obs`` ``(obs_dim,)``, ``act``
+  ``(act_dim,)``, ``rew`` scalar, ``next_obs`` ``(obs_dim,)``, ``done`` (a termination); a
+  leading batch axis stores several steps. Bad input is a :class:`~rlstore.errors.SpecError`
+  naming the key (``buffer_dict['rew']``) and stores nothing.
+* ``sample_batch()`` returns float32 tensors under the same keys (``done`` as 0.0/1.0), drawn
+  uniformly with replacement; ``seed=`` (rlstore) seeds the sampler.
+* ``finish_path`` is a no-op (its documentation is copied from ``PPOBuffer``).
+* ``schema`` is a pydantic model (the original's is a strictyaml ``Map``); config files may be
+  YAML or JSON.
 
 Example:
     >>> import numpy as np
@@ -34,15 +27,14 @@ Example:
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 import torch
 
 from rlstore._trees import to_numpy
-from rlstore.compat._replay import rows, sampled, transition_core, write
-from rlstore.config import PositiveInt, StrictModel, load_config_file
-from rlstore.errors import CapacityError, CheckpointError, SpecError
+from rlstore.compat._common import FromConfig, check_keys, rows, sampled, transition_core, write
+from rlstore.config import PositiveInt, StrictModel
+from rlstore.errors import CapacityError, CheckpointError
 
 __all__ = ["SimpleReplayBuffer", "SimpleReplayBufferSchema"]
 
@@ -62,16 +54,9 @@ class SimpleReplayBufferSchema(StrictModel):
     """Transitions returned by ``sample_batch()``, 0 < batch_size <= size."""
 
 
-class SimpleReplayBuffer:
-    """A simple FIFO experience replay buffer for SAC agents.
-
-    Args:
-        obs_dim: observation dimension.
-        act_dim: action dimension.
-        size: buffer size (transitions kept).
-        batch_size: batch size of :meth:`sample_batch` (``<= size``).
-        seed: sampler seed (rlstore addition; ``None`` draws OS entropy).
-    """
+class SimpleReplayBuffer(FromConfig):
+    """A simple FIFO experience replay buffer for SAC agents (module doc); ``seed`` is an
+    rlstore addition (``None`` draws OS entropy)."""
 
     schema: ClassVar[type[SimpleReplayBufferSchema]] = SimpleReplayBufferSchema
 
@@ -86,33 +71,9 @@ class SimpleReplayBuffer:
         self._seed = seed
         self._core = transition_core(size, obs_dim, act_dim, seed=seed)
 
-    @classmethod
-    def instantiate_from_config(cls, config_file_location: str | os.PathLike[str]) -> Any:
-        """Initialize the class from a YAML or JSON config file holding :attr:`schema` keys.
-
-        Raises:
-            ConfigError: (a ``ValueError``) the file is missing, does not parse, or does not
-                match the schema.
-        """
-        return cls.instantiate_from_config_dict(load_config_file(config_file_location))
-
-    @classmethod
-    def instantiate_from_config_dict(cls, config: dict[str, Any]) -> Any:
-        """Initialize the class from a config dictionary with the :attr:`schema` keys."""
-        return cls(**cls.schema.validate_mapping(config, cls.__name__).model_dump())
-
     def store(self, buffer_dict: dict[str, Any]) -> None:
-        """Store one timestep ``{"obs": (obs_dim,), "act": (act_dim,), "rew": (), "next_obs":
-        (obs_dim,), "done": ()}``, or a batch with a leading axis ``B`` on each.
-
-        Raises:
-            SpecError: naming the key (``buffer_dict['rew']``): missing/extra keys, shapes that
-                do not match, NaN/inf, non-numbers, ``done`` other than bools or exact 0/1;
-                nothing is stored then.
-        """
-        if not isinstance(buffer_dict, dict) or sorted(buffer_dict) != sorted(_KEYS):
-            got = sorted(buffer_dict) if isinstance(buffer_dict, dict) else type(buffer_dict)
-            raise SpecError(f"buffer_dict: expected keys {sorted(_KEYS)}, got {got}")
+        """Store one timestep, or a batch with a leading axis ``B`` on each key (module doc)."""
+        check_keys("buffer_dict", buffer_dict, _KEYS)
         obs = to_numpy("buffer_dict['obs']", buffer_dict["obs"])
         batched = obs.ndim == 2
         b = obs.shape[0] if batched else 1
@@ -123,16 +84,11 @@ class SimpleReplayBuffer:
         write(self._core, (*(d[k] for k in _KEYS), d["done"] & False))  # never truncated
 
     def sample_batch(self) -> dict[str, torch.Tensor]:
-        """``batch_size`` transitions drawn uniformly with replacement (module doc: the dict).
-
-        Raises:
-            EmptyBufferError: fewer than ``batch_size`` transitions stored.
-        """
+        """``batch_size`` transitions (module doc); EmptyBufferError with fewer stored."""
         return dict(zip(_KEYS, sampled(self._core.sample(self.batch_size)), strict=True))
 
     def finish_path(self, action_obj: Any = None) -> None:
-        """End of a trajectory: nothing to do for a FIFO replay buffer (kept for the original
-        interface, which shares it with ``PPOBuffer``)."""
+        """Nothing to do for a FIFO replay buffer (kept for the original interface)."""
         return None
 
     def __len__(self) -> int:

@@ -33,15 +33,9 @@ __all__ = ["compute_advantages_vectorized", "shift_rows"]
 
 
 def shift_rows(arr: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    """Row ``i`` of the result is ``arr`` shifted right by ``i`` (zeros in front).
-
-    Given ``[1, 2, 3]`` it returns ``[[1, 2, 3], [0, 1, 2], [0, 0, 1]]``; trailing dimensions of
-    ``arr`` are batch dimensions: ``out[i, j, ...] = arr[j - i, ...]`` for ``j >= i``, else 0.
-
-    The output itself is ``(L, L, *batch)``: O(L^2) memory. The original built its closed-form GAE
-    on it; :func:`compute_advantages_vectorized` no longer needs it (it runs a linear-time scan), so
-    this is kept only as the documented utility. numpy in -> numpy out, torch in -> torch out.
-    """
+    """Row ``i`` of the result is ``arr`` shifted right by ``i`` (zeros in front):
+    ``out[i, j, ...] = arr[j - i, ...]`` for ``j >= i``, else 0; ``(L, L, *batch)``, numpy or
+    torch like ``arr``. The original's closed-form GAE used it; kept as the documented utility."""
     if arr.ndim < 1:
         raise SpecError(
             f"arr: expected at least 1 dimension (L, ...), got shape {tuple(arr.shape)}"
@@ -71,31 +65,9 @@ def compute_advantages_vectorized(
     gamma: float,
     gae_lambda: float,
 ) -> torch.Tensor:
-    """GAE advantages from CleanRL-style (layout B) flags, in linear time and memory.
-
-    Every episode end is a termination (layout B cannot express truncation)::
-
-        done_A[t]  = dones[t+1]  (next_done at t = T-1)
-        next_v[t]  = values[t+1] (next_value at t = T-1)
-        delta_t    = r_t + gamma * (1 - done_A[t]) * next_v[t] - values_t
-        A_t        = delta_t + gamma * gae_lambda * (1 - done_A[t]) * A_{t+1}
-
-    computed by :func:`rlstore.returns.gae` (the original's closed form cost O(T^2 N) memory).
-
-    Args:
-        next_value: ``(N,)`` V of the observation after the last step.
-        next_done: ``(N,)`` 0/1 or bool: that observation starts a new episode (the last
-            transition ended one).
-        rewards: ``(T, N)`` rewards of transitions ``0 .. T-1``.
-        values: ``(T, N)`` ``V(obs[t])``.
-        dones: ``(T, N)`` 0/1 or bool: ``obs[t]`` starts a new episode.
-        device: device of the result.
-        gamma: discount in [0, 1].
-        gae_lambda: lambda in [0, 1].
-
-    Returns:
-        ``(T, N)`` advantages (dtype of ``rewards``/``values``) on ``device``.
-    """
+    """GAE advantages ``(T, N)`` on ``device`` from layout-B ``dones`` ``(T, N)`` and
+    ``next_done`` / ``next_value`` ``(N,)`` (every done a termination), by
+    :func:`rlstore.returns.gae` in linear time (the original's closed form cost O(T^2 N))."""
     rewards, values, dones = (torch.as_tensor(x) for x in (rewards, values, dones))
     next_value, next_done = torch.as_tensor(next_value), torch.as_tensor(next_done)
     if rewards.dim() != 2:

@@ -3,9 +3,8 @@ as a facade over :class:`rlstore.ReplayBuffer`.
 
 Signatures follow the velora documentation (``ReplayBuffer(capacity, state_dim, action_dim,
 hidden_dim, *, device=None)``, ``add``, ``add_multi``, ``sample``, ``warm``, ``save``/``load``,
-``metadata``, ``state_dict``, ``config``, ``len``). Storage, sampling and persistence are
-rlstore's: the sampler is seeded (``seed=``, an rlstore addition) and saved, so a loaded buffer
-draws exactly the samples the original would have, and ``save`` is crash-safe.
+``metadata``, ``state_dict``, ``config``, ``len``). The sampler is seeded (``seed=``, rlstore)
+and saved, so a loaded buffer draws the samples the original would have; ``save`` is atomic.
 
 Where it differs from velora:
 
@@ -42,7 +41,7 @@ from rlstore import checkpoint
 from rlstore._checks import as_device, check_count
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _Core
-from rlstore.compat._replay import rows, sampled, transition_core, write
+from rlstore.compat._common import rows, sampled, transition_core, write
 from rlstore.config import PositiveInt, StrictModel
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 
@@ -58,17 +57,8 @@ TensorLike = torch.Tensor | np.ndarray
 
 @dataclass(frozen=True)
 class BatchExperience:
-    """A batch of agent experience; every field is ``(batch_size, features)`` on the device.
-
-    Attributes:
-        states: ``(B, state_dim)`` float32 observations.
-        actions: ``(B, action_dim)`` float32 actions taken in ``states``.
-        rewards: ``(B, 1)`` float32 rewards.
-        next_states: ``(B, state_dim)`` float32 true successors (final obs of ended episodes).
-        dones: ``(B, 1)`` float32, 1.0 where the episode *terminated* (use ``1 - dones`` as
-            the bootstrap mask; truncated transitions have 0 here).
-        hiddens: ``(B, hidden_dim)`` float32 actor hidden states.
-    """
+    """A batch of agent experience: float32 ``(batch_size, features)`` tensors on the device;
+    ``dones`` is 1.0 where the episode *terminated* (truncations bootstrap: 0 here)."""
 
     states: torch.Tensor
     actions: torch.Tensor
@@ -99,17 +89,8 @@ def _count(name: str, x: Any) -> int:
 
 
 class BufferBase(ABC):
-    """velora's base of all buffers: experiences (states, actions, rewards, next_states, dones,
-    hiddens) stored as individual items.
-
-    Args:
-        capacity: the total capacity of the buffer (> 0).
-        state_dim: dimension of state observations.
-        action_dim: dimension of actions.
-        hidden_dim: dimension of the actor hidden state.
-        device: the device sampled tensors are put on (``None``: CPU).
-        seed: seed of the sampler (rlstore addition; ``None`` draws OS entropy).
-    """
+    """velora's base of all buffers: ``capacity``, ``state_dim``, ``action_dim``, ``hidden_dim``
+    (ints > 0), ``device`` of the samples (``None``: CPU), ``seed`` of the sampler (rlstore)."""
 
     def __init__(
         self,
@@ -158,23 +139,9 @@ class BufferBase(ABC):
         *,
         truncated: TensorLike | None = None,
     ) -> None:
-        """Adds a set of ``B`` experiences to the buffer, oldest first.
-
-        Args:
-            states: ``(B, state_dim)`` current state observations.
-            actions: ``(B, action_dim)`` (or ``(B,)`` when ``action_dim == 1``) actions taken.
-            rewards: ``(B,)`` or ``(B, 1)`` rewards received.
-            next_states: ``(B, state_dim)`` next state observations.
-            dones: ``(B,)`` or ``(B, 1)`` whether the episode ended (a termination).
-            hiddens: ``(B, hidden_dim)`` actor hidden states.
-            truncated: optional ``(B,)`` time-limit flags (rlstore addition): an ended
-                episode is stored as truncated (bootstrap from ``next_states``) where True.
-
-        Raises:
-            SpecError: naming the argument: a shape that does not match the dims, NaN/inf, a
-                value that is not a number, or flags other than bools or exact 0/1; nothing is
-                stored then.
-        """
+        """Adds ``B`` experiences, oldest first (singleton axes optional: ``(B, 1)`` rewards).
+        ``truncated`` (rlstore): ``(B,)`` flags storing those ended episodes as truncations.
+        Bad input raises a SpecError naming the argument and stores nothing."""
         args = (states, actions, rewards, next_states, dones, hiddens)
         self._write(self._core, _count("states", states), "s", *args, truncated=truncated)
 
@@ -203,8 +170,7 @@ class BufferBase(ABC):
         return len(self._core)
 
     def metadata(self) -> dict[str, Any]:
-        """Gets the metadata of the buffer: capacity, state_dim, action_dim, hidden_dim,
-        position (next write slot in ``[0, capacity)``), size and device."""
+        """Gets the metadata: the dims, position (next write slot), size and device."""
         position = int(self._core.metadata()["rows_written"]) % self.capacity
         device = str(self.device) if self._device_given else None
         return {**self._dims(), "position": position, "size": len(self), "device": device}
@@ -213,13 +179,8 @@ class BufferBase(ABC):
         return {k: getattr(self, k) for k in _DIMS}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Return a dictionary containing the buffer's state (velora's ``Dict[str, Tensor]``).
-
-        Exactly ``states``, ``actions``, ``rewards``, ``next_states``, ``dones`` and
-        ``hiddens``: CPU tensors of the ``len(self)`` stored items, oldest first, shaped like a
-        :class:`BatchExperience`. What an exact resume needs besides (cursor, sampler RNG,
-        truncation flags) is in :meth:`checkpoint_state`, which :meth:`save` writes.
-        """
+        """velora's ``Dict[str, Tensor]``: the stored items as CPU tensors, oldest first, under
+        the :class:`BatchExperience` names; an exact resume needs :meth:`checkpoint_state`."""
         d = self._core.gather(np.arange(len(self), dtype=np.int64))
         cols = [d["obs"], d["action"], d["reward"][:, None], d["next_obs"],
                 d["terminated"][:, None].astype(np.float32), d["hidden"]]  # fmt: skip
@@ -228,19 +189,13 @@ class BufferBase(ABC):
         }
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """Everything an exact resume needs: ``{"core": ...}``, the rlstore buffer state (ring,
-        cursor, side stores, sampler RNG). :meth:`save` and :func:`rlstore.checkpoint.save`
-        write this; :meth:`load_state_dict` restores it exactly."""
+        """``{"core": ...}``: the rlstore buffer state (ring, cursor, sampler RNG) that
+        :meth:`save` writes and :meth:`load_state_dict` restores exactly."""
         return {"core": self._core.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore :meth:`checkpoint_state` output exactly, or the contents of a velora
-        :meth:`state_dict` (oldest first; ``dones`` as terminations; module doc: the sampler).
-
-        Raises:
-            CheckpointError: neither layout, or values that do not fit this buffer; the buffer
-                is unchanged then.
-        """
+        """Restore :meth:`checkpoint_state` exactly, or a velora :meth:`state_dict`'s contents
+        (module doc); CheckpointError otherwise, the buffer unchanged."""
         if not isinstance(sd, dict):
             raise CheckpointError(f"state_dict: expected a dict, got {type(sd).__name__}")
         if "core" in sd:
@@ -263,8 +218,7 @@ class BufferBase(ABC):
     # ------------------------------------------------------------------ persistence
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> BufferBase:
-        """Rebuild an empty buffer from the ``config`` recorded by :meth:`save` (the dims of
-        :meth:`ReplayBuffer.config`; ``device`` and ``seed`` if given)."""
+        """An empty buffer from the ``config`` recorded by :meth:`save` (dims, device, seed)."""
         try:
             dims = [config[k] for k in _DIMS]
         except KeyError as exc:
@@ -272,26 +226,16 @@ class BufferBase(ABC):
         return cls(*dims, device=config.get("device"), seed=config.get("seed"))
 
     def save(self, dirpath: str | Path, prefix: str = "buffer_") -> None:
-        """Saves the buffer's state to ``<dirpath>/<prefix>state.safetensors`` and its
-        metadata to ``<dirpath>/<prefix>metadata.json`` (atomic; see :mod:`rlstore.checkpoint`).
-        """
+        """Saves ``<dirpath>/<prefix>state.safetensors`` and ``<prefix>metadata.json``."""
         state, meta = self.checkpoint_state(), self.metadata()
         checkpoint.save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME,
                               config=self._dims(), metadata=meta)  # fmt: skip
 
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[str, Any]) -> BufferBase:
-        """Restores the buffer from a saved state.
-
-        ``state_path`` is the ``<prefix>state.safetensors`` file written by :meth:`save`;
-        ``metadata`` the dict loaded from the matching ``<prefix>metadata.json`` (checksum and
-        save id verified) or a plain :meth:`metadata` dict (the file's own layout and schema
-        are checked). The new buffer samples exactly as the saved one.
-
-        Raises:
-            CheckpointError: missing, truncated or corrupted file, or metadata that does not
-                describe it.
-        """
+        """Restores a buffer from :meth:`save`'s state file and the dict of its metadata file
+        (checksum verified) or a :meth:`metadata` dict; it samples exactly as the saved one.
+        CheckpointError: a missing or damaged file, or metadata that does not describe it."""
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
         verified = "save_id" in metadata
@@ -317,26 +261,14 @@ class BufferBase(ABC):
 
 
 class ReplayBuffer(BufferBase):
-    """velora's buffer for off-policy agents (DQN-style FIFO replay, uniform sampling with
-    replacement). See :class:`BufferBase` for arguments."""
+    """velora's buffer for off-policy agents (FIFO, uniform sampling with replacement)."""
 
     def config(self) -> BufferConfig:
         """Creates a buffer config model (type, capacity, state_dim, action_dim, hidden_dim)."""
         return BufferConfig(**self._dims())
 
     def sample(self, batch_size: int) -> BatchExperience:
-        """Samples a random batch of experiences (uniform, with replacement).
-
-        Args:
-            batch_size: the number of items to sample, ``0 < batch_size <= len(self)``.
-
-        Returns:
-            :class:`BatchExperience`; all items ``(batch_size, features)`` on ``device``.
-
-        Raises:
-            EmptyBufferError: fewer than ``batch_size`` experiences stored.
-            CapacityError: ``batch_size <= 0`` or larger than the capacity.
-        """
+        """Samples ``0 < batch_size <= len(self)`` experiences uniformly with replacement."""
         batch = self._core.sample(batch_size)
         obs, act, rew, nxt, done = sampled(batch)
         hidden = batch.extras["hidden"]
@@ -345,18 +277,9 @@ class ReplayBuffer(BufferBase):
     def warm(
         self, agent: Any, n_samples: int, num_envs: int = 8, *, seed: int | None = None
     ) -> None:
-        """Warms the buffer to hold ``n_samples`` experiences, generated by ``agent`` in a
-        vectorized copy of its environment (``gymnasium.make_vec(agent.env.spec.id, ...)``).
-
-        ``agent`` has ``env`` (with a registered ``spec.id``) and ``predict(states, hidden,
-        train_mode=True) -> (actions, hidden)`` over ``(num_envs, state_dim)`` float32 tensors
-        on ``device``; ``hidden`` is ``(num_envs, hidden_dim)`` or ``None`` (first call; zeros
-        are stored when it stays ``None``), stored with the action it came with (as velora).
-        ``n_samples <= capacity``; ``num_envs >= 2``; ``seed`` seeds the resets (rlstore).
-
-        Raises:
-            ConfigError: ``num_envs < 2``. CapacityError: ``n_samples`` out of range.
-        """
+        """Warms the buffer to ``n_samples <= capacity`` experiences from ``agent.predict(states,
+        hidden, train_mode=True)`` in ``gymnasium.make_vec(agent.env.spec.id, num_envs >= 2)``
+        (zeros stored for a ``None`` hidden); ``seed`` seeds the resets (rlstore)."""
         import gymnasium as gym
 
         from rlstore.vector import TransitionAdapter

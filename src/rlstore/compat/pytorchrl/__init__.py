@@ -1,12 +1,8 @@
 """PyTorchRL's on-policy storages: VanillaOnPolicyBuffer, GAEBuffer, VTraceBuffer.
 
-The originals live in ``pytorchrl.agent.storages.on_policy``. Facades over
-:class:`rlstore.buffers.rollout.RolloutBuffer` (the stored transitions), the estimators of
-:mod:`rlstore.returns` and the index plans of :mod:`rlstore.minibatches`.
-
-Modules: :mod:`.protocols` (sample keys, ``Actor`` / ``Algorithm``), :mod:`.vanilla`
-(:class:`VanillaOnPolicyBuffer`), :mod:`.gae` (:class:`GAEBuffer`), :mod:`.vtrace`
-(:class:`VTraceBuffer`), :mod:`._layout` (layout-C helpers). Every name is re-exported here.
+The originals live in ``pytorchrl.agent.storages.on_policy``; these are facades over
+:class:`rlstore.buffers.rollout.RolloutBuffer`, :mod:`rlstore.returns` and
+:mod:`rlstore.minibatches`, each in its own module and re-exported here.
 
 **Layout C.** As in PyTorchRL, the ``data`` tensors are ``(size + 1, N, *shape)``.
 ``Observation``, ``RecurrentHiddenStates`` and ``Done`` are written at ``step + 1`` from the

@@ -1,9 +1,5 @@
-"""Layout-C plumbing of the PyTorchRL buffers: sample checks, the view, conversion, gathering.
-
-Layout C (see :mod:`rlstore.compat.pytorchrl`): every tensor of the ``data`` view is
-``(size + 1, N, ...)``; ``Done[t + 1]`` is the done flag of transition ``t`` and slot ``L``
-holds the bootstrap state. These helpers are pure functions over such tensors (or one-level
-dicts of them) and over the :class:`~rlstore.minibatches.RolloutBatch` of the stored steps.
+"""Layout-C plumbing of the PyTorchRL buffers (:mod:`rlstore.compat.pytorchrl`): sample checks,
+the ``(size + 1, N, ...)`` view, conversion to layout A, minibatch gathering.
 """
 
 from __future__ import annotations
@@ -68,9 +64,7 @@ def row_specs(
 
 
 def check_like(device: torch.device, key: str, value: Any, row: Any) -> Any:
-    """A copy of ``value`` like ``row`` (a :func:`row_specs` entry): its keys and shape, and
-    its dtype if the conversion is lossless (no 0.5 into an int field, no NaN / inf, no float32
-    overflow, no complex)."""
+    """A copy of ``value`` with the keys, shape and (losslessly) dtype of ``row``."""
     if isinstance(row, dict):
         if not isinstance(value, Mapping) or set(value) != set(row):
             raise SpecError(f"{key}: expected a dict with keys {sorted(row)}, got {value!r}")
@@ -89,13 +83,10 @@ def check_sample(
     device: torch.device,
     recurrent: bool,
 ) -> tuple[Data, Data]:
-    """Check one sample against the :func:`row_specs` without storing anything.
-
-    Returns ``(got, args)``: the checked values by sample key, and the ``RolloutBuffer.add``
-    arguments after ``obs`` / ``action``. With ``fresh`` (the first step of a rollout), the
-    sample's ``Observation`` / ``RecurrentHiddenStates`` / ``Done`` are checked into ``nxt``
-    (slot 0).
-    """
+    """Check one sample against the :func:`row_specs` without storing anything; returns the
+    checked values by key and the ``RolloutBuffer.add`` arguments after obs/action. With
+    ``fresh`` (a rollout's first step), ``Observation`` / ``RecurrentHiddenStates`` / ``Done``
+    are checked into ``nxt`` (slot 0)."""
     keys = [k for k in (K.DONE, K.OBS, K.RHS, K.ACT, *SCALARS) if k in specs]
     got = {}
     for k in [k for k in keys if k != K.RHS or recurrent]:
@@ -122,9 +113,8 @@ def check_sample(
 
 
 def column(row: Any, length: int, parts: Sequence[tuple[int, Any]]) -> Any:
-    """A ``(length, *row.shape)`` zero tensor like ``row`` (or a dict of them, like a dict
-    ``row``) with each ``(start, value)`` of ``parts`` written from row ``start`` on (``value``
-    is one row or a stack of rows, converted to ``row``'s dtype)."""
+    """A ``(length, *row.shape)`` zero tensor like ``row`` (or a dict of them) with each
+    ``(start, rows)`` of ``parts`` written from ``start`` on."""
     if isinstance(row, dict):
         return {k: column(row[k], length, [(s, v[k]) for s, v in parts]) for k in row}
     out = row.new_zeros(length, *row.shape)
@@ -137,15 +127,9 @@ def column(row: Any, length: int, parts: Sequence[tuple[int, Any]]) -> Any:
 def view(
     specs: Data, b: RolloutBatch | None, size: int, nxt: Data, done0: Any, recurrent: bool
 ) -> Data:
-    """The layout-C ``data`` view: ``(size + 1, N, ...)`` per stored key (``(1, N, ...)`` zeros
-    for the hidden state of a feed-forward actor), zeros past the filled rows.
-
-    Args:
-        specs: :func:`row_specs` of the buffer.
-        b: the ``L`` stored transitions (None when ``L = 0``).
-        size: the capacity. nxt: ``Observation`` / ``RecurrentHiddenStates`` / ``Done`` of
-            slot ``L``. done0: ``Done`` of slot 0. recurrent: the actor is recurrent.
-    """
+    """The layout-C view of the stored transitions ``b`` (None when ``L = 0``): ``(size + 1,
+    N, ...)`` per key (``(1, N, ...)`` hidden zeros for feed-forward actors), ``nxt`` in slot
+    ``L``, ``done0`` in slot 0, zeros past the filled rows."""
     L, S = 0 if b is None else b.num_steps, size + 1
     out: Data = {}
     for k, name in _FIELDS.items():
@@ -191,20 +175,8 @@ def layout_a(
     truncated: torch.Tensor | None,
     final_values: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Layout C -> A for ``L`` transitions.
-
-    Args:
-        L: number of stored transitions (slot ``L`` holds the bootstrap value).
-        values: ``(size + 1, N, *)`` ``Value``; ``values[L]`` is ``V(Observation[L])``.
-        dones: ``(size + 1, N, 1)`` ``Done`` (``dones[t + 1]`` ends transition ``t``).
-        truncated: ``(size + 1, N, 1)`` ``Truncated`` extension channel, or None.
-        final_values: ``(size + 1, N, *)`` ``FinalValue`` (``V(final_obs)`` at ``t + 1``), or
-            None.
-
-    Returns:
-        ``(values[:L], next_values, terminated, truncated)``, each ``(L, N*)``; a truncated
-        transition bootstraps from ``final_values`` and counts as not terminated.
-    """
+    """Layout C -> A for ``L`` transitions: ``(values[:L], next_values, terminated,
+    truncated)``, each ``(L, N*)``; a truncated transition bootstraps from ``final_values``."""
     v = values[:L].reshape(L, -1)
     nv = values[1 : L + 1].reshape(L, -1)
     done = dones[1 : L + 1].reshape(L, -1) != 0
@@ -226,13 +198,9 @@ def index_plan(
     num_epochs: int,
     shuffle: bool,
 ) -> Iterator[torch.Tensor]:
-    """Flat time-major indices ``t * N + n`` per minibatch, from :mod:`rlstore.minibatches`.
-
-    Feed-forward (``recurrent=False``): 1-D index tensors of shuffled single steps
-    (:func:`~rlstore.minibatches.flat_index_plan`). Recurrent: ``(L, E)`` index tensors of
-    ``E`` whole env columns (:func:`~rlstore.minibatches.column_index_plan`).
-    Errors (sizes that do not divide) are raised when the generator is first advanced.
-    """
+    """Flat time-major indices ``t * N + n`` per minibatch: shuffled steps
+    (:func:`~rlstore.minibatches.flat_index_plan`) or, ``recurrent``, ``(L, E)`` whole env
+    columns (:func:`~rlstore.minibatches.column_index_plan`)."""
     if not recurrent:
         yield from flat_index_plan(
             L * num_envs,
@@ -256,12 +224,8 @@ def index_plan(
 
 
 def gather(data: Data, idx: torch.Tensor, L: int, recurrent: bool) -> Data:
-    """One minibatch dict: rows ``idx`` (an :func:`index_plan` entry) of every stored key.
-
-    ``RecurrentHiddenStates`` is taken at the first step of each sequence only (feed-forward
-    actors have a single placeholder row, row 0). The extension keys ``Truncated`` /
-    ``FinalValue`` are not part of minibatches.
-    """
+    """One minibatch dict: rows ``idx`` of every stored key, ``RecurrentHiddenStates`` at the
+    first step of each sequence only; ``Truncated`` / ``FinalValue`` left out."""
     batch: Data = {}
     for k, v in data.items():
         if v is None or k in (K.TRUNC, K.FVAL):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,14 +42,3 @@ class GAEBuffer(VanillaOnPolicyBuffer):
     @property
     def _lam(self) -> float:  # type: ignore[override]
         return self.gae_lambda
-
-    @classmethod
-    def create_factory(  # type: ignore[override]
-        cls, size: int, gae_lambda: float = 0.95
-    ) -> Callable[..., GAEBuffer]:
-        """A function ``(device, actor, algorithm, envs) -> GAEBuffer``."""
-
-        def create_buffer_instance(device: Any, actor: Actor, algorithm: Algorithm, envs: Any):
-            return cls(size, device, actor, algorithm, envs, gae_lambda=gae_lambda)
-
-        return create_buffer_instance

@@ -1,25 +1,19 @@
-"""PyTorchRL's on-policy storage with Monte-Carlo returns: VanillaOnPolicyBuffer.
-
-The base class of :class:`~rlstore.compat.pytorchrl.GAEBuffer` and
-:class:`~rlstore.compat.pytorchrl.VTraceBuffer`: a facade over
-:class:`~rlstore.buffers.rollout.RolloutBuffer` (see :mod:`rlstore.compat.pytorchrl` for
-layout C and the truncation extension). Sample checks, the layout-C view, layout conversion
-and row gathering live in :mod:`rlstore.compat.pytorchrl._layout`.
-"""
+"""PyTorchRL's on-policy storage with Monte-Carlo returns, the base of GAEBuffer and
+VTraceBuffer (layout C and the truncation extension: :mod:`rlstore.compat.pytorchrl`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from rlstore import returns as R
-from rlstore._checks import as_device, real_number
+from rlstore._checks import as_device, check_count, real_number
 from rlstore._trees import as_tensor
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import IntrinsicConfig
+from rlstore.compat._common import factory, set_parameter
 from rlstore.compat.pytorchrl import _layout as C
 from rlstore.compat.pytorchrl import protocols as K
 from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
@@ -38,44 +32,34 @@ class VanillaOnPolicyBuffer:
     truncation (GAE with lambda = 1 in :func:`rlstore.returns.gae`);
     ``Advantage = normalize(ExternalReturn - Value)`` over the whole rollout.
 
-    The transitions live in a :class:`~rlstore.buffers.rollout.RolloutBuffer` (transition-
-    aligned); the facade keeps only layout C's extra row (``Observation`` /
-    ``RecurrentHiddenStates`` / ``Done`` of slot ``L``) and the ``Done`` of slot 0.
+    The transitions live in a :class:`~rlstore.buffers.rollout.RolloutBuffer`; the facade keeps
+    only layout C's slot ``L`` (``Observation`` / ``RecurrentHiddenStates`` / ``Done``) and the
+    ``Done`` of slot 0.
 
     Decisions that differ from PyTorchRL (its API is kept):
 
-    * ``data`` is a layout-C view built on first access after a change, not the storage:
-      writes into it are not stored, and it is rebuilt (results dropped) by the next
-      insertion, :meth:`reset` or :meth:`after_gradients`. ``Reward`` / ``Value`` /
-      ``LogProbability`` (and the intrinsic pair, ``FinalValue``) are float32, ``Done`` is 0/1
-      in the sample's dtype, ``Truncated`` / ``FinalValue`` are set only on truncated dones;
-    * advantages are normalized with :func:`rlstore.returns.normalize_advantages`: population
-      std (ddof=0; PyTorchRL used torch's unbiased std) plus PyTorchRL's eps 1e-5 (1e-8 in
+    * ``data`` is a layout-C view rebuilt (results dropped) after each insertion, :meth:`reset`
+      or :meth:`after_gradients`, not the storage: writes into it are not stored. ``Reward`` /
+      ``Value`` / ``LogProbability`` (intrinsic pair, ``FinalValue``) are float32, ``Done`` is
+      0/1 in the sample's dtype;
+    * advantages use the population std (PyTorchRL: unbiased) plus eps 1e-5 (1e-8 in
       :class:`VTraceBuffer`);
-    * a partial rollout uses all ``L = used_capacity`` stored transitions (PyTorchRL's
-      ``step - 1`` dropped the last one) and bootstraps from slot ``L``;
-    * the first insertion after construction or :meth:`reset` takes slot 0 from the sample's
+    * a partial rollout uses all ``L`` stored transitions (PyTorchRL's ``step - 1`` dropped
+      the last one); the first insertion of a rollout takes slot 0 from the sample's
       ``Observation``/``RecurrentHiddenStates``/``Done`` (PyTorchRL left zeros there);
-    * inserting into a full rollout raises :class:`~rlstore.errors.CapacityError` instead of
-      wrapping around; after :meth:`after_gradients` the next insertion starts a new rollout;
-    * a running :meth:`generate_batches` keeps reading the view it started with, so
-      :meth:`after_gradients` (called after every gradient step) does not change later
-      minibatches of the same update (PyTorchRL overwrote slot 0 at once);
-    * ``before_gradients`` keeps the stored recurrent state of slot ``L`` (the state *before*
-      that observation) instead of overwriting it with the actor's output state;
+    * a full rollout raises :class:`~rlstore.errors.CapacityError` instead of wrapping around;
+    * a running :meth:`generate_batches` keeps its view, so :meth:`after_gradients` (called
+      after every gradient step) does not change later minibatches of the same update;
+    * ``before_gradients`` keeps the stored recurrent state of slot ``L`` instead of the
+      actor's output state;
     * ``update_storage_parameter`` raises :class:`~rlstore.errors.ConfigError` for a name that is
-      not a numeric attribute of the buffer (PyTorchRL silently ignored it);
+      not a numeric attribute (PyTorchRL ignored it) or a value that is not a finite number;
     * ``insert_data_slice`` validates the data like inserted samples, all or nothing;
     * multiple critics (dict ``Value``) and the RND observation statistics (``algo.state_rms``)
       are not handled here; intrinsic rewards are scaled with rlstore's forward running
       discounted-return normalizer, per env and never reset at episode ends.
 
-    Args:
-        size: rollout length T (capacity along the time axis).
-        device: torch device of the stored tensors (the actor's device).
-        actor: an :class:`Actor`.
-        algorithm: an :class:`Algorithm` (``gamma``; optional ``gamma_intrinsic``).
-        envs: the vector env (anything with ``num_envs``) or None; used to check N.
+    ``size`` is the rollout length T; ``envs`` (anything with ``num_envs``, or None) checks N.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = K.OnPolicyDataKeys
@@ -85,20 +69,13 @@ class VanillaOnPolicyBuffer:
     def __init__(
         self, size: int, device: str | torch.device, actor: Actor, algorithm: Algorithm, envs: Any
     ) -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise CapacityError(f"size: expected a positive int, got {size!r}")
+        self.max_size = check_count("size", size)
         if not isinstance(getattr(actor, "is_recurrent", None), bool):
             raise ConfigError("actor: expected an Actor with a bool attribute 'is_recurrent'")
-        gamma = getattr(algorithm, "gamma", None)
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
-            raise ConfigError(
-                f"algorithm.gamma: expected an Algorithm with a float 'gamma', got {gamma!r}"
-            )
-        real_number("algorithm.gamma", gamma, 0.0, 1.0)
+        real_number("algorithm.gamma", getattr(algorithm, "gamma", None), 0.0, 1.0)
         self.envs, self.actor, self.algo = envs, actor, algorithm
         self.num_envs = getattr(envs, "num_envs", None) if envs is not None else None
         self.device, self.recurrent_actor = as_device(device), actor.is_recurrent
-        self.max_size = int(size)
         self._rb: RolloutBuffer | None = None
         self._rows: C.Data = {}  # per stored key one zero (N, ...) row: its shape and dtype
         self._next: C.Data = {}  # Observation / RecurrentHiddenStates / Done of slot L
@@ -108,13 +85,10 @@ class VanillaOnPolicyBuffer:
         self.reset()
 
     @classmethod
-    def create_factory(cls, size: int) -> Callable[..., VanillaOnPolicyBuffer]:
-        """A function ``(device, actor, algorithm, envs) -> buffer`` (PyTorchRL's factory style)."""
-
-        def create_buffer_instance(device: Any, actor: Actor, algorithm: Algorithm, envs: Any):
-            return cls(size, device, actor, algorithm, envs)
-
-        return create_buffer_instance
+    def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
+        subclass's other constructor arguments (``gae_lambda``, ...)."""
+        return factory(cls, size, *args, **kwargs)
 
     # ------------------------------------------------------------------ storage
     @property
@@ -133,16 +107,13 @@ class VanillaOnPolicyBuffer:
         return self.size
 
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
-        """Take the stored keys, shapes and dtypes from ``sample`` (:func:`_layout.row_specs`)."""
+        """Take the stored keys, shapes and dtypes from ``sample``."""
         self._rows = C.row_specs(sample, self.device, self.recurrent_actor, self.num_envs)
         self._view = None
 
     def get_num_channels_obs(self, sample: Mapping[str, Any]) -> int:
-        """Set and return ``num_channels_obs``: channels of one frame of ``sample[OBS]``.
-
-        ``Observation`` rows are ``(C * frame_stack, ...)``; ``frame_stack`` comes from
-        ``envs.env_kwargs["frame_stack"]`` when the env has it, else 1.
-        """
+        """Set and return ``num_channels_obs``: ``Observation`` channels per frame
+        (``envs.env_kwargs["frame_stack"]`` frames, else 1)."""
         frame_stack = int((getattr(self.envs, "env_kwargs", None) or {}).get("frame_stack", 1))
         obs = sample[K.OBS]
         first = next(iter(obs.values())) if isinstance(obs, Mapping) else obs
@@ -156,13 +127,8 @@ class VanillaOnPolicyBuffer:
         return self.num_channels_obs
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Store one vector-env step (see :mod:`rlstore.compat.pytorchrl` for the keys).
-
-        Raises:
-            CapacityError: the rollout already holds ``size`` transitions.
-            SpecError: a required key is missing or a value has the wrong shape or a lossy
-                dtype (the buffer is left unchanged, the first sample included).
-        """
+        """Store one vector-env step; CapacityError when full, SpecError naming the key on a
+        missing key, a wrong shape or a lossy dtype (nothing changes, the first sample too)."""
         specs, got, nxt, args = self._prepare(sample)
         hidden = nxt.get(K.RHS) if self.recurrent_actor else None
         rb = self._rb or RolloutBuffer(
@@ -182,7 +148,7 @@ class VanillaOnPolicyBuffer:
             self._next[K.RHS] = got[K.RHS2]
 
     def _prepare(self, sample: Mapping[str, Any]) -> tuple[C.Data, C.Data, C.Data, C.Data]:
-        """Validate ``sample`` without changing anything (:func:`_layout.check_sample`)."""
+        """Validate ``sample`` without changing anything."""
         if self.size >= self.max_size:
             raise CapacityError(
                 f"insert_transition: the rollout is full ({self.max_size} transitions); call "
@@ -198,8 +164,8 @@ class VanillaOnPolicyBuffer:
 
     @property
     def data(self) -> C.Data:
-        """The layout-C view: every stored key ``(size + 1, N, ...)`` (None: not stored; see
-        :func:`_layout.view`), plus the extension keys ``Truncated`` / ``FinalValue``."""
+        """The layout-C view: every key ``(size + 1, N, ...)`` (None: not stored), plus
+        ``Truncated`` / ``FinalValue``."""
         if self._view is None:
             self._view = {k: None for k in self.storage_tensors}
             if self._next:
@@ -209,25 +175,14 @@ class VanillaOnPolicyBuffer:
         return self._view
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> C.Data:
-        """All stored keys of :attr:`data` (``(size + 1, N, ...)`` each), as a new dict.
-
-        Args:
-            data_to_cpu: move (copy) every tensor to CPU memory.
-        """
+        """The stored keys of :attr:`data` as a new dict (on the CPU with ``data_to_cpu``)."""
         move = (lambda t: t.cpu()) if data_to_cpu else (lambda t: t)
         return {k: C.map_dict(v, move) for k, v in self.data.items() if v is not None}
 
     def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
-        """Replace the stored data by ``new_data`` (a :meth:`get_all_buffer_data` result).
-
-        The data is taken as one full rollout of ``size`` transitions (``used_capacity ==
-        size``), inserted step by step (validated like :meth:`insert_transition`); returns and
-        advantages in it are kept until the next change.
-
-        Raises:
-            SpecError: unknown or missing keys, tensors whose leading axis is not ``size + 1``,
-                values :meth:`insert_transition` refuses (the buffer is left unchanged).
-        """
+        """Replace the data by ``new_data`` (a :meth:`get_all_buffer_data` result of a full
+        rollout), inserted and validated step by step, all or nothing; its returns and
+        advantages are kept until the next change."""
         allowed = {*self.storage_tensors, K.TRUNC, K.FVAL}
         if unknown := sorted(set(new_data) - allowed):
             raise SpecError(f"new_data: unknown keys {unknown} (allowed: {sorted(allowed)})")
@@ -264,19 +219,21 @@ class VanillaOnPolicyBuffer:
             raise EmptyBufferError("before_gradients: no transition stored in this rollout")
         return self.size
 
+    @torch.no_grad()
+    def _values(self, obs: Any, rhs: Any, done: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{Value: .., IntrinsicValue: ..}`` of the critics ``actor.get_value`` returns."""
+        out = self.actor.get_value(obs, rhs, done)
+        if "value_net1" not in out:
+            raise SpecError(f"actor.get_value: expected a dict with 'value_net1', got {list(out)}")
+        return {k: out[n] for k, n in ((K.VAL, "value_net1"), (K.IVAL, "ivalue_net1")) if n in out}
+
     def _bootstrap(self, L: int) -> None:
         """Write V(Observation[L]) (and the intrinsic value) into slot L of the view."""
         d = self.data
         rhs = None if d[K.RHS] is None else C.take(d[K.RHS], L)  # FF actors: the placeholder
-        with torch.no_grad():
-            value_dict = self.actor.get_value(C.take(d[K.OBS], L), rhs, d[K.DONE][L])
-        if "value_net1" not in value_dict:
-            raise SpecError(
-                f"actor.get_value: expected a dict with 'value_net1', got {list(value_dict)}"
-            )
-        for key, name in ((K.VAL, "value_net1"), (K.IVAL, "ivalue_net1")):
-            if d.get(key) is not None and name in value_dict:
-                d[key][L].copy_(value_dict[name].reshape(d[key][L].shape))
+        for key, v in self._values(C.take(d[K.OBS], L), rhs, d[K.DONE][L]).items():
+            if d.get(key) is not None:
+                d[key][L].copy_(v.reshape(d[key][L].shape))
 
     def compute_returns(
         self,
@@ -289,12 +246,8 @@ class VanillaOnPolicyBuffer:
         truncated: torch.Tensor | None = None,
         final_values: torch.Tensor | None = None,
     ) -> None:
-        """Fill ``returns[:L + 1]`` in place (layout C tensors ``(size + 1, N, 1)``).
-
-        ``returns[t]`` for ``t < L`` is the lambda-return of transition ``t`` (lambda = 1 here,
-        ``gae_lambda`` in :class:`GAEBuffer`) and ``returns[L] = values[L]``; ``truncated`` /
-        ``final_values`` are the optional layout-C truncation channel.
-        """
+        """Fill the layout-C ``returns[:L + 1]`` in place: lambda-returns (lambda 1 here), then
+        ``returns[L] = values[L]``; ``truncated`` / ``final_values``: the extension channel."""
         L = self._length()
         v, nv, term, trunc = C.layout_a(L, values, dones, truncated, final_values)
         _, ret = R.gae(rewards[:L].reshape(L, -1), v, nv, term, trunc, gamma=gamma, lam=self._lam)
@@ -326,12 +279,8 @@ class VanillaOnPolicyBuffer:
             self._store_adv(K.IADV, self.compute_advantages(d[K.IRET], d[K.IVAL]))
 
     def normalize_int_rewards(self) -> None:
-        """Divide ``IntrinsicReward[:L]`` of the view by the running std of its discounted sum.
-
-        The discounted sum runs forward in time per env with ``algo.gamma_intrinsic``, across
-        rollouts and episode ends (:class:`rlstore.normalize.DiscountedReturnNormalizer`); no
-        mean is subtracted (RND).
-        """
+        """Divide ``IntrinsicReward[:L]`` by the running std of its forward discounted sum
+        (``algo.gamma_intrinsic``, per env, across rollouts and episodes; RND)."""
         L = self._length()
         if self.int_reward_normalizer is None:
             g_int = self.algo.gamma_intrinsic  # type: ignore[attr-defined]
@@ -340,49 +289,22 @@ class VanillaOnPolicyBuffer:
         irew.copy_(self.int_reward_normalizer(irew.reshape(L, -1)).reshape(irew.shape))
 
     def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
-        """Start a new rollout from the bootstrap slot ``L`` (it becomes slot 0).
-
-        PyTorchRL calls this after *every* gradient step; later calls before the next
-        insertion change nothing. A :meth:`generate_batches` generator that is still being
-        consumed keeps yielding the old rollout.
-
-        Returns:
-            ``info`` unchanged.
-        """
+        """Start a new rollout from slot ``L`` (it becomes slot 0); returns ``info``. Repeated
+        calls before the next insertion change nothing."""
         if self._rb is not None:  # not reset(): subclasses keep their per-episode state
             self._rb.reset()
         self._fresh, self._view = False, None
         return info
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric buffer attribute ``parameter_name`` (e.g. ``gae_lambda``).
-
-        Raises:
-            ConfigError: no such numeric attribute, or a non-numeric new value.
-        """
-        current, numeric = (
-            getattr(self, parameter_name, None),
-            (int, float, np.integer, np.floating),
-        )
-        settable = not isinstance(getattr(type(self), parameter_name, None), property)
-        if parameter_name.startswith("_") or not settable or isinstance(current, bool) or not (
-            isinstance(current, numeric)
-        ):  # fmt: skip
-            raise ConfigError(
-                f"parameter_name: {parameter_name!r} is not a numeric parameter of "
-                f"{type(self).__name__}"
-            )
-        if isinstance(new_parameter_value, bool) or not isinstance(new_parameter_value, numeric):
-            raise ConfigError(
-                f"new_parameter_value: expected a number, got {new_parameter_value!r}"
-            )
-        setattr(self, parameter_name, type(current)(new_parameter_value))
+        """Set the numeric buffer attribute ``parameter_name`` (e.g. ``gae_lambda``)."""
+        set_parameter(self, parameter_name, new_parameter_value)
 
     # ------------------------------------------------------------------ batches
     def _index_plan(
         self, num_mini_batch: int | None, mini_batch_size: int | None, epochs: int, shuffle: bool
     ) -> Iterator[torch.Tensor]:
-        """Flat time-major indices ``t * N + n`` per minibatch (:func:`_layout.index_plan`)."""
+        """Flat time-major indices ``t * N + n`` per minibatch."""
         L, n = self._length(), self._rows[K.DONE].shape[0]
         sizes = (num_mini_batch, mini_batch_size, epochs, shuffle)
         yield from C.index_plan(L, n, self.device, self.recurrent_actor, *sizes)
@@ -394,14 +316,9 @@ class VanillaOnPolicyBuffer:
         num_epochs: int = 1,
         shuffle: bool = True,
     ) -> Iterator[C.Data]:
-        """Yield minibatch dicts with every stored key.
-
-        Feed-forward actors: shuffled flat steps, each step exactly once per epoch, minibatch
-        size ``L * N / num_mini_batch`` (or ``mini_batch_size``; both given must agree).
-        Recurrent actors: ``N / num_mini_batch`` whole env columns per minibatch, flattened
-        time-major (``L * E`` rows), ``RecurrentHiddenStates`` of the first step only (``E``
-        rows); ``Done`` rows mark episode starts. Sizes that do not divide raise ConfigError.
-        """
+        """Yield minibatch dicts of every stored key: shuffled steps (feed-forward actors) or
+        ``N / num_mini_batch`` whole env columns flattened time-major, ``RecurrentHiddenStates``
+        of their first step (recurrent actors). Sizes that do not divide raise ConfigError."""
         L, data = self._length(), self.data
         for idx in self._index_plan(num_mini_batch, mini_batch_size, num_epochs, shuffle):
             yield C.gather(data, idx, L, self.recurrent_actor)

@@ -15,21 +15,16 @@ __all__ = ["VTraceBuffer"]
 
 
 class VTraceBuffer(VanillaOnPolicyBuffer):
-    """PyTorchRL's storage with V-trace targets (IMPALA, Espeholt et al. 2018, arXiv:1802.01561).
+    """PyTorchRL's storage with V-trace targets (IMPALA, arXiv:1802.01561).
 
-    ``before_gradients`` bootstraps from V(Observation[L]) and calls :meth:`compute_vtrace`,
-    which re-evaluates the stored actions and values with the *current* actor
-    (:meth:`get_updated_action_log_probs`), then calls :func:`rlstore.returns.vtrace` with the
-    stored log-probs as behaviour policy: ``ExternalReturn[:L] = vs``, ``Advantage`` = the
-    normalized policy-gradient advantages (eps 1e-8), ``LogProbability[:L]`` = the current
-    actor's log-probs (as in PyTorchRL, so the PPO ratio starts at 1).
+    :meth:`compute_vtrace` re-evaluates the stored actions and values with the current actor,
+    then :func:`rlstore.returns.vtrace` with the stored log-probs as behaviour policy:
+    ``ExternalReturn[:L] = vs``, ``Advantage`` = normalized PG advantages (eps 1e-8),
+    ``LogProbability[:L]`` = the current log-probs (as PyTorchRL: the PPO ratio starts at 1).
 
-    PyTorchRL's ``compute_vtrace`` (``vtrace_buffer.py``) is broken and is not copied: it
-    put discounted *returns* where rewards belong in delta, did not mask the next value at
-    episode ends, passed arguments to a method taking none, and ``before_gradients`` called
-    ``compute_returns()`` without its arguments. Here rewards, termination/truncation and the
-    bootstrap follow rlstore's conventions.
-    """
+    PyTorchRL's ``compute_vtrace`` is broken and not copied: it put discounted returns where
+    rewards belong in delta, did not mask the next value at episode ends, and called methods
+    with the wrong arguments. Rewards, termination/truncation and bootstrap follow rlstore."""
 
     _adv_eps: ClassVar[float] = 1e-8
 
@@ -41,14 +36,8 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
 
     @torch.no_grad()
     def get_updated_action_log_probs(self) -> torch.Tensor:
-        """Re-evaluate the stored actions with the current actor; also refresh ``Value[:L]``.
-
-        Batches are those of :meth:`generate_batches` without shuffling, with
-        ``algorithm.num_mini_batch`` (default 1) minibatches.
-
-        Returns:
-            The new log-probabilities, shaped like ``LogProbability[:L]``.
-        """
+        """Re-evaluate the stored actions with the current actor (``algorithm.num_mini_batch``
+        unshuffled minibatches) and refresh ``Value[:L]``; returns the new log-probs."""
         L = self._length()
         logp_store, val_store = self.data[K.LOGP], self.data[K.VAL]
         new_logp = torch.empty_like(logp_store[:L]).reshape(L * logp_store.shape[1], -1)
@@ -67,12 +56,8 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
 
     @torch.no_grad()
     def compute_vtrace(self, clip_rho_thres: float = 1.0, clip_c_thres: float = 1.0) -> None:
-        """Compute and store V-trace targets, PG advantages and the updated log-probs.
-
-        Args:
-            clip_rho_thres: rho-bar (also used as the PG rho-bar), > 0.
-            clip_c_thres: c-bar, > 0.
-        """
+        """Store V-trace targets, PG advantages and the updated log-probs (``clip_rho_thres``:
+        rho-bar and PG rho-bar; ``clip_c_thres``: c-bar)."""
         L = self._length()
         d = self.data
         target = self.get_updated_action_log_probs()

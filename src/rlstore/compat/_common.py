@@ -1,0 +1,140 @@
+"""What the facades share: argument checks under the original library's names, one transition
+layout over :class:`rlstore.ReplayBuffer`, config-file constructors, PyTorchRL's factory and
+``update_storage_parameter``."""
+
+from __future__ import annotations
+
+import numbers
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, cast
+
+import numpy as np
+import torch
+
+from rlstore._checks import real_number
+from rlstore._trees import flag_array, to_numpy
+from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
+from rlstore.config import StrictModel, load_config_file
+from rlstore.errors import ConfigError, RLStoreError, SpecError
+from rlstore.specs import FieldSpec, cast_to_spec
+
+_F32, _BOOL = np.dtype(np.float32), np.dtype(np.bool_)
+
+
+def check_keys(name: str, d: Any, keys: tuple[str, ...]) -> None:
+    """A :class:`SpecError` naming ``name`` unless ``d`` is a mapping with exactly ``keys``."""
+    if not isinstance(d, Mapping):
+        raise SpecError(f"{name}: expected a dict with keys {list(keys)}, got {type(d).__name__}")
+    missing, unknown = [k for k in keys if k not in d], [k for k in d if k not in keys]
+    if missing or unknown:
+        raise SpecError(f"{name}: expected keys {list(keys)}; missing {missing}, unknown {unknown}")
+
+
+def rows(
+    name: str, x: Any, b: int, shape: tuple[int, ...], *, flags: bool = False, batched: bool = True
+) -> np.ndarray:
+    """``x`` as ``(b, *shape)`` rows of finite float32 (lossless casts only) or, with ``flags``,
+    of bools (bools or exact 0/1). Singleton axes may be added or dropped (``(1, 4)`` for one
+    state, ``(B, 1)`` rewards, a scalar action when its dim is 1); nothing else is reshaped.
+
+    Raises:
+        SpecError: naming ``name``: another shape (shown as ``(b, *shape)``, or ``shape`` when
+            not ``batched``), NaN/inf, overflow, non-numbers, flags other than 0/1.
+    """
+    a, full = to_numpy(name, x), (b, *shape)
+    if a.shape != full and [d for d in a.shape if d != 1] == [d for d in full if d != 1]:
+        a = a.reshape(full)
+    if a.shape != full:
+        want = f"shape {full}" if batched else f"shape {shape}" if shape else "a scalar"
+        raise SpecError(f"{name}: expected {want}, got {a.shape}")
+    if flags:
+        return flag_array(name, a, b)
+    return cast_to_spec(name, a, FieldSpec(name, shape, _F32), (b,), allow_nonfinite=False)
+
+
+def transition_core(
+    capacity: int, obs_dim: int, act_dim: int, *, seed: Any, device: Any = "cpu", **extras: int
+) -> ReplayBuffer:
+    """A one-env :class:`ReplayBuffer` of ``obs (obs_dim,)``, ``action (act_dim,)``, scalar
+    ``reward``, ``terminated``/``truncated`` flags and a float32 vector per ``extras`` name."""
+    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": (), **{k: (d,) for k, d in
+              extras.items()}}  # fmt: skip
+    specs = {k: FieldSpec(k, s, _F32) for k, s in shapes.items()}
+    specs |= {k: FieldSpec(k, (), _BOOL) for k in ("terminated", "truncated")}
+    return ReplayBuffer(capacity, specs=specs, device=device, seed=seed)
+
+
+def write(
+    core: ReplayBuffer, fields: tuple[np.ndarray, ...], extras: dict[str, np.ndarray] | None = None
+) -> None:
+    """Append checked rows ``(B, ...)``: ``fields`` (obs, action, reward, next_obs, terminated,
+    truncated) and ``extras``, to the single env column of ``core``, oldest first."""
+    if len(fields[0]):
+        more = {k: v[:, None] for k, v in (extras or {}).items()}
+        core.extend(*(f[:, None] for f in fields), **more)
+
+
+def sampled(batch: ReplayBatch) -> tuple[torch.Tensor, ...]:
+    """``(obs, action, reward, next_obs, terminated as float32)`` of a sampled batch."""
+    obs, nxt = cast(torch.Tensor, batch.obs), cast(torch.Tensor, batch.next_obs)  # never dicts
+    return obs, batch.action, batch.reward, nxt, batch.terminated.to(torch.float32)
+
+
+class FromConfig:
+    """``src.buffers``' config constructors over a :class:`~rlstore.config.StrictModel`
+    ``schema`` (the original's strictyaml ``Map``); files may be YAML or JSON."""
+
+    schema: ClassVar[type[StrictModel]]
+
+    @classmethod
+    def instantiate_from_config(cls, config_file_location: str | os.PathLike[str]) -> Any:
+        """Build from a config file with the :attr:`schema` keys (ConfigError otherwise)."""
+        return cls.instantiate_from_config_dict(load_config_file(config_file_location))
+
+    @classmethod
+    def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> Any:
+        """Build from a dict with the :attr:`schema` keys; every bad key is listed in one
+        :class:`~rlstore.errors.ConfigError`, as are constructor errors (``batch_size > size``)."""
+        values = cls.schema.validate_mapping(config, cls.__name__).model_dump()
+        try:
+            return cls(**values)
+        except ConfigError:
+            raise
+        except RLStoreError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def factory(cls: type, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+    """PyTorchRL's ``create_factory``: ``(device, actor, algorithm, envs) -> buffer``, the other
+    constructor arguments fixed."""
+
+    def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
+        return cls(size, device, actor, algorithm, envs, *args, **kwargs)
+
+    return create_buffer_instance
+
+
+def set_parameter(obj: Any, parameter_name: str, new_parameter_value: Any) -> None:
+    """PyTorchRL's ``update_storage_parameter``: set a numeric public attribute of ``obj``.
+
+    Raises:
+        ConfigError: not a settable numeric attribute, or a value that is not a real number.
+    """
+    current = None if parameter_name.startswith("_") else getattr(obj, parameter_name, None)
+    if (
+        isinstance(getattr(type(obj), parameter_name, None), property)
+        or isinstance(current, (bool, np.bool_))
+        or not isinstance(current, numbers.Real)
+    ):
+        raise ConfigError(
+            f"parameter_name: {parameter_name!r} is not a numeric parameter of {type(obj).__name__}"
+        )
+    big, integral = sys.float_info.max, isinstance(current, numbers.Integral)
+    want = "a number (finite, integral)" if integral else "a number (finite)"
+    value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)
+    if integral and not value.is_integer():  # 2.5 is never stored as 2
+        raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
+    kind: Any = type(current)  # keeps an int an int, a float a float
+    setattr(obj, parameter_name, kind(value))
