@@ -380,4 +380,3 @@ class TransitionSchema:
         if keys != self.obs_keys():
             raise SpecError(f"{name}: expected keys {self.obs_keys()}, got {keys}")
         return {"obs." + k: v for k, v in obs.items()}
-

@@ -68,8 +68,9 @@ def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(raw, RingStorage):  # mapped by ReplayBuffer.open: trusted, not scanned
         st: Storage = raw
     else:
-        _check_finite(raw, "storage", buf.allow_nonfinite)
-        st = RingStorage.from_state_dict(raw, where="state_dict.storage")
+        _check_finite(raw.get("ring", raw) if isinstance(raw, Mapping) else raw, "storage",
+                      buf.allow_nonfinite)  # fmt: skip
+        st = buf._layout.load(raw, where="state_dict.storage")
     stored = stored_specs(specs, buf.store_next_obs_once)
     if st.specs != stored or (st.rows, st.num_envs) != (
         buf.capacity_per_env + 1,

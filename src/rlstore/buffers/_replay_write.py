@@ -25,6 +25,8 @@ import numpy as np
 
 from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec, TransitionSchema, all_finite, cast_to_spec
+from rlstore.storage import StorageLayout
+from rlstore.storage.frames import check_shared_frames
 
 if TYPE_CHECKING:
     from rlstore.samplers import Sampler
@@ -293,6 +295,8 @@ class ReplayWriter:
             schema = self._infer(t, obs, action, reward, extra)
         core = (action, reward, terminated, truncated)
         o, no, vals = self._validate(schema, t, obs, next_obs, core, extra)
+        if self._layout.kind == "frames":  # stacks must share frames as the layout declares
+            check_shared_frames(schema.specs, self._layout.stack_axis, o, no)
         if self._schema is None:  # first add: allocate only once everything passed
             self._allocate(schema.specs)
         rows = len(vals["reward"])
@@ -380,6 +384,7 @@ class ReplayWriter:
         return self._pending
 
     _obs_names: list[str]
+    _layout: StorageLayout
 
     def _min_live_key(self) -> int:
         """Smallest side-store key still referenced by a stored transition."""

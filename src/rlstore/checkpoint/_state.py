@@ -202,7 +202,7 @@ def load_verified(state_path: str | os.PathLike[str], sidecar: Mapping[str, Any]
             f"{sidecar['save_id']}): " + "; ".join(errors)
         )
     nbytes = sidecar.get("state_nbytes")
-    if nbytes is not None and nbytes != chosen.stat().st_size:
+    if type(nbytes) is not int or nbytes != chosen.stat().st_size:
         raise CheckpointError(
             f"{chosen}: expected {nbytes!r} bytes (metadata state_nbytes), got "
             f"{chosen.stat().st_size}: the file is truncated or another file"

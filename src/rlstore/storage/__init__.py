@@ -30,10 +30,18 @@ import numpy as np
 
 from rlstore.errors import ConfigError
 from rlstore.specs import FieldSpec
+from rlstore.storage.frames import FrameStackStorage
 from rlstore.storage.memmap import MemmapStorage
 from rlstore.storage.ring import RingStorage, SideStore
 
-__all__ = ["MemmapStorage", "RingStorage", "SideStore", "Storage", "StorageLayout"]
+__all__ = [
+    "FrameStackStorage",
+    "MemmapStorage",
+    "RingStorage",
+    "SideStore",
+    "Storage",
+    "StorageLayout",
+]
 
 
 class Storage(Protocol):
@@ -82,18 +90,25 @@ class StorageLayout:
     """Which storage a buffer builds (JSON-able: :meth:`to_json` / :meth:`parse`).
 
     Attributes:
-        kind: ``"memory"`` (default) or ``"memmap"``.
+        kind: ``"memory"`` (default), ``"memmap"`` or ``"frames"`` (stacked frames stored once:
+            :class:`~rlstore.storage.frames.FrameStackStorage`).
         directory: folder of the memory-mapped files (``memmap`` only).
         keep: keep the files once the buffer is gone (``memmap`` only).
+        stack_axis: the stack axis of stacked-frame observations (``frames`` only).
     """
 
     kind: str = "memory"
     directory: str | None = None
     keep: bool = True
+    stack_axis: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("memory", "memmap"):
-            raise ConfigError(f"storage.kind: expected 'memory' or 'memmap', got {self.kind!r}")
+        if self.kind not in ("memory", "memmap", "frames"):
+            raise ConfigError(
+                f"storage.kind: expected 'memory', 'memmap' or 'frames', got {self.kind!r}"
+            )
+        if type(self.stack_axis) is not int:
+            raise ConfigError(f"storage.stack_axis: expected an int, got {self.stack_axis!r}")
         if (self.kind == "memmap") != isinstance(self.directory, str) or (
             self.directory is not None and not self.directory
         ):
@@ -110,16 +125,22 @@ class StorageLayout:
         return cls("memmap", str(directory), keep)
 
     @classmethod
+    def frames(cls, stack_axis: int = 0) -> StorageLayout:
+        """Stacked frames (e.g. uint8 ``(4, 84, 84)`` observations) with each frame stored once."""
+        return cls("frames", stack_axis=stack_axis)
+
+    @classmethod
     def parse(cls, value: StorageLayout | Mapping[str, Any] | None) -> StorageLayout:
         """A layout from itself, its :meth:`to_json` dict, or ``None`` (memory)."""
         if value is None:
             return cls()
         if isinstance(value, StorageLayout):
             return value
-        if isinstance(value, Mapping) and set(value) <= {"kind", "directory", "keep"}:
+        if isinstance(value, Mapping) and set(value) <= {"kind", "directory", "keep", "stack_axis"}:
             return cls(**value)
         raise ConfigError(
-            f"storage: expected a StorageLayout or its dict {{kind, directory, keep}}, got "
+            f"storage: expected a StorageLayout or its dict {{kind, directory, keep, stack_axis}}, "
+            f"got "
             f"{value!r}"
         )
 
@@ -145,6 +166,11 @@ class StorageLayout:
             return MemmapStorage(
                 rows, num_envs, specs, directory=str(self.directory), keep=self.keep
             )
-        # hook: kind "frames" -> rlstore.storage.frames.FrameStackStorage(rows, num_envs, specs,
-        # stack_axis=...) once it is merged (add the kind above and its stack_axis field)
+        if self.kind == "frames":
+            return FrameStackStorage(rows, num_envs, specs, stack_axis=self.stack_axis)
         return RingStorage(rows, num_envs, specs)
+
+    def load(self, sd: Mapping[str, Any], *, where: str) -> Any:
+        """The in-memory storage of a :meth:`Storage.state_dict` of this layout, checked whole."""
+        cls = FrameStackStorage if self.kind == "frames" else RingStorage
+        return cls.from_state_dict(sd, where=where)

@@ -40,7 +40,7 @@ import numpy as np
 
 from rlstore.errors import CapacityError, CheckpointError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec
-from rlstore.storage import RingStorage, SideStore
+from rlstore.storage.ring import RingStorage, SideStore
 
 __all__ = ["FrameStackStorage"]
 
@@ -201,6 +201,34 @@ def _frame_names(specs: Mapping[str, FieldSpec], axis: int, names: Any) -> list[
         raise SpecError(f"specs: expected a frame-stack field (obs or obs.<key>, uint8, stack "
                         f"axis {axis} of size >= 2), got {list(specs.values())}")  # fmt: skip
     return list(names)
+
+
+def check_shared_frames(
+    specs: Mapping[str, FieldSpec],
+    axis: int,
+    obs: Mapping[str, np.ndarray],
+    next_obs: Mapping[str, np.ndarray],
+) -> None:
+    """Check that every transition's ``next_obs`` stack continues its ``obs`` stack: frames
+    ``1..S-1`` of ``obs`` are frames ``0..S-2`` of ``next_obs`` (arrays ``(k, num_envs, *shape)``).
+
+    Raises:
+        SpecError: naming the field, the first env and row whose stacks do not share frames.
+    """
+    for k in _frame_names(specs, axis, None):
+        ax = 2 + axis % len(specs[k].shape)
+        a, b = obs[k], next_obs[k]
+        s = a.shape[ax]
+        tail = np.take(a, np.arange(1, s), axis=ax).reshape(*a.shape[:2], -1)
+        head = np.take(b, np.arange(s - 1), axis=ax).reshape(*b.shape[:2], -1)
+        bad = np.argwhere((tail != head).any(-1))
+        if len(bad):
+            t, e = bad[0]
+            raise SpecError(
+                f"next_{k}: expected frames 0..{s - 2} along stack axis {axis} to equal frames "
+                f"1..{s - 1} of {k} (storage kind 'frames' stores each frame once), got a stack "
+                f"that shares none at row {t}, env {e}"
+            )
 
 
 class FrameStackStorage:
