@@ -228,3 +228,29 @@ def test_batches_land_on_the_buffer_device() -> None:
         buf.add(np.full(2, 1.0 * t), 0, 1.0, np.full(2, t + 1.0), False, False, hidden=[t])
     assert NStepReplay(buf, 2, 0.9).sample(3).discount.device.type == "cuda"
     assert SequenceReplay(buf, 2).sample(3).mask.device.type == "cuda"
+
+
+def test_nstep_through_a_prioritized_buffer_carries_ids_and_weights() -> None:
+    """With a PrioritizedSampler in the buffer, n-step batches carry the sampler's importance
+    weights and stable ids: an update through ``buffer.update_priorities`` moves the draws, also
+    after the ring has wrapped (ids are not ring positions)."""
+    from rlstore import ReplayBuffer
+    from rlstore.samplers import PrioritizedSampler
+
+    buf = ReplayBuffer(64, sampler=PrioritizedSampler(alpha=1.0, beta=1.0, seed=0))
+    for t in range(80):  # wraps: ids 16..79 are live
+        buf.add(np.full(2, float(t)), 0, 1.0, np.full(2, t + 1.0), False, False)
+    assert buf.first_id == 16
+    ns = NStepReplay(buf, n=3, gamma=0.5)
+    b = ns.sample(64)
+    assert b.indices.min() >= 16 and b.weights.dtype == torch.float32
+    np.testing.assert_array_equal(b.obs[:, 0].numpy(), b.indices.numpy().astype(np.float32))
+    pri = np.where(b.indices.numpy() == b.indices[0].item(), 100.0, 1.0)
+    hot = b.indices[0].item()
+    buf.update_priorities(b.indices.numpy(), pri)
+    again = ns.sample(64)
+    assert (again.indices == hot).float().mean() > 0.5
+    low = again.weights[again.indices != hot]
+    assert torch.all(again.weights[again.indices == hot] < low.min())  # likely -> small weight
+    batch = ns.batch(np.array([0]))  # gather indices: row 0 is id 16
+    assert batch.indices.tolist() == [16] and batch.weights.tolist() == [1.0]

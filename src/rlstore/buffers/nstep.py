@@ -1,9 +1,9 @@
 """N-step replay: n-step returns computed at sample time from any one-step replay buffer.
 
 :class:`NStepReplay` reads a buffer only through its public API (``len``, ``num_envs``,
-``sample_indices``, ``gather``), so it works with any index source: uniform indices from
-:meth:`NStepReplay.sample`, or indices drawn by a prioritized sampler passed to
-:meth:`NStepReplay.batch`.
+``sample_ids``, ``first_id``, ``gather``), so it works with any index source: the buffer's own
+sampler through :meth:`NStepReplay.sample` (uniform, or prioritized with importance weights and
+ids for ``buffer.update_priorities``), or any indices passed to :meth:`NStepReplay.batch`.
 
 For a transition at logical row ``r`` of env column ``e`` the window is rows ``r .. r+n-1`` of
 the same column. It is cut after ``m <= n`` steps, at the first of:
@@ -64,7 +64,10 @@ class NStepBatch(NamedTuple):
         truncated: ``(B,)`` bool: the window ended with a truncation.
         steps: ``(B,)`` int64: ``m``, the transitions summed (``1 <= m <= n``).
         extras: ``{name: (B, *shape)}`` extra fields at the first row.
-        indices: ``(B,)`` int64 flat buffer indices of the first rows (for priority updates).
+        indices: ``(B,)`` int64 ids of the first rows (``ReplayBuffer.sample`` ids: pass them
+            to ``buffer.update_priorities``).
+        weights: ``(B,)`` float32 importance weights (ones unless the buffer's sampler is
+            prioritized).
     """
 
     obs: torch.Tensor | dict[str, torch.Tensor]
@@ -77,6 +80,7 @@ class NStepBatch(NamedTuple):
     steps: torch.Tensor
     extras: dict[str, torch.Tensor]
     indices: torch.Tensor
+    weights: torch.Tensor
 
 
 class Fields(NamedTuple):
@@ -176,9 +180,11 @@ class NStepReplay:
         self._powers = self.gamma ** np.arange(self.n + 1, dtype=np.float64)
         self._device = torch.device(getattr(buffer, "device", "cpu"))
 
-    def sample(self, batch_size: int) -> NStepBatch:
-        """Uniform first rows from the buffer's own sampler, then :meth:`batch`."""
-        return self._batch(self.buffer.sample_indices(batch_size))  # valid by construction
+    def sample(self, batch_size: int, beta: float | None = None) -> NStepBatch:
+        """First rows drawn by the buffer's own sampler (uniform or prioritized, with its
+        importance weights; ``beta`` as for ``ReplayBuffer.sample``), then :meth:`batch`."""
+        drawn = self.buffer.sample_ids(batch_size, beta)
+        return self._batch(drawn.indices - self.buffer.first_id, drawn.weights)
 
     def batch(self, indices: Any) -> NStepBatch:
         """The n-step transitions starting at flat buffer ``indices`` (``row * num_envs + env``).
@@ -189,7 +195,7 @@ class NStepReplay:
         """
         return self._batch(_checked_indices(indices, len(self.buffer)))
 
-    def _batch(self, idx: np.ndarray) -> NStepBatch:
+    def _batch(self, idx: np.ndarray, weights: np.ndarray | None = None) -> NStepBatch:
         buf, n = self.buffer, self.n
         envs, b, kern = buf.num_envs, len(idx), _kernels()
         flat, avail = np.empty(b * n, np.int64), np.empty(b, np.int64)
@@ -212,7 +218,8 @@ class NStepReplay:
         out = {k: a[k][::n] for k in (*f.obs, "action", *f.extras)}
         out.update({k: a[k][pick] for k in f.next})
         out.update(reward=g, discount=disc, terminated=term, truncated=trunc)
-        out.update(steps=steps, indices=idx)
+        out.update(steps=steps, indices=idx + self.buffer.first_id)
+        out["weights"] = np.ones(b, np.float32) if weights is None else weights
         t = to_torch(out, self._device)
         return NStepBatch(
             split_obs(t, f.obs),
@@ -225,4 +232,5 @@ class NStepReplay:
             t["steps"],
             {k: t[k] for k in f.extras},
             t["indices"],
+            t["weights"],
         )

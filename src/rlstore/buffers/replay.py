@@ -58,7 +58,7 @@ from rlstore.errors import (
     RLStoreError,
     SpecError,
 )
-from rlstore.samplers import Sampler, make_sampler
+from rlstore.samplers import SampledIds, Sampler, make_sampler
 from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import Storage, StorageLayout
 from rlstore.storage.ring import SideStore
@@ -217,8 +217,17 @@ class ReplayBuffer(ReplayWriter):
     def sample_indices(self, batch_size: int) -> np.ndarray:
         """Draw flat transition indices ``row * num_envs + env`` (row 0 = oldest), int64, by
         the buffer's sampler (for :meth:`gather`)."""
-        ids = self._sampler.sample(self._check_batch(batch_size)).indices
-        return ids - self._window()[0]
+        return self.sample_ids(batch_size).indices - self.first_id
+
+    def sample_ids(self, batch_size: int, beta: float | None = None) -> SampledIds:
+        """Draw ``batch_size`` transition ids and importance weights by the buffer's sampler
+        (what :meth:`sample` draws; ``ids - first_id`` are :meth:`gather` indices)."""
+        return self._sampler.sample(self._check_batch(batch_size), beta)
+
+    @property
+    def first_id(self) -> int:
+        """Id of the oldest stored transition (ids count every transition ever added)."""
+        return self._window()[0]
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Numpy arrays of the transitions at flat indices (see :meth:`sample_indices`).
@@ -294,7 +303,7 @@ class ReplayBuffer(ReplayWriter):
             CapacityError: ``batch_size <= 0`` or ``> capacity``.
             EmptyBufferError: ``batch_size`` larger than the number of stored transitions.
         """
-        drawn = self._sampler.sample(self._check_batch(batch_size), beta)
+        drawn = self.sample_ids(batch_size, beta)
         arrays = self._gather_ids(drawn.indices)
         arrays["_weights"] = drawn.weights
         dev = self.device
