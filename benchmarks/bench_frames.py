@@ -1,4 +1,5 @@
-"""Atari-style frame stacks: rlstore ``FrameStackStorage`` vs the peers' frame-saving replay.
+"""Atari-style frame stacks: rlstore ``ReplayBuffer(storage=StorageLayout.frames())`` vs the
+peers' frame-saving replay.
 
 What is measured, in one run, each library in its own subprocess (median of ``--repeats``):
 
@@ -11,10 +12,8 @@ What is measured, in one run, each library in its own subprocess (median of ``--
 Peers: Stable-Baselines3 ``ReplayBuffer(optimize_memory_usage=True)`` (obs stored once; adds
 and samples return torch tensors), cpprb ``ReplayBuffer(next_of="obs", stack_compress="obs")``
 (stack on the last axis, ``(84, 84, 4)``; one env only: ``next_of`` assumes one sequential
-stream). The rlstore rows time the storage itself, as the replay buffer will drive it once it is
-wired in: per step ``write_block`` of the row + ``put_row`` of the pending ``next_obs``; per
-sample ``gather`` of the rows + ``gather`` of their successors' ``obs`` + ``torch.from_numpy``.
-The buffer's validation and final-observation side store are not included yet.
+stream). The rlstore rows time the whole replay buffer: ``add`` (validation, the check that
+``next_obs`` continues ``obs``, the final-observation side store) and ``sample`` (torch tensors).
 
 Run::
 
@@ -92,13 +91,12 @@ def run_worker(lib: str, envs: int, capacity: int, repeats: int, seed: int) -> d
     rew = np.zeros((envs,), np.float32)
     rng = np.random.default_rng(seed + 1)
     if lib == "rlstore":  # imports first: the RSS growth below counts the buffer only
-        from rlstore.specs import FieldSpec
-        from rlstore.storage.frames import FrameStackStorage
+        from rlstore import ReplayBuffer
+        from rlstore.storage import StorageLayout
 
-        warm = FrameStackStorage(2, 1, {"obs": FieldSpec("obs", (STACK, *FRAME), np.uint8)})
-        warm.write_block({"obs": obs[:1, :1]})  # numba kernels loaded before the RSS baseline
-        warm.put_row(1, {"obs": obs[1, :1]})
-        warm.gather(np.arange(2))
+        warm = ReplayBuffer(4, storage=StorageLayout.frames(), seed=0)
+        warm.add(obs[0, 0], 0, 0.0, nxt[0, 0], False, False)  # numba kernels loaded
+        warm.sample(1)
     elif lib == "sb3":
         import gymnasium as gym
         from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
@@ -109,38 +107,22 @@ def run_worker(lib: str, envs: int, capacity: int, repeats: int, seed: int) -> d
     own: int | None = None
     step = [0]
     if lib == "rlstore":
-        rows = -(-capacity // envs) + 1  # + the spare row of the pending next_obs
-        specs = {
-            "obs": FieldSpec("obs", (STACK, *FRAME), np.uint8),
-            "action": FieldSpec("action", (), np.int64),
-            "reward": FieldSpec("reward", (), np.float32),
-            "terminated": FieldSpec("terminated", (), np.bool_),
-            "truncated": FieldSpec("truncated", (), np.bool_),
-        }
-        fs = FrameStackStorage(rows, envs, specs)
+        buf = ReplayBuffer(capacity, num_envs=envs, storage=StorageLayout.frames(), seed=seed)
+        no_trunc = np.zeros(envs, bool)
 
         def add(steps: int) -> None:
             for _ in range(steps):
                 i = step[0] % pool
                 step[0] += 1
-                fs.write_block({"obs": obs[i : i + 1], "action": act[None],
-                                "reward": rew[None], "terminated": done[i : i + 1],
-                                "truncated": done[i : i + 1] & False})  # fmt: skip
-                fs.put_row(fs.cursor, {"obs": nxt[i]})
+                buf.add(obs[i], act, rew, nxt[i], done[i], no_trunc)
 
         def sample(b: int) -> object:
-            logical, env = np.divmod(rng.integers(0, (rows - 1) * envs, b), envs)
-            phys = (fs.cursor + 1 + logical) % rows  # the cursor row is the spare
-            got = fs.gather(phys * envs + env)
-            got["next_obs"] = fs.gather((phys + 1) % rows * envs + env, ["obs"])["obs"]
-            return {k: torch.from_numpy(v) for k, v in got.items()}
+            return buf.sample(b)
 
         def check() -> bool:
-            phys = rng.integers(0, rows, 256)
-            phys = phys[phys != fs.cursor]
-            env = rng.integers(0, envs, len(phys))
-            g = fs.rows_written - (fs.cursor - phys) % rows
-            return bool(np.array_equal(fs.gather(phys * envs + env)["obs"], obs[g % pool, env]))
+            idx = rng.integers(0, len(buf), 256)
+            g, env = np.divmod(idx + buf.first_id, envs)
+            return bool(np.array_equal(buf.gather(idx)["obs"], obs[g % pool, env]))
     elif lib == "sb3":
         space = gym.spaces.Box(0, 255, (STACK, *FRAME), np.uint8)
         rb = SB3Buffer(capacity, space, gym.spaces.Discrete(6), device="cpu", n_envs=envs,
@@ -182,7 +164,7 @@ def run_worker(lib: str, envs: int, capacity: int, repeats: int, seed: int) -> d
     add(-(-capacity // envs) + pool)  # fill (every page touched) and wrap around
     rss = rss_bytes() - rss0
     if lib == "rlstore":
-        own = fs.nbytes
+        own = buf.nbytes
     add_steps = max(2000 // envs, 200)
     out: dict[str, Any] = {"lib": lib, "envs": envs, "capacity": capacity}
     t = time_repeats(lambda: add(add_steps), items=add_steps * envs, repeats=repeats)
@@ -267,9 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Capacity {args.capacity:,} transitions of (4, 84, 84) uint8 stacks (one frame is "
         f"7,056 bytes), median of {args.repeats} repeats, 1 thread; rates by wall-clock and by "
         "process CPU time (steadier on a shared machine), ratios by CPU time. rlstore rows time "
-        "the storage (write_block + put_row per step; gather + successor gather + torch.from_numpy "
-        "per sample), not yet the ReplayBuffer it will sit under: the lead re-runs this after "
-        "wiring. Workers run with glibc MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_="
+        "the whole ReplayBuffer (add with its checks, sample to torch tensors). Workers run with glibc MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_="
         "256 MiB (see MALLOC in the script): with the defaults, sampled batches may be "
         "page-faulted back in on every call, depending on each library's allocation order. "
         "SB3 returns torch tensors, cpprb numpy arrays; cpprb is one env only."

@@ -323,8 +323,9 @@ class SideStore:
     Entries are ``(key, item per field)`` with int64 keys kept sorted (keys are global transition
     numbers ``row * num_envs + env``, which only grow), so lookups are one ``searchsorted``.
     Entries whose key fell behind the oldest live key are dropped lazily: only when an append
-    needs room, live entries are moved to the front, and the arrays grow by half when still
-    needed.
+    needs room, live entries are moved to the front, and the arrays grow by half when less than
+    a quarter of them would be free (so that moving the live entries is amortized over many
+    appends).
 
     Args:
         specs: ``{name: FieldSpec}`` of the stored items.
@@ -382,7 +383,8 @@ class SideStore:
             for arr in self.arrays.values():
                 arr[:live] = arr[first : self.n]
             self.n = live
-        if live + extra > self.capacity:
+        if 4 * (live + extra) > 3 * self.capacity:  # grow unless a quarter is free: each
+            # compaction then frees room for many appends (amortized O(1), not O(live) each)
             old_keys, old_arrays = self.keys, self.arrays
             self._alloc(max(self.capacity + self.capacity // 2 + 1, live + extra))
             self.keys[:live] = old_keys[:live]
