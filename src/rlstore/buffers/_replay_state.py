@@ -18,7 +18,8 @@ import numpy as np
 
 from rlstore.errors import CheckpointError, SpecError
 from rlstore.specs import FieldSpec, TransitionSchema
-from rlstore.storage import RingStorage, Storage
+from rlstore.storage import RingStorage, Storage, StorageLayout
+from rlstore.storage.frames import newest_frame_specs
 from rlstore.storage.ring import SideStore, _checked_array
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
             f"{buf.capacity_per_env + 1} rows x {n} envs, got {list(st.specs.values())} "
             f"with {st.rows} x {st.num_envs}"
         )
-    obs_specs = {k: specs[k] for k in specs if k == "obs" or k.startswith("obs.")}
+    obs_specs = side_specs(specs, buf._layout)
     side, disc = SideStore(obs_specs), SideStore(obs_specs, capacity=1)
     rows_max = (buf.capacity_per_env + 1) * n
     bound = {"max_key": st.rows_written * n, "max_capacity": 3 * rows_max + 16}
@@ -95,6 +96,13 @@ def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
 
 _STATE_KEYS = ("config", "storage", "side", "disc", "prev_open", "sampler")
 """Keys of :meth:`ReplayBuffer.state_dict`."""
+
+
+def side_specs(specs: dict[str, FieldSpec], layout: StorageLayout) -> dict[str, FieldSpec]:
+    """Specs of the side stores' items: the observation fields, cut to their newest frame on
+    the frames layout (the buffer checks that every ``next_obs`` continues its ``obs``)."""
+    obs = {k: s for k, s in specs.items() if k == "obs" or k.startswith("obs.")}
+    return newest_frame_specs(obs, layout.stack_axis) if layout.kind == "frames" else obs
 
 
 def stored_specs(specs: dict[str, FieldSpec], once: bool) -> dict[str, FieldSpec]:

@@ -26,7 +26,7 @@ import numpy as np
 from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec, TransitionSchema, all_finite, cast_to_spec
 from rlstore.storage import StorageLayout
-from rlstore.storage.frames import check_shared_frames
+from rlstore.storage.frames import check_shared_frames, newest_frame
 
 if TYPE_CHECKING:
     from rlstore.samplers import Sampler
@@ -345,8 +345,8 @@ class ReplayWriter:
                     jump &= self._prev_open
                 if n == 1 or jump.any():
                     cols = np.flatnonzero(jump)
-                    disc_store.append((g0 - 1) * n + cols, {k: v[cols] for k, v in prev.items()},
-                                      self._min_live_key())  # fmt: skip
+                    kept = self._aside({k: v[cols] for k, v in prev.items()})
+                    disc_store.append((g0 - 1) * n + cols, kept, self._min_live_key())
         if t > 1:  # jumps inside the block
             jump = np.zeros((t - 1, n), dtype=bool)
             for k in o:
@@ -360,12 +360,12 @@ class ReplayWriter:
         self._pending = [v.tobytes() for v in last.values()]
         if done is not None:
             ti, ni = np.nonzero(done)
-            side.append((g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()},
-                        self._min_live_key())  # fmt: skip
+            kept = self._aside({k: v[ti, ni] for k, v in no.items()})
+            side.append((g0 + ti) * n + ni, kept, self._min_live_key())
         if t > 1 and jump.any():
             ti, ni = np.nonzero(jump)
-            disc_store.append((g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()},
-                              self._min_live_key())  # fmt: skip
+            kept = self._aside({k: v[ti, ni] for k, v in no.items()})
+            disc_store.append((g0 + ti) * n + ni, kept, self._min_live_key())
         po = self._prev_open
         if done is not None:
             np.logical_not(done[-1], out=po)
@@ -374,6 +374,16 @@ class ReplayWriter:
         elif not self._prev_all:  # every episode goes on
             po[:] = True
             self._prev_open_any = self._prev_all = True
+
+    def _aside(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``next_obs`` items as the side stores keep them: whole, or their newest frame on the
+        frames layout (the rest of the stack is its ``obs``'s, rebuilt by ``_patch``)."""
+        store, specs = self._side, self.specs
+        if self._layout.kind != "frames" or store is None or specs is None:
+            return values
+        ax, kept = self._layout.stack_axis, store.specs
+        return {k: v if kept[k] == specs[k] else newest_frame(v, ax, len(kept[k].shape))
+                for k, v in values.items()}  # fmt: skip
 
     def _pending_bytes(self, st: Storage, row: int) -> list[bytes]:
         """Bytes of the pending ``next_obs`` row (read from the storage after a load)."""

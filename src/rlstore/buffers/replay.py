@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from rlstore._checks import as_device, check_count
-from rlstore.buffers._replay_state import checked_state, stored_specs
+from rlstore.buffers._replay_state import checked_state, side_specs, stored_specs
 from rlstore.buffers._replay_write import ReplayWriter, field_plan
 from rlstore.errors import (
     CapacityError,
@@ -61,6 +61,7 @@ from rlstore.errors import (
 from rlstore.samplers import SampledIds, Sampler, make_sampler
 from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import Storage, StorageLayout
+from rlstore.storage.frames import restack
 from rlstore.storage.ring import SideStore
 
 __all__ = ["ReplayBuffer", "ReplayBatch"]
@@ -170,7 +171,7 @@ class ReplayBuffer(ReplayWriter):
         if storage is None:
             stored = stored_specs(specs, self.store_next_obs_once)
             storage = self._layout.build(self.capacity_per_env + 1, self.num_envs, stored)
-        obs_specs = {k: specs[k] for k in schema.obs_names}
+        obs_specs = side_specs(specs, self._layout)
         side, disc = SideStore(obs_specs), SideStore(obs_specs, capacity=1)
         self.specs, self._schema = schema.specs, schema
         self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
@@ -285,7 +286,10 @@ class ReplayBuffer(ReplayWriter):
         if hit.any():
             w, p = where[hit], pos[hit]
             for k in self._obs_names:
-                out["next_" + k][w] = store.arrays[k][p]
+                got, spec = store.arrays[k][p], store.specs[k]
+                if self.specs is not None and spec != self.specs[k]:  # a newest frame only
+                    got = restack(out[k][w], got, self._layout.stack_axis, len(spec.shape))
+                out["next_" + k][w] = got
 
     def sample(self, batch_size: int, beta: float | None = None) -> ReplayBatch:
         """Sample ``batch_size`` stored transitions with replacement, by the buffer's sampler.

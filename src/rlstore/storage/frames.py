@@ -203,6 +203,31 @@ def _frame_names(specs: Mapping[str, FieldSpec], axis: int, names: Any) -> list[
     return list(names)
 
 
+def newest_frame_specs(specs: Mapping[str, FieldSpec], axis: int) -> dict[str, FieldSpec]:
+    """``specs`` with every frame-stack field cut to its newest frame (stack axis of size 1):
+    what a buffer keeps aside for a ``next_obs`` that continues its ``obs`` (see
+    :func:`check_shared_frames`); the rest of the stack is rebuilt from ``obs``."""
+    names = _frame_names(specs, axis, None)
+    out = dict(specs)
+    for k in names:
+        shape = list(specs[k].shape)
+        shape[axis] = 1
+        out[k] = FieldSpec(k, tuple(shape), specs[k].dtype)
+    return out
+
+
+def newest_frame(value: np.ndarray, axis: int, item_ndim: int) -> np.ndarray:
+    """The newest frame of stacks ``(..., *item)`` (the stack axis kept, of size 1)."""
+    ax = value.ndim - item_ndim + axis % item_ndim
+    return value[(slice(None),) * ax + (slice(-1, None),)]
+
+
+def restack(obs: np.ndarray, newest: np.ndarray, axis: int, item_ndim: int) -> np.ndarray:
+    """The stacks that continue ``obs`` with the frames ``newest`` (both ``(..., *item)``)."""
+    ax = obs.ndim - item_ndim + axis % item_ndim
+    return np.concatenate([obs[(slice(None),) * ax + (slice(1, None),)], newest], axis=ax)
+
+
 def check_shared_frames(
     specs: Mapping[str, FieldSpec],
     axis: int,
