@@ -43,7 +43,8 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
     Each sub-env is wrapped by its registered wrappers (:func:`wrapper_names`), the outermost
     being :class:`~rlstore.agents.ppo.env_state.EpisodeLog` (what checkpoints replay).
 
-    Probe ids (``rlstore/Probe*``) are registered and MiniGrid ids import ``minigrid`` first.
+    rlstore's own ids (``CartPoleNoVel-v1``, ``rlstore/Probe*``) are registered and MiniGrid ids import
+    ``minigrid`` first.
     """
     cfg = environment_config
     check_env_id(cfg)
@@ -71,15 +72,15 @@ def _needs_minigrid(cfg: EnvironmentConfig) -> bool:
 def check_env_id(environment_config: EnvironmentConfig) -> None:
     """Raise :class:`ConfigError` unless the configured id is registered with Gymnasium.
 
-    Registers the probe ids (``rlstore/Probe*``) and imports ``minigrid`` for MiniGrid ids
-    first; nothing else is imported (:class:`EnvironmentConfig` rejects ``module:`` ids).
+    Registers rlstore's own ids (``CartPoleNoVel-v1``, the probes ``rlstore/Probe*``) and
+    imports ``minigrid`` for MiniGrid ids first; nothing else is imported (:class:`EnvironmentConfig` rejects ``module:`` ids).
     Called before a run folder is created, so a bad id leaves nothing behind.
     """
     cfg = environment_config
-    if cfg.env_id.startswith("rlstore/"):
-        from rlstore.envs.probes import register_probes
+    import rlstore.envs  # noqa: F401  (registers CartPoleNoVel-v1)
 
-        register_probes()
+    if cfg.env_id.startswith("rlstore/"):
+        rlstore.envs.register_probes()
     if _needs_minigrid(cfg):
         try:
             import minigrid  # noqa: F401  (registers the MiniGrid ids)
