@@ -31,7 +31,8 @@ MASKED_IDS: tuple[str, ...] = ("CartPoleNoVel-v1",)
 
 
 class CartPoleNoVel(CartPoleEnv):
-    """CartPole whose observations have the velocities (entries 1 and 3) set to 0."""
+    """CartPole whose observations have the velocities (entries 1 and 3) set to 0 (the
+    observation space stays CartPole's, as in RL-Zoo)."""
 
     @staticmethod
     def _mask(obs: np.ndarray) -> np.ndarray:
