@@ -27,7 +27,8 @@ import yaml
 from rlstore.agents.ppo.config import TrainConfig, load_train_config
 from rlstore.agents.ppo.trainer import train_ppo
 
-ENV_ID = "CartPoleNoVel-v1"
+import os
+ENV_ID = os.environ.get("RLS_ENV", "CartPoleNoVel-v1")
 THRESHOLD = 475.0
 
 
@@ -49,12 +50,21 @@ def make_config(agent: str, seed: int, total_steps: int, sets: list[str]) -> Tra
 def run_one(cfg: TrainConfig) -> dict[str, Any]:
     """Train once; steps to 475 (None if never), final 20-episode mean, steps/s."""
     _, stats = train_ppo(cfg.run, cfg.online, cfg.environment, cfg.selected_model_config())
+    total = cfg.online.total_timesteps
     return {
         "steps_to_475": stats.first_step_reaching(THRESHOLD, window=20),
         "final_mean20": stats.mean_return(20),
         "sps": stats.steps_per_second,
         "episodes": len(stats.episode_returns),
+        "curve": [_mean_at(stats, k * total // 5) for k in range(1, 6)],
     }
+
+
+def _mean_at(stats: Any, step: int) -> float:
+    """Mean of the last 20 episodes finished by env step ``step`` (nan if none)."""
+    ends = [i for i, s in enumerate(stats.episode_end_steps) if s <= step]
+    last = [stats.episode_returns[i] for i in ends[-20:]]
+    return sum(last) / len(last) if last else float("nan")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,14 +76,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"# {ENV_ID}, {args.total_steps} steps, {time.strftime('%Y-%m-%d')}, "
           f"torch {torch.__version__}, {platform.processor() or platform.machine()}")  # fmt: skip
-    print("| agent | seed | steps to 475 | final 20-ep mean | steps/s |")
-    print("|---|---|---|---|---|")
+    print("| agent | seed | steps to 475 | final 20-ep mean | 20-ep mean at 20/40/60/80% | steps/s |")
+    print("|---|---|---|---|---|---|")
     for agent in args.agents:
         for seed in args.seeds:
             res = run_one(make_config(agent, seed, args.total_steps, args.sets))
             hit = "never" if res["steps_to_475"] is None else f"{res['steps_to_475']:,}"
-            print(f"| {agent} | {seed} | {hit} | {res['final_mean20']:.1f} | {res['sps']:.0f} |",
-                  flush=True)  # fmt: skip
+            curve = " / ".join(f"{m:.0f}" for m in res["curve"][:4])
+            print(f"| {agent} | {seed} | {hit} | {res['final_mean20']:.1f} | {curve} | "
+                  f"{res['sps']:.0f} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

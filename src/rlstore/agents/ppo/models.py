@@ -18,9 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
-from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init
+from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init, mlp
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
     LSTMModelConfig,
@@ -42,16 +41,6 @@ __all__ = [
 ]
 
 
-def _mlp(in_dim: int, hidden: int, out_dim: int, out_std: float) -> nn.Sequential:
-    return nn.Sequential(
-        layer_init(nn.Linear(in_dim, hidden)),
-        nn.Tanh(),
-        layer_init(nn.Linear(hidden, hidden)),
-        nn.Tanh(),
-        layer_init(nn.Linear(hidden, out_dim), std=out_std),
-    )
-
-
 class FCAgent(PPOAgent):
     """Feed-forward agent (CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` networks).
 
@@ -71,8 +60,8 @@ class FCAgent(PPOAgent):
     ) -> None:
         super().__init__(envs, device)
         self.environment_config = environment_config
-        self.critic = _mlp(self.obs_dim, hidden_dim, 1, 1.0)
-        self.actor = _mlp(self.obs_dim, hidden_dim, self.action_dim, 0.01)
+        self.critic = mlp(self.obs_dim, hidden_dim, 1, 1.0)
+        self.actor = mlp(self.obs_dim, hidden_dim, self.action_dim, 0.01)
         self._make_log_std()
         self.to(self.device)
 
