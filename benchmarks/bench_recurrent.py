@@ -27,8 +27,7 @@ import yaml
 from rlstore.agents.ppo.config import TrainConfig, load_train_config
 from rlstore.agents.ppo.trainer import train_ppo
 
-import os
-ENV_ID = os.environ.get("RLS_ENV", "CartPoleNoVel-v1")
+ENV_ID = "CartPoleNoVel-v1"
 THRESHOLD = 475.0
 
 
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"# {ENV_ID}, {args.total_steps} steps, {time.strftime('%Y-%m-%d')}, "
           f"torch {torch.__version__}, {platform.processor() or platform.machine()}")  # fmt: skip
-    print("| agent | seed | steps to 475 | final 20-ep mean | 20-ep mean at 20/40/60/80% | steps/s |")
+    print("| agent | seed | steps to 475 | final 20-ep mean | mean at 20/40/60/80% | steps/s |")
     print("|---|---|---|---|---|---|")
     for agent in args.agents:
         for seed in args.seeds:
