@@ -2,10 +2,11 @@
 
 * :class:`FCAgent`: separate actor / critic MLPs (2 x ``hidden_size``, tanh), discrete
   (categorical) or continuous (diagonal Gaussian, state-independent log-std) actions.
-* :class:`LSTMPPOAgent`: obs encoder -> LSTM -> heads; trained on sequences of at most
-  ``recurrence`` steps that never cross an episode boundary (stored hidden state at their start).
+* :class:`LSTMPPOAgent`: obs encoder -> LSTM -> MLP head, separately for actor and critic;
+  trained on sequences of at most ``recurrence`` steps that never cross an episode boundary
+  (stored hidden state at their start).
 * :class:`TransformerPPOAgent`: causal attention over the last ``n_ctx`` steps of the episode
-  (inside the current rollout), trained on trajectory-window minibatches.
+  (across rollouts), separately for actor and critic; trained on the stored windows.
 
 The base class :class:`PPOAgent` (rollout + learn) lives in :mod:`rlstore.agents.ppo.agent_base`
 and the LSTM / transformer agents in :mod:`rlstore.agents.ppo.sequence_agents`; this module holds

@@ -7,9 +7,9 @@
   again one stack for the actor and one for the critic; the window the agent acted on is stored
   with every step and is what training evaluates.
 
-Why separate stacks: with one trunk the value loss (returns up to ~1/(1-gamma), squared) drives
-the shared features and, through the global gradient-norm clip, scales the policy gradient
-down; on ``CartPoleNoVel-v1`` the shared trunk learned the value but not the velocities.
+Why separate stacks: with one trunk the value loss (targets up to ~1/(1-gamma), squared) shapes
+the recurrent features the policy reads; on ``CartPoleNoVel-v1`` separate stacks with MLP heads
+tripled the LSTM's result (``benchmarks/results/recurrent.md``).
 
 Recurrent memory is reset after every ``done`` and carried across rollouts (the transformer's
 window included), so at the first minibatch of an update the PPO ratio is exactly 1.
