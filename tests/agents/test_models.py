@@ -142,12 +142,11 @@ def test_continuous_gaussian_log_prob_and_clipping() -> None:
 
 def test_lstm_memory_resets_only_finished_envs(cartpole) -> None:
     agent = LSTMPPOAgent(cartpole, ENV, LSTMModelConfig(memory_dim=8))
-    mem = (torch.ones(4, 8), torch.full((4, 8), 2.0))
-    h, c = agent.reset_memory(mem, torch.tensor([False, True, False, True]))
-    assert h[[1, 3]].abs().sum() == 0 and c[[1, 3]].abs().sum() == 0
-    assert torch.equal(h[[0, 2]], torch.ones(2, 8)) and torch.equal(
-        c[[0, 2]], torch.full((2, 8), 2.0)
-    )
+    mem = tuple(torch.full((4, 8), float(k + 1)) for k in range(4))  # actor (h, c), critic (h, c)
+    out = agent.reset_memory(mem, torch.tensor([False, True, False, True]))
+    for k, m in enumerate(out):
+        assert m[[1, 3]].abs().sum() == 0
+        assert torch.equal(m[[0, 2]], torch.full((2, 8), float(k + 1)))
 
 
 def test_transformer_ignores_padding_and_older_steps(cartpole) -> None:
@@ -186,7 +185,7 @@ def _check_reproduces_rollout(agent, mb, nudge=lambda p: p) -> None:
     """
     with torch.no_grad():
         params, values, mask = agent._evaluate(mb)
-        new_lp = agent.distribution(nudge(params)).log_prob(agent._minibatch_actions(mb))
+        new_lp = agent.distribution(nudge(params)).log_prob(mb.actions)
     flat = (lambda x: x.reshape(-1)) if mask is None else (lambda x: x[mask])
     ratio = (flat(new_lp).double() - flat(mb.logprobs).double()).exp()
     assert (ratio - 1).abs().max().item() <= 1e-5
@@ -292,3 +291,52 @@ def test_spaces_that_are_not_supported(cartpole) -> None:
         FCAgent(Fake(), None)
     with pytest.raises(ConfigError, match="vector env"):
         FCAgent(object(), None)
+
+
+def test_transformer_window_spans_rollouts_and_ratio_stays_one(cartpole) -> None:
+    # Regression: the window was cleared at every rollout start, so the first step of each
+    # rollout saw one observation (the velocities of CartPoleNoVel cannot be inferred from it).
+    torch.manual_seed(1)
+    oc = OnlineTrainConfig(num_envs=4, num_steps=4, num_minibatches=2)
+    agent = get_agent(MODELS[2], cartpole, ENV, oc)
+    buf = RolloutBuffer(4, 4, advantage_normalization="none", seed=0)
+    state = RolloutState.start(agent, cartpole, 0)
+    agent.rollout(buf, 4, cartpole, state)
+    last_obs = buf.get().obs[-1].clone()  # (N, 4): the last step of the first rollout
+    buf.reset()
+    agent.rollout(buf, 4, cartpole, state)
+    obs_w, mask_w, time_w = buf.get().hidden  # the windows the second rollout acted on
+    first_t = buf.get().episode_time[0]
+    cont = first_t > 0  # episodes that continue from the first rollout
+    assert cont.any()
+    W = agent.transformer_config.n_ctx
+    # the window at the first step of the second rollout ends with the first rollout's last obs
+    assert torch.equal(obs_w[0][cont, W - 2], last_obs[cont])
+    assert mask_w[0][cont, W - 2].all() and torch.equal(time_w[0][cont, W - 2], first_t[cont] - 1)
+    assert torch.equal(mask_w[0].sum(1), torch.clamp(first_t + 1, max=W))
+    _check_reproduces_rollout(agent, next(iter(agent.minibatches(buf, oc))))
+
+
+def test_lstm_minibatch_starts_from_the_rollouts_hidden_state(cartpole) -> None:
+    # Every chunk of the recurrent minibatch starts from the state the rollout had before its
+    # first step: zeros at episode starts, the carried state elsewhere (the previous rollout's
+    # state for chunks at t = 0).
+    torch.manual_seed(2)
+    oc = OnlineTrainConfig(num_envs=4, num_steps=16, num_minibatches=2)
+    agent = get_agent(MODELS[1], cartpole, ENV, oc)
+    buf = RolloutBuffer(16, 4, advantage_normalization="none", seed=0)
+    state = RolloutState.start(agent, cartpole, 0)
+    agent.rollout(buf, 16, cartpole, state)
+    carried = tuple(m.clone() for m in state.memory)
+    buf.reset()
+    agent.rollout(buf, 16, cartpole, state)
+    batch = buf.get()
+    for mb in agent.minibatches(buf, oc):
+        first = mb.indices[0]
+        t, n = first // 4, first % 4
+        starts = batch.episode_time.reshape(-1)[first] == 0
+        for k, h in enumerate(mb.recurrence_memory):
+            assert torch.equal(h[starts], torch.zeros_like(h[starts]))
+            at0 = (t == 0) & ~starts
+            assert torch.equal(h[at0], carried[k][n[at0]])
+    _check_reproduces_rollout(agent, next(iter(agent.minibatches(buf, oc))))

@@ -29,7 +29,7 @@ from rlstore.errors import ConfigError
 Memory = Any
 """Per-env recurrent memory of an agent during rollouts (None, LSTM ``(h, c)``, window dict)."""
 
-__all__ = ["Memory", "layer_init", "PPOAgent"]
+__all__ = ["Memory", "layer_init", "mlp", "PPOAgent"]
 
 
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -37,6 +37,15 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 
     nn.init.orthogonal_(layer.weight, std)
     nn.init.constant_(layer.bias, bias_const)
     return layer
+
+
+def mlp(in_dim: int, hidden: int, out_dim: int, out_std: float, depth: int = 2) -> nn.Sequential:
+    """``depth`` tanh hidden layers of width ``hidden``, then a linear output initialized with
+    gain ``out_std`` (0.01 for policy logits, 1.0 for values); CleanRL init throughout."""
+    layers: list[nn.Module] = []
+    for i in range(depth):
+        layers += [layer_init(nn.Linear(in_dim if i == 0 else hidden, hidden)), nn.Tanh()]
+    return nn.Sequential(*layers, layer_init(nn.Linear(hidden, out_dim), std=out_std))
 
 
 def _spaces(envs: Any) -> tuple[gym.Space, gym.Space]:
@@ -130,10 +139,6 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
 
     def reset_memory(self, memory: Memory, done: torch.Tensor) -> Memory:
         """Memory after a step whose envs ``done`` (``(N,)`` bool) start new episodes."""
-        return memory
-
-    def start_of_rollout(self, memory: Memory) -> Memory:
-        """Memory at the start of a rollout (the transformer cuts its window here)."""
         return memory
 
     @abstractmethod
@@ -239,7 +244,7 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
                 params, new_values, mask = self._evaluate(mb)
                 dist = self.distribution(params)
                 out = ppo_loss(
-                    _flat(dist.log_prob(self._minibatch_actions(mb))),
+                    _flat(dist.log_prob(mb.actions)),
                     _flat(mb.logprobs),
                     _flat(mb.advantages),
                     _flat(new_values),
@@ -268,10 +273,6 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         stats.update(lr=lr, clip_coef=clip, epochs=float(epochs_run), grad_steps=float(grad_steps))
         stats["explained_variance"] = _explained_variance(memory)
         return stats
-
-    def _minibatch_actions(self, mb: Any) -> torch.Tensor:
-        """The actions the loss scores (the transformer scores the last window step)."""
-        return mb.actions
 
     def minibatches(self, memory: Any, args: OnlineTrainConfig) -> Any:
         """One epoch of minibatches for this agent (flat shuffled steps by default)."""

@@ -194,7 +194,7 @@ def trace_episode(agent: Any, observations: Sequence[float]) -> tuple[np.ndarray
         ``values`` ``(L,)`` float64 state values at each step (recurrent memory carried along,
         episode time ``t`` = step index).
     """
-    memory = agent.start_of_rollout(agent.initial_memory(1))
+    memory = agent.initial_memory(1)
     probs, values = [], []
     with torch.no_grad():
         for t, o in enumerate(observations):

@@ -161,8 +161,6 @@ class OnlineTrainConfig(_Config):
     """Stop the update's remaining epochs once an epoch ends with approx-KL above this."""
     hidden_size: int = Field(64, ge=1)
     """Width of the FC agent's two hidden layers (actor and critic)."""
-    prob_go_from_end: float = Field(0.0, ge=0, le=1)
-    """Transformer agent: probability that a trajectory window is taken at an episode end."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints written over the run (evenly spaced; the last at the final update); 0: none."""
 

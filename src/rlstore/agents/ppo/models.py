@@ -2,10 +2,11 @@
 
 * :class:`FCAgent`: separate actor / critic MLPs (2 x ``hidden_size``, tanh), discrete
   (categorical) or continuous (diagonal Gaussian, state-independent log-std) actions.
-* :class:`LSTMPPOAgent`: obs encoder -> LSTM -> heads; trained on sequences of at most
-  ``recurrence`` steps that never cross an episode boundary (stored hidden state at their start).
+* :class:`LSTMPPOAgent`: obs encoder -> LSTM -> MLP head, separately for actor and critic;
+  trained on sequences of at most ``recurrence`` steps that never cross an episode boundary
+  (stored hidden state at their start).
 * :class:`TransformerPPOAgent`: causal attention over the last ``n_ctx`` steps of the episode
-  (inside the current rollout), trained on trajectory-window minibatches.
+  (across rollouts), separately for actor and critic; trained on the stored windows.
 
 The base class :class:`PPOAgent` (rollout + learn) lives in :mod:`rlstore.agents.ppo.agent_base`
 and the LSTM / transformer agents in :mod:`rlstore.agents.ppo.sequence_agents`; this module holds
@@ -18,9 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
-from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init
+from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init, mlp
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
     LSTMModelConfig,
@@ -42,16 +42,6 @@ __all__ = [
 ]
 
 
-def _mlp(in_dim: int, hidden: int, out_dim: int, out_std: float) -> nn.Sequential:
-    return nn.Sequential(
-        layer_init(nn.Linear(in_dim, hidden)),
-        nn.Tanh(),
-        layer_init(nn.Linear(hidden, hidden)),
-        nn.Tanh(),
-        layer_init(nn.Linear(hidden, out_dim), std=out_std),
-    )
-
-
 class FCAgent(PPOAgent):
     """Feed-forward agent (CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` networks).
 
@@ -71,8 +61,8 @@ class FCAgent(PPOAgent):
     ) -> None:
         super().__init__(envs, device)
         self.environment_config = environment_config
-        self.critic = _mlp(self.obs_dim, hidden_dim, 1, 1.0)
-        self.actor = _mlp(self.obs_dim, hidden_dim, self.action_dim, 0.01)
+        self.critic = mlp(self.obs_dim, hidden_dim, 1, 1.0)
+        self.actor = mlp(self.obs_dim, hidden_dim, self.action_dim, 0.01)
         self._make_log_std()
         self.to(self.device)
 

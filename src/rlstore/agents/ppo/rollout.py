@@ -43,7 +43,8 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
     Each sub-env is wrapped by its registered wrappers (:func:`wrapper_names`), the outermost
     being :class:`~rlstore.agents.ppo.env_state.EpisodeLog` (what checkpoints replay).
 
-    Probe ids (``rlstore/Probe*``) are registered and MiniGrid ids import ``minigrid`` first.
+    rlstore's own ids (``CartPoleNoVel-v1``, ``rlstore/Probe*``) are registered and MiniGrid
+    ids import ``minigrid`` first.
     """
     cfg = environment_config
     check_env_id(cfg)
@@ -71,15 +72,16 @@ def _needs_minigrid(cfg: EnvironmentConfig) -> bool:
 def check_env_id(environment_config: EnvironmentConfig) -> None:
     """Raise :class:`ConfigError` unless the configured id is registered with Gymnasium.
 
-    Registers the probe ids (``rlstore/Probe*``) and imports ``minigrid`` for MiniGrid ids
-    first; nothing else is imported (:class:`EnvironmentConfig` rejects ``module:`` ids).
+    Registers rlstore's own ids (``CartPoleNoVel-v1``, the probes ``rlstore/Probe*``) and
+    imports ``minigrid`` for MiniGrid ids first; nothing else is imported
+    (:class:`EnvironmentConfig` rejects ``module:`` ids).
     Called before a run folder is created, so a bad id leaves nothing behind.
     """
     cfg = environment_config
-    if cfg.env_id.startswith("rlstore/"):
-        from rlstore.envs.probes import register_probes
+    import rlstore.envs  # noqa: F401  (registers CartPoleNoVel-v1)
 
-        register_probes()
+    if cfg.env_id.startswith("rlstore/"):
+        rlstore.envs.register_probes()
     if _needs_minigrid(cfg):
         try:
             import minigrid  # noqa: F401  (registers the MiniGrid ids)
@@ -282,8 +284,7 @@ def run_rollout(
     of finished envs. At the end: ``buffer.compute_returns(V(next_obs))``.
     """
     kwargs = sampling_kwargs or {}
-    memory = agent.start_of_rollout(state.memory)
-    obs, ep_time = state.next_obs, state.episode_time
+    obs, memory, ep_time = state.next_obs, state.memory, state.episode_time
     n = envs.num_envs
     for _ in range(num_steps):
         with torch.no_grad():
@@ -326,7 +327,6 @@ def run_rollout(
             ep_time = torch.where(done_t, torch.zeros_like(ep_time), ep_time)
             new_memory = agent.reset_memory(new_memory, done_t)
         obs, memory = next_obs, new_memory
-    memory = agent.start_of_rollout(memory)  # bootstrap with the context the next rollout has
     with torch.no_grad():
         last_value = agent.get_value(obs, memory, ep_time)
     buffer.compute_returns(last_value)

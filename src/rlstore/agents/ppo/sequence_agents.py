@@ -1,13 +1,18 @@
 """Sequence PPO agents: an LSTM and a causal transformer over the current episode.
 
-* :class:`LSTMPPOAgent`: obs encoder -> LSTM -> heads; trained on sequences of at most
-  ``recurrence`` steps that never cross an episode boundary (stored hidden state at their start).
-* :class:`TransformerPPOAgent`: causal attention over the last ``n_ctx`` steps of the episode
-  (inside the current rollout), trained on trajectory-window minibatches.
+* :class:`LSTMPPOAgent`: obs encoder -> LSTM -> MLP head, one such stack for the actor and one for
+  the critic (sb3-contrib ``RecurrentPPO``'s default); trained on sequences of at most
+  ``recurrence`` steps that never cross an episode boundary, started from the stored state.
+* :class:`TransformerPPOAgent`: causal attention over the last ``n_ctx`` steps of the episode,
+  again one stack for the actor and one for the critic; the window the agent acted on is stored
+  with every step and is what training evaluates.
 
-Recurrent memory is reset after every ``done``; the transformer window is also cut at the start
-of every rollout, exactly as ``RolloutBuffer.trajectory_minibatches`` cuts it, so at the first
-minibatch of an update the PPO ratio is exactly 1 for every agent.
+Why separate stacks: with one trunk the value loss (targets up to ~1/(1-gamma), squared) shapes
+the recurrent features the policy reads; on ``CartPoleNoVel-v1`` separate stacks with MLP heads
+tripled the LSTM's result (``benchmarks/results/recurrent.md``).
+
+Recurrent memory is reset after every ``done`` and carried across rollouts (the transformer's
+window included), so at the first minibatch of an update the PPO ratio is exactly 1.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init
+from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init, mlp
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
     LSTMModelConfig,
@@ -29,12 +34,33 @@ from rlstore.agents.ppo.config import (
 __all__ = ["LSTMPPOAgent", "TransformerPPOAgent"]
 
 
-class LSTMPPOAgent(PPOAgent):
-    """Recurrent agent: ``tanh(Linear(obs))`` -> one-layer LSTM -> actor / critic heads.
+class _LSTMCore(nn.Module):
+    """``tanh(Linear(obs))`` -> one-layer LSTM; ``forward(x (L, B, obs_dim), (h, c))``."""
 
-    Memory is ``(h, c)``, each ``(N, memory_dim)``; it is zeroed after an episode ends. Training
-    uses ``memory.recurrent_minibatches(seq_len=recurrence)``: sequences of at most
-    ``recurrence`` steps inside one episode, started from the stored ``(h, c)``.
+    def __init__(self, obs_dim: int, cfg: LSTMModelConfig) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(layer_init(nn.Linear(obs_dim, cfg.image_dim)), nn.Tanh())
+        self.lstm = nn.LSTM(cfg.image_dim, cfg.memory_dim)
+        for name, param in self.lstm.named_parameters():
+            if "bias" in name:
+                nn.init.constant_(param, 0.0)
+            else:
+                nn.init.orthogonal_(param, 1.0)
+
+    def forward(
+        self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        out, (h2, c2) = self.lstm(self.encoder(x), (h[None].contiguous(), c[None].contiguous()))
+        return out, (h2[0], c2[0])
+
+
+class LSTMPPOAgent(PPOAgent):
+    """Recurrent agent: actor and critic each ``tanh(Linear(obs))`` -> one-layer LSTM ->
+    ``Linear-tanh-Linear`` head (widths ``image_dim``, ``memory_dim``, ``memory_dim``).
+
+    Memory is ``(h_actor, c_actor, h_critic, c_critic)``, each ``(N, memory_dim)``; it is zeroed
+    after an episode ends. Training uses ``memory.recurrent_minibatches(seq_len=recurrence)``:
+    sequences of at most ``recurrence`` steps inside one episode, started from the stored state.
     """
 
     def __init__(
@@ -47,44 +73,39 @@ class LSTMPPOAgent(PPOAgent):
         super().__init__(envs, device)
         self.environment_config = environment_config
         self.lstm_config = lstm_config
-        self.encoder = nn.Sequential(
-            layer_init(nn.Linear(self.obs_dim, lstm_config.image_dim)), nn.Tanh()
-        )
-        self.lstm = nn.LSTM(lstm_config.image_dim, lstm_config.memory_dim)
-        for name, param in self.lstm.named_parameters():
-            if "bias" in name:
-                nn.init.constant_(param, 0.0)
-            else:
-                nn.init.orthogonal_(param, 1.0)
-        self.actor = layer_init(nn.Linear(lstm_config.memory_dim, self.action_dim), std=0.01)
-        self.critic = layer_init(nn.Linear(lstm_config.memory_dim, 1), std=1.0)
+        H = lstm_config.memory_dim
+        self.actor_core = _LSTMCore(self.obs_dim, lstm_config)
+        self.critic_core = _LSTMCore(self.obs_dim, lstm_config)
+        self.actor = mlp(H, H, self.action_dim, 0.01, depth=1)
+        self.critic = mlp(H, H, 1, 1.0, depth=1)
         self._make_log_std()
         self.to(self.device)
 
     def initial_memory(self, num_envs: int) -> Memory:
         z = torch.zeros(num_envs, self.lstm_config.memory_dim, device=self.device)
-        return (z, z.clone())
+        return (z, z.clone(), z.clone(), z.clone())
 
     def reset_memory(self, memory: Memory, done: torch.Tensor) -> Memory:
         keep = (~done).to(torch.float32)[:, None]
-        h, c = memory
-        return (h * keep, c * keep)
+        return tuple(m * keep for m in memory)
 
     def _step(
         self, obs: torch.Tensor, memory: Memory, episode_time: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, Any, Memory]:
-        h, c = memory
-        x = self.encoder(obs.reshape(1, obs.shape[0], -1))
-        out, (h2, c2) = self.lstm(x, (h[None], c[None]))
-        out = out[0]
-        return self.actor(out), self.critic(out).squeeze(-1), (h, c), (h2[0], c2[0])
+        x = obs.reshape(1, obs.shape[0], -1)
+        ha, ca, hv, cv = memory
+        out_a, (ha2, ca2) = self.actor_core(x, ha, ca)
+        out_v, (hv2, cv2) = self.critic_core(x, hv, cv)
+        value = self.critic(out_v[0]).squeeze(-1)
+        return self.actor(out_a[0]), value, memory, (ha2, ca2, hv2, cv2)
 
     def _evaluate(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         L, B = mb.obs.shape[:2]
-        h0, c0 = mb.recurrence_memory
-        x = self.encoder(mb.obs.reshape(L, B, -1))
-        out, _ = self.lstm(x, (h0[None].contiguous(), c0[None].contiguous()))
-        return self.actor(out), self.critic(out).squeeze(-1), mb.mask
+        x = mb.obs.reshape(L, B, -1)
+        ha, ca, hv, cv = mb.recurrence_memory
+        out_a, _ = self.actor_core(x, ha, ca)
+        out_v, _ = self.critic_core(x, hv, cv)
+        return self.actor(out_a), self.critic(out_v).squeeze(-1), mb.mask
 
     def minibatches(self, memory: Any, args: OnlineTrainConfig) -> Any:
         return memory.recurrent_minibatches(
@@ -116,14 +137,49 @@ class _Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class _TransformerCore(nn.Module):
+    """Tokens ``Linear(obs) + Embedding(timestep) + Embedding(window position)`` -> blocks ->
+    features of the last window position."""
+
+    def __init__(self, obs_dim: int, cfg: TransformerModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.obs_embed = nn.Linear(obs_dim, cfg.d_model)
+        self.time_embed = nn.Embedding(cfg.max_timestep, cfg.d_model)
+        self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model)
+        self.blocks = nn.ModuleList([_Block(cfg) for _ in range(cfg.n_layers)])
+        self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.layer_norm else nn.Identity()
+        # GPT-2's embedding init (std 0.02); nn.Embedding's N(0, 1) rows (norm ~sqrt(d_model))
+        # drowned the observation embedding, and with it the step-to-step differences
+        for emb in (self.time_embed, self.pos_embed):
+            nn.init.normal_(emb.weight, std=0.02)
+
+    def forward(
+        self, obs: torch.Tensor, timesteps: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        B, W = mask.shape
+        cfg = self.cfg
+        t = timesteps.long().clamp(0, cfg.max_timestep - 1)
+        pos = torch.arange(cfg.n_ctx - W, cfg.n_ctx, device=obs.device)
+        x = self.obs_embed(obs.reshape(B, W, -1)) + self.time_embed(t) + self.pos_embed(pos)[None]
+        causal = torch.ones(W, W, dtype=torch.bool, device=obs.device).tril()
+        attn = causal[None] & mask[:, None, :]
+        attn = attn | torch.eye(W, dtype=torch.bool, device=obs.device)[None]  # no empty rows
+        for block in self.blocks:
+            x = block(x, attn[:, None])
+        return self.ln_f(x[:, -1])
+
+
 class TransformerPPOAgent(PPOAgent):
     """Transformer agent over a window of the last ``n_ctx`` observations of the episode.
 
     Tokens: ``Linear(obs) + Embedding(timestep) + Embedding(window position)``; causal
-    attention restricted to real (unpadded) steps; the actor / critic read the last token.
-    Memory during rollouts is the window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and
-    ``timesteps`` ``(N, W)``, left-padded; it is cleared at episode ends and at rollout starts
-    (matching ``RolloutBuffer.trajectory_minibatches``).
+    attention restricted to real (unpadded) steps; the actor and the critic (separate stacks)
+    read the last token through a ``Linear-tanh-Linear`` head. Memory during rollouts is the
+    window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and ``timesteps`` ``(N, W)``,
+    left-padded; it is cleared at episode ends only, so it spans rollouts. Each step stores the
+    window it acted on (as the buffer's ``hidden``: ``(obs, mask, timesteps)``) and training
+    evaluates exactly those windows in flat shuffled minibatches.
     """
 
     def __init__(
@@ -137,14 +193,10 @@ class TransformerPPOAgent(PPOAgent):
         cfg = transformer_model_config
         self.environment_config = environment_config
         self.transformer_config = cfg
-        self.prob_go_from_end = 0.0
-        self.obs_embed = nn.Linear(self.obs_dim, cfg.d_model)
-        self.time_embed = nn.Embedding(cfg.max_timestep, cfg.d_model)
-        self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model)
-        self.blocks = nn.ModuleList([_Block(cfg) for _ in range(cfg.n_layers)])
-        self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.layer_norm else nn.Identity()
-        self.actor = layer_init(nn.Linear(cfg.d_model, self.action_dim), std=0.01)
-        self.critic = layer_init(nn.Linear(cfg.d_model, 1), std=1.0)
+        self.actor_core = _TransformerCore(self.obs_dim, cfg)
+        self.critic_core = _TransformerCore(self.obs_dim, cfg)
+        self.actor = mlp(cfg.d_model, cfg.d_model, self.action_dim, 0.01, depth=1)
+        self.critic = mlp(cfg.d_model, cfg.d_model, 1, 1.0, depth=1)
         self._make_log_std()
         self.to(self.device)
 
@@ -152,18 +204,14 @@ class TransformerPPOAgent(PPOAgent):
         self, obs: torch.Tensor, timesteps: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         """``obs`` ``(B, W, *obs_shape)``, ``timesteps`` ``(B, W)``, ``mask`` ``(B, W)`` bool ->
-        features of the last position ``(B, d_model)`` (the last position must be real)."""
-        B, W = mask.shape
-        cfg = self.transformer_config
-        t = timesteps.long().clamp(0, cfg.max_timestep - 1)
-        pos = torch.arange(cfg.n_ctx - W, cfg.n_ctx, device=obs.device)
-        x = self.obs_embed(obs.reshape(B, W, -1)) + self.time_embed(t) + self.pos_embed(pos)[None]
-        causal = torch.ones(W, W, dtype=torch.bool, device=obs.device).tril()
-        attn = causal[None] & mask[:, None, :]
-        attn = attn | torch.eye(W, dtype=torch.bool, device=obs.device)[None]  # no empty rows
-        for block in self.blocks:
-            x = block(x, attn[:, None])
-        return self.ln_f(x[:, -1])
+        the actor's features of the last position ``(B, d_model)`` (it must be real)."""
+        return self.actor_core(obs, timesteps, mask)
+
+    def _heads(
+        self, obs: torch.Tensor, timesteps: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        params = self.actor(self.actor_core(obs, timesteps, mask))
+        return params, self.critic(self.critic_core(obs, timesteps, mask)).squeeze(-1)
 
     def initial_memory(self, num_envs: int) -> Memory:
         W = self.transformer_config.n_ctx
@@ -177,35 +225,20 @@ class TransformerPPOAgent(PPOAgent):
         memory["mask"] = memory["mask"] & ~done[:, None]
         return memory
 
-    def start_of_rollout(self, memory: Memory) -> Memory:
-        memory["mask"] = torch.zeros_like(memory["mask"])
-        return memory
-
     def _step(
         self, obs: torch.Tensor, memory: Memory, episode_time: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, Any, Memory]:
+        mask = torch.cat([memory["mask"][:, 1:], torch.ones_like(memory["mask"][:, :1])], 1)
+        window = torch.cat([memory["obs"][:, 1:], obs[:, None]], dim=1)
         new = {
-            "obs": torch.cat([memory["obs"][:, 1:], obs[:, None]], dim=1),
-            "mask": torch.cat([memory["mask"][:, 1:], torch.ones_like(memory["mask"][:, :1])], 1),
+            "obs": window * mask.reshape(*mask.shape, *[1] * len(self.obs_shape)),
+            "mask": mask,
             "timesteps": torch.cat([memory["timesteps"][:, 1:], episode_time[:, None]], dim=1),
         }
-        new["obs"] = new["obs"] * new["mask"].reshape(
-            *new["mask"].shape, *[1] * len(self.obs_shape)
-        )
-        feats = self.forward_window(new["obs"], new["timesteps"], new["mask"])
-        return self.actor(feats), self.critic(feats).squeeze(-1), None, new
+        params, value = self._heads(new["obs"], new["timesteps"], new["mask"])
+        stored = (new["obs"], new["mask"], new["timesteps"])  # the exact input, for training
+        return params, value, stored, new
 
     def _evaluate(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        feats = self.forward_window(mb.obs, mb.timesteps, mb.mask)
-        return self.actor(feats), self.critic(feats).squeeze(-1), None
-
-    def _minibatch_actions(self, mb: Any) -> torch.Tensor:
-        return mb.actions[:, -1]
-
-    def minibatches(self, memory: Any, args: OnlineTrainConfig) -> Any:
-        return memory.trajectory_minibatches(
-            timesteps=self.transformer_config.n_ctx,
-            mini_batch_size=args.minibatch_size,
-            num_epochs=1,
-            prob_go_from_end=args.prob_go_from_end,
-        )
+        obs, mask, timesteps = mb.recurrence_memory
+        return (*self._heads(obs, timesteps, mask), None)
