@@ -42,3 +42,22 @@ def rollout_step(num_envs: int, **over: Any) -> dict[str, Any]:
         truncated=torch.zeros(num_envs, dtype=torch.bool),
     )
     return args | over
+
+
+def event_stream(codes: np.ndarray) -> dict[str, np.ndarray]:
+    """``(T, N)`` transition arrays of a stream with events 0 continue, 1 terminated,
+    2 truncated, 3 jump (the next obs does not continue this next_obs): ``obs = [env, counter]``
+    (every observation distinct), ``action = t * N + env``; no reward or extras (the caller
+    adds them)."""
+    t_len, n = codes.shape
+    counter = iter(range(1, 10**6))
+    cur = [float(next(counter)) for _ in range(n)]
+    obs, nxt = np.zeros((t_len, n, 2), np.float32), np.zeros((t_len, n, 2), np.float32)
+    obs[..., 0] = nxt[..., 0] = np.arange(n)
+    for t in range(t_len):
+        for e in range(n):
+            obs[t, e, 1] = cur[e]
+            nxt[t, e, 1] = next(counter)
+            cur[e] = next(counter) if codes[t, e] else nxt[t, e, 1]
+    return dict(obs=obs, action=np.arange(t_len * n).reshape(t_len, n), next_obs=nxt,
+                terminated=codes == 1, truncated=codes == 2)  # fmt: skip

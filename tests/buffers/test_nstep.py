@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _helpers import event_stream
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,28 +15,9 @@ from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 
 
 def stream(codes: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
-    """``(T, N)`` arrays of a stream with events 0 continue, 1 terminated, 2 truncated, 3 jump
-    (the next obs does not continue this next_obs). obs = [env, counter]; rewards random."""
-    t_len, n = codes.shape
-    counter = iter(range(1, 10**6))
-    cur = [float(next(counter)) for _ in range(n)]
-    obs, nxt = np.zeros((t_len, n, 2), np.float32), np.zeros((t_len, n, 2), np.float32)
-    obs[..., 0] = nxt[..., 0] = np.arange(n)
-    for t in range(t_len):
-        for e in range(n):
-            obs[t, e, 1] = cur[e]
-            nxt[t, e, 1] = next(counter)
-            cur[e] = next(counter) if codes[t, e] else nxt[t, e, 1]
-    rew = np.random.default_rng(seed).normal(size=(t_len, n)).astype(np.float32)
-    return dict(
-        obs=obs,
-        action=np.arange(t_len * n).reshape(t_len, n),
-        reward=rew,
-        next_obs=nxt,
-        terminated=codes == 1,
-        truncated=codes == 2,
-        hidden=rew[..., None] * 2,
-    )
+    """:func:`event_stream` with random rewards and ``hidden = 2 * reward``."""
+    rew = np.random.default_rng(seed).normal(size=codes.shape).astype(np.float32)
+    return dict(event_stream(codes), reward=rew, hidden=rew[..., None] * 2)
 
 
 def naive(data: dict, lo: int, hi: int, r: int, e: int, n: int, gamma: float) -> tuple:

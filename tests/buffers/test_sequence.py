@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _helpers import event_stream
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,27 +15,10 @@ from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBuf
 
 
 def stream(codes: np.ndarray) -> dict[str, np.ndarray]:
-    """``(T, N)`` arrays; events 0 continue, 1 terminated, 2 truncated, 3 jump (the next obs
-    does not continue this next_obs). obs = [env, counter]; hidden = 10 * counter."""
-    t_len, n = codes.shape
-    counter = iter(range(1, 10**6))
-    cur = [float(next(counter)) for _ in range(n)]
-    obs, nxt = np.zeros((t_len, n, 2), np.float32), np.zeros((t_len, n, 2), np.float32)
-    obs[..., 0] = nxt[..., 0] = np.arange(n)
-    for t in range(t_len):
-        for e in range(n):
-            obs[t, e, 1] = cur[e]
-            nxt[t, e, 1] = next(counter)
-            cur[e] = next(counter) if codes[t, e] else nxt[t, e, 1]
-    return dict(
-        obs=obs,
-        action=np.arange(t_len * n).reshape(t_len, n),
-        reward=obs[..., 1] / 7,
-        next_obs=nxt,
-        terminated=codes == 1,
-        truncated=codes == 2,
-        hidden=np.stack([obs[..., 1] * 10, -obs[..., 1]], -1),
-    )
+    """:func:`event_stream` with ``reward = counter / 7``, ``hidden = [10 * counter, -counter]``."""
+    data = event_stream(codes)
+    c = data["obs"][..., 1]
+    return dict(data, reward=c / 7, hidden=np.stack([c * 10, -c], -1))
 
 
 def ends_at(data: dict, t: int, e: int) -> bool:
