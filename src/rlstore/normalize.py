@@ -7,6 +7,7 @@
   running sum, as RND does for intrinsic rewards (Burda et al. 2018, section 2.4; CleanRL
   ``RewardForwardFilter``): per env ``R <- gamma * R + r`` (non-episodic: never reset at episode
   ends), the std of all ``R`` values seen so far, and ``r / (std + eps)`` (no mean subtraction).
+  Given ``dones`` the sums restart at episode ends instead (Stable-Baselines3 ``VecNormalize``).
 
 Statistics are float64 numpy arrays on the CPU; inputs may be numpy arrays or torch tensors (any
 device) and results come back in the input's type, dtype and device.
@@ -229,26 +230,41 @@ class DiscountedReturnNormalizer:
             )
         return r
 
-    def update(self, rewards: Any) -> None:
-        """Advance the per-env discounted sums over ``rewards`` and update the running std."""
+    def update(self, rewards: Any, dones: Any = None) -> None:
+        """Advance the per-env discounted sums over ``rewards`` and update the running std.
+
+        ``dones`` (bool, shaped like ``rewards``; default: never) makes the sums episodic, as in
+        Stable-Baselines3's ``VecNormalize``: ``R_n`` is reset to 0 after a step with
+        ``dones[t, n]`` (that step's sum still counts)."""
         r = self._as_2d(rewards)
         T, N = r.shape
+        d = None if dones is None else np.asarray(dones)
+        if d is not None:
+            d = d[:, None] if d.ndim == 1 else d
+            if d.dtype != np.bool_ or d.shape != r.shape:
+                raise SpecError(
+                    f"dones: expected bool of shape {r.shape} like rewards, got "
+                    f"{d.dtype} of shape {d.shape}"
+                )
         ret = np.zeros(N) if self.returns is None else self.returns.copy()
         sums = np.empty_like(r)
         for t in range(T):  # vectorized over envs; T is a rollout length
             ret = self.gamma * ret + r[t]
             sums[t] = ret
+            if d is not None:
+                ret = np.where(d[t], 0.0, ret)
+        self.rms.update(sums)  # raises before anything changes
         self.returns = ret
-        self.rms.update(sums)
 
     def scale(self, rewards: ArrayT) -> ArrayT:
         """``rewards / (std + eps)`` with the current statistics; no update."""
         r = _as_f64("rewards", rewards)
         return _like(r / (float(self.rms.std) + self.eps), rewards)
 
-    def __call__(self, rewards: ArrayT) -> ArrayT:
-        """:meth:`update` with ``rewards``, then :meth:`scale` them (CleanRL's order)."""
-        self.update(rewards)
+    def __call__(self, rewards: ArrayT, dones: Any = None) -> ArrayT:
+        """:meth:`update` with ``rewards`` (and ``dones``), then :meth:`scale` them (CleanRL's
+        order)."""
+        self.update(rewards, dones)
         return self.scale(rewards)
 
     def state_dict(self) -> dict[str, Any]:

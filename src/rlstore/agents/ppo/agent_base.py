@@ -22,6 +22,7 @@ from torch import nn
 
 from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, TrainConfig
 from rlstore.agents.ppo.loss import ppo_loss
+from rlstore.agents.ppo.normalization import RunNormalizer
 from rlstore.agents.ppo.obs import get_obs_preprocessor, get_obs_shape
 from rlstore.agents.ppo.schedule import PPOScheduler
 from rlstore.errors import ConfigError
@@ -74,6 +75,10 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         discrete: True for ``Discrete`` actions, False for ``Box`` (Gaussian).
         action_dim: number of actions (discrete) or action vector size (continuous).
         environment_config: set by :func:`get_agent` (used to rebuild envs from checkpoints).
+        normalizer: observation / reward normalization
+            (:class:`~rlstore.agents.ppo.normalization.RunNormalizer`, off unless :func:`get_agent`
+            got ``normalize_obs`` / ``normalize_reward``); its statistics are updated by rollouts
+            in ``train()`` mode only.
     """
 
     actor: nn.Module
@@ -87,6 +92,7 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         self.obs_shape = tuple(get_obs_shape(obs_space))
         self.obs_dim = int(np.prod(self.obs_shape))
         self.preprocess = get_obs_preprocessor(obs_space)
+        self.normalizer = RunNormalizer()  # off; get_agent sets the configured one
         self.device = torch.device(device)
         if isinstance(act_space, gym.spaces.Discrete):
             self.discrete, self.action_dim = True, int(act_space.n)

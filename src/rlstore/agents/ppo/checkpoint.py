@@ -7,7 +7,9 @@ the project's one atomic writer (a killed save leaves the previous checkpoint lo
 
 * ``format``, ``agent_class``, ``config`` (the :class:`TrainConfig` as a dict),
   ``checkpoint_num``, ``update`` (1-based number of updates done), ``global_step``;
-* ``model``: the agent's ``state_dict``;
+* ``model``: the agent's ``state_dict``; ``normalizer``: the statistics of its observation /
+  reward normalization (:class:`~rlstore.agents.ppo.normalization.RunNormalizer`), also in
+  model-only checkpoints so that loaded agents see observations as in training;
 * ``resume`` (only when training state was given): optimizer tensors and settings, scheduler and
   rollout-buffer state, the :class:`~rlstore.agents.ppo.rollout.RolloutState`, the global RNG
   states (torch as a uint8 tensor, numpy and Python as JSON), the per-update log, and the
@@ -248,6 +250,7 @@ def store_model_checkpoint(
         "update": int(update),
         "global_step": int(getattr(state, "global_step", 0)),
         "model": dict(agent.state_dict()),
+        "normalizer": agent.normalizer.state_dict(),
     }
     if optimizer is not None:
         envs_state = None if envs is None else env_state(envs, config.environment)
@@ -328,9 +331,17 @@ def _agent_from_payload(payload: dict[str, Any], num_envs: int) -> PPOAgent:
             f"{payload['agent_class']!r}"
         )
     _check_model_state(payload["model"], agent)
+    _load_normalizer(payload, agent)
     agent.load_state_dict(payload["model"])
     agent.train_config = cfg
     return agent
+
+
+def _load_normalizer(payload: dict[str, Any], agent: PPOAgent) -> None:
+    """Restore ``agent.normalizer`` from the checkpoint (checked first; a checkpoint written
+    before normalization existed has none, which is right for a config with it off)."""
+    saved = payload.get("normalizer", {"obs": None, "reward": None})
+    agent.normalizer.load_state_dict(saved)
 
 
 def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
@@ -440,6 +451,7 @@ def restore_training(
     if scheduler is not None and res["scheduler"] is not None:
         check_like("resume.scheduler", res["scheduler"], scheduler.state_dict())
     cfg = _config_of(payload)
+    _load_normalizer(payload, agent)  # checks everything before it changes; needed by restore_envs
     if buffer is not None and res["buffer"] is not None:
         buffer.load_state_dict(res["buffer"])
     if state is not None and res["state"] is not None:

@@ -163,6 +163,21 @@ class OnlineTrainConfig(_Config):
     """Width of the FC agent's two hidden layers (actor and critic)."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints written over the run (evenly spaced; the last at the final update); 0: none."""
+    normalize_obs: bool = False
+    """Normalize observations by their running mean and variance (``rlstore.normalize.
+    RunningMeanStd``, updated from every training step's observations, Stable-Baselines3
+    ``VecNormalize`` style): the agent sees and trains on ``clip((x - mean) / sqrt(var + 1e-8),
+    -clip_obs, clip_obs)``. Box observation spaces only. The statistics are frozen in ``eval()``
+    mode (evaluation, ``sample_from_agents``) and saved in checkpoints."""
+    clip_obs: float = Field(10.0, gt=0)
+    """Normalized observations are clipped to ``[-clip_obs, clip_obs]`` (``normalize_obs`` only)."""
+    normalize_reward: bool = False
+    """Scale the rewards stored for training by the running std of a discounted return that
+    restarts at episode ends (``rlstore.normalize.DiscountedReturnNormalizer`` with ``gamma``;
+    ``VecNormalize`` semantics, no mean subtraction). Logged episode returns and "solved" stay
+    on raw rewards. Frozen in ``eval()`` mode and saved in checkpoints."""
+    clip_reward: float = Field(10.0, gt=0)
+    """Scaled rewards are clipped to ``[-clip_reward, clip_reward]`` (``normalize_reward``)."""
 
     @model_validator(mode="after")
     def _check_batch(self) -> OnlineTrainConfig:

@@ -177,7 +177,8 @@ def restore_envs(envs: Any, cfg: EnvironmentConfig, saved: Any, agent: Any, next
         envs: the vector env to put in the saved state (its sub-envs are reset and stepped).
         cfg: the run's environment config (the saved spec must equal its spec).
         saved: :func:`env_state` output read back from a checkpoint.
-        agent: preprocesses the replayed observations for the check.
+        agent: preprocesses (and normalizes, statistics already restored) the replayed
+            observations for the check.
         next_obs: the checkpoint's current (preprocessed) observation, ``(N, *obs_shape)``.
 
     Raises:
@@ -221,9 +222,9 @@ def restore_envs(envs: Any, cfg: EnvironmentConfig, saved: Any, agent: Any, next
         observations,
         gym.vector.utils.create_empty_array(space, len(logs)),  # type: ignore[arg-type]
     )
-    replayed = agent.preprocess(batch, next_obs.device)
-    # the same preprocessing of the same arrays as at save time: bitwise equal unless the
-    # replay went elsewhere
+    replayed = agent.normalizer.obs(agent.preprocess(batch, next_obs.device), update=False)
+    # the same preprocessing (and normalization, by the restored statistics) of the same arrays
+    # as at save time: bitwise equal unless the replay went elsewhere
     if not torch.equal(replayed, next_obs):
         raise CheckpointError(
             "envs: replaying the saved episodes did not reproduce the checkpoint's observation "

@@ -28,6 +28,7 @@ from rlstore.agents.ppo.config import (
     OnlineTrainConfig,
     TransformerModelConfig,
 )
+from rlstore.agents.ppo.normalization import RunNormalizer
 from rlstore.agents.ppo.sequence_agents import LSTMPPOAgent, TransformerPPOAgent
 from rlstore.errors import ConfigError
 
@@ -87,14 +88,21 @@ def get_agent(
 
     ``None`` -> :class:`FCAgent` (``online_config.hidden_size``); :class:`LSTMModelConfig` ->
     :class:`LSTMPPOAgent`; :class:`TransformerModelConfig` -> :class:`TransformerPPOAgent`.
+    ``agent.normalizer`` follows ``online_config.normalize_obs`` / ``normalize_reward``.
     """
+    agent: PPOAgent
     if model_config is None:
-        return FCAgent(envs, environment_config, hidden_dim=online_config.hidden_size)
-    if isinstance(model_config, LSTMModelConfig):
-        return LSTMPPOAgent(envs, environment_config, model_config)
-    if isinstance(model_config, TransformerModelConfig):
-        return TransformerPPOAgent(envs, environment_config, model_config)
-    raise ConfigError(
-        "model_config: expected None (FC agent), LSTMModelConfig or TransformerModelConfig, "
-        f"got {type(model_config).__name__}"
+        agent = FCAgent(envs, environment_config, hidden_dim=online_config.hidden_size)
+    elif isinstance(model_config, LSTMModelConfig):
+        agent = LSTMPPOAgent(envs, environment_config, model_config)
+    elif isinstance(model_config, TransformerModelConfig):
+        agent = TransformerPPOAgent(envs, environment_config, model_config)
+    else:
+        raise ConfigError(
+            "model_config: expected None (FC agent), LSTMModelConfig or TransformerModelConfig, "
+            f"got {type(model_config).__name__}"
+        )
+    agent.normalizer = RunNormalizer.from_config(
+        online_config, agent.single_observation_space, agent.obs_shape
     )
+    return agent

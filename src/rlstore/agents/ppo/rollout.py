@@ -107,7 +107,8 @@ class RolloutState:
     memory, per-env episode counters and the finished-episode history.
 
     Attributes:
-        next_obs: ``(N, *obs_shape)`` float32, preprocessed observation to act on next.
+        next_obs: ``(N, *obs_shape)`` float32, preprocessed (and normalized, see
+            ``agent.normalizer``) observation to act on next.
         memory: the agent's recurrent memory (see ``PPOAgent.initial_memory``).
         episode_time: ``(N,)`` int64 step index of ``next_obs`` within its episode.
         episode_return: ``(N,)`` float64 return so far of the running episodes.
@@ -135,8 +136,9 @@ class RolloutState:
             )
         obs, _ = envs.reset(seed=seed)
         n = envs.num_envs
+        first = agent.normalizer.obs(agent.preprocess(obs, agent.device), agent.training)
         return cls(
-            next_obs=agent.preprocess(obs, agent.device),
+            next_obs=first,
             memory=agent.initial_memory(n),
             episode_time=torch.zeros(n, dtype=torch.int64, device=agent.device),
             episode_return=np.zeros(n, dtype=np.float64),
@@ -282,6 +284,9 @@ def run_rollout(
     ``(obs, action, logp, value, reward, terminated, truncated)`` with ``final_value =
     V(final_obs)`` for truncated envs and the agent's pre-step hidden state, reset the memory
     of finished envs. At the end: ``buffer.compute_returns(V(next_obs))``.
+
+    With ``agent.normalizer`` on, observations (what the agent sees and what is stored) and the
+    stored rewards are normalized; its statistics are updated only when ``agent.training``.
     """
     kwargs = sampling_kwargs or {}
     obs, memory, ep_time = state.next_obs, state.memory, state.episode_time
@@ -294,27 +299,28 @@ def run_rollout(
             logp = dist.log_prob(action)
         env_action = agent.env_action(action)
         next_raw, reward, terminated, truncated, info = envs.step(env_action)
-        next_obs = agent.preprocess(next_raw, agent.device)
+        norm = agent.normalizer  # statistics updated in train() mode, frozen in eval()
+        next_obs = norm.obs(agent.preprocess(next_raw, agent.device), agent.training)
+        done = terminated | truncated
         final_value = None
         boot = truncated & ~terminated
         if boot.any():  # bootstrap from the real successor, not the reset observation
             idx = np.flatnonzero(boot)
             succ = next_obs.clone()
-            succ[torch.as_tensor(idx)] = agent.preprocess(
-                _stack_final_obs(info["final_obs"], idx), agent.device
-            )
+            final = agent.preprocess(_stack_final_obs(info["final_obs"], idx), agent.device)
+            succ[torch.as_tensor(idx)] = norm.obs(final, update=False)
             with torch.no_grad():
                 final_value = agent.get_value(succ, new_memory, ep_time + 1)
         buffer.add(
-            obs, action, logp, value, reward, terminated, truncated,
+            obs, action, logp, value, norm.reward(reward, done, agent.training),
+            terminated, truncated,
             final_value=final_value, hidden=hidden,
         )  # fmt: skip
         if trajectory_writer is not None:
             trajectory_writer.accumulate_trajectory(
                 next_raw, reward, terminated, truncated, env_action, info
             )
-        done = terminated | truncated
-        state.episode_return += reward
+        state.episode_return += reward  # raw rewards: episode statistics are never scaled
         state.global_step += n
         ep_time = ep_time + 1
         if done.any():
