@@ -134,3 +134,40 @@ def test_normalizer_torch_round_trip_state_and_errors() -> None:
         DiscountedReturnNormalizer(0.9).load_state_dict(a.state_dict())
     with pytest.raises(SpecError, match="gamma: expected a number in"):
         DiscountedReturnNormalizer(1.5)
+
+
+def test_discounted_return_with_dones_restarts_at_episode_ends() -> None:
+    """SB3 VecNormalize rule, as a naive loop over one stream split into two calls."""
+    rng = np.random.default_rng(4)
+    r, d = rng.normal(size=(20, 3)), rng.random((20, 3)) < 0.25
+    R, seen = np.zeros(3), []
+    for t in range(20):
+        R = 0.9 * R + r[t]
+        seen.extend(R)  # the return of the done step still counts ...
+        R[d[t]] = 0.0  # ... then it restarts
+    norm = DiscountedReturnNormalizer(0.9, eps=0.0)
+    norm.update(r[:7], d[:7])
+    out = norm(r[7:], d[7:])
+    np.testing.assert_allclose(norm.returns, R, rtol=1e-12)
+    np.testing.assert_allclose(norm.rms.var, np.var(seen), rtol=1e-10)
+    np.testing.assert_allclose(out, r[7:] / np.std(seen), rtol=1e-10)
+    # hand-computed: gamma .5, R = 1, done -> 0, then R = 2; var of [1, 2] = .25
+    hand = DiscountedReturnNormalizer(0.5, eps=0.0)
+    hand.update(np.array([1.0, 2.0]), np.array([True, False]))
+    assert hand.returns.tolist() == [2.0] and float(hand.rms.var) == 0.25
+
+
+def test_discounted_return_rejected_updates_change_nothing() -> None:
+    norm = DiscountedReturnNormalizer(0.9)
+    norm.update(np.ones((2, 2)))
+    before = norm.state_dict()
+    with pytest.raises(SpecError, match=r"dones: expected bool of shape \(3, 2\)"):
+        norm.update(np.ones((3, 2)), np.zeros((3, 1), bool))
+    with pytest.raises(SpecError, match="dones: expected bool"):
+        norm.update(np.ones((3, 2)), np.zeros((3, 2)))
+    with pytest.raises(SpecError, match="variance fits float64"):
+        norm.update(np.array([[1e300, -1e300], [1e300, -1e300]]))  # overflowing std update
+    after = norm.state_dict()
+    np.testing.assert_array_equal(after["returns"], before["returns"])
+    np.testing.assert_array_equal(after["rms"]["var"], before["rms"]["var"])
+    assert after["rms"]["count"] == before["rms"]["count"]

@@ -131,21 +131,26 @@ def test_train_writes_run_folder(tmp_path) -> None:
     assert sum(stats.episode_lengths) <= stats.global_step
 
 
+NORMALIZED = {"normalize_obs": True, "normalize_reward": True}
+
+
 @pytest.mark.parametrize(
-    "model, env_id",
+    "model, env_id, switches",
     [
-        (None, "CartPole-v1"),
-        (LSTMModelConfig(recurrence=4), "CartPole-v1"),
-        (TransformerModelConfig(n_ctx=3), "CartPole-v1"),
-        (None, "Pendulum-v1"),  # continuous actions, a random reset state
+        (None, "CartPole-v1", {}),
+        (LSTMModelConfig(recurrence=4), "CartPole-v1", {}),
+        (TransformerModelConfig(n_ctx=3), "CartPole-v1", {}),
+        (None, "Pendulum-v1", {}),  # continuous actions, a random reset state
+        (None, "Pendulum-v1", NORMALIZED),  # running statistics saved and restored
+        (LSTMModelConfig(recurrence=4), "CartPole-v1", NORMALIZED),
     ],
-    ids=["fc", "lstm", "transformer", "fc-pendulum"],
+    ids=["fc", "lstm", "transformer", "fc-pendulum", "fc-pendulum-normalized", "lstm-normalized"],
 )
-def test_resume_continues_the_same_learning_curve(tmp_path, model, env_id) -> None:
+def test_resume_continues_the_same_learning_curve(tmp_path, model, env_id, switches) -> None:
     """4 updates straight == 2 updates, crash, resume from the checkpoint, 2 more updates.
 
     The envs are not pickled: the resume rebuilds them and replays their current episodes."""
-    oc = OnlineTrainConfig(total_timesteps=4 * 16 * 4, **TINY)
+    oc = OnlineTrainConfig(total_timesteps=4 * 16 * 4, **TINY, **switches)
     run = RunConfig(seed=3, track=False)
     env = EnvironmentConfig(env_id=env_id, max_steps=20)  # short episodes: autoresets happen
     straight, s_stats = train_ppo(run, oc, env, model, run_dir=tmp_path / "a")
@@ -160,10 +165,23 @@ def test_resume_continues_the_same_learning_curve(tmp_path, model, env_id) -> No
         assert torch.equal(p, q), name  # exact resume: same computations, same shapes and order
     assert r_stats.episode_returns == s_stats.episode_returns
     assert r_stats.global_step == s_stats.global_step
+    _assert_equal_tree(resumed.normalizer.state_dict(), straight.normalizer.state_dict())
     drop = {"sps"}
     assert [{k: v for k, v in u.items() if k not in drop} for u in r_stats.updates] == [
         {k: v for k, v in u.items() if k not in drop} for u in s_stats.updates
     ]
+
+
+def _assert_equal_tree(a, b) -> None:
+    """Exact equality of nested dicts of arrays and scalars (same computations, same order)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for k in a:
+            _assert_equal_tree(a[k], b[k])
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    else:
+        assert a == b
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path) -> None:
