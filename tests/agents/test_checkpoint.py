@@ -194,9 +194,13 @@ def _tamper(folder, edit) -> None:
         (lambda s: s["resume"]["state"]["next_obs"].add_(1.0), "did not reproduce"),
         (lambda s: s["resume"]["optimizer"]["param_groups"][0].update(lr="os.system"),
          "param_groups.lr"),
+        (lambda s: s.update(normalizer={"obs": {"mean": np.zeros(4), "var": np.ones(4),
+                                                "count": 3}, "reward": None}), "normalizer.obs"),
+        (lambda s: s.update(normalizer="os.system"), "normalizer: expected keys"),
     ],
     ids=["wrapper-name", "agent-class", "pickle-bytes", "env-rng-name", "extra-key",
-         "numpy-rng-name", "lossy-dtype", "replay-mismatch", "optimizer-lr"],
+         "numpy-rng-name", "lossy-dtype", "replay-mismatch", "optimizer-lr",
+         "normalizer-not-configured", "normalizer-not-a-dict"],
 )  # fmt: skip
 def test_crafted_checkpoint_content_is_rejected_before_anything_runs(tmp_path, edit, match):
     from rlstore.agents.ppo.trainer import train_ppo

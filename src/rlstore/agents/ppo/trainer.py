@@ -174,7 +174,8 @@ def train_ppo(
         run_dir: folder for TensorBoard logs (if ``run_config.track``), ``checkpoints/`` and
             ``learning_curve.png``; None writes nothing.
         resume: continue from the latest checkpoint in ``run_dir/checkpoints`` (model,
-            optimizer, scheduler, buffer RNG, global RNGs, env states, episode history), so the
+            optimizer, scheduler, buffer RNG, global RNGs, env states, episode history,
+            observation / reward normalization statistics), so the
             run continues the learning curve it would have had without the interruption.
 
     Returns:
