@@ -116,3 +116,17 @@ def test_atari_style_bytes_per_transition():
     per = (large.nbytes - small.nbytes) / 1000
     assert 7056 <= per <= 7300
     assert small.gather(np.arange(1000))["obs"].shape == (1000, 4, 84, 84)
+
+
+def test_a_loaded_frames_state_with_nan_rewards_is_refused():
+    """The finiteness check of a loaded state walks every storage layout's arrays (the frames
+    layout nests its other fields in an inner ring)."""
+    from rlstore.errors import CheckpointError
+
+    buf = ReplayBuffer(8, storage=StorageLayout.frames(), seed=0)
+    x = np.zeros((4, 5, 5), np.uint8)
+    buf.add(x, 0, 1.0, x, False, False)
+    sd = buf.state_dict()
+    sd["storage"]["ring"]["arrays"]["reward"][0, 0] = np.nan
+    with pytest.raises(CheckpointError, match=r"storage\.ring\.arrays\.reward: expected finite"):
+        ReplayBuffer(8, storage=StorageLayout.frames(), seed=0).load_state_dict(sd)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlstore._trees import flat_items
 from rlstore.errors import CheckpointError, SpecError
 from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import RingStorage, Storage, StorageLayout
@@ -69,8 +70,7 @@ def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(raw, RingStorage):  # mapped by ReplayBuffer.open: trusted, not scanned
         st: Storage = raw
     else:
-        _check_finite(raw.get("ring", raw) if isinstance(raw, Mapping) else raw, "storage",
-                      buf.allow_nonfinite)  # fmt: skip
+        _check_finite(raw, "storage", buf.allow_nonfinite)
         st = buf._layout.load(raw, where="state_dict.storage")
     stored = stored_specs(specs, buf.store_next_obs_once)
     if st.specs != stored or (st.rows, st.num_envs) != (
@@ -116,15 +116,15 @@ def stored_specs(specs: dict[str, FieldSpec], once: bool) -> dict[str, FieldSpec
 
 
 def _check_finite(sd: Any, name: str, allow_nonfinite: bool) -> None:
-    """Float arrays of a checked ``{"arrays": {...}}`` state are finite unless allowed."""
-    arrays = sd.get("arrays") if isinstance(sd, Mapping) else None
-    if allow_nonfinite or not isinstance(arrays, Mapping):
+    """Every float array of a state (any storage layout, walked as a tree) is finite unless
+    allowed."""
+    if allow_nonfinite:
         return
-    for k, arr in arrays.items():
+    for key, arr in flat_items(sd).items():
         if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            where = f"state_dict.{name}.{key.replace('/', '.')}"
             raise CheckpointError(
-                f"state_dict.{name}.arrays.{k}: expected finite values "
-                "(allow_nonfinite is False), got NaN/inf"
+                f"{where}: expected finite values (allow_nonfinite is False), got NaN/inf"
             )
 
 
