@@ -90,9 +90,13 @@ def main(argv: Sequence[str] | None = None) -> FitResult:
         seed=args.seed,
     )
     result = fit(model, ds, max_epochs=args.max_epochs, patience=args.patience, seed=args.seed)
-    print("epoch  train NLL  val NLL")
+    print("epoch  train NLL  val NLL   (Gaussian NLL per feature, scaled targets)")
+    last = len(result.val_losses) - 1
     for epoch, (tr, va) in enumerate(zip(result.train_losses, result.val_losses, strict=True)):
-        print(f"{epoch:5d}  {tr:9.4f}  {va:7.4f}")
+        if epoch % 5 == 0 or epoch in (result.best_epoch, last):
+            print(
+                f"{epoch:5d}  {tr:9.4f}  {va:7.4f}" + ("  <- kept" * (epoch == result.best_epoch))
+            )
     how = "early stop" if result.stopped_early else "max epochs"
     print(f"{how}: kept epoch {result.best_epoch} (val NLL {min(result.val_losses):.4f})")
 

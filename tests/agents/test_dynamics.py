@@ -14,7 +14,12 @@ import torch
 
 from rlstore.agents import dynamics
 from rlstore.agents.dynamics import DynamicsEnsemble, fit, gaussian_nll, holdout_mse
-from rlstore.buffers.model_based import ModelBasedReplay, ModelDataset, model_dataset
+from rlstore.buffers.model_based import (
+    ModelBasedReplay,
+    ModelDataset,
+    StandardScaler,
+    model_dataset,
+)
 from rlstore.errors import ConfigError, EmptyBufferError, RLStoreError, SpecError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mb_fit.py"
@@ -180,7 +185,10 @@ def test_datasets_that_do_not_fit_the_model_are_refused_and_change_nothing() -> 
     bad = {
         "ds.train_inputs": ds._replace(train_inputs=ds.train_inputs[:, :2]),
         "ds.holdout_targets": ds._replace(holdout_targets=ds.holdout_targets * np.nan),
+        "ds.train_targets": ds._replace(train_targets=ds.train_targets.astype(np.int64)),
         "ds.bootstrap": ds._replace(bootstrap=ds.bootstrap[:2]),
+        "ds.bootstrap: expected ints": ds._replace(bootstrap=ds.bootstrap + len(ds.train_inputs)),
+        "ds.scaler": ds._replace(scaler=StandardScaler()),
     }
     for named, wrong in bad.items():
         with pytest.raises(SpecError, match=named):
@@ -190,8 +198,9 @@ def test_datasets_that_do_not_fit_the_model_are_refused_and_change_nothing() -> 
     )
     with pytest.raises(EmptyBufferError, match="holdout"):
         fit(model, no_holdout)
-    with pytest.raises(SpecError, match="inputs"):
-        model.predict(np.zeros((4, 2)))
+    for inputs in [np.zeros((4, 2)), np.full((4, 3), np.nan)]:
+        with pytest.raises(SpecError, match="inputs"):
+            model.predict(inputs)
     assert _same(_params(model), before)
     for arg in [{"ensemble_size": 0}, {"hidden": 2.0}, {"seed": None}]:
         with pytest.raises(RLStoreError, match=next(iter(arg))):

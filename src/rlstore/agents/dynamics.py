@@ -138,10 +138,12 @@ class DynamicsEnsemble(nn.Module):
     @torch.no_grad()
     def predict(self, inputs: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Raw ``(B, D_in)`` inputs -> each member's raw target ``mean`` and ``variance``
-        ``(E, B, D_out)``."""
+        ``(E, B, D_out)`` (scalers are the identity until :func:`fit` sets them)."""
         x = torch.as_tensor(inputs, dtype=torch.float32)
-        if x.ndim != 2 or x.shape[1] != self.in_dim:
-            raise SpecError(f"inputs: expected shape (B, {self.in_dim}), got {tuple(x.shape)}")
+        if x.ndim != 2 or x.shape[1] != self.in_dim or not torch.isfinite(x).all():
+            raise SpecError(
+                f"inputs: expected finite values of shape (B, {self.in_dim}), got {tuple(x.shape)}"
+            )
         x = ((x - self.input_mean) / self.input_std).expand(self.ensemble_size, -1, -1)
         mean, logvar = self(x)
         std = self.target_std
@@ -173,15 +175,27 @@ def _check_dataset(model: DynamicsEnsemble, ds: ModelDataset) -> None:
         "ds.holdout_targets": (ds.holdout_targets, model.out_dim),
     }
     for name, (a, d) in want.items():
-        if a.ndim != 2 or a.shape[1] != d or not np.isfinite(a).all():
-            raise SpecError(f"{name}: expected finite rows of shape (N, {d}), got {a.shape}")
+        if (
+            not isinstance(a, np.ndarray)
+            or a.dtype.kind != "f"
+            or a.ndim != 2
+            or a.shape[1] != d
+            or not np.isfinite(a).all()
+        ):
+            raise SpecError(f"{name}: expected finite rows of shape (N, {d}), got {np.shape(a)}")
     if ds.holdout_inputs.shape[0] < 1:
         raise EmptyBufferError("ds.holdout_inputs: expected >= 1 validation row, got 0")
-    if ds.bootstrap.ndim != 2 or ds.bootstrap.shape[0] != model.ensemble_size:
+    n_train, boot = ds.train_inputs.shape[0], np.asarray(ds.bootstrap)
+    if boot.ndim != 2 or boot.shape[0] != model.ensemble_size or not boot.size:
         raise SpecError(
-            f"ds.bootstrap: expected shape ({model.ensemble_size}, N_train) (one row of train "
-            f"indices per member), got {ds.bootstrap.shape}"
+            f"ds.bootstrap: expected shape ({model.ensemble_size}, N) (train rows per member), "
+            f"got {boot.shape}"
         )
+    if boot.dtype.kind not in "iu" or boot.min() < 0 or boot.max() >= n_train:
+        raise SpecError(f"ds.bootstrap: expected ints in [0, {n_train}), got {boot.dtype} values")
+    mean, std = ds.scaler.mean, ds.scaler.std
+    if mean is None or std is None or {np.shape(mean), np.shape(std)} != {(model.in_dim,)}:
+        raise SpecError(f"ds.scaler: expected statistics of shape ({model.in_dim},), got {mean}")
 
 
 def fit(
