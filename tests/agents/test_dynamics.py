@@ -218,9 +218,10 @@ def test_example_script_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     argv = ["--steps", "300", "--ensemble", "2", "--seed", "1", "--out", str(tmp_path / "o")]
-    result = module.main([*argv, "--hidden", "16", "--max-epochs", "3"])
-    assert len(result.val_losses) == 3
+    result = module.main([*argv, "--hidden", "16", "--max-epochs", "4"])
+    assert len(result.val_losses) == 4 and min(result.val_losses) < result.val_losses[0]
     printed = capsys.readouterr().out
     assert "240 train / 60 validation" in printed and "no-change baseline" in printed
+    assert f"kept epoch {result.best_epoch} (val NLL {min(result.val_losses):.4f})" in printed
     png = tmp_path / "o" / "loss_curves.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
