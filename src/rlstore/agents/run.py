@@ -54,6 +54,7 @@ __all__ = [
     "checkpoint_schedule",
     "RunLogger",
     "plot_learning_curve",
+    "check_video_support",
     "evaluate",
 ]
 
@@ -482,6 +483,18 @@ def plot_learning_curve(stats: TrainStats, path: str | Path, title: str) -> None
 # ----------------------------------------------------------------- evaluation
 
 
+def check_video_support() -> None:
+    """Raise :class:`ConfigError` naming the missing extra unless videos can be recorded
+    (gymnasium's ``RecordVideo`` needs moviepy); trainers call it before a run starts."""
+    try:
+        import moviepy  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "video: recording evaluation videos needs the moviepy package, which is not "
+            "installed (pip install moviepy)"
+        ) from None
+
+
 def evaluate(
     act: Callable[[np.ndarray], np.ndarray],
     make_env: Callable[[], gym.Env],
@@ -510,13 +523,7 @@ def evaluate(
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ConfigError(f"episodes: expected an int >= 1, got {episodes!r}")
     if video_dir is not None:
-        try:
-            import moviepy  # noqa: F401
-        except ImportError:
-            raise ConfigError(
-                "video_dir: recording evaluation videos needs the moviepy package "
-                "(pip install moviepy), which is not installed"
-            ) from None
+        check_video_support()
     env = make_env()
     try:
         if video_dir is not None:
