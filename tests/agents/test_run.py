@@ -198,7 +198,7 @@ def test_plot_learning_curve_has_the_title_and_the_evaluations(tmp_path, monkeyp
     plot_learning_curve(stats, tmp_path / "c.png", "PPO (lstm) on CartPoleNoVel-v1, seed 1")
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     assert seen["title"] == "PPO (lstm) on CartPoleNoVel-v1, seed 1"
-    assert "evaluation mean (greedy)" in seen["labels"]
+    assert "evaluation mean (deterministic)" in seen["labels"]
 
 
 # ---------------------------------------------------------------- evaluation

@@ -1,23 +1,19 @@
 """What every rlstore trainer shares: the run folder, seeding, logging, curves, evaluation and
-the algorithm-agnostic pieces of checkpoints.
-
-A trainer (``rlstore.agents.ppo``; SAC and DQN the same way) imports from here:
+the algorithm-agnostic pieces of checkpoints. A trainer (``rlstore.agents.ppo``; SAC and DQN
+the same way) imports from here:
 
 * :class:`TrainStats`, what a run produced besides the agent;
-* :func:`set_global_seeds` and the global RNG states saved in checkpoints
-  (:func:`global_rng_state`, :func:`check_global_rng_state`, :func:`set_global_rng_state`), and
-  the optimizer state as a safetensors-able tree (:func:`optimizer_state`,
-  :func:`check_optimizer_state`);
-* the run folder: :func:`safe_name`, :func:`create_run_dir`, and its checkpoint folders
-  (:func:`checkpoint_path`, :func:`list_checkpoints`, :func:`latest_checkpoint`,
-  :func:`checkpoint_schedule`);
+* :func:`set_global_seeds`, the global RNG states and the optimizer state saved in checkpoints
+  (:func:`global_rng_state`, :func:`check_global_rng_state`, :func:`set_global_rng_state`,
+  :func:`optimizer_state`, :func:`check_optimizer_state`);
+* the run folder and its checkpoint folders: :func:`safe_name`, :func:`create_run_dir`,
+  :func:`checkpoint_path`, :func:`list_checkpoints`, :func:`latest_checkpoint`,
+  :func:`checkpoint_schedule`;
 * :class:`RunLogger` (TensorBoard ``run_dir/tb``, offline W&B, the tqdm bar),
-  :func:`plot_learning_curve` and :func:`evaluate` (deterministic evaluation episodes, optional
-  video).
+  :func:`plot_learning_curve` and :func:`evaluate` (deterministic episodes, optional video).
 
-The optional packages (tensorboard, wandb, tqdm, matplotlib, moviepy) are imported only when a
-run asks for them. Nothing here imports an algorithm module.
-"""
+Optional packages (tensorboard, wandb, tqdm, matplotlib, moviepy) are imported only when a run
+asks for them. Nothing here imports an algorithm module."""
 
 from __future__ import annotations
 
@@ -469,7 +465,7 @@ def plot_learning_curve(stats: TrainStats, path: str | Path, title: str) -> None
         ax.plot(x[w - 1 :], np.convolve(r, np.ones(w) / w, "valid"), label=f"mean of last {w}")
     if stats.evaluations:
         ex, ey = zip(*stats.evaluations, strict=True)
-        ax.plot(ex, ey, "o-", color="black", markersize=4, label="evaluation mean (greedy)")
+        ax.plot(ex, ey, "o-", color="black", markersize=4, label="evaluation mean (deterministic)")
     if r.size or stats.evaluations:
         ax.legend(loc="lower right")
     ax.set_title(title)
