@@ -1,10 +1,10 @@
 """PPO on CartPole-v1: rlstore's trainer vs a CleanRL-style single file vs Stable-Baselines3.
 
-Same hyper-parameters for all three (rlstore's shipped ``configs/cartpole_fc.yaml``: 8 envs x 32
-steps, one minibatch of 256, 20 epochs, gamma 0.98, lambda 0.8, no entropy bonus, no value
+Same hyper-parameters for all three (rlstore's shipped ``configs/ppo_fc_CartPole-v1.yaml``: 8 envs
+x 32 steps, one minibatch of 256, 20 epochs, gamma 0.98, lambda 0.8, no entropy bonus, no value
 clipping, lr 1e-3 -> 2.5e-4 linearly, clip 0.2, max grad norm 0.5, two 64-unit tanh layers for
-actor and critic, orthogonal init, Adam eps 1e-5), the same seeds, one thread each, in one run
-(the implementations are interleaved seed by seed so machine load hits them alike).
+actor and critic, orthogonal init, Adam eps 1e-5), the same seeds, one thread each, in one run (the
+implementations are interleaved seed by seed so machine load hits them alike).
 
 Reported per implementation (median over seeds):
 
@@ -46,7 +46,7 @@ from _common import (  # noqa: E402
 
 THRESHOLD = 475.0
 WINDOW = 20
-CONFIG = HERE.parent / "src" / "rlstore" / "configs" / "cartpole_fc.yaml"
+CONFIG = HERE.parent / "src" / "rlstore" / "configs" / "ppo_fc_CartPole-v1.yaml"
 
 
 def first_step_reaching(returns: Sequence[float], end_steps: Sequence[int]) -> int | None:
@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "Setup",
                 f"CartPole-v1, seeds {seeds}, {args.total_steps} env steps per run, one torch "
                 f"thread, implementations interleaved seed by seed. Shared hyper-parameters "
-                f"(rlstore `configs/cartpole_fc.yaml`): {settings}. 'steps to 475': the env "
+                f"(rlstore `configs/ppo_fc_CartPole-v1.yaml`): {settings}. 'steps to 475': the env "
                 f"step at which the mean of the last {WINDOW} training-episode returns first "
                 "reaches 475 ('not reached' within the budget). Throughput counts rollouts and "
                 "updates together; the CPU-time column divides by the process CPU time, which "

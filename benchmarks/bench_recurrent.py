@@ -33,7 +33,7 @@ THRESHOLD = 475.0
 
 def make_config(agent: str, seed: int, total_steps: int, sets: list[str]) -> TrainConfig:
     """The packaged default config with the env, agent, seed and budget of ``rlstore train``."""
-    with resources.as_file(resources.files("rlstore") / "configs" / "cartpole_fc.yaml") as p:
+    with resources.as_file(resources.files("rlstore") / "configs" / "ppo_fc_CartPole-v1.yaml") as p:
         data: dict[str, Any] = load_train_config(p).to_dict()
     data["environment"]["env_id"] = ENV_ID
     data["agent"] = agent

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": (
         "rlstore.agents.ppo.cli_train",
-        "Train a PPO agent (default: FC agent on CartPole-v1).",
+        "Train an agent (--algo, default PPO: FC agent on CartPole-v1).",
     ),
     "probe": (
         "rlstore.agents.ppo.cli_probe",

@@ -225,7 +225,7 @@ def test_tuned_cartpole_config_solves(request) -> None:
 
     from rlstore.agents.ppo.config import load_train_config
 
-    with resources.as_file(resources.files("rlstore") / "configs" / "cartpole_fc.yaml") as p:
+    with resources.as_file(resources.files("rlstore") / "configs" / "ppo_fc_CartPole-v1.yaml") as p:
         cfg = load_train_config(p)
     hits, finals = [], []
     for seed in (1, 2, 3):

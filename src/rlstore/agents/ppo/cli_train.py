@@ -1,108 +1,195 @@
-"""``rlstore train``: train a PPO agent and write a run folder.
+"""``rlstore train``: train an agent (``--algo``, default PPO) and write a run folder.
 
-Defaults: FC agent on CartPole-v1 with the tuned config ``rlstore/configs/cartpole_fc.yaml``.
-The run folder ``<runs_dir>/<exp_name>`` receives ``config.yaml`` (the resolved config),
-``tb/`` (TensorBoard), ``checkpoints/checkpoint_NNNN/`` (safetensors + JSON, no pickle) and
-``learning_curve.png``.
+The config: ``--config FILE``, or the packaged one tuned for the env (``--env`` / ``--agent``,
+see :func:`default_config`), then the named flags and ``--set section.key=value`` overrides
+(values parsed as YAML; an unknown key is an error naming it). The run folder
+``<runs_dir>/<exp_name>`` is created only once the config is valid and the environment builds;
+it receives ``config.yaml`` (the resolved config), ``tb/`` (TensorBoard),
+``checkpoints/checkpoint_NNNN/`` (safetensors + JSON, no pickle), ``learning_curve.png`` and,
+with ``--video``, ``videos/``. A run that fails before its first update leaves no folder.
 
 Examples::
 
     rlstore train                                   # CartPole-v1, FC agent, tuned config
-    rlstore train --agent lstm --total-steps 50000 --seed 3
-    rlstore train --config my.yaml --env Acrobot-v1
+    rlstore train --agent lstm --env CartPoleNoVel-v1 --seed 3
+    rlstore train --env Acrobot-v1 --lr 3e-4 --set online.ent_coef=0.01
     rlstore train --resume runs/CartPole-v1-fc-s1   # continue from the latest checkpoint
+    rlstore train --resume runs/CartPole-v1-fc-s1 --total-steps 80000   # extend its budget
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from rlstore.errors import RLStoreError
+import yaml
 
-DEFAULT_CONFIG = "cartpole_fc.yaml"
-_OVERRIDES = ("config", "env", "agent", "total_steps", "seed", "num_envs", "exp_name", "runs_dir")
+from rlstore.errors import ConfigError, RLStoreError
+
+log = logging.getLogger("rlstore.train")
+
+ALGORITHMS: dict[str, str] = {"ppo": "rlstore.agents.ppo.trainer"}
+"""``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
+optionally ``CLI_KEYS``, flag -> config key, overriding :data:`FLAG_KEYS`)."""
+
+FLAG_KEYS: dict[str, str] = {
+    "env": "environment.env_id",
+    "agent": "agent",
+    "seed": "run.seed",
+    "exp_name": "run.exp_name",
+    "runs_dir": "run.runs_dir",
+    "total_steps": "online.total_timesteps",
+    "num_envs": "online.num_envs",
+    "num_steps": "online.num_steps",
+    "lr": "online.learning_rate",
+    "gamma": "online.gamma",
+    "ent_coef": "online.ent_coef",
+    "eval_episodes": "run.eval_episodes",
+    "eval_every": "run.eval_every",
+}
+"""Named flag (argparse dest) -> the config key it sets."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``train`` options on ``parser``."""
-    parser.add_argument("--config", metavar="FILE", help="YAML config (default: the packaged "
-                        f"{DEFAULT_CONFIG}, tuned for CartPole-v1)")  # fmt: skip
-    parser.add_argument("--env", metavar="ID", help="Gymnasium env id (default: the config's)")
-    parser.add_argument(
-        "--agent", choices=("fc", "lstm", "transformer"), help="agent (default: fc)"
-    )
-    parser.add_argument("--total-steps", type=int, metavar="N", help="total environment steps")
-    parser.add_argument("--seed", type=int, help="seed of torch, numpy and the envs")
-    parser.add_argument("--num-envs", type=int, metavar="N", help="vectorized environments")
-    parser.add_argument("--exp-name", help="run name (default: <env>-<agent>-s<seed>)")
-    parser.add_argument("--runs-dir", metavar="DIR", help="parent of run folders (default: runs)")
-    parser.add_argument(
-        "--resume",
-        metavar="RUN_DIR",
-        help="continue a run from its latest checkpoint (its config.yaml is used)",
-    )
-    parser.add_argument(
-        "--wandb",
-        action="store_true",
-        help="also log to Weights & Biases (offline; skipped with a message without wandb)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard logs")
+    add = parser.add_argument
+    add("--algo", choices=sorted(ALGORITHMS), default="ppo", help="algorithm (default: ppo)")
+    add("--config", metavar="FILE", help="YAML config (default: the packaged one for the "
+        "env, e.g. ppo_fc_CartPole-v1.yaml; CartPole-v1's, with a warning, if none)")  # fmt: skip
+    add("--env", metavar="ID", help="Gymnasium env id (default: the config's)")
+    add("--agent", choices=("fc", "lstm", "transformer"), help="agent (default: the config's)")
+    add("--total-steps", type=int, metavar="N", help="total environment steps (with --resume: "
+        "extend the run to N steps)")  # fmt: skip
+    add("--seed", type=int, help="seed of torch, numpy and the envs")
+    add("--num-envs", type=int, metavar="N", help="vectorized environments")
+    add("--num-steps", type=int, metavar="T", help="rollout length per env per update")
+    add("--lr", type=float, metavar="LR", help="initial learning rate")
+    add("--gamma", type=float, help="discount factor")
+    add("--ent-coef", type=float, metavar="C", help="entropy bonus coefficient")
+    add("--eval-episodes", type=int, metavar="N", help="deterministic evaluation episodes (0: off)")
+    add("--eval-every", type=int, metavar="U", help="evaluate every U updates (0: at the end)")
+    add("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+        help="set a config key, e.g. online.clip_coef=0.1 (repeatable; YAML value)")  # fmt: skip
+    add("--exp-name", help="run name (default: <env>-<agent>-s<seed>)")
+    add("--runs-dir", metavar="DIR", help="parent of run folders (default: runs)")
+    add("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint (its "
+        "config.yaml is used; only --total-steps may change it)")  # fmt: skip
+    add("--video", action="store_true", help="record the evaluation episodes (needs moviepy)")
+    add("--wandb", action="store_true",
+        help="also log to W&B (offline; skipped with a message without wandb)")  # fmt: skip
+    add("--no-progress", action="store_true", help="no progress bar")
+    add("--no-tensorboard", action="store_true", help="no TensorBoard logs")
+
+
+def _module(args: argparse.Namespace) -> ModuleType:
+    return importlib.import_module(ALGORITHMS[getattr(args, "algo", "ppo")])
+
+
+def _flag_keys(module: ModuleType) -> dict[str, str]:
+    return {**FLAG_KEYS, **getattr(module, "CLI_KEYS", {})}
+
+
+def _packaged(name: str) -> Any:
+    return resources.files("rlstore") / "configs" / name
+
+
+def default_config(
+    algo: str, module: ModuleType, env_id: str | None, agent: str | None
+) -> tuple[Any, bool]:
+    """The packaged config file for ``env_id`` and ``agent`` (``--config`` not given), and
+    whether it is the fallback tuned for another env.
+
+    Looks for ``<algo>_<agent>_<env>.yaml``, then the algorithm's ``DEFAULT_CONFIGS[env]``
+    (PPO: the env's ``ppo_fc_<env>.yaml``, else its lstm / transformer one; the agent is then
+    replaced by ``agent``), else falls back to the algorithm's default config (the first of
+    ``DEFAULT_CONFIGS``, CartPole-v1's for PPO), which ``rlstore train`` announces with a
+    warning.
+    """
+    defaults: dict[str, str] = module.DEFAULT_CONFIGS
+    first = next(iter(defaults))
+    env = env_id or first
+    names = [f"{algo}_{agent}_{env}.yaml"] if agent else []
+    names += [defaults[env]] if env in defaults else []
+    for name in names:
+        if _packaged(name).is_file():
+            return _packaged(name), False
+    return _packaged(defaults[first]), True
+
+
+def _set(data: dict[str, Any], key: str, value: Any) -> None:
+    """``data[a][b] = value`` for ``key = "a.b"`` (sections created as needed)."""
+    *sections, leaf = key.split(".")
+    node = data
+    for i, sec in enumerate(sections):
+        node = node.setdefault(sec, {})
+        if not isinstance(node, dict):
+            where = ".".join(sections[: i + 1])
+            raise ConfigError(f"--set {key}: {where!r} is a value, not a section")
+    node[leaf] = value
+
+
+def _parse_set(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    if not sep or not key or any(not part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set: expected section.key=value, got {item!r}")
+    try:
+        return key.strip(), yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {key}: value {text!r} is not YAML ({err})") from None
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    """The resolved :class:`TrainConfig`: the config file, then the command-line overrides."""
-    from rlstore.agents.ppo.config import TrainConfig, load_train_config
+    """The resolved config: the config file, then the named flags, then ``--set``."""
+    from rlstore.agents.run import safe_name
 
+    module = _module(args)
+    algo = getattr(args, "algo", "ppo")
     if args.config is not None:
-        cfg = load_train_config(args.config)
+        path = args.config
+        cfg = module.load_config(path)
     else:
-        with resources.as_file(resources.files("rlstore") / "configs" / DEFAULT_CONFIG) as p:
-            cfg = load_train_config(p)
-    data = cfg.to_dict()
-    run, env, online = data["run"], data["environment"], data["online"]
-    if args.env is not None:
-        env["env_id"] = args.env
-    if args.agent is not None:
-        data["agent"] = args.agent
-    if args.total_steps is not None:
-        online["total_timesteps"] = args.total_steps
-    if args.seed is not None:
-        run["seed"] = args.seed
-    if args.num_envs is not None:
-        online["num_envs"] = args.num_envs
-    if args.runs_dir is not None:
-        run["runs_dir"] = args.runs_dir
-    if args.exp_name is not None:
-        run["exp_name"] = args.exp_name
-    elif args.config is None or any(getattr(args, k) is not None for k in ("env", "agent", "seed")):
-        run["exp_name"] = f"{env['env_id'].replace('/', '_')}-{data['agent']}-s{run['seed']}"
-    run["wandb"] = bool(args.wandb) or run["wandb"]
+        with resources.as_file(default_config(algo, module, args.env, args.agent)[0]) as path:
+            cfg = module.load_config(path)
+    data = cfg.model_dump(mode="json")
+    given = {k: getattr(args, k, None) for k in _flag_keys(module)}
+    for flag, key in _flag_keys(module).items():
+        if given[flag] is not None:
+            _set(data, key, given[flag])
+    for item in getattr(args, "overrides", []):
+        _set(data, *_parse_set(item))
+    run = data.setdefault("run", {})
+    if args.exp_name is None and (args.config is None or any(
+            given[k] is not None for k in ("env", "agent", "seed"))):  # fmt: skip
+        env_id = data.get("environment", {}).get("env_id", "env")
+        run["exp_name"] = f"{safe_name(str(env_id))}-{data.get('agent', algo)}-s{run.get('seed')}"
+    run["wandb"] = bool(args.wandb) or run.get("wandb", False)
     run["progress_bar"] = not args.no_progress
+    if getattr(args, "video", False):
+        run["video"] = True
     if args.no_tensorboard:
         run["track"] = False
-    return TrainConfig.from_dict(data)
+    return type(cfg).validate_mapping(data)
 
 
 def _summary(stats: Any, env_id: str) -> str:
-    import gymnasium as gym
-
     lines = [
         f"run folder      {stats.run_dir}",
         f"env steps       {stats.global_step} in {stats.num_updates} updates, "
         f"{stats.wall_time:.1f} s ({stats.steps_per_second:.0f} steps/s)",
         f"episodes        {len(stats.episode_returns)}",
-        f"mean return     {stats.mean_return(20):.2f} (last 20 episodes)",
+        f"mean return     {stats.mean_return(20):.2f} (last 20 training episodes, sampled actions)",
     ]
-    try:
-        threshold = gym.spec(env_id).reward_threshold
-    except Exception:  # noqa: BLE001 - unregistered / custom ids have no spec
-        threshold = None
+    if stats.evaluations:
+        step, value = stats.evaluations[-1]
+        lines.append(f"evaluation      {value:.2f} (mean of the deterministic evaluation "
+                     f"episodes at step {step})")  # fmt: skip
+    threshold = _reward_threshold(env_id)
     if threshold is not None:
         hit = stats.first_step_reaching(threshold, 20)
         where = f"at step {hit}" if hit is not None else "not reached"
@@ -110,39 +197,95 @@ def _summary(stats: Any, env_id: str) -> str:
     return "\n".join(lines)
 
 
+def _reward_threshold(env_id: str) -> float | None:
+    """The registered reward threshold of ``env_id``, None when the env registers none (a
+    ``module:`` prefix is dropped, never imported: the run registered the id already)."""
+    import gymnasium as gym
+
+    try:
+        return gym.spec(env_id.rpartition(":")[2]).reward_threshold
+    except gym.error.Error:
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``rlstore train``; 0 on success, 2 on a configuration / checkpoint error. The
-    library's info logs (the run folder) go to stderr meanwhile."""
-    log, handler = logging.getLogger("rlstore"), logging.StreamHandler(sys.stderr)
+    library's info logs (the run folder) and warnings go to stderr meanwhile."""
+    lib, handler = logging.getLogger("rlstore"), logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("rlstore train: %(message)s"))
-    level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    level = lib.level
+    lib.addHandler(handler)
+    lib.setLevel(logging.INFO)
     try:
         return _run(args)
     finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
+        lib.removeHandler(handler)
+        lib.setLevel(level)
+
+
+def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) -> Any:
+    """The run folder's config, with ``--total-steps`` applied; every other override refused."""
+    keys = _flag_keys(module)
+    given = [f"--{k.replace('_', '-')}" for k in ("config", *keys) if k != "total_steps"
+             and getattr(args, k, None) is not None]  # fmt: skip
+    given += ["--set"] * bool(getattr(args, "overrides", [])) + ["--video"] * bool(args.video)
+    if given:
+        raise RLStoreError(
+            f"--resume: continues the run with its own config.yaml; drop {', '.join(given)} "
+            "(only --total-steps may extend its budget)"
+        )
+    cfg = module.load_config(run_dir / "config.yaml")
+    if args.total_steps is None:
+        return cfg
+    data = cfg.model_dump(mode="json")
+    _set(data, keys["total_steps"], args.total_steps)
+    return type(cfg).validate_mapping(data)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlstore.agents.ppo.trainer import ppo_runner
+    from rlstore.agents.ppo.rollout import make_env
+    from rlstore.agents.run import check_video_support, create_run_dir
 
+    module = _module(args)
     try:
         if args.resume is not None:
-            given = [f"--{k.replace('_', '-')}" for k in _OVERRIDES if getattr(args, k) is not None]
-            if given:
-                raise RLStoreError(
-                    f"--resume: continues the run with its own config.yaml; drop {', '.join(given)}"
-                )
-            result = ppo_runner(None, None, None, None, resume_dir=Path(args.resume))  # type: ignore[arg-type]
-            env_id = result.agent.environment_config.env_id  # type: ignore[union-attr]
+            run_dir = Path(args.resume)
+            cfg = _resume_config(args, module, run_dir)
+            agent, stats = module.runner(cfg, run_dir=run_dir, resume=True)
         else:
             cfg = build_config(args)
-            result = ppo_runner(cfg.run, cfg.environment, cfg.online, cfg.selected_model_config())
-            env_id = cfg.environment.env_id
+            make_env(cfg.environment).close()  # the env builds: only then the run folder
+            _warn_if_untuned(args, module, cfg.environment.env_id)
+            if getattr(cfg.run, "video", False):
+                check_video_support()
+            run_dir = create_run_dir(cfg.run.runs_dir, cfg.run.exp_name)
+            try:
+                agent, stats = module.runner(cfg, run_dir=run_dir, resume=False)
+            except BaseException:
+                _discard_if_unstarted(run_dir)
+                raise
     except RLStoreError as err:
         print(f"rlstore train: error: {err}", file=sys.stderr)
         return 2
-    print(_summary(result.stats, env_id))
+    print(_summary(stats, cfg.environment.env_id))
     return 0
+
+
+def _warn_if_untuned(args: argparse.Namespace, module: ModuleType, env_id: str) -> None:
+    algo = getattr(args, "algo", "ppo")
+    if args.config is None and default_config(algo, module, args.env, args.agent)[1]:
+        defaults = module.DEFAULT_CONFIGS
+        first = next(iter(defaults))
+        log.warning(
+            "no packaged %s config for %s: using the hyper-parameters tuned for %s (%s), which "
+            "may not suit it; pass --config FILE or override them (--set section.key=value, "
+            "--lr, --total-steps, ...)", algo, env_id, first, defaults[first],
+        )  # fmt: skip
+
+
+def _discard_if_unstarted(run_dir: Path) -> None:
+    """Remove a run folder its runner left with nothing but ``config.yaml`` in it."""
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"config.yaml"}:
+        for p in run_dir.iterdir():
+            p.unlink()
+        run_dir.rmdir()

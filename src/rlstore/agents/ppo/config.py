@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -87,6 +88,17 @@ class RunConfig(_Config):
     """W&B entity (team or user); ``None`` uses the default."""
     progress_bar: bool = False
     """Show a tqdm bar (steps/s, mean episodic return)."""
+    eval_episodes: int = Field(5, ge=0)
+    """Deterministic evaluation episodes (greedy / mean action, observation statistics frozen)
+    run at each evaluation on one separate env, episode i reset with seed ``seed + 1_000_000 +
+    i`` (the same episodes every time); their mean is logged as ``eval/mean_return``. They draw
+    nothing from the training RNGs: a run with evaluation is the same run as without. 0: off."""
+    eval_every: int = Field(0, ge=0)
+    """Evaluate after every ``eval_every`` updates (logging periods for other algorithms) and
+    after the last one; 0: only after the last one."""
+    video: bool = False
+    """Record the evaluation episodes as MP4 files under ``<run folder>/videos/step_N/``
+    (gymnasium ``RecordVideo``; needs the moviepy package)."""
 
 
 class EnvironmentConfig(_Config):
@@ -284,8 +296,11 @@ class TrainConfig(_Config):
         return load_train_config(path)
 
     def to_yaml(self, path: str | Path) -> None:
-        """Write the fully resolved config as YAML (every field, defaults included)."""
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        """Write the fully resolved config as YAML (every field, defaults included); the file
+        is replaced atomically (written beside it, then renamed)."""
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        os.replace(tmp, path)
 
 
 def load_train_config(path: str | Path) -> TrainConfig:

@@ -29,6 +29,7 @@ __all__ = [
     "SAMPLING_METHODS",
     "check_env_id",
     "check_like",
+    "make_env",
     "make_vector_env",
     "RolloutState",
     "run_rollout",
@@ -63,6 +64,25 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
         )
     except gym.error.Error as err:
         raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
+
+
+def make_env(environment_config: EnvironmentConfig, render_mode: str | None = None) -> gym.Env:
+    """One env as :func:`make_vector_env` builds each sub-env, without the
+    :class:`~rlstore.agents.ppo.env_state.EpisodeLog` (evaluation episodes, videos)."""
+    cfg = environment_config
+    check_env_id(cfg)
+    kwargs = dict(cfg.env_kwargs)
+    if cfg.max_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    try:
+        env = gym.make(cfg.env_id, **kwargs)
+    except gym.error.Error as err:
+        raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
+    for name in wrapper_names(cfg)[:-1]:  # the last one is the EpisodeLog
+        env = WRAPPERS[name]()(env)
+    return env
 
 
 def _needs_minigrid(cfg: EnvironmentConfig) -> bool:

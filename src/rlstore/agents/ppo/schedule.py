@@ -63,6 +63,15 @@ class PPOScheduler:
         self.n_step_calls += 1
         self._apply()
 
+    def replan(self, num_updates: int) -> None:
+        """Define the decay over ``num_updates`` updates in all (a run whose budget is extended
+        on resume): the next update uses ``lr(n_step_calls)`` of the new plan, so the rate
+        continues as if the run had been planned with the new budget from the start."""
+        if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 1:
+            raise ConfigError(f"num_updates: expected an int >= 1, got {num_updates!r}")
+        self.num_updates = num_updates
+        self._apply()
+
     def state_dict(self) -> dict[str, Any]:
         """JSON-able state: the settings and the number of steps taken."""
         return {

@@ -19,15 +19,18 @@ and ``learning_curve.png``); :func:`ppo_runner` also creates the run folder and 
 step is a real transition, and a truncated episode bootstraps from ``V(info["final_obs"])``.
 Returns come from the :class:`~rlstore.buffers.rollout.RolloutBuffer` (``rlstore.returns.gae``).
 
-Env construction and rollout collection live in :mod:`rlstore.agents.ppo.rollout`, logging and
-plotting in :mod:`rlstore.agents.ppo.run_logging`; their public names are re-exported here.
+Env construction and rollout collection live in :mod:`rlstore.agents.ppo.rollout`; the run
+folder, logging, plotting, seeding and evaluation in :mod:`rlstore.agents.run` (shared by every
+trainer). ``TrainStats``, ``RunLogger``, ``make_vector_env`` and ``run_rollout`` are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
-from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -43,17 +46,26 @@ from rlstore.agents.ppo.config import (
     RunConfig,
     TrainConfig,
     TransformerModelConfig,
+    load_train_config,
 )
 from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.agents.ppo.obs import set_global_seeds
 from rlstore.agents.ppo.rollout import (
     SAMPLING_METHODS,
     RolloutState,
-    check_env_id,
+    make_env,
     make_vector_env,
     run_rollout,
 )
-from rlstore.agents.ppo.run_logging import RunLogger
+from rlstore.agents.run import (
+    RunLogger,
+    TrainStats,
+    check_video_support,
+    checkpoint_schedule,
+    create_run_dir,
+    evaluate,
+    plot_learning_curve,
+    set_global_seeds,
+)
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
 
@@ -69,47 +81,12 @@ __all__ = [
     "run_rollout",
     "train_ppo",
     "ppo_runner",
+    "runner",
+    "load_config",
+    "DEFAULT_CONFIGS",
+    "evaluate_agent",
     "train_config_from_parts",
 ]
-
-
-@dataclass
-class TrainStats:
-    """What a training run produced (besides the agent).
-
-    Attributes:
-        global_step: env steps taken. num_updates: PPO updates done.
-        episode_returns / episode_lengths / episode_end_steps: per finished episode, in order.
-        updates: per update, the dict returned by ``PPOAgent.learn`` plus ``global_step``, ``sps``.
-        steps_per_second: env steps per wall-clock second over the run (rollouts + updates).
-        wall_time: seconds of the training loop (this process only, when resumed).
-        run_dir: the run folder, or None when nothing was written.
-    """
-
-    global_step: int = 0
-    num_updates: int = 0
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
-    episode_end_steps: list[int] = field(default_factory=list)
-    updates: list[dict[str, float]] = field(default_factory=list)
-    steps_per_second: float = 0.0
-    wall_time: float = 0.0
-    run_dir: Path | None = None
-
-    def mean_return(self, last: int = 20) -> float:
-        """Mean return of the last ``last`` finished episodes (nan if none finished)."""
-        r = self.episode_returns[-last:]
-        return float(np.mean(r)) if r else float("nan")
-
-    def first_step_reaching(self, threshold: float, window: int = 20) -> int | None:
-        """First env step at which the mean of the last ``window`` episode returns is
-        ``>= threshold`` (None if never); needs at least ``window`` finished episodes."""
-        r = np.asarray(self.episode_returns, dtype=np.float64)
-        if len(r) < window:
-            return None
-        means = np.convolve(r, np.ones(window) / window, mode="valid")
-        hit = np.flatnonzero(means >= threshold)
-        return None if hit.size == 0 else int(self.episode_end_steps[hit[0] + window - 1])
 
 
 class TrainResult(NamedTuple):
@@ -144,12 +121,38 @@ def train_config_from_parts(
     return TrainConfig.model_validate(parts)
 
 
-def _checkpoint_updates(num_updates: int, num_checkpoints: int) -> set[int]:
-    """1-based update numbers after which a checkpoint is written (evenly spaced, last included)."""
-    if num_checkpoints <= 0:
-        return set()
-    k = min(num_checkpoints, num_updates)
-    return {int(round(num_updates * (i + 1) / k)) for i in range(k)}
+_LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
+           "explained_variance")  # fmt: skip
+
+
+def _log_update(
+    logger: RunLogger, update: int, state: RolloutState, info: dict[str, float], n_logged: int
+) -> int:
+    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics;
+    returns the number of episodes logged so far."""
+    for i in range(n_logged, len(state.episode_returns)):
+        logger.episode(state.episode_returns[i], state.episode_lengths[i],
+                       state.episode_end_steps[i])  # fmt: skip
+    values = {f"losses/{k}": info[k] for k in _LOSSES if k in info}
+    values.update({"charts/learning_rate": info["lr"], "charts/SPS": info["sps"]})
+    if "eval/mean_return" in info:
+        values["eval/mean_return"] = info["eval/mean_return"]
+    logger.scalars(values, state.global_step)
+    recent = state.episode_returns[-20:]
+    ret = f"{np.mean(recent):.1f}" if recent else "-"
+    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update)
+    return len(state.episode_returns)
+
+
+def _evaluates(rc: RunConfig, update: int, num_updates: int) -> bool:
+    """Whether evaluation episodes run after ``update`` (1-based)."""
+    every = rc.eval_every and update % rc.eval_every == 0
+    return rc.eval_episodes > 0 and (update == num_updates or bool(every))
+
+
+def _title(cfg: TrainConfig) -> str:
+    """The learning curve's title: algorithm, agent, env id and seed."""
+    return f"PPO ({cfg.agent}) on {cfg.environment.env_id}, seed {cfg.run.seed}"
 
 
 def train_ppo(
@@ -162,6 +165,7 @@ def train_ppo(
     *,
     run_dir: str | Path | None = None,
     resume: bool = False,
+    discard_unstarted: bool = False,
 ) -> TrainResult:
     """Train a PPO agent; returns ``(agent, stats)``.
 
@@ -177,10 +181,46 @@ def train_ppo(
             optimizer, scheduler, buffer RNG, global RNGs, env states, episode history,
             observation / reward normalization statistics), so the
             run continues the learning curve it would have had without the interruption.
+            A larger ``online_config.total_timesteps`` than the run had extends its budget:
+            the learning-rate decay (and ``anneal_clip``) is then defined over the new number
+            of updates, i.e. from the resume point on, update ``u`` trains with the rate a run
+            planned with the new budget would use at ``u`` (a finished 40k-step run decayed to
+            0, extended to 80k steps, continues at half the initial rate, decaying to
+            ``end_learning_rate`` at 80k). The same budget resumes bit for bit.
+        discard_unstarted: remove ``run_dir`` when training fails before its first update
+            (for a run folder created for this run, see :func:`runner`).
+
+    Evaluation: with ``run_config.eval_episodes > 0``, :func:`evaluate_agent` runs that many
+    deterministic episodes after every ``run_config.eval_every`` updates and after the last one
+    (video under ``run_dir/videos/`` with ``run_config.video``); the mean is logged as
+    ``eval/mean_return``, stored in the update's entry of ``stats.updates`` and in
+    ``stats.evaluations``. It draws nothing from the training RNGs.
 
     Returns:
         :class:`TrainResult` ``(agent, stats)``.
     """
+    stats = TrainStats(run_dir=None if run_dir is None else Path(run_dir))
+    try:
+        return _train(
+            run_config, online_config, environment_config, model_config, envs,
+            trajectory_writer, stats, resume,
+        )  # fmt: skip
+    except BaseException:
+        if discard_unstarted and run_dir is not None and not stats.updates:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _train(
+    run_config: RunConfig,
+    online_config: OnlineTrainConfig,
+    environment_config: EnvironmentConfig,
+    model_config: ModelConfig,
+    envs: gym.vector.VectorEnv | None,
+    trajectory_writer: Any,
+    stats: TrainStats,
+    resume: bool,
+) -> TrainResult:
     from rlstore.agents.ppo.checkpoint import (
         latest_checkpoint,
         restore_training,
@@ -188,7 +228,9 @@ def train_ppo(
     )
 
     cfg = train_config_from_parts(run_config, online_config, environment_config, model_config)
-    oc = online_config
+    oc, rc, run_dir = online_config, run_config, stats.run_dir
+    if rc.video and run_dir is not None:
+        check_video_support()  # before the run, not after it
     threads_before = torch.get_num_threads()
     torch.set_num_threads(run_config.torch_threads)
     set_global_seeds(run_config.seed)
@@ -209,7 +251,6 @@ def train_ppo(
         advantage_normalization="none", device=run_config.device, seed=run_config.seed,
     )  # fmt: skip
     state = RolloutState.start(agent, envs, run_config.seed)
-    stats = TrainStats(run_dir=None if run_dir is None else Path(run_dir))
     ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
     start_update, ckpt_num = 0, 0
     if resume:
@@ -218,8 +259,21 @@ def train_ppo(
         start_update, ckpt_num, stats.updates = restore_training(
             path, agent, optimizer, scheduler, buffer, state, envs
         )
-    logger = RunLogger(cfg, run_dir, num_updates * oc.batch_size, state)
-    ckpt_at = _checkpoint_updates(num_updates, oc.num_checkpoints) if ckpt_dir else set()
+        if start_update > num_updates:
+            raise ConfigError(
+                f"online.total_timesteps: expected at least {start_update * oc.batch_size} "
+                f"(the {start_update} updates the run has done), got {oc.total_timesteps}"
+            )
+        if scheduler.num_updates != num_updates:  # an extended budget
+            scheduler.replan(num_updates)
+    logger = RunLogger(
+        run_dir, total_steps=num_updates * oc.batch_size, initial_step=state.global_step,
+        desc=environment_config.env_id, track=rc.track, progress_bar=rc.progress_bar,
+        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
+        exp_name=rc.exp_name, config=cfg.to_dict(),
+    )  # fmt: skip
+    n_logged = len(state.episode_returns)
+    ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
     t0, step0 = time.perf_counter(), state.global_step
     try:
         for update in range(start_update, num_updates):
@@ -229,8 +283,14 @@ def train_ppo(
             elapsed = time.perf_counter() - t0
             info.update(global_step=float(state.global_step),
                         sps=(state.global_step - step0) / max(elapsed, 1e-9))  # fmt: skip
+            if _evaluates(rc, update + 1, num_updates):
+                video = None if not rc.video or run_dir is None else (
+                    run_dir / "videos" / f"step_{state.global_step}")  # fmt: skip
+                returns = evaluate_agent(agent, environment_config, rc.eval_episodes,
+                                         rc.seed + EVAL_SEED_OFFSET, video_dir=video)  # fmt: skip
+                info["eval/mean_return"] = float(np.mean(returns))
             stats.updates.append(info)
-            logger.log_update(update + 1, state, info)
+            n_logged = _log_update(logger, update + 1, state, info, n_logged)
             if ckpt_dir is not None and update + 1 in ckpt_at:
                 ckpt_num = store_model_checkpoint(
                     agent, oc, run_config, ckpt_num, ckpt_dir, config=cfg, optimizer=optimizer,
@@ -239,7 +299,7 @@ def train_ppo(
                 )  # fmt: skip
     finally:
         stats.wall_time = time.perf_counter() - t0
-        logger.close(state)
+        logger.close()
         torch.set_num_threads(threads_before)
         if own_envs:
             envs.close()
@@ -248,9 +308,72 @@ def train_ppo(
     stats.episode_lengths = list(state.episode_lengths)
     stats.episode_end_steps = list(state.episode_end_steps)
     stats.steps_per_second = (state.global_step - step0) / max(stats.wall_time, 1e-9)
+    stats.evaluations = [(int(u["global_step"]), u["eval/mean_return"])
+                         for u in stats.updates if "eval/mean_return" in u]  # fmt: skip
     if run_dir is not None:
-        logger.plot_learning_curve(stats, Path(run_dir) / "learning_curve.png")
+        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", _title(cfg))
     return TrainResult(agent, stats)
+
+
+def _packaged_configs() -> dict[str, str]:
+    """Env id -> packaged ``ppo_<agent>_<EnvId>.yaml``, preferring fc, then lstm, transformer."""
+    names = sorted(p.name for p in resources.files("rlstore").joinpath("configs").iterdir())
+    found: dict[str, str] = {}
+    for agent in ("fc", "lstm", "transformer"):
+        for name in names:
+            if name.startswith(f"ppo_{agent}_") and name.endswith(".yaml"):
+                found.setdefault(name[len(f"ppo_{agent}_") : -len(".yaml")], name)
+    return {"CartPole-v1": found.pop("CartPole-v1"), **found}  # the default first
+
+
+DEFAULT_CONFIGS: dict[str, str] = _packaged_configs()
+"""Env id -> the packaged config ``rlstore/configs/ppo_<agent>_<EnvId>.yaml`` tuned for it (the
+first entry, CartPole-v1, is ``rlstore train``'s default)."""
+
+load_config = load_train_config
+
+
+def runner(cfg: TrainConfig, *, run_dir: Path, resume: bool) -> TrainResult:
+    """Train ``cfg`` in the run folder ``run_dir`` (what ``rlstore train`` calls).
+
+    ``resume=False``: ``run_dir`` is a fresh folder (:func:`rlstore.agents.run.create_run_dir`);
+    ``config.yaml`` is written and training starts; if it fails before its first update the
+    folder is removed again. ``resume=True``: continue from the latest checkpoint of
+    ``run_dir``; ``cfg`` must be the folder's ``config.yaml``, except for a larger
+    ``online.total_timesteps``, which extends the run (the folder's ``config.yaml`` is updated;
+    the learning-rate schedule continues as :func:`train_ppo` documents).
+
+    Raises:
+        ConfigError: with ``resume``, ``cfg`` differs from the run's config in another key, or
+            asks for fewer steps than the run has done.
+    """
+    run_dir = Path(run_dir)
+    if resume:
+        saved = load_train_config(run_dir / "config.yaml")
+        budget = {"total_timesteps": cfg.online.total_timesteps}
+        if cfg != saved.model_copy(update={"online": saved.online.model_copy(update=budget)}):
+            raise ConfigError(
+                "cfg: a resumed run keeps its config.yaml; only online.total_timesteps may change"
+            )
+        if cfg != saved:
+            from rlstore.agents.ppo.checkpoint import latest_checkpoint, read_checkpoint
+
+            path = latest_checkpoint(run_dir / "checkpoints")
+            done = 0 if path is None else read_checkpoint(path)["global_step"]
+            if cfg.online.num_updates * cfg.online.batch_size < done:
+                raise ConfigError(
+                    f"online.total_timesteps: expected at least {done} (the steps the run has "
+                    f"done), got {cfg.online.total_timesteps}"
+                )
+            cfg.to_yaml(run_dir / "config.yaml")
+            logger.info("extending %s to %d steps", run_dir, cfg.online.total_timesteps)
+    else:
+        cfg.to_yaml(run_dir / "config.yaml")
+        logger.info("writing %s", run_dir)
+    return train_ppo(
+        cfg.run, cfg.online, cfg.environment, cfg.selected_model_config(),
+        run_dir=run_dir, resume=resume, discard_unstarted=not resume,
+    )  # fmt: skip
 
 
 def ppo_runner(
@@ -261,28 +384,57 @@ def ppo_runner(
     *,
     resume_dir: str | Path | None = None,
 ) -> TrainResult:
-    """Create the run folder ``<runs_dir>/<exp_name>`` (a ``-<k>`` suffix if it exists), write
-    the resolved ``config.yaml``, train with logging and checkpoints, return ``(agent, stats)``.
+    """Create the run folder ``<runs_dir>/<exp_name>`` (a ``-<k>`` suffix if it exists) once the
+    environment builds, then :func:`runner`: write the resolved ``config.yaml``, train with
+    logging, evaluation and checkpoints, return ``(agent, stats)``.
 
     With ``resume_dir``, the configs are ignored: the run folder's ``config.yaml`` is loaded
     and training continues from its latest checkpoint (see :func:`train_ppo`).
     """
     if resume_dir is not None:
-        run_dir = Path(resume_dir)
-        from rlstore.agents.ppo.config import load_train_config
-
-        cfg = load_train_config(run_dir / "config.yaml")
-        return train_ppo(
-            cfg.run, cfg.online, cfg.environment, cfg.selected_model_config(),
-            run_dir=run_dir, resume=True,
-        )  # fmt: skip
+        cfg = load_train_config(Path(resume_dir) / "config.yaml")
+        return runner(cfg, run_dir=Path(resume_dir), resume=True)
     cfg = train_config_from_parts(run_config, online_config, environment_config, model_config)
-    check_env_id(environment_config)  # before the run folder exists
-    base = Path(run_config.runs_dir) / run_config.exp_name
-    run_dir, k = base, 1
-    while run_dir.exists():
-        run_dir, k = base.with_name(f"{base.name}-{k}"), k + 1
-    run_dir.mkdir(parents=True)
-    cfg.to_yaml(run_dir / "config.yaml")
-    logger.info("writing %s", run_dir)
-    return train_ppo(run_config, online_config, environment_config, model_config, run_dir=run_dir)
+    make_env(environment_config).close()  # a failing env build leaves no run folder behind
+    run_dir = create_run_dir(run_config.runs_dir, run_config.exp_name)
+    return runner(cfg, run_dir=run_dir, resume=False)
+
+
+EVAL_SEED_OFFSET = 1_000_000
+"""Evaluation episode i resets with seed ``run.seed + EVAL_SEED_OFFSET + i``."""
+
+
+def evaluate_agent(
+    agent: PPOAgent,
+    environment_config: EnvironmentConfig,
+    episodes: int,
+    seed: int,
+    *,
+    video_dir: str | Path | None = None,
+) -> list[float]:
+    """Returns of ``episodes`` deterministic episodes of ``agent`` (greedy action for discrete
+    spaces, the mean for continuous ones; ``eval()`` mode, so observation statistics are frozen;
+    recurrent memory reset at each episode start) on one env built like the training envs, via
+    :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
+    records them)."""
+    carry: dict[str, Any] = {}
+
+    def begin() -> None:
+        carry["memory"] = agent.initial_memory(1)
+        carry["t"] = torch.zeros(1, dtype=torch.int64, device=agent.device)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        x = agent.normalizer.obs(agent.preprocess(obs, agent.device).unsqueeze(0), False)
+        with torch.no_grad():
+            params, _, _, carry["memory"] = agent._step(x, carry["memory"], carry["t"])
+        carry["t"] = carry["t"] + 1
+        return agent.env_action(params.argmax(-1) if agent.discrete else params)[0]
+
+    render = None if video_dir is None else "rgb_array"
+    was_training = agent.training
+    agent.eval()
+    try:
+        return evaluate(act, lambda: make_env(environment_config, render), episodes, seed,
+                        video_dir=video_dir, begin_episode=begin)  # fmt: skip
+    finally:
+        agent.train(was_training)
