@@ -420,7 +420,16 @@ def test_memory_input_errors():
             truncated=torch.ones(2, dtype=torch.bool),
             final_value=torch.zeros(2),
         )
+    with pytest.raises(SpecError, match="previous rollout"):  # rejected: fixes no shapes
+        memory.add(torch.zeros(2, 5), torch.ones(2), torch.zeros(2), *(torch.zeros(2),) * 3,
+                   truncated=torch.ones(2), final_value=torch.zeros(2))  # fmt: skip
     memory.add(torch.zeros(2, 4), torch.zeros(2), torch.zeros(2), *(torch.zeros(2),) * 3)
+    with pytest.raises(SpecError, match="obs"):  # the first add fixed the shapes
+        memory.add(torch.zeros(2, 5), torch.zeros(2), torch.zeros(2), *(torch.zeros(2),) * 3)
+    with pytest.raises(SpecError, match="final_value"):
+        memory.add(torch.zeros(2, 4), torch.ones(2), torch.zeros(2), *(torch.zeros(2),) * 3,
+                   truncated=torch.ones(2), final_value=torch.tensor([0.0, torch.nan]))  # fmt: skip
+    assert len(memory.experiences) == 1
     memory.next_done = None
     with pytest.raises(EmptyBufferError, match="next_value"):
         memory.get_minibatches()

@@ -259,3 +259,71 @@ def test_every_documented_name_exists():
     assert sorted(seed_names) == sorted(src_ppo.__all__)
     assert all(callable(getattr(src_ppo, n)) for n in seed_names)
     assert hasattr(LSTMPPOAgent, "preprocess_obs") and PPOAgent.layer_init is core.layer_init
+
+
+SIGNATURES = {  # documented parameter names, in order (rlstore may add optional ones after)
+    "FCAgent": "envs environment_config fc_model_config device hidden_dim",
+    "LSTMPPOAgent": "envs environment_config lstm_config device",
+    "TransformerPPOAgent": "envs environment_config transformer_model_config device",
+    "PPOAgent": "envs device",
+    "PPOAgent.rollout": "memory num_steps envs trajectory_writer sampling_method",
+    "PPOAgent.learn": "memory args optimizer scheduler track",
+    "PPOAgent.make_optimizer": "num_updates initial_lr end_lr",
+    "PPOAgent.layer_init": "layer std bias_const",
+    "LSTMPPOAgent.preprocess_obs": "obs",
+    "PPOScheduler": "optimizer initial_lr end_lr num_updates",
+    "get_agent": "model_config envs environment_config online_config",
+    "load_all_agents_from_checkpoints": "checkpoint_folder_path num_envs",
+    "load_saved_checkpoint": "path num_envs",
+    "sample_from_agents": "agents rollout_length trajectory_path num_envs sampling_method",
+    "compute_advantages_vectorized": "next_value next_done rewards values dones device gamma "
+    "gae_lambda",
+    "shift_rows": "arr",
+    "Memory": "envs args device",
+    "Memory.compute_advantages": "next_value next_done rewards values dones device gamma "
+    "gae_lambda",
+    "Memory.get_minibatch_indexes": "batch_size minibatch_size recurrence",
+    "Memory.get_minibatches": "recurrence indexes",
+    "Memory.get_trajectory_minibatches": "timesteps prob_go_from_end",
+    "Memory.get_printable_output": "",
+    "Memory.reset": "",
+    "Memory.sample_experiences": "",
+    "Memory.log": "",
+    "process_memory_vars_to_log": "memory_vars_to_log",
+    "combine_args": "run_config environment_config online_config transformer_model_config",
+    "ppo_runner": "run_config environment_config online_config model_config",
+    "check_and_upload_new_video": "video_path videos step",
+    "prepare_video_dir": "video_path",
+    "train_ppo": "run_config online_config environment_config model_config envs trajectory_writer",
+    "get_obs_preprocessor": "obs_space",
+    "get_obs_shape": "single_observation_space",
+    "parse_args": "",
+    "preprocess_images": "images device",
+    "set_global_seeds": "seed",
+    "store_model_checkpoint": "agent online_config run_config checkpoint_num checkpoint_artifact",
+}
+
+
+@pytest.mark.parametrize("name", list(SIGNATURES))
+def test_documented_signatures(name):
+    import inspect
+
+    obj = src_ppo
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    params = list(inspect.signature(obj).parameters.values())
+    params = [p for p in params if p.name != "self"]
+    named = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    want = SIGNATURES[name].split()
+    assert [p.name for p in named[: len(want)]] == want
+    extra = named[len(want) :] + [p for p in params if p.kind is p.KEYWORD_ONLY]
+    assert all(p.default is not p.empty for p in extra), extra  # additions are optional
+
+
+def test_minibatch_fields_in_documented_order():
+    import dataclasses
+
+    mb = [f.name for f in dataclasses.fields(src_ppo.Minibatch)]
+    assert mb[:8] == "obs actions logprobs advantages values returns recurrence_memory mask".split()
+    traj = [f.name for f in dataclasses.fields(src_ppo.TrajectoryMinibatch)]
+    assert traj[:8] == "obs actions logprobs advantages values returns timesteps rewards".split()

@@ -30,7 +30,6 @@ import torch
 from rlstore._checks import as_device
 from rlstore._trees import as_tensor, cast_lossless, tree_map
 from rlstore.buffers.rollout import RolloutBuffer
-from rlstore.buffers.rollout_checks import StepChecker
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import Minibatch, TrajectoryMinibatch
@@ -170,6 +169,7 @@ class Memory:
         self._episodes_seen = 0  # episodes of ``state`` already in the statistics
         self.rng = np.random.default_rng(getattr(args, "seed", None))
         self._cache: tuple[int, list[Any], RolloutBuffer] | None = None
+        self._probe: RolloutBuffer  # a one-step buffer that checks add(), new every rollout
         self.reset()
 
     # ------------------------------------------------------------------ rollout phase
@@ -208,52 +208,31 @@ class Memory:
             self._record_episodes(info)
 
     def _validate(self, data: tuple[Any, ...], truncated: Any, final_value: Any) -> None:
-        """Check one :meth:`add` like :meth:`RolloutBuffer.add` would (finite real numbers,
-        shapes and dtypes like the rollout's first add) before anything is stored."""
-        N = self.num_envs
+        """Check one :meth:`add` before anything is stored: ``done`` here, the rest by
+        :meth:`RolloutBuffer.add` into a one-step buffer that keeps the shapes and dtypes of
+        the rollout's first add."""
         done = as_tensor("done", data[1])
-        if tuple(done.shape) != (N,):
-            raise SpecError(f"done: expected shape ({N},), got {tuple(done.shape)}")
+        if tuple(done.shape) != (self.num_envs,):
+            raise SpecError(f"done: expected shape ({self.num_envs},), got {tuple(done.shape)}")
         cast_lossless("done", done, torch.bool)  # 0/1 (float or int) or bool
-        if truncated is not None:
-            trunc = as_tensor("truncated", truncated)
-            if tuple(trunc.shape) != (N,):
-                raise SpecError(f"truncated: expected shape ({N},), got {tuple(trunc.shape)}")
-            trunc = cast_lossless("truncated", trunc, torch.bool)
-            if not self.experiences and bool(trunc.any()):
-                raise SpecError(
-                    "truncated: on the first add of a rollout it would describe the previous "
-                    "rollout; set memory.next_truncated / next_final_value instead"
-                )
-            if final_value is None:
-                raise SpecError("final_value: expected V(final_obs) (N,) together with truncated")
-            fv = StepChecker(N, self.device).vector("final_value", final_value, finite_where=trunc)
-            if not bool(torch.isfinite(fv).all()):
-                raise SpecError("final_value: expected finite values for the truncated envs")
-        first = self.experiences[0] if self.experiences else None
-        like: dict[str, Any] = {"final_values": torch.zeros(1, N, device=self.device)}
-        if first is not None:  # the first add fixes structure, shapes and dtypes
-            chk = StepChecker(N, self.device)
-            like["obs"] = tree_map(lambda x: x[None], chk.tree("obs", first[0], None))
-            like["actions"] = chk.tree("action", first[2], None)[None]
-            if len(first) > 6:
-                like["hidden"] = tree_map(lambda x: x[None], chk.tree("hidden", first[6], None))
-        no = torch.zeros(N, dtype=torch.bool)
-        args = {
-            "obs": data[0],
-            "action": data[2],
-            "logp": data[3],
-            "value": data[4],
-            "reward": data[5],
-            "terminated": no,
-            "truncated": no,
-            "final_value": None,
-            "hidden": data[6] if len(data) > 6 else None,
-            "int_reward": None,
-            "int_value": None,
-        }
-        hidden_given = None if first is None else len(first) > 6
-        StepChecker(N, self.device).step(args, like, hidden_given=hidden_given, has_intrinsic=False)
+        obs, _, action, logprob, value, reward = data[:6]
+        no = torch.zeros(self.num_envs, dtype=torch.bool)
+        trunc = (
+            no
+            if truncated is None
+            else cast_lossless(  # 0/1 (float or int) or bool
+                "truncated", as_tensor("truncated", truncated), torch.bool
+            )
+        )
+        self._probe.reset()
+        self._probe.add(obs, action, logprob, value, reward, no, trunc, final_value=final_value,
+                        hidden=data[6] if len(data) > 6 else None)  # fmt: skip
+        if not self.experiences and bool(self._probe.get().truncated.any()):
+            self._probe = RolloutBuffer(1, self.num_envs, device=self.device)  # as it was
+            raise SpecError(
+                "truncated: on the first add of a rollout it would describe the previous "
+                "rollout; set memory.next_truncated / next_final_value instead"
+            )
 
     def _record_episodes(self, info: Mapping[str, Any]) -> None:
         found: list[tuple[float, float]] = []
@@ -329,6 +308,7 @@ class Memory:
         self.experiences: list[tuple[Any, ...]] = []
         self._cache = None
         self._filled: RolloutBuffer | None = None
+        self._probe = RolloutBuffer(1, self.num_envs, device=self.device)  # checks add()
         self._trunc: list[tuple[Any, Any] | None] = []
         self.vars_to_log: defaultdict[int, dict[str, Any]] = defaultdict(dict)
         self.episode_lengths: list[float] = []
