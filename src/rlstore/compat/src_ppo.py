@@ -98,6 +98,8 @@ class PPOAgent(ppo.PPOAgent):
             return super().rollout(
                 memory, num_steps, envs, trajectory_writer, sampling_method, *core_args, **kwargs
             )
+        if memory.experiences:
+            raise ConfigError("memory: holds the steps of a rollout; call memory.reset() first")
         buffer = memory.rollout_buffer(num_steps)
         if memory.state is None:  # the first rollout: reset the envs and the agent's memory
             memory.state = RolloutState.start(self, envs, getattr(memory.args, "seed", None))

@@ -88,16 +88,8 @@ def _same(old: torch.Tensor | None, new: Any) -> bool:
     return new_t.shape == old.shape and bool(torch.equal(new_t.to(old), old))
 
 
-_MB_FIELDS = (
-    "obs",
-    "actions",
-    "logprobs",
-    "advantages",
-    "values",
-    "returns",
-    "recurrence_memory",
-    "indices",
-)
+_MB_FIELDS = ("obs", "actions", "logprobs", "advantages", "values", "returns",
+              "recurrence_memory", "indices")  # fmt: skip
 
 
 def _take(x: Any, i: torch.Tensor | int) -> Any:
@@ -112,7 +104,10 @@ class Memory:
     step (layout B ``done``: "obs starts a new episode") and sets ``memory.next_obs``,
     ``memory.next_done`` and ``memory.next_value`` after the last step. The minibatch methods
     convert the steps to layout A, fill a ``RolloutBuffer`` (``advantage_normalization="none"``:
-    the original normalizes per minibatch in its loss) and draw minibatches from it.
+    the original normalizes per minibatch in its loss) and draw minibatches from it. Or an agent
+    of :mod:`rlstore.compat.src_ppo` fills it: ``agent.rollout(memory, num_steps, envs)`` writes
+    a computed ``RolloutBuffer`` (see :meth:`record_rollout`), ``memory.state`` carrying the env
+    observation and the agent's recurrent state to the next rollout; ``reset()`` in between.
 
     ``args`` is any object with the attributes the original reads from ``OnlineTrainConfig``:
     ``gamma``, ``gae_lambda``, ``minibatch_size`` (and, optional, ``batch_size`` for
@@ -325,20 +320,11 @@ class Memory:
 
     # ------------------------------------------------------------------ agent rollouts
     def rollout_buffer(self, num_steps: int) -> RolloutBuffer:
-        """An empty ``RolloutBuffer`` of ``num_steps`` x ``num_envs`` for ``agent.rollout(memory,
-        num_steps, envs)`` to fill (``args.gamma`` / ``gae_lambda``, this memory's device and
-        shuffling RNG).
-
-        Raises:
-            ConfigError: the memory still holds steps (``reset()`` between rollouts).
-        """
-        if self.experiences:
-            raise ConfigError("memory: holds the steps of a rollout; call memory.reset() first")
-        return RolloutBuffer(
-            num_steps, self.num_envs, gamma=float(self.args.gamma),
-            lam=float(self.args.gae_lambda), advantage_normalization="none",
-            device=self.device, seed=self.rng,
-        )  # fmt: skip
+        """An empty ``RolloutBuffer`` of ``num_steps`` x ``num_envs`` (``args.gamma`` /
+        ``gae_lambda``, this memory's device and shuffling RNG), e.g. for an agent to fill."""
+        return RolloutBuffer(num_steps, self.num_envs, gamma=float(self.args.gamma),
+                             lam=float(self.args.gae_lambda), advantage_normalization="none",
+                             device=self.device, seed=self.rng)  # fmt: skip
 
     def record_rollout(self, buffer: RolloutBuffer, state: Any) -> None:
         """Take over a rollout that an agent wrote into ``buffer`` (returns computed) and its
@@ -393,15 +379,7 @@ class Memory:
                 "next_value/next_done: set them after the rollout (V and the "
                 "done flag of the observation after the last step)"
             )
-        rb = RolloutBuffer(
-            T,
-            self.num_envs,
-            gamma=float(self.args.gamma),
-            lam=float(self.args.gae_lambda),
-            advantage_normalization="none",
-            device=self.device,
-            seed=self.rng,
-        )
+        rb = self.rollout_buffer(T)
         ends = [(exp[1], tr) for exp, tr in zip(self.experiences[1:], self._trunc[1:], strict=True)]
         last_tr = None
         if self.next_truncated is not None:
