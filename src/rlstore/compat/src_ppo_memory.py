@@ -182,7 +182,7 @@ class Memory:
                 ``action`` ``(N, ...)``, ``logprob`` ``(N,)``, ``value`` ``(N,)``, ``reward``
                 ``(N,)`` and optionally the recurrent state before the step (tensor or tuple).
             info: the vector env's info of this step, for episode statistics (Gymnasium 1.x
-                ``info["episode"]``/``info["_episode"]`` or the older ``info["final_info"]``).
+                ``info["episode"]`` / ``info["_episode"]``, also inside ``info["final_info"]``).
             truncated: ``(N,)`` bool: the episode that ``done`` says just ended (the previous
                 transition of that env) was truncated, not terminated.
             final_value: ``(N,)`` V(final observation) of those truncated envs.
@@ -230,26 +230,14 @@ class Memory:
             )
 
     def _record_episodes(self, info: Mapping[str, Any]) -> None:
-        found: list[tuple[float, float]] = []
-        if "episode" in info and "_episode" in info:
-            ep, mask = info["episode"], np.asarray(info["_episode"], dtype=bool)
-            found += list(
-                zip(
-                    np.asarray(ep["l"])[mask].tolist(),
-                    np.asarray(ep["r"])[mask].tolist(),
-                    strict=True,
-                )
-            )
-        for item in info.get("final_info", None) or ():
-            if isinstance(item, Mapping) and "episode" in item:
-                found.append(
-                    (
-                        float(np.asarray(item["episode"]["l"])),
-                        float(np.asarray(item["episode"]["r"])),
-                    )
-                )
-        for length, ret in found:
-            self._log_episode(length, ret, self.global_step)
+        # Gymnasium 1.x: a vector RecordEpisodeStatistics writes info["episode"]; per-env ones
+        # under SAME_STEP autoreset leave it in info["final_info"] (both with an "_episode" mask)
+        for src in (info, info.get("final_info") or {}):
+            if isinstance(src, Mapping) and "episode" in src and "_episode" in src:
+                mask, ep = np.asarray(src["_episode"], dtype=bool), src["episode"]
+                lengths, returns = np.asarray(ep["l"])[mask], np.asarray(ep["r"])[mask]
+                for length, ret in zip(lengths, returns, strict=True):
+                    self._log_episode(length, ret, self.global_step)
 
     def _log_episode(self, length: float, ret: float, step: int) -> None:
         self.episode_lengths.append(float(length))
