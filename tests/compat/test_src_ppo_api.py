@@ -79,6 +79,13 @@ def test_documented_loop_trains_every_agent(name):
         assert sorted(torch.cat([mb.indices for mb in mbs]).tolist()) == list(range(T * N))
         assert all(mb.obs.shape == (online_config.minibatch_size, 4) for mb in mbs)
         assert all(torch.isfinite(mb.advantages).all() for mb in mbs)
+        if name == "lstm":  # sequences of 4 steps, with the LSTM state before their first step
+            for mb in memory.get_minibatches(recurrence=4):
+                assert mb.obs.shape[0] == 4 and mb.obs.shape[2:] == (4,)
+                assert all(h.shape[0] == mb.obs.shape[1] for h in mb.recurrence_memory)
+        if name == "transformer":  # windows of the episode's past observations
+            for mb in memory.get_trajectory_minibatches(timesteps=3, prob_go_from_end=0.0):
+                assert mb.obs.shape == (online_config.minibatch_size, 3, 4)
         assert agent.learn(memory, online_config, optimizer, scheduler, True) is None
         memory.log(lambda d, step: logged.append(d))
         memory.get_printable_output()
