@@ -104,7 +104,7 @@ def test_memory_carries_state_across_rollouts_and_refuses_mixing():
     online_config = online(num_envs=1, num_steps=8)
     envs = make_vector_env(ENV, 1)
     memory = Memory(envs, online_config)
-    agent = get_agent(MODELS["lstm"][0], envs, ENV, online_config)
+    agent = LSTMPPOAgent(envs, ENV, MODELS["lstm"][0], "cpu")  # the documented constructor
     agent.rollout(memory, 8, envs)
     state = memory.state
     # layout B: done[t] says obs[t] starts an episode = the previous transition ended
