@@ -368,37 +368,24 @@ class Memory:
                 "done flag of the observation after the last step)"
             )
         rb = self.rollout_buffer(T)
-        ends = [(exp[1], tr) for exp, tr in zip(self.experiences[1:], self._trunc[1:], strict=True)]
         last_tr = None
         if self.next_truncated is not None:
             if self.next_final_value is None:
                 raise SpecError("next_final_value: expected V(final_obs) (N,) with next_truncated")
             last_tr = (self.next_truncated, self.next_final_value)
-        ends.append((self.next_done, last_tr))
-        for exp, (done_next, tr) in zip(self.experiences, ends, strict=True):
-            obs, _, action, logprob, value, reward = exp[:6]
-            done = torch.as_tensor(done_next, device=self.device).reshape(self.num_envs) != 0
+        ends = [(e[1], tr) for e, tr in zip(self.experiences[1:], self._trunc[1:], strict=True)]
+        N, dev = self.num_envs, self.device
+        for exp, (done_next, tr) in zip(self.experiences, [*ends, (self.next_done, last_tr)],
+                                        strict=True):  # fmt: skip
+            done = torch.as_tensor(done_next, device=dev).reshape(N) != 0
             trunc = torch.zeros_like(done)
-            final_value = None
             if tr is not None:
-                trunc = done & (
-                    torch.as_tensor(tr[0], device=self.device).reshape(self.num_envs) != 0
-                )
-                final_value = tr[1]
-            rb.add(
-                obs,
-                action,
-                logprob,
-                value,
-                reward,
-                done & ~trunc,
-                trunc,
-                final_value=final_value,
-                hidden=exp[6] if len(exp) > 6 else None,
-            )
-        rb.compute_returns(
-            torch.as_tensor(self.next_value, device=self.device).reshape(self.num_envs)
-        )
+                trunc = done & (torch.as_tensor(tr[0], device=dev).reshape(N) != 0)
+            obs, _, action, logprob, value, reward = exp[:6]
+            rb.add(obs, action, logprob, value, reward, done & ~trunc, trunc,
+                   final_value=None if tr is None else tr[1],
+                   hidden=exp[6] if len(exp) > 6 else None)  # fmt: skip
+        rb.compute_returns(torch.as_tensor(self.next_value, device=dev).reshape(N))
         return rb
 
     def get_minibatch_indexes(
