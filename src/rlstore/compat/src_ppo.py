@@ -38,11 +38,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 import rlstore.agents.ppo as ppo
 from rlstore.agents.ppo import PPOScheduler, RolloutState, sample_from_agents
 from rlstore.agents.ppo.checkpoint import checkpoint_path
+from rlstore.agents.ppo.config import ModelConfig
 from rlstore.agents.ppo.obs import get_obs_preprocessor, get_obs_shape, preprocess_images
 from rlstore.agents.ppo.trainer import set_global_seeds  # the one the trainer seeds with
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
@@ -159,7 +161,10 @@ def _seed_agent(agent: Any) -> PPOAgent:
 
 
 def get_agent(
-    model_config: Any, envs: Any, environment_config: Any, online_config: Any
+    model_config: ModelConfig,
+    envs: gym.vector.VectorEnv,
+    environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig,
 ) -> PPOAgent:
     """:func:`rlstore.agents.ppo.get_agent` (None -> FC, LSTM / transformer configs), as the
     compat agent with the seed's call forms."""
@@ -180,11 +185,11 @@ def load_all_agents_from_checkpoints(
 
 
 def train_ppo(
-    run_config: Any,
-    online_config: Any,
-    environment_config: Any,
-    model_config: Any,
-    envs: Any,
+    run_config: ppo.RunConfig,
+    online_config: ppo.OnlineTrainConfig,
+    environment_config: ppo.EnvironmentConfig,
+    model_config: ModelConfig,
+    envs: gym.vector.VectorEnv,
     trajectory_writer: Any = None,
 ) -> PPOAgent:
     """Train with :func:`rlstore.agents.ppo.train_ppo` (writes nothing) and return the agent."""
@@ -195,7 +200,10 @@ def train_ppo(
 
 
 def ppo_runner(
-    run_config: Any, environment_config: Any, online_config: Any, model_config: Any
+    run_config: ppo.RunConfig,
+    environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig,
+    model_config: ModelConfig,
 ) -> None:
     """:func:`rlstore.agents.ppo.ppo_runner`: train into the run folder
     ``<runs_dir>/<exp_name>`` (config, logs, checkpoints, learning curve); returns None."""
@@ -203,7 +211,11 @@ def ppo_runner(
 
 
 def store_model_checkpoint(
-    agent: Any, online_config: Any, run_config: Any, checkpoint_num: int, checkpoint_artifact: Any
+    agent: ppo.PPOAgent,
+    online_config: ppo.OnlineTrainConfig,
+    run_config: ppo.RunConfig,
+    checkpoint_num: int,
+    checkpoint_artifact: Any,
 ) -> int:
     """Write checkpoint ``checkpoint_num`` of ``agent`` (rlstore's safetensors + JSON folder,
     loadable by :func:`load_saved_checkpoint`); returns ``checkpoint_num + 1``.
@@ -232,10 +244,10 @@ def store_model_checkpoint(
 
 
 def combine_args(
-    run_config: Any,
-    environment_config: Any,
-    online_config: Any,
-    transformer_model_config: Any = None,
+    run_config: ppo.RunConfig,
+    environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig,
+    transformer_model_config: ModelConfig = None,
 ) -> dict[str, Any]:
     """All settings of the configs in one flat dict (e.g. ``wandb.init(config=...)``), later
     configs winning on a shared name, with ``online_config``'s derived ``batch_size``,
