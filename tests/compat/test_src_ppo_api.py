@@ -68,9 +68,11 @@ def test_documented_loop_trains_every_agent(name):
     optimizer, scheduler = agent.make_optimizer(num_updates, 1e-3, 1e-4)
     before = [p.detach().clone() for p in agent.parameters()]
     T, N = online_config.num_steps, online_config.num_envs
-    logged = []
+    logged, written = [], []
+    trajectory_writer = types.SimpleNamespace(accumulate_trajectory=lambda *a: written.append(a))
     for n in range(num_updates):
-        assert agent.rollout(memory, online_config.num_steps, envs) is None
+        assert agent.rollout(memory, online_config.num_steps, envs, trajectory_writer) is None
+        assert len(written) == (n + 1) * T  # one call per vector-env step
         # memory holds the rollout: T steps of N envs, in the seed's (obs, done, ...) format
         assert len(memory.experiences) == T and memory.global_step == (n + 1) * T * N
         obs, done, action, logprob, value, reward = memory.experiences[0]
