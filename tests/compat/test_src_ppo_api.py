@@ -102,6 +102,28 @@ def test_documented_loop_trains_every_agent(name):
     envs.close()
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_documented_loop_learns_probe2_values(name):
+    # rlstore/Probe2-v0: one step, observation r = +-1, reward r, so V([r]) = r (from ~0 at init)
+    env = EnvironmentConfig(env_id="rlstore/Probe2-v0")
+    args = online(total_timesteps=8 * 16 * 8, num_envs=8, learning_rate=3e-3, ent_coef=0.0,
+                  update_epochs=4)  # fmt: skip
+    envs = make_vector_env(env, args.num_envs)
+    torch.manual_seed(1)
+    memory = Memory(envs, args)
+    agent = get_agent(MODELS[name][0], envs, env, args)
+    optimizer, scheduler = agent.make_optimizer(args.num_updates, args.learning_rate, 1e-3)
+    for _ in range(args.num_updates):
+        agent.rollout(memory, args.num_steps, envs)
+        agent.learn(memory, args, optimizer, scheduler, False)
+        memory.reset()
+    agent.rollout(memory, args.num_steps, envs)
+    obs = torch.stack([e[0] for e in memory.experiences])[..., 0]
+    values = torch.stack([e[4] for e in memory.experiences])
+    assert (values - obs).abs().max() < 0.1  # |V - r| starts near 1
+    envs.close()
+
+
 def test_memory_carries_state_across_rollouts_and_refuses_mixing():
     online_config = online(num_envs=1, num_steps=8)
     envs = make_vector_env(ENV, 1)
