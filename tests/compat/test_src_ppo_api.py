@@ -332,6 +332,7 @@ SIGNATURES = {  # documented parameter names, in order (rlstore may add optional
     "preprocess_images": "images device",
     "set_global_seeds": "seed",
     "store_model_checkpoint": "agent online_config run_config checkpoint_num checkpoint_artifact",
+    **{f"Probe{i}.reset": "seed return_info options" for i in range(1, 8)},
 }
 
 
@@ -358,3 +359,16 @@ def test_minibatch_fields_in_documented_order():
     assert mb[:8] == "obs actions logprobs advantages values returns recurrence_memory mask".split()
     traj = [f.name for f in dataclasses.fields(src_ppo.TrajectoryMinibatch)]
     assert traj[:8] == "obs actions logprobs advantages values returns timesteps rewards".split()
+
+
+def test_probes_keep_the_seed_reset():
+    from rlstore.envs import probes
+
+    env = src_ppo.Probe2()
+    assert isinstance(env, probes.Probe2)
+    obs, info = env.reset(0)  # positional seed, (obs, info) by default
+    assert obs.shape == (1,) and info == {}
+    again = env.reset(0, return_info=False)  # obs alone; same seed, same draw
+    assert np.array_equal(again, obs)
+    assert env.step(0)[1] == float(obs[0])  # reward = observation
+    assert src_ppo.Probe7().reset(seed=1)[0].shape == (1,)

@@ -55,7 +55,7 @@ from rlstore.compat.src_ppo_memory import (
     process_memory_vars_to_log,
     wandb_run,
 )
-from rlstore.envs.probes import Probe1, Probe2, Probe3, Probe4, Probe5, Probe6, Probe7
+from rlstore.envs import probes
 from rlstore.errors import ConfigError
 
 __all__ = [
@@ -241,6 +241,22 @@ def store_model_checkpoint(
         path = checkpoint_path(folder, checkpoint_num)
         checkpoint_artifact.add_dir(str(path), name=path.name)
     return out
+
+
+class _SeedReset:
+    """The seed's probe ``reset(seed=None, return_info=True, options=None)``: ``(obs, info)``,
+    or ``obs`` alone with ``return_info=False``; otherwise rlstore's probe."""
+
+    def reset(self, seed: int | None = None, return_info: bool = True, options: Any = None) -> Any:
+        obs, info = super().reset(seed=seed, options=options)  # type: ignore[misc]
+        return (obs, info) if return_info else obs
+
+
+Probe1, Probe2, Probe3, Probe4, Probe5, Probe6, Probe7 = (
+    type(c.__name__, (_SeedReset, c), {"__doc__": c.__doc__, "__module__": __name__})
+    for c in (probes.Probe1, probes.Probe2, probes.Probe3, probes.Probe4, probes.Probe5,
+              probes.Probe6, probes.Probe7)
+)  # fmt: skip
 
 
 def combine_args(
