@@ -243,6 +243,9 @@ def test_parse_args_defaults_overrides_and_errors():
         parse_args(["--seed", "-1"])
     with pytest.raises(SystemExit):
         parse_args(["--num_envs", "2.5"])
+    with pytest.raises(SystemExit):
+        parse_args(["--track", "maybe"])
+    assert parse_args(["--track", "TRUE", "--norm_adv", "0"]).norm_adv is False
 
 
 def test_prepare_video_dir(tmp_path):

@@ -286,8 +286,15 @@ def _flag_type(annotation: Any) -> Any:
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     base = args[0] if union and len(args) == 1 else annotation
     if base is bool:
-        return lambda s: {"true": True, "1": True, "false": False, "0": False}[s.lower()]
+        return _boolean
     return base if base in (int, float, str) else None
+
+
+def _boolean(text: str) -> bool:
+    """``true``/``1`` or ``false``/``0`` (any case); a ValueError (argparse's usage error) else."""
+    if text.lower() not in ("true", "1", "false", "0"):
+        raise ValueError(text)
+    return text.lower() in ("true", "1")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
