@@ -212,13 +212,8 @@ class Memory:
         cast_lossless("done", done, torch.bool)  # 0/1 (float or int) or bool
         obs, _, action, logprob, value, reward = data[:6]
         no = torch.zeros(self.num_envs, dtype=torch.bool)
-        trunc = (
-            no
-            if truncated is None
-            else cast_lossless(  # 0/1 (float or int) or bool
-                "truncated", as_tensor("truncated", truncated), torch.bool
-            )
-        )
+        trunc = no if truncated is None else as_tensor("truncated", truncated)
+        trunc = cast_lossless("truncated", trunc, torch.bool)  # 0/1 (float or int) or bool
         self._probe.reset()
         self._probe.add(obs, action, logprob, value, reward, no, trunc, final_value=final_value,
                         hidden=data[6] if len(data) > 6 else None)  # fmt: skip
@@ -291,7 +286,7 @@ class Memory:
         self.experiences: list[tuple[Any, ...]] = []
         self._cache = None
         self._filled: RolloutBuffer | None = None
-        self._probe = RolloutBuffer(1, self.num_envs, device=self.device)  # checks add()
+        self._probe = RolloutBuffer(1, self.num_envs, device=self.device)
         self._trunc: list[tuple[Any, Any] | None] = []
         self.vars_to_log: defaultdict[int, dict[str, Any]] = defaultdict(dict)
         self.episode_lengths: list[float] = []
