@@ -153,6 +153,26 @@ def test_memory_carries_state_across_rollouts_and_refuses_mixing():
     envs.close()
 
 
+def test_learn_on_hand_added_steps():
+    # the seed's own rollout loop (memory.add per step) feeding the compat agent's learn
+    args = online(num_steps=4)
+    envs = make_vector_env(ENV, 2)
+    memory = Memory(envs, args)
+    agent = get_agent(None, envs, ENV, args)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        action = torch.randint(0, 2, (2,), generator=g)
+        memory.add(torch.randn(2, 4, generator=g), torch.zeros(2), action,
+                   torch.full((2,), -0.69), torch.zeros(2), torch.ones(2))  # fmt: skip
+    memory.next_value, memory.next_done = torch.zeros(2), torch.zeros(2)
+    before = [p.detach().clone() for p in agent.parameters()]
+    optimizer, scheduler = agent.make_optimizer(1, 1e-3, 1e-3)
+    agent.learn(memory, args, optimizer, scheduler, True)
+    assert np.isfinite(memory.vars_to_log[memory.global_step]["loss"])
+    assert any(not torch.equal(b, p) for b, p in zip(before, agent.parameters(), strict=True))
+    envs.close()
+
+
 def test_rollout_needs_same_step_autoreset():
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])  # NEXT_STEP autoreset
     memory = Memory(envs, online(num_envs=1))
