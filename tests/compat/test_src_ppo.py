@@ -388,6 +388,31 @@ def test_memory_statistics_logging_and_printing(capsys):
     envs.close()
 
 
+def test_memory_statistics_from_final_info_under_same_step_autoreset():
+    # per-env RecordEpisodeStatistics + SAME_STEP autoreset: the finished episodes' statistics
+    # are in info["final_info"] (the step's own info is the reset's)
+    envs = gym.make_vec(
+        "CartPole-v1", num_envs=2, vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        wrappers=[gym.wrappers.RecordEpisodeStatistics],
+    )  # fmt: skip
+    memory = Memory(envs, Args())
+    obs, _ = envs.reset(seed=0)
+    done, lengths, ep_len = np.zeros(2), [], np.zeros(2, dtype=int)
+    for _ in range(40):
+        next_obs, rew, term, trunc, info = envs.step(np.zeros(2, dtype=np.int64))
+        ep_len += 1
+        memory.add(torch.as_tensor(obs), torch.as_tensor(done), torch.zeros(2), torch.zeros(2),
+                   torch.zeros(2), torch.as_tensor(rew), info=info)  # fmt: skip
+        ended = term | trunc
+        lengths += ep_len[ended].tolist()
+        ep_len[ended] = 0
+        obs, done = next_obs, ended.astype(float)
+    assert lengths and memory.episode_lengths == lengths  # always pushing left: short episodes
+    assert memory.episode_returns == lengths  # reward 1 per step
+    envs.close()
+
+
 def test_process_memory_vars_to_log_hand_values():
     logged = {
         4: {"episode_return": 10.0, "note": "x"},
@@ -420,7 +445,16 @@ def test_memory_input_errors():
             truncated=torch.ones(2, dtype=torch.bool),
             final_value=torch.zeros(2),
         )
+    with pytest.raises(SpecError, match="previous rollout"):  # rejected: fixes no shapes
+        memory.add(torch.zeros(2, 5), torch.ones(2), torch.zeros(2), *(torch.zeros(2),) * 3,
+                   truncated=torch.ones(2), final_value=torch.zeros(2))  # fmt: skip
     memory.add(torch.zeros(2, 4), torch.zeros(2), torch.zeros(2), *(torch.zeros(2),) * 3)
+    with pytest.raises(SpecError, match="obs"):  # the first add fixed the shapes
+        memory.add(torch.zeros(2, 5), torch.zeros(2), torch.zeros(2), *(torch.zeros(2),) * 3)
+    with pytest.raises(SpecError, match="final_value"):
+        memory.add(torch.zeros(2, 4), torch.ones(2), torch.zeros(2), *(torch.zeros(2),) * 3,
+                   truncated=torch.ones(2), final_value=torch.tensor([0.0, torch.nan]))  # fmt: skip
+    assert len(memory.experiences) == 1
     memory.next_done = None
     with pytest.raises(EmptyBufferError, match="next_value"):
         memory.get_minibatches()

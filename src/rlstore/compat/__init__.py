@@ -2,7 +2,8 @@
 
 velora's ``ReplayBuffer`` / ``BufferBase`` / ``BatchExperience``; PyTorchRL's on-policy storages,
 ``PPODBuffer`` and ``MBReplayBuffer``; DecisionTransformerInterpretability's ``src.ppo``
-``Memory``; the documented ``src.buffers`` ``PPOBuffer`` and ``SimpleReplayBuffer``.
+``Memory`` (its whole ``src.ppo`` API: :mod:`rlstore.compat.src_ppo`); the documented
+``src.buffers`` ``PPOBuffer`` and ``SimpleReplayBuffer``.
 
 Re-exported from their modules; velora's ``ReplayBuffer`` as ``VeloraReplayBuffer`` (it would
 shadow :class:`rlstore.ReplayBuffer`).
@@ -15,7 +16,8 @@ from rlstore.compat.ppo_buffer import PPOBuffer
 from rlstore.compat.ppod import PPODBuffer
 from rlstore.compat.pytorchrl import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
 from rlstore.compat.simple_replay import SimpleReplayBuffer
-from rlstore.compat.src_ppo import Memory, compute_advantages_vectorized, shift_rows
+from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
+from rlstore.compat.src_ppo_memory import Memory
 from rlstore.compat.velora import BatchExperience, BufferBase
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 

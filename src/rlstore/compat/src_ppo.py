@@ -1,502 +1,352 @@
-"""DecisionTransformerInterpretability's ``src.ppo``: ``Memory`` and GAE helpers.
+"""DecisionTransformerInterpretability's ``src.ppo`` (``agent``, ``memory``, ``train``,
+``runner``, ``utils``, ``my_probe_envs``) as one namespace over rlstore's PPO trainer.
 
-``Memory(envs, args, device)`` with ``add``, ``add_vars_to_log``, ``log``,
-``compute_advantages``, ``get_minibatch_indexes``, ``get_minibatches``,
-``get_trajectory_minibatches``, ``get_printable_output``, ``reset``, ``sample_experiences``;
-``Minibatch`` / ``TrajectoryMinibatch`` (re-exported from :mod:`rlstore.minibatches`);
-``process_memory_vars_to_log``; ``compute_advantages_vectorized`` and ``shift_rows``
-(defined in :mod:`rlstore.compat.src_ppo_gae`, re-exported here).
+The seed's loop runs as documented::
 
-**Layout B.** ``src.ppo`` follows CleanRL: the ``done`` stored with step ``t`` says that ``obs[t]``
-*starts* a new episode (it is the ``next_done`` returned by the previous env step), and the flag
-of the last transition is carried separately as ``next_done``. rlstore is transition-aligned
-(layout A), so at the boundary ``done_A[t] = dones[t + 1]`` for ``t < T - 1`` and
-``done_A[T - 1] = next_done``. Layout B has no truncation channel; in ``src.ppo`` every done is a
-termination (no bootstrap). ``Memory`` adds one: see :meth:`Memory.add`.
+    >>> from rlstore.agents.ppo import EnvironmentConfig, OnlineTrainConfig, make_vector_env
+    >>> env_cfg = EnvironmentConfig(env_id="CartPole-v1")
+    >>> args = OnlineTrainConfig(total_timesteps=64, num_envs=2, num_steps=16)
+    >>> envs = make_vector_env(env_cfg, args.num_envs)
+    >>> memory = Memory(envs, args, "cpu")
+    >>> agent = get_agent(None, envs, env_cfg, args)
+    >>> optimizer, scheduler = agent.make_optimizer(args.num_updates, 2.5e-4, 0.0)
+    >>> for _ in range(args.num_updates):
+    ...     agent.rollout(memory, args.num_steps, envs)
+    ...     agent.learn(memory, args, optimizer, scheduler, False)
+    ...     memory.reset()
+    >>> memory.global_step
+    64
 
-See :mod:`rlstore.compat.src_ppo_gae` for a worked ``compute_advantages_vectorized`` example.
+The agents are rlstore's (:mod:`rlstore.agents.ppo`) with the seed's call forms added:
+``rollout(memory, num_steps, envs, trajectory_writer=None, sampling_method="basic")`` runs
+rlstore's rollout loop into a ``RolloutBuffer`` that ``memory`` (:class:`Memory`) then serves,
+carrying the env observation and recurrent state between rollouts in ``memory.state``;
+``learn(memory, args, optimizer, scheduler, track)`` runs rlstore's PPO update on it and, with
+``track``, adds its losses to ``memory.vars_to_log``. Given rlstore's own forms (a
+``RolloutBuffer`` and a ``RolloutState``) they behave as rlstore's agents, so the compat agents
+also serve :func:`sample_from_agents` and checkpoints. Envs must autoreset in the same step
+(:func:`~rlstore.agents.ppo.make_vector_env`); episode ends that are truncations bootstrap.
 """
 
 from __future__ import annotations
 
-import numbers
-from collections import defaultdict
-from collections.abc import Callable, Mapping
+import argparse
+import os
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+import gymnasium as gym
 import torch
 
-from rlstore._checks import as_device
-from rlstore._trees import as_tensor, cast_lossless, tree_map
-from rlstore.buffers.rollout import RolloutBuffer
-from rlstore.buffers.rollout_checks import StepChecker
+import rlstore.agents.ppo as ppo
+from rlstore.agents.ppo import PPOScheduler, RolloutState, sample_from_agents
+from rlstore.agents.ppo.checkpoint import checkpoint_path
+from rlstore.agents.ppo.config import ModelConfig
+from rlstore.agents.ppo.obs import get_obs_preprocessor, get_obs_shape, preprocess_images
+from rlstore.agents.ppo.trainer import set_global_seeds  # the one the trainer seeds with
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
-from rlstore.errors import ConfigError, EmptyBufferError, SpecError
-from rlstore.minibatches import Minibatch, TrajectoryMinibatch
+from rlstore.compat.src_ppo_memory import (
+    Memory,
+    Minibatch,
+    TrajectoryMinibatch,
+    process_memory_vars_to_log,
+    wandb_run,
+)
+from rlstore.envs import probes
+from rlstore.errors import ConfigError
 
 __all__ = [
-    "Memory",
-    "Minibatch",
-    "TrajectoryMinibatch",
-    "process_memory_vars_to_log",
-    "compute_advantages_vectorized",
-    "shift_rows",
-]
+    "PPOAgent", "FCAgent", "LSTMPPOAgent", "TransformerPPOAgent", "PPOScheduler", "get_agent",
+    "load_saved_checkpoint", "load_all_agents_from_checkpoints", "sample_from_agents",
+    "compute_advantages_vectorized", "shift_rows",
+    "Memory", "Minibatch", "TrajectoryMinibatch", "process_memory_vars_to_log",
+    "Probe1", "Probe2", "Probe3", "Probe4", "Probe5", "Probe6", "Probe7",
+    "combine_args", "ppo_runner", "train_ppo", "prepare_video_dir", "check_and_upload_new_video",
+    "get_obs_preprocessor", "get_obs_shape", "parse_args", "preprocess_images",
+    "set_global_seeds", "store_model_checkpoint",
+]  # fmt: skip
 
 
-def process_memory_vars_to_log(
-    memory_vars_to_log: Mapping[int, Mapping[str, Any]],
-) -> dict[str, float]:
-    """Summarize ``Memory.vars_to_log`` (``{global_step: {name: value}}``) for one log call.
+class PPOAgent(ppo.PPOAgent):
+    """rlstore's :class:`~rlstore.agents.ppo.PPOAgent` with the seed's ``rollout`` / ``learn``
+    forms (see the module doc) and ``preprocess_obs``. Abstract, like the seed's."""
 
-    Returns:
-        ``{name: mean}`` over every logged numeric value (Python/numpy numbers and size-1
-        arrays/tensors), plus ``{name + "_count": n}``; non-numeric values are skipped.
+    def rollout(  # type: ignore[override]
+        self,
+        memory: Any,
+        num_steps: int,
+        envs: Any,
+        trajectory_writer: Any = None,
+        sampling_method: str = "basic",
+        *core_args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """Collect ``num_steps`` steps of every env of ``envs`` into ``memory`` (a
+        :class:`Memory`, emptied by ``memory.reset()`` since its last rollout), returns computed.
+
+        ``trajectory_writer`` gets every step (``accumulate_trajectory``); ``sampling_method``
+        (``basic``, ``greedy``, ``temperature`` with kwarg ``temperature``, ``topk`` with ``k``)
+        picks the actions. Returns None. Given a ``RolloutBuffer``, this is rlstore's
+        ``rollout(buffer, num_steps, envs, state, trajectory_writer, sampling_method)``.
+        """
+        if not isinstance(memory, Memory):
+            return super().rollout(
+                memory, num_steps, envs, trajectory_writer, sampling_method, *core_args, **kwargs
+            )
+        if memory.experiences:
+            raise ConfigError("memory: holds the steps of a rollout; call memory.reset() first")
+        buffer = memory.rollout_buffer(num_steps)
+        if memory.state is None:  # the first rollout: reset the envs and the agent's memory
+            memory.state = RolloutState.start(self, envs, getattr(memory.args, "seed", None))
+        super().rollout(
+            buffer, num_steps, envs, memory.state, trajectory_writer, sampling_method, **kwargs
+        )
+        memory.record_rollout(buffer, memory.state)
+        return None
+
+    def learn(  # type: ignore[override]
+        self,
+        memory: Any,
+        args: Any,
+        optimizer: torch.optim.Optimizer,
+        scheduler: PPOScheduler | None,
+        track: bool = False,
+    ) -> Any:
+        """rlstore's PPO update (``args.update_epochs`` epochs of minibatches) on the rollout in
+        ``memory``; returns None. With ``track`` its losses and diagnostics go to
+        ``memory.add_vars_to_log`` (written by ``memory.log()``). Given a ``RolloutBuffer``,
+        this is rlstore's ``learn``, returning the diagnostics."""
+        if not isinstance(memory, Memory):
+            return super().learn(memory, args, optimizer, scheduler, track)
+        stats = super().learn(memory._rollout(), args, optimizer, scheduler, track)
+        if track:
+            memory.add_vars_to_log(**stats)
+        return None
+
+    def preprocess_obs(self, obs: Any) -> torch.Tensor:
+        """Raw observations of ``envs`` ``(N, ...)`` -> what the networks read: float32
+        ``(N, *obs_shape)`` on the agent's device, normalized when normalization is on (its
+        statistics are not updated)."""
+        return self.normalizer.obs(self.preprocess(obs, self.device), False)
+
+
+class FCAgent(PPOAgent, ppo.FCAgent):
+    __doc__ = ppo.FCAgent.__doc__
+
+
+class LSTMPPOAgent(PPOAgent, ppo.LSTMPPOAgent):
+    __doc__ = ppo.LSTMPPOAgent.__doc__
+
+
+class TransformerPPOAgent(PPOAgent, ppo.TransformerPPOAgent):
+    __doc__ = ppo.TransformerPPOAgent.__doc__
+
+
+_SEED_CLASSES: dict[type, type] = {
+    ppo.FCAgent: FCAgent,
+    ppo.LSTMPPOAgent: LSTMPPOAgent,
+    ppo.TransformerPPOAgent: TransformerPPOAgent,
+}
+
+
+def _seed_agent(agent: Any) -> PPOAgent:
+    """Give an agent built by rlstore the seed's call forms. The compat classes add methods
+    only (no state, same names in checkpoints), so switching the class is exact."""
+    if not isinstance(agent, PPOAgent):
+        agent.__class__ = _SEED_CLASSES[type(agent)]
+    return agent
+
+
+def get_agent(
+    model_config: ModelConfig,
+    envs: gym.vector.VectorEnv,
+    environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig,
+) -> PPOAgent:
+    """:func:`rlstore.agents.ppo.get_agent` (None -> FC, LSTM / transformer configs), as the
+    compat agent with the seed's call forms."""
+    return _seed_agent(ppo.get_agent(model_config, envs, environment_config, online_config))
+
+
+def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
+    """:func:`rlstore.agents.ppo.load_saved_checkpoint`, as the compat agent."""
+    return _seed_agent(ppo.load_saved_checkpoint(path, num_envs))
+
+
+def load_all_agents_from_checkpoints(
+    checkpoint_folder_path: str | Path, num_envs: int = 10
+) -> list[PPOAgent]:
+    """:func:`rlstore.agents.ppo.load_all_agents_from_checkpoints`, as compat agents."""
+    agents = ppo.load_all_agents_from_checkpoints(checkpoint_folder_path, num_envs)
+    return [_seed_agent(a) for a in agents]
+
+
+def train_ppo(
+    run_config: ppo.RunConfig,
+    online_config: ppo.OnlineTrainConfig,
+    environment_config: ppo.EnvironmentConfig,
+    model_config: ModelConfig,
+    envs: gym.vector.VectorEnv,
+    trajectory_writer: Any = None,
+) -> PPOAgent:
+    """Train with :func:`rlstore.agents.ppo.train_ppo` (writes nothing) and return the agent."""
+    result = ppo.train_ppo(
+        run_config, online_config, environment_config, model_config, envs, trajectory_writer
+    )
+    return _seed_agent(result.agent)
+
+
+def ppo_runner(
+    run_config: ppo.RunConfig,
+    environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig,
+    model_config: ModelConfig,
+) -> None:
+    """:func:`rlstore.agents.ppo.ppo_runner`: train into the run folder
+    ``<runs_dir>/<exp_name>`` (config, logs, checkpoints, learning curve); returns None."""
+    ppo.ppo_runner(run_config, environment_config, online_config, model_config)
+
+
+def store_model_checkpoint(
+    agent: ppo.PPOAgent,
+    online_config: ppo.OnlineTrainConfig,
+    run_config: ppo.RunConfig,
+    checkpoint_num: int,
+    checkpoint_artifact: Any,
+) -> int:
+    """Write checkpoint ``checkpoint_num`` of ``agent`` (rlstore's safetensors + JSON folder,
+    loadable by :func:`load_saved_checkpoint`); returns ``checkpoint_num + 1``.
+
+    Args:
+        checkpoint_artifact: a folder to write into, or a ``wandb.Artifact`` (anything with
+            ``add_dir``): the checkpoint is then written under
+            ``<runs_dir>/<exp_name>/checkpoints`` and added to the artifact.
+
+    Raises:
+        ConfigError: ``checkpoint_artifact`` is neither.
     """
-    collected: dict[str, list[float]] = defaultdict(list)
-    for _, variables in sorted(memory_vars_to_log.items()):
-        for name, value in variables.items():
-            if isinstance(value, torch.Tensor) and value.numel() == 1:
-                value = value.item()
-            elif isinstance(value, np.ndarray) and value.size == 1:
-                value = value.reshape(()).item()
-            if isinstance(value, numbers.Real) and not isinstance(value, bool):
-                collected[name].append(float(value))
-    out: dict[str, float] = {}
-    for name, vals in collected.items():
-        out[name] = float(np.mean(vals))
-        out[f"{name}_count"] = float(len(vals))
+    folder = checkpoint_artifact
+    if hasattr(checkpoint_artifact, "add_dir"):
+        folder = Path(run_config.runs_dir) / run_config.exp_name / "checkpoints"
+    elif not isinstance(checkpoint_artifact, str | os.PathLike):
+        raise ConfigError(
+            "checkpoint_artifact: expected a folder (str or path) or a wandb.Artifact, "
+            f"got {type(checkpoint_artifact).__name__}"
+        )
+    out = ppo.store_model_checkpoint(agent, online_config, run_config, checkpoint_num, folder)
+    if folder is not checkpoint_artifact:
+        path = checkpoint_path(folder, checkpoint_num)
+        checkpoint_artifact.add_dir(str(path), name=path.name)
     return out
 
 
-def _same(old: torch.Tensor | None, new: Any) -> bool:
-    """Whether ``new`` still equals the snapshot ``old`` (both None, or equal values)."""
-    if old is None or new is None:
-        return old is None and new is None
-    new_t = torch.as_tensor(new)
-    return new_t.shape == old.shape and bool(torch.equal(new_t.to(old), old))
+class _SeedReset:
+    """The seed's probe ``reset(seed=None, return_info=True, options=None)``: ``(obs, info)``,
+    or ``obs`` alone with ``return_info=False``; otherwise rlstore's probe."""
+
+    def reset(self, seed: int | None = None, return_info: bool = True, options: Any = None) -> Any:
+        obs, info = super().reset(seed=seed, options=options)  # type: ignore[misc]
+        return (obs, info) if return_info else obs
 
 
-_MB_FIELDS = (
-    "obs",
-    "actions",
-    "logprobs",
-    "advantages",
-    "values",
-    "returns",
-    "recurrence_memory",
-    "indices",
-)
+Probe1, Probe2, Probe3, Probe4, Probe5, Probe6, Probe7 = (
+    type(c.__name__, (_SeedReset, c), {"__doc__": c.__doc__, "__module__": __name__})
+    for c in (probes.Probe1, probes.Probe2, probes.Probe3, probes.Probe4, probes.Probe5,
+              probes.Probe6, probes.Probe7)
+)  # fmt: skip
 
 
-def _take(x: Any, i: torch.Tensor) -> Any:
-    """Index a tensor, a dict or tuple of tensors (or None) along its first axis."""
-    return None if x is None else tree_map(lambda v: v[i], x)
+def combine_args(
+    run_config: ppo.RunConfig,
+    environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig,
+    transformer_model_config: ModelConfig = None,
+) -> dict[str, Any]:
+    """All settings of the configs in one flat dict (e.g. ``wandb.init(config=...)``), later
+    configs winning on a shared name, with ``online_config``'s derived ``batch_size``,
+    ``minibatch_size`` and ``num_updates``. Any model config may be given as the last one."""
+    args: dict[str, Any] = {}
+    for cfg in (run_config, environment_config, online_config, transformer_model_config):
+        if cfg is not None:
+            args |= cfg.to_dict()
+    args |= {k: getattr(online_config, k) for k in ("batch_size", "minibatch_size", "num_updates")}
+    return args
 
 
-class Memory:
-    """DecisionTransformerInterpretability's ``src.ppo.memory.Memory``, over a RolloutBuffer.
+_ARG_CONFIGS = (ppo.RunConfig, ppo.EnvironmentConfig, ppo.OnlineTrainConfig)
 
-    The rollout loop calls ``add(obs, done, action, logprob, value, reward)`` once per vector-env
-    step (layout B ``done``: "obs starts a new episode") and sets ``memory.next_obs``,
-    ``memory.next_done`` and ``memory.next_value`` after the last step. The minibatch methods
-    convert the steps to layout A, fill a ``RolloutBuffer`` (``advantage_normalization="none"``:
-    the original normalizes per minibatch in its loss) and draw minibatches from it.
 
-    ``args`` is any object with the attributes the original reads from ``OnlineTrainConfig``:
-    ``gamma``, ``gae_lambda``, ``minibatch_size`` (and, optional, ``batch_size`` for
-    :meth:`get_minibatch_indexes` defaults, ``num_minibatches`` for recurrent minibatches,
-    ``seed`` for the shuffling RNG).
+def _flag_type(annotation: Any) -> Any:
+    """The argparse ``type`` for a config field: bool / int / float / str (Optional too), or
+    None for fields that have no command-line form (``env_kwargs``)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    base = args[0] if union and len(args) == 1 else annotation
+    if base is bool:
+        return _boolean
+    return base if base in (int, float, str) else None
 
-    Decisions that differ from the original (its API is kept):
 
-    * **Truncation.** ``add(..., truncated=, final_value=)`` and the attributes
-      ``next_truncated`` / ``next_final_value`` mark an episode end as a time-limit truncation
-      that bootstraps from ``V(final_obs)``; without them every done is a termination, as in
-      the original.
-    * ``global_step`` counts env steps (``N`` per ``add``); the original only counted steps in
-      which some episode finished.
-    * Recurrent minibatches (``get_minibatches(recurrence=k)``) are sequences of at most ``k``
-      steps that never cross an env column or an episode boundary (the original's chunks could
-      cross env columns), with the hidden state before their first step and a padding mask.
-    * Trajectory minibatches use the rollout-wide GAE of each target step (the original recomputed
-      GAE inside each window, cutting the lambda-trace at the window end) and cover every step
-      once per call (``prob_go_from_end`` moves targets to episode ends as in the original).
-    * The original's assertions became :class:`~rlstore.errors.ConfigError` /
-      :class:`~rlstore.errors.SpecError`; ``log`` works with wandb (when installed and a run is
-      active) or any writer.
+def _boolean(text: str) -> bool:
+    """``true``/``1`` or ``false``/``0`` (any case); a ValueError (argparse's usage error) else."""
+    if text.lower() not in ("true", "1", "false", "0"):
+        raise ValueError(text)
+    return text.lower() in ("true", "1")
 
-    Args:
-        envs: a Gymnasium vector env (``num_envs``, ``reset()``).
-        args: the training config (see above).
-        device: device of the stored tensors and minibatches.
-        obs_preprocessor: optional callable applied to raw observations from ``envs.reset()``.
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The seed's command line: one ``--<field>`` per field of :class:`RunConfig`,
+    :class:`EnvironmentConfig` and :class:`OnlineTrainConfig` (defaults: theirs; booleans as
+    ``--track`` or ``--track false``), parsed from ``argv`` (default ``sys.argv[1:]``).
+
+    Raises:
+        ConfigError: a value the configs reject (``--seed -1``), naming the field.
+        SystemExit: argparse's exit on an unknown flag or a value of the wrong type.
     """
-
-    def __init__(
-        self,
-        envs: Any,
-        args: Any,
-        device: torch.device | str = "cpu",
-        *,
-        obs_preprocessor: Callable[[Any], Any] | None = None,
-    ) -> None:
-        missing = [n for n in ("gamma", "gae_lambda", "minibatch_size") if not hasattr(args, n)]
-        if missing:
-            raise ConfigError(f"args: expected an OnlineTrainConfig-like object; missing {missing}")
-        self.envs, self.args = envs, args
-        self.num_envs = int(envs.num_envs)
-        self.device = as_device(device)
-        self.obs_preprocessor = obs_preprocessor
-        self.next_obs: Any = None
-        self.next_done: torch.Tensor | None = None
-        self.next_value: torch.Tensor | None = None
-        self.next_truncated: torch.Tensor | None = None
-        self.next_final_value: torch.Tensor | None = None
-        self.global_step = 0
-        self.rng = np.random.default_rng(getattr(args, "seed", None))
-        self._cache: tuple[int, list[Any], RolloutBuffer] | None = None
-        self.reset()
-
-    # ------------------------------------------------------------------ rollout phase
-    def add(
-        self,
-        *data: Any,
-        info: Mapping[str, Any] | None = None,
-        truncated: Any = None,
-        final_value: Any = None,
-    ) -> None:
-        """Store one vector-env step: ``(obs, done, action, logprob, value, reward[, hidden])``.
-
-        Args:
-            data: ``obs`` ``(N, ...)`` (or a dict of such), ``done`` ``(N,)`` (layout B),
-                ``action`` ``(N, ...)``, ``logprob`` ``(N,)``, ``value`` ``(N,)``, ``reward``
-                ``(N,)`` and optionally the recurrent state before the step (tensor or tuple).
-            info: the vector env's info of this step, for episode statistics (Gymnasium 1.x
-                ``info["episode"]``/``info["_episode"]`` or the older ``info["final_info"]``).
-            truncated: ``(N,)`` bool: the episode that ``done`` says just ended (the previous
-                transition of that env) was truncated, not terminated.
-            final_value: ``(N,)`` V(final observation) of those truncated envs.
-        """
-        if len(data) not in (6, 7):
-            raise SpecError(
-                "data: expected (obs, done, action, logprob, value, reward[, hidden]), "
-                f"got {len(data)} items"
-            )
-        self._validate(data, truncated, final_value)
-        self.experiences.append(tuple(data))
-        self._cache = None
-        self._trunc.append(None if truncated is None else (truncated, final_value))
-        self.global_step += self.num_envs
-        if info:
-            self._record_episodes(info)
-
-    def _validate(self, data: tuple[Any, ...], truncated: Any, final_value: Any) -> None:
-        """Check one :meth:`add` like :meth:`RolloutBuffer.add` would (finite real numbers,
-        shapes and dtypes like the rollout's first add) before anything is stored."""
-        N = self.num_envs
-        done = as_tensor("done", data[1])
-        if tuple(done.shape) != (N,):
-            raise SpecError(f"done: expected shape ({N},), got {tuple(done.shape)}")
-        cast_lossless("done", done, torch.bool)  # 0/1 (float or int) or bool
-        if truncated is not None:
-            trunc = as_tensor("truncated", truncated)
-            if tuple(trunc.shape) != (N,):
-                raise SpecError(f"truncated: expected shape ({N},), got {tuple(trunc.shape)}")
-            trunc = cast_lossless("truncated", trunc, torch.bool)
-            if not self.experiences and bool(trunc.any()):
-                raise SpecError(
-                    "truncated: on the first add of a rollout it would describe the previous "
-                    "rollout; set memory.next_truncated / next_final_value instead"
+    parser = argparse.ArgumentParser(description="Train a PPO agent (rlstore).")
+    for cfg in _ARG_CONFIGS:
+        for name, field in cfg.model_fields.items():
+            kind = _flag_type(field.annotation)
+            if kind is not None:
+                extra: dict[str, Any] = (
+                    {"nargs": "?", "const": True} if field.annotation is bool else {}
                 )
-            if final_value is None:
-                raise SpecError("final_value: expected V(final_obs) (N,) together with truncated")
-            fv = StepChecker(N, self.device).vector("final_value", final_value, finite_where=trunc)
-            if not bool(torch.isfinite(fv).all()):
-                raise SpecError("final_value: expected finite values for the truncated envs")
-        first = self.experiences[0] if self.experiences else None
-        like: dict[str, Any] = {"final_values": torch.zeros(1, N, device=self.device)}
-        if first is not None:  # the first add fixes structure, shapes and dtypes
-            chk = StepChecker(N, self.device)
-            like["obs"] = tree_map(lambda x: x[None], chk.tree("obs", first[0], None))
-            like["actions"] = chk.tree("action", first[2], None)[None]
-            if len(first) > 6:
-                like["hidden"] = tree_map(lambda x: x[None], chk.tree("hidden", first[6], None))
-        no = torch.zeros(N, dtype=torch.bool)
-        args = {
-            "obs": data[0],
-            "action": data[2],
-            "logp": data[3],
-            "value": data[4],
-            "reward": data[5],
-            "terminated": no,
-            "truncated": no,
-            "final_value": None,
-            "hidden": data[6] if len(data) > 6 else None,
-            "int_reward": None,
-            "int_value": None,
-        }
-        hidden_given = None if first is None else len(first) > 6
-        StepChecker(N, self.device).step(args, like, hidden_given=hidden_given, has_intrinsic=False)
+                parser.add_argument(f"--{name}", type=kind, default=field.get_default(
+                    call_default_factory=True), help=field.description, **extra)  # fmt: skip
+    args = parser.parse_args(argv)
+    for cfg in _ARG_CONFIGS:  # the configs' own checks (ranges, ids), before anything uses it
+        cfg.from_dict({k: getattr(args, k) for k in cfg.model_fields if hasattr(args, k)})
+    return args
 
-    def _record_episodes(self, info: Mapping[str, Any]) -> None:
-        found: list[tuple[float, float]] = []
-        if "episode" in info and "_episode" in info:
-            ep, mask = info["episode"], np.asarray(info["_episode"], dtype=bool)
-            found += list(
-                zip(
-                    np.asarray(ep["l"])[mask].tolist(),
-                    np.asarray(ep["r"])[mask].tolist(),
-                    strict=True,
-                )
-            )
-        for item in info.get("final_info", None) or ():
-            if isinstance(item, Mapping) and "episode" in item:
-                found.append(
-                    (
-                        float(np.asarray(item["episode"]["l"])),
-                        float(np.asarray(item["episode"]["r"])),
-                    )
-                )
-        for length, ret in found:
-            self.episode_lengths.append(length)
-            self.episode_returns.append(ret)
-            self.add_vars_to_log(episode_length=length, episode_return=ret)
 
-    def add_vars_to_log(self, **kwargs: Any) -> None:
-        """Add variables to log at the current ``global_step`` (merged with earlier ones)."""
-        self.vars_to_log[self.global_step] |= kwargs
+def prepare_video_dir(video_path: str | os.PathLike[str]) -> None:
+    """Create ``video_path`` (and parents) if needed and delete the ``.mp4`` files in it, so
+    that :func:`check_and_upload_new_video` sees only this run's videos."""
+    folder = Path(video_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    for video in folder.glob("*.mp4"):
+        video.unlink()
 
-    def log(self, writer: Any = None) -> None:
-        """Write ``vars_to_log`` to ``writer`` or, with no writer, to the active wandb run.
 
-        Args:
-            writer: None (wandb), an object with ``add_scalar(tag, value, step)`` (TensorBoard
-                ``SummaryWriter``), or a callable ``(dict, step)``.
+def check_and_upload_new_video(
+    video_path: str | os.PathLike[str], videos: Sequence[str], step: int | None = None
+) -> list[str]:
+    """Log every ``.mp4`` in ``video_path`` that is not in ``videos`` to the active wandb run
+    (``wandb.Video``, at ``step``); returns the names of all ``.mp4`` files there now, sorted.
 
-        Raises:
-            ConfigError: no writer given and wandb is not installed or has no active run.
-        """
-        if writer is None:
-            try:
-                import wandb  # type: ignore[import-not-found]
-            except ImportError as exc:
-                raise ConfigError(
-                    "log: wandb is not installed; pass writer=SummaryWriter(...) "
-                    "or install rlstore[wandb]"
-                ) from exc
-            if wandb.run is None:
-                raise ConfigError("log: no active wandb run; call wandb.init() or pass a writer")
-            writer = wandb.log
-        for step, variables in sorted(self.vars_to_log.items()):
-            if hasattr(writer, "add_scalar"):
-                for name, value in variables.items():
-                    writer.add_scalar(name, value, step)
-            else:
-                writer(dict(variables), step=step)
-
-    def get_printable_output(self) -> str:
-        """A progress-bar description with the mean episode length/return ('' if none ended)."""
-        if not self.episode_lengths:
-            return ""
-        global_step = self.global_step
-        avg_episode_length = float(np.mean(self.episode_lengths))
-        avg_episode_return = float(np.mean(self.episode_returns))
-        return f"{global_step=:<06}\n{avg_episode_length=:<3.2f}\n{avg_episode_return=:<3.2f}"
-
-    def sample_experiences(self) -> None:
-        """Print one randomly chosen stored step (a sanity check)."""
-        if not self.experiences:
-            raise EmptyBufferError("sample_experiences: no experience stored")
-        idx = int(self.rng.integers(len(self.experiences)))
-        print(f"Sample {idx + 1}/{len(self.experiences)}:")
-        names = ["obs", "done", "action", "logprob", "value", "reward", "hidden"]
-        for name, x in zip(names, self.experiences[idx], strict=False):
-            shown = (
-                {k: torch.as_tensor(v).tolist() for k, v in x.items()}
-                if isinstance(x, dict)
-                else (
-                    torch.as_tensor(x).tolist()
-                    if not isinstance(x, tuple)
-                    else [torch.as_tensor(h).tolist() for h in x]
-                )
-            )
-            print(f"{name:8}: {shown}")
-
-    def reset(self) -> None:
-        """Clear the stored steps and statistics; reset the envs if there is no ``next_obs``."""
-        self.experiences: list[tuple[Any, ...]] = []
-        self._cache = None
-        self._trunc: list[tuple[Any, Any] | None] = []
-        self.vars_to_log: defaultdict[int, dict[str, Any]] = defaultdict(dict)
-        self.episode_lengths: list[float] = []
-        self.episode_returns: list[float] = []
-        if self.next_obs is None:
-            obs, _ = self.envs.reset()
-            if self.obs_preprocessor is not None:
-                obs = self.obs_preprocessor(obs)
-            to_t = lambda x: torch.as_tensor(np.asarray(x), device=self.device)  # noqa: E731
-            self.next_obs = (
-                {k: to_t(v) for k, v in obs.items()} if isinstance(obs, dict) else to_t(obs)
-            )
-            self.next_done = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
-
-    # ------------------------------------------------------------------ learning phase
-    compute_advantages = staticmethod(compute_advantages_vectorized)
-    """GAE advantages ``(T, N)`` from layout-B flags (:func:`compute_advantages_vectorized`)."""
-
-    def _rollout(self) -> RolloutBuffer:
-        """The stored steps as a computed RolloutBuffer (layout B -> A conversion).
-
-        Cached until the next :meth:`add` / :meth:`reset` or a change of ``next_value``,
-        ``next_done``, ``next_truncated`` or ``next_final_value`` (one build per rollout when
-        minibatches are drawn once per epoch).
-        """
-        ends_now = [self.next_value, self.next_done, self.next_truncated, self.next_final_value]
-        cached = self._cache
-        if (
-            cached is not None
-            and cached[0] == len(self.experiences)
-            and all(_same(a, b) for a, b in zip(cached[1], ends_now, strict=True))
-        ):
-            return cached[2]
-        rb = self._build_rollout()
-        snapshot = [None if x is None else torch.as_tensor(x).clone() for x in ends_now]
-        self._cache = (len(self.experiences), snapshot, rb)
-        return rb
-
-    def _build_rollout(self) -> RolloutBuffer:
-        T = len(self.experiences)
-        if T == 0:
-            raise EmptyBufferError("get_minibatches: no experience stored; call add() first")
-        if self.next_value is None or self.next_done is None:
-            raise EmptyBufferError(
-                "next_value/next_done: set them after the rollout (V and the "
-                "done flag of the observation after the last step)"
-            )
-        rb = RolloutBuffer(
-            T,
-            self.num_envs,
-            gamma=float(self.args.gamma),
-            lam=float(self.args.gae_lambda),
-            advantage_normalization="none",
-            device=self.device,
-            seed=self.rng,
-        )
-        ends = [(exp[1], tr) for exp, tr in zip(self.experiences[1:], self._trunc[1:], strict=True)]
-        last_tr = None
-        if self.next_truncated is not None:
-            if self.next_final_value is None:
-                raise SpecError("next_final_value: expected V(final_obs) (N,) with next_truncated")
-            last_tr = (self.next_truncated, self.next_final_value)
-        ends.append((self.next_done, last_tr))
-        for exp, (done_next, tr) in zip(self.experiences, ends, strict=True):
-            obs, _, action, logprob, value, reward = exp[:6]
-            done = torch.as_tensor(done_next, device=self.device).reshape(self.num_envs) != 0
-            trunc = torch.zeros_like(done)
-            final_value = None
-            if tr is not None:
-                trunc = done & (
-                    torch.as_tensor(tr[0], device=self.device).reshape(self.num_envs) != 0
-                )
-                final_value = tr[1]
-            rb.add(
-                obs,
-                action,
-                logprob,
-                value,
-                reward,
-                done & ~trunc,
-                trunc,
-                final_value=final_value,
-                hidden=exp[6] if len(exp) > 6 else None,
-            )
-        rb.compute_returns(
-            torch.as_tensor(self.next_value, device=self.device).reshape(self.num_envs)
-        )
-        return rb
-
-    def get_minibatch_indexes(
-        self, batch_size: int, minibatch_size: int, recurrence: int | None = None
-    ) -> list[np.ndarray]:
-        """Shuffled index arrays into the flattened batch, each index exactly once.
-
-        Without ``recurrence``: ``batch_size // minibatch_size`` arrays of ``minibatch_size``
-        flat indices. With ``recurrence = k``: start indices ``0, k, 2k, ...`` of the env-major
-        flattened batch (``n * T + t``; a chunk of ``k`` steps stays inside one env column
-        because ``k`` must divide ``T = batch_size / num_envs``), shuffled, ``minibatch_size //
-        k`` per array.
-
-        Raises:
-            ConfigError: sizes that do not divide (the original asserted only some of them).
-        """
-        if minibatch_size < 1 or batch_size % minibatch_size:
-            raise ConfigError(
-                f"minibatch_size: expected a divisor of batch_size={batch_size}, "
-                f"got {minibatch_size}"
-            )
-        if recurrence is None:
-            perm = self.rng.permutation(batch_size)
-            return list(perm.reshape(batch_size // minibatch_size, minibatch_size))
-        T = batch_size // self.num_envs
-        if (
-            batch_size % self.num_envs
-            or recurrence < 1
-            or T % recurrence
-            or minibatch_size % recurrence
-        ):
-            raise ConfigError(
-                f"recurrence: expected a divisor of the {T} steps per env and of "
-                f"minibatch_size={minibatch_size}, got {recurrence}"
-            )
-        starts = self.rng.permutation(np.arange(0, batch_size, recurrence))
-        per = minibatch_size // recurrence
-        return [starts[i : i + per] for i in range(0, len(starts), per)]
-
-    def get_minibatches(
-        self, recurrence: int | None = None, indexes: list[np.ndarray] | None = None
-    ) -> list[Minibatch]:
-        """One epoch of minibatches with GAE advantages and returns (``A + V``).
-
-        Args:
-            recurrence: None for flat shuffled minibatches of ``args.minibatch_size`` steps;
-                ``k`` for time-major ``(k, B)`` sequences (see the class doc), split into
-                ``args.num_minibatches`` groups.
-            indexes: flat time-major indices (``t * N + n``) for each minibatch, instead of a
-                fresh permutation (flat minibatches only).
-        """
-        rb = self._rollout()
-        if recurrence is not None:
-            if indexes is not None:
-                raise ConfigError("indexes: only supported for flat minibatches (recurrence=None)")
-            num = int(getattr(self.args, "num_minibatches", 1))
-            return list(rb.recurrent_minibatches(num_minibatches=num, seq_len=recurrence))
-        if indexes is None:
-            return list(rb.minibatches(mini_batch_size=int(self.args.minibatch_size)))
-        every = next(rb.minibatches(num_minibatches=1, shuffle=False))  # flat index order
-        out = []
-        for ind in indexes:
-            i = torch.as_tensor(np.asarray(ind, dtype=np.int64), device=self.device)
-            if i.dim() != 1 or (i.numel() and (int(i.min()) < 0 or int(i.max()) >= len(rb))):
-                raise ConfigError(f"indexes: expected 1-D arrays of flat indices in [0, {len(rb)})")
-            out.append(Minibatch(**{f: _take(getattr(every, f), i) for f in _MB_FIELDS}))
-        return out
-
-    def get_trajectory_minibatches(
-        self, timesteps: int, prob_go_from_end: float = 0.1
-    ) -> list[TrajectoryMinibatch]:
-        """Windows of up to ``timesteps`` past steps of the same episode, for Transformer agents.
-
-        ``args.minibatch_size`` windows per minibatch, every step the target of one window
-        (unless moved to its episode end with probability ``prob_go_from_end``); fields as in
-        :class:`~rlstore.minibatches.TrajectoryMinibatch` (left padding, ``mask``).
-        """
-        rb = self._rollout()
-        return list(
-            rb.trajectory_minibatches(
-                timesteps=timesteps,
-                mini_batch_size=int(self.args.minibatch_size),
-                prob_go_from_end=prob_go_from_end,
-            )
-        )
+    Raises:
+        ConfigError: there are new videos and wandb is not installed (the ``rlstore[wandb]``
+            extra) or has no active run.
+    """
+    current = sorted(p.name for p in Path(video_path).glob("*.mp4"))
+    seen = set(videos)
+    new = [name for name in current if name not in seen]
+    if new:
+        wandb = wandb_run("check_and_upload_new_video")
+        for name in new:
+            video = wandb.Video(str(Path(video_path) / name), fps=4, format="mp4", caption=name)
+            wandb.log({"video": video}, step=step)
+    return current
