@@ -16,7 +16,7 @@ import torch
 from rlstore._checks import real_number
 from rlstore._trees import flag_array, to_numpy
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
-from rlstore.config import StrictModel, load_config_file
+from rlstore.config import PositiveInt, StrictModel, load_config_file
 from rlstore.errors import ConfigError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
 
@@ -80,6 +80,19 @@ def sampled(batch: ReplayBatch) -> tuple[torch.Tensor, ...]:
     """``(obs, action, reward, next_obs, terminated as float32)`` of a sampled batch."""
     obs, nxt = cast(torch.Tensor, batch.obs), cast(torch.Tensor, batch.next_obs)  # never dicts
     return obs, batch.action, batch.reward, nxt, batch.terminated.to(torch.float32)
+
+
+class DimsConfig(StrictModel):
+    """The keys shared by ``src.buffers``' config schemas (the original's strictyaml ``Map``)."""
+
+    obs_dim: PositiveInt
+    """Observation dimension, > 0."""
+    act_dim: PositiveInt
+    """Action dimension, > 0."""
+    size: PositiveInt
+    """Buffer size: steps kept, > 0."""
+    batch_size: PositiveInt
+    """Minibatch size, 0 < batch_size <= size."""
 
 
 class FromConfig:

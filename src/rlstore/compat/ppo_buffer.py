@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field, StrictInt
+from pydantic import Field
 
 from rlstore import errors as E
 from rlstore import returns as _returns
@@ -16,8 +16,7 @@ from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import gae_targets
-from rlstore.compat._common import FromConfig, check_keys, rows
-from rlstore.config import StrictModel
+from rlstore.compat._common import DimsConfig, FromConfig, check_keys, rows
 
 __all__ = ["PPOBuffer", "PPOBufferConfig", "discount_cumsum"]
 
@@ -34,13 +33,9 @@ def discount_cumsum(x: Any, discount: float) -> np.ndarray:
     return np.asarray(_returns.discount_cumsum(arr, discount))
 
 
-class PPOBufferConfig(StrictModel):
+class PPOBufferConfig(DimsConfig):
     """The constructor keys of :class:`PPOBuffer` (the original's strictyaml ``Map``)."""
 
-    obs_dim: StrictInt = Field(gt=0, description="observation size, an int")
-    act_dim: StrictInt = Field(gt=0, description="action size, an int")
-    size: StrictInt = Field(gt=0, description="steps per epoch, an int")
-    batch_size: StrictInt = Field(gt=0, description="minibatch size, an int <= size")
     gamma: float = Field(0.99, strict=True, ge=0.0, le=1.0)
     lam: float = Field(0.95, strict=True, ge=0.0, le=1.0)
     eps: float = Field(1e-3, strict=True, ge=0.0)
