@@ -17,8 +17,8 @@ CPU = torch.device("cpu")
 def test_every_public_name_is_re_exported_from_its_module():
     owners = {
         "VanillaOnPolicyBuffer": "vanilla",
-        "GAEBuffer": "gae",
-        "VTraceBuffer": "vtrace",
+        "GAEBuffer": "vanilla",
+        "VTraceBuffer": "vanilla",
         "Actor": "protocols",
         "Algorithm": "protocols",
         "OnPolicyDataKeys": "protocols",

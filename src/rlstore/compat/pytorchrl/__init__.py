@@ -24,9 +24,7 @@ axis N (sample keys: :mod:`.protocols`).
 """
 
 from rlstore.compat.pytorchrl import protocols
-from rlstore.compat.pytorchrl.gae import GAEBuffer
 from rlstore.compat.pytorchrl.protocols import *  # noqa: F403 (the sample keys and protocols)
-from rlstore.compat.pytorchrl.vanilla import VanillaOnPolicyBuffer
-from rlstore.compat.pytorchrl.vtrace import VTraceBuffer
+from rlstore.compat.pytorchrl.vanilla import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
 
 __all__ = ["VanillaOnPolicyBuffer", "GAEBuffer", "VTraceBuffer", *protocols.__all__]
