@@ -132,7 +132,8 @@ class VanillaOnPolicyBuffer:
             intrinsic=IntrinsicConfig() if K.IREW in specs else None,  # stores the int fields
             device=self.device,
         )
-        rb.add(nxt[K.OBS], got[K.ACT], **args, hidden=C.as_tuple(hidden))
+        hidden = tuple(hidden.values()) if isinstance(hidden, dict) else hidden  # RB: tuples
+        rb.add(nxt[K.OBS], got[K.ACT], **args, hidden=hidden)
         if rb.pos == 1:
             self._done0 = nxt[K.DONE]
         self._rb, self._rows, self._fresh, self._view = rb, specs, False, None
