@@ -1,19 +1,4 @@
-"""PyTorchRL's ``MBReplayBuffer`` (``pytorchrl.agent.storages.model_based``), the transition
-storage of dynamics-model training, over :class:`rlstore.buffers.model_based.ModelBasedReplay`
-and its MBPO-style split. Samples are dicts of PyTorchRL keys whose values carry a leading env
-axis ``N``; each insert appends ``N`` rows.
-
-Differences from PyTorchRL (its API is kept):
-
-* ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest first across the wrap-around
-  (PyTorchRL's ``[:step]`` dropped the oldest rows after one); ``reset()`` empties the buffer
-  (PyTorchRL's code kept ``size - step`` rows); ``init_tensors`` allocates nothing;
-* ``generate_batches`` holds out a random ``validation_ratio`` of the rows (at most
-  ``max_holdout``), fits the input :attr:`scaler` on the train rows only, honours
-  ``num_epochs``, never yields an empty batch and, with ``ensemble_size``, bootstraps rows per
-  member (``train_input`` ``(E, B, D)``, else ``(B, D)``);
-* bad input raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
-"""
+"""PyTorchRL's ``MBReplayBuffer`` over :class:`rlstore.buffers.model_based.ModelBasedReplay`."""
 
 from __future__ import annotations
 
@@ -51,10 +36,26 @@ def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
 
 
 class MBReplayBuffer:
-    """PyTorchRL's model-based replay buffer (module doc). ``actor.dynamics_model``'s
-    ``reward_function`` (if set) drops the reward target and its ``ensemble_size`` is read when
-    ``ensemble_size`` is None; a Discrete ``envs.action_space`` one-hot encodes the actions.
-    ``validation_ratio``, ``max_holdout``, ``ensemble_size`` and ``seed`` are rlstore's."""
+    """PyTorchRL's ``MBReplayBuffer(size, device, actor, algorithm, envs)``
+    (``pytorchrl.agent.storages.model_based``), the transition storage of dynamics-model
+    training, with an MBPO-style split. Samples are dicts of PyTorchRL keys with a leading env
+    axis ``N`` (each insert appends ``N`` rows). ``actor.dynamics_model``'s ``reward_function``
+    (if set) drops the reward target and its ``ensemble_size`` is read when ``ensemble_size`` is
+    None; a Discrete ``envs.action_space`` one-hot encodes the actions. ``validation_ratio``,
+    ``max_holdout``, ``ensemble_size`` and ``seed`` are rlstore's.
+
+    Differences from PyTorchRL (its API is kept):
+
+    * ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest first across the
+      wrap-around (PyTorchRL's ``[:step]`` dropped the oldest rows after one); ``reset()``
+      empties the buffer (PyTorchRL's code kept ``size - step`` rows); ``init_tensors``
+      allocates nothing;
+    * ``generate_batches`` holds out a random ``validation_ratio`` of the rows (at most
+      ``max_holdout``), fits the input :attr:`scaler` on the train rows only, honours
+      ``num_epochs``, never yields an empty batch and, with ``ensemble_size``, bootstraps rows
+      per member (``train_input`` ``(E, B, D)``, else ``(B, D)``);
+    * bad input raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
+    """
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
 
@@ -105,7 +106,7 @@ class MBReplayBuffer:
 
     # ------------------------------------------------------------------ writing
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
-        """Nothing to allocate ahead: the first insert allocates the storage (module doc)."""
+        """Nothing to allocate ahead: the first insert allocates the storage."""
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
