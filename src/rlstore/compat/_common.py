@@ -151,3 +151,19 @@ def set_parameter(obj: Any, parameter_name: str, new_parameter_value: Any) -> No
         raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
     kind: Any = type(current)  # keeps an int an int, a float a float
     setattr(obj, parameter_name, kind(value))
+
+
+class PyTorchRLStorage:
+    """PyTorchRL's storage API shared by the facades: ``create_factory`` and
+    ``update_storage_parameter``."""
+
+    @classmethod
+    def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
+        other constructor arguments (``gae_lambda``, ``validation_ratio``, ...)."""
+        return factory(cls, size, *args, **kwargs)
+
+    def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
+        """Set the numeric attribute ``parameter_name`` (e.g. ``gae_lambda``); ConfigError for
+        anything else or a value that is not a finite number (of the attribute's type)."""
+        set_parameter(self, parameter_name, new_parameter_value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -16,7 +16,7 @@ from rlstore.buffers.model_based import (
     ensemble_minibatches,
     model_dataset,
 )
-from rlstore.compat._common import factory, set_parameter
+from rlstore.compat._common import PyTorchRLStorage
 from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
@@ -35,7 +35,7 @@ def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
     return out
 
 
-class MBReplayBuffer:
+class MBReplayBuffer(PyTorchRLStorage):
     """PyTorchRL's ``MBReplayBuffer(size, device, actor, algorithm, envs)``
     (``pytorchrl.agent.storages.model_based``), the transition storage of dynamics-model
     training, with an MBPO-style split. Samples are dicts of PyTorchRL keys with a leading env
@@ -83,11 +83,6 @@ class MBReplayBuffer:
         self.actor, self.algo, self.envs = actor, algorithm, envs
         self.validation_ratio, self.ensemble_size = float(validation_ratio), ensemble_size
         self.scaler: StandardScaler | None = None
-
-    @classmethod
-    def create_factory(cls, size: int, **kwargs: Any) -> Callable[..., MBReplayBuffer]:
-        """A function ``(device, actor, algorithm, envs) -> MBReplayBuffer``."""
-        return factory(cls, size, **kwargs)
 
     @property
     def size(self) -> int:
@@ -153,10 +148,6 @@ class MBReplayBuffer:
     def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
         """Returns ``info`` unchanged."""
         return info
-
-    def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``)."""
-        set_parameter(self, parameter_name, new_parameter_value)
 
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1

@@ -3,7 +3,7 @@ VTraceBuffer (layout C and the truncation extension: :mod:`rlstore.compat.pytorc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -13,7 +13,7 @@ from rlstore._checks import as_device, check_count, real_number
 from rlstore._trees import as_tensor
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import IntrinsicConfig
-from rlstore.compat._common import factory, set_parameter
+from rlstore.compat._common import PyTorchRLStorage
 from rlstore.compat.pytorchrl import _layout as C
 from rlstore.compat.pytorchrl import protocols as K
 from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
@@ -23,7 +23,7 @@ from rlstore.normalize import DiscountedReturnNormalizer
 __all__ = ["VanillaOnPolicyBuffer", "GAEBuffer", "VTraceBuffer"]
 
 
-class VanillaOnPolicyBuffer:
+class VanillaOnPolicyBuffer(PyTorchRLStorage):
     """PyTorchRL's ``vanilla_on_policy_buffer.VanillaOnPolicyBuffer(size, device, actor,
     algorithm, envs)``: Monte-Carlo returns (:func:`rlstore.returns.gae` with lambda 1, bootstrapped
     with ``V(Observation[L])`` at the rollout end and ``FinalValue`` on truncation) and
@@ -77,12 +77,6 @@ class VanillaOnPolicyBuffer:
         self._view: C.Data | None = None
         self.int_reward_normalizer: DiscountedReturnNormalizer | None = None
         self.reset()
-
-    @classmethod
-    def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-        """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
-        subclass's other constructor arguments (``gae_lambda``, ...)."""
-        return factory(cls, size, *args, **kwargs)
 
     # ------------------------------------------------------------------ storage
     @property
@@ -290,10 +284,6 @@ class VanillaOnPolicyBuffer:
             self._rb.reset()
         self._fresh, self._view = False, None
         return info
-
-    def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric buffer attribute ``parameter_name`` (e.g. ``gae_lambda``)."""
-        set_parameter(self, parameter_name, new_parameter_value)
 
     # ------------------------------------------------------------------ batches
     def _index_plan(
