@@ -36,13 +36,9 @@ def rows(
     name: str, x: Any, b: int, shape: tuple[int, ...], *, flags: bool = False, batched: bool = True
 ) -> np.ndarray:
     """``x`` as ``(b, *shape)`` rows of finite float32 (lossless casts only) or, with ``flags``,
-    of bools (bools or exact 0/1). Singleton axes may be added or dropped (``(1, 4)`` for one
-    state, ``(B, 1)`` rewards, a scalar action when its dim is 1); nothing else is reshaped.
-
-    Raises:
-        SpecError: naming ``name``: another shape (shown as ``(b, *shape)``, or ``shape`` when
-            not ``batched``), NaN/inf, overflow, non-numbers, flags other than 0/1.
-    """
+    of bools (bools or exact 0/1); singleton axes may be added or dropped (``(1, 4)`` for one
+    state, ``(B, 1)`` rewards). SpecError naming ``name`` otherwise (the expected shape shown as
+    ``(b, *shape)``, or ``shape`` when not ``batched``)."""
     a, full = to_numpy(name, x), (b, *shape)
     if a.shape != full and [d for d in a.shape if d != 1] == [d for d in full if d != 1]:
         a = a.reshape(full)
