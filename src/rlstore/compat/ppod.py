@@ -276,7 +276,7 @@ class PPODBuffer(GAEBuffer):
         return code
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Track and mix demo replays into one vector-env step, then store it (module doc)."""
+        """Track and mix demo replays into one vector-env step, then store it (class doc)."""
         tracked, self._tracked = self._tracked, None
         if tracked is not None and tracked[0] is sample:
             mixed = tracked[1]

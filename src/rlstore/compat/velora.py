@@ -186,7 +186,7 @@ class BufferBase(ABC):
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`checkpoint_state` exactly, or a velora :meth:`state_dict`'s contents
-        (module doc); CheckpointError otherwise, the buffer unchanged."""
+        (the sampler restarts from the seed); CheckpointError otherwise, the buffer unchanged."""
         if not isinstance(sd, dict):
             raise CheckpointError(f"state_dict: expected a dict, got {type(sd).__name__}")
         if "core" in sd:
