@@ -17,8 +17,8 @@ CPU = torch.device("cpu")
 def test_every_public_name_is_re_exported_from_its_module():
     owners = {
         "VanillaOnPolicyBuffer": "vanilla",
-        "GAEBuffer": "gae",
-        "VTraceBuffer": "vtrace",
+        "GAEBuffer": "vanilla",
+        "VTraceBuffer": "vanilla",
         "Actor": "protocols",
         "Algorithm": "protocols",
         "OnPolicyDataKeys": "protocols",
@@ -91,3 +91,24 @@ def test_gather_takes_the_hidden_state_of_the_first_step_only():
     assert b["RecurrentHiddenStates"].flatten().tolist() == [31.0]  # step 0 of env 1
     ff = gather(data, torch.tensor([3, 0]), L, recurrent=False)
     assert ff["RecurrentHiddenStates"].flatten().tolist() == [30.0, 30.0]  # placeholder row 0
+
+
+def test_storage_api_is_written_once():
+    """issue 9: create_factory / update_storage_parameter were written in vanilla.py and again
+    in model_based.py; every PyTorchRL facade now inherits the one pair."""
+    from rlstore.compat import MBReplayBuffer, PPODBuffer
+    from rlstore.compat._common import PyTorchRLStorage
+
+    for cls in (prl.VanillaOnPolicyBuffer, prl.GAEBuffer, prl.VTraceBuffer, PPODBuffer,
+                MBReplayBuffer):  # fmt: skip
+        assert issubclass(cls, PyTorchRLStorage)
+        for name in ("create_factory", "update_storage_parameter"):
+            assert name not in vars(cls), (cls.__name__, name)
+    make = prl.GAEBuffer.create_factory(4, gae_lambda=0.5)
+    actor = type("A", (), {"is_recurrent": False})()
+    buf = make("cpu", actor, type("G", (), {"gamma": 0.9})(), None)
+    assert isinstance(buf, prl.GAEBuffer) and buf.gae_lambda == 0.5
+    buf.update_storage_parameter("gae_lambda", 0.25)
+    assert buf.gae_lambda == 0.25
+    with pytest.raises(ConfigError, match="parameter_name"):
+        buf.update_storage_parameter("no_such_thing", 1.0)

@@ -235,3 +235,17 @@ def test_checkpoint_exact_resume(tmp_path: Path) -> None:
     for _ in range(3):
         a, b = buf.sample_batch(), restored.sample_batch()
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_src_buffers_schemas_share_one_model() -> None:
+    """issue 9: SimpleReplayBuffer's schema and PPOBuffer's config repeated the four keys
+    obs_dim / act_dim / size / batch_size; both now extend one model."""
+    from rlstore.compat._common import DimsConfig
+    from rlstore.compat.ppo_buffer import PPOBufferConfig
+
+    for model in (SimpleReplayBufferSchema, PPOBufferConfig):
+        assert issubclass(model, DimsConfig)
+        assert list(model.model_fields)[:4] == list(DimsConfig.model_fields)
+    assert "obs_dim" not in vars(PPOBufferConfig).get("__annotations__", {})
+    with pytest.raises(ConfigError, match="act_dim: Input should be greater than 0"):
+        PPOBufferConfig(obs_dim=3, act_dim=0, size=4, batch_size=2)

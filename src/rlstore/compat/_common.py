@@ -16,7 +16,7 @@ import torch
 from rlstore._checks import real_number
 from rlstore._trees import flag_array, to_numpy
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
-from rlstore.config import StrictModel, load_config_file
+from rlstore.config import PositiveInt, StrictModel, load_config_file
 from rlstore.errors import ConfigError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
 
@@ -36,13 +36,9 @@ def rows(
     name: str, x: Any, b: int, shape: tuple[int, ...], *, flags: bool = False, batched: bool = True
 ) -> np.ndarray:
     """``x`` as ``(b, *shape)`` rows of finite float32 (lossless casts only) or, with ``flags``,
-    of bools (bools or exact 0/1). Singleton axes may be added or dropped (``(1, 4)`` for one
-    state, ``(B, 1)`` rewards, a scalar action when its dim is 1); nothing else is reshaped.
-
-    Raises:
-        SpecError: naming ``name``: another shape (shown as ``(b, *shape)``, or ``shape`` when
-            not ``batched``), NaN/inf, overflow, non-numbers, flags other than 0/1.
-    """
+    of bools (bools or exact 0/1); singleton axes may be added or dropped (``(1, 4)`` for one
+    state, ``(B, 1)`` rewards). SpecError naming ``name`` otherwise (the expected shape shown as
+    ``(b, *shape)``, or ``shape`` when not ``batched``)."""
     a, full = to_numpy(name, x), (b, *shape)
     if a.shape != full and [d for d in a.shape if d != 1] == [d for d in full if d != 1]:
         a = a.reshape(full)
@@ -80,6 +76,19 @@ def sampled(batch: ReplayBatch) -> tuple[torch.Tensor, ...]:
     """``(obs, action, reward, next_obs, terminated as float32)`` of a sampled batch."""
     obs, nxt = cast(torch.Tensor, batch.obs), cast(torch.Tensor, batch.next_obs)  # never dicts
     return obs, batch.action, batch.reward, nxt, batch.terminated.to(torch.float32)
+
+
+class DimsConfig(StrictModel):
+    """The keys shared by ``src.buffers``' config schemas (the original's strictyaml ``Map``)."""
+
+    obs_dim: PositiveInt
+    """Observation dimension, > 0."""
+    act_dim: PositiveInt
+    """Action dimension, > 0."""
+    size: PositiveInt
+    """Buffer size: steps kept, > 0."""
+    batch_size: PositiveInt
+    """Minibatch size, 0 < batch_size <= size."""
 
 
 class FromConfig:
@@ -138,3 +147,19 @@ def set_parameter(obj: Any, parameter_name: str, new_parameter_value: Any) -> No
         raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
     kind: Any = type(current)  # keeps an int an int, a float a float
     setattr(obj, parameter_name, kind(value))
+
+
+class PyTorchRLStorage:
+    """PyTorchRL's storage API shared by the facades: ``create_factory`` and
+    ``update_storage_parameter``."""
+
+    @classmethod
+    def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
+        other constructor arguments (``gae_lambda``, ``validation_ratio``, ...)."""
+        return factory(cls, size, *args, **kwargs)
+
+    def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
+        """Set the numeric attribute ``parameter_name`` (e.g. ``gae_lambda``); ConfigError for
+        anything else or a value that is not a finite number (of the attribute's type)."""
+        set_parameter(self, parameter_name, new_parameter_value)

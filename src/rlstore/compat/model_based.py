@@ -1,23 +1,8 @@
-"""PyTorchRL's ``MBReplayBuffer`` (``pytorchrl.agent.storages.model_based``), the transition
-storage of dynamics-model training, over :class:`rlstore.buffers.model_based.ModelBasedReplay`
-and its MBPO-style split. Samples are dicts of PyTorchRL keys whose values carry a leading env
-axis ``N``; each insert appends ``N`` rows.
-
-Differences from PyTorchRL (its API is kept):
-
-* ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest first across the wrap-around
-  (PyTorchRL's ``[:step]`` dropped the oldest rows after one); ``reset()`` empties the buffer
-  (PyTorchRL's code kept ``size - step`` rows); ``init_tensors`` allocates nothing;
-* ``generate_batches`` holds out a random ``validation_ratio`` of the rows (at most
-  ``max_holdout``), fits the input :attr:`scaler` on the train rows only, honours
-  ``num_epochs``, never yields an empty batch and, with ``ensemble_size``, bootstraps rows per
-  member (``train_input`` ``(E, B, D)``, else ``(B, D)``);
-* bad input raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
-"""
+"""PyTorchRL's ``MBReplayBuffer`` over :class:`rlstore.buffers.model_based.ModelBasedReplay`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,7 +16,7 @@ from rlstore.buffers.model_based import (
     ensemble_minibatches,
     model_dataset,
 )
-from rlstore.compat._common import factory, set_parameter
+from rlstore.compat._common import PyTorchRLStorage
 from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
@@ -50,11 +35,27 @@ def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
     return out
 
 
-class MBReplayBuffer:
-    """PyTorchRL's model-based replay buffer (module doc). ``actor.dynamics_model``'s
-    ``reward_function`` (if set) drops the reward target and its ``ensemble_size`` is read when
-    ``ensemble_size`` is None; a Discrete ``envs.action_space`` one-hot encodes the actions.
-    ``validation_ratio``, ``max_holdout``, ``ensemble_size`` and ``seed`` are rlstore's."""
+class MBReplayBuffer(PyTorchRLStorage):
+    """PyTorchRL's ``MBReplayBuffer(size, device, actor, algorithm, envs)``
+    (``pytorchrl.agent.storages.model_based``), the transition storage of dynamics-model
+    training, with an MBPO-style split. Samples are dicts of PyTorchRL keys with a leading env
+    axis ``N`` (each insert appends ``N`` rows). ``actor.dynamics_model``'s ``reward_function``
+    (if set) drops the reward target and its ``ensemble_size`` is read when ``ensemble_size`` is
+    None; a Discrete ``envs.action_space`` one-hot encodes the actions. ``validation_ratio``,
+    ``max_holdout``, ``ensemble_size`` and ``seed`` are rlstore's.
+
+    Differences from PyTorchRL (its API is kept):
+
+    * ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest first across the
+      wrap-around (PyTorchRL's ``[:step]`` dropped the oldest rows after one); ``reset()``
+      empties the buffer (PyTorchRL's code kept ``size - step`` rows); ``init_tensors``
+      allocates nothing;
+    * ``generate_batches`` holds out a random ``validation_ratio`` of the rows (at most
+      ``max_holdout``), fits the input :attr:`scaler` on the train rows only, honours
+      ``num_epochs``, never yields an empty batch and, with ``ensemble_size``, bootstraps rows
+      per member (``train_input`` ``(E, B, D)``, else ``(B, D)``);
+    * bad input raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
+    """
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
 
@@ -83,11 +84,6 @@ class MBReplayBuffer:
         self.validation_ratio, self.ensemble_size = float(validation_ratio), ensemble_size
         self.scaler: StandardScaler | None = None
 
-    @classmethod
-    def create_factory(cls, size: int, **kwargs: Any) -> Callable[..., MBReplayBuffer]:
-        """A function ``(device, actor, algorithm, envs) -> MBReplayBuffer``."""
-        return factory(cls, size, **kwargs)
-
     @property
     def size(self) -> int:
         """Number of stored transitions."""
@@ -105,7 +101,7 @@ class MBReplayBuffer:
 
     # ------------------------------------------------------------------ writing
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
-        """Nothing to allocate ahead: the first insert allocates the storage (module doc)."""
+        """Nothing to allocate ahead: the first insert allocates the storage."""
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
@@ -152,10 +148,6 @@ class MBReplayBuffer:
     def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
         """Returns ``info`` unchanged."""
         return info
-
-    def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric attribute ``parameter_name`` (e.g. ``validation_ratio``)."""
-        set_parameter(self, parameter_name, new_parameter_value)
 
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1

@@ -1,17 +1,4 @@
-"""``src.buffers.PPOBuffer`` (Spinning Up's PPO epoch buffer) over :class:`RolloutBuffer`.
-
-Example::
-
-    >>> import numpy as np
-    >>> buf = PPOBuffer(obs_dim=3, act_dim=2, size=4, batch_size=2, gamma=0.5, lam=1.0)
-    >>> for t in range(4):
-    ...     step = {"obs": np.zeros(3), "act": np.zeros(2), "rew": 1.0, "val": 0.0, "logp": -0.7}
-    ...     buf.store(step)
-    >>> buf.finish_path(last_val=0.0)        # the episode terminated: no bootstrap
-    >>> batch = buf.sample_batch()
-    >>> [round(float(r), 4) for r in batch["ret"]]   # 1 + 0.5 + 0.25 + 0.125, ...
-    [1.875, 1.75, 1.5, 1.0]
-"""
+"""``src.buffers.PPOBuffer`` (Spinning Up's PPO epoch buffer) over :class:`RolloutBuffer`."""
 
 from __future__ import annotations
 
@@ -21,75 +8,50 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field, StrictInt
+from pydantic import Field
 
+from rlstore import errors as E
 from rlstore import returns as _returns
 from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import gae_targets
-from rlstore.compat._common import FromConfig, check_keys, rows
-from rlstore.config import StrictModel
-from rlstore.errors import (
-    CapacityError,
-    CheckpointError,
-    ConfigError,
-    EmptyBufferError,
-    RLStoreError,
-    SpecError,
-)
+from rlstore.compat._common import DimsConfig, FromConfig, check_keys, rows
 
 __all__ = ["PPOBuffer", "PPOBufferConfig", "discount_cumsum"]
 
 
 def discount_cumsum(x: Any, discount: float) -> np.ndarray:
     """``y[k] = sum_{j >= k} discount**(j - k) * x[j]`` over a 1-D ``x`` of finite reals (float64
-    for integer input, else its float dtype): ``discount_cumsum([1, 2, 3], 0.5)`` is
-    ``[2.75, 3.5, 3.0]``."""
+    for integer input): ``discount_cumsum([1, 2, 3], 0.5)`` is ``[2.75, 3.5, 3.0]``."""
     arr = real_array("x", x)
     if arr.ndim != 1:
-        raise SpecError(f"x: expected a 1-D sequence of shape (T,), got shape {arr.shape}")
+        raise E.SpecError(f"x: expected a 1-D sequence of shape (T,), got shape {arr.shape}")
     big = np.finfo(np.float64).max
     discount = real_number("discount", discount, -big, big, expected="a finite float")
-    return np.asarray(
-        _returns.discount_cumsum(arr if arr.dtype.kind == "f" else arr.astype(np.float64), discount)
-    )
+    arr = arr if arr.dtype.kind == "f" else arr.astype(np.float64)
+    return np.asarray(_returns.discount_cumsum(arr, discount))
 
 
-class PPOBufferConfig(StrictModel):
+class PPOBufferConfig(DimsConfig):
     """The constructor keys of :class:`PPOBuffer` (the original's strictyaml ``Map``)."""
 
-    obs_dim: StrictInt = Field(gt=0, description="observation size, an int")
-    act_dim: StrictInt = Field(gt=0, description="action size, an int")
-    size: StrictInt = Field(gt=0, description="steps per epoch, an int")
-    batch_size: StrictInt = Field(gt=0, description="minibatch size, an int <= size")
     gamma: float = Field(0.99, strict=True, ge=0.0, le=1.0)
     lam: float = Field(0.95, strict=True, ge=0.0, le=1.0)
     eps: float = Field(1e-3, strict=True, ge=0.0)
 
 
-def _as_shape(dim: int | tuple[int, ...], field: str) -> tuple[int, ...]:
-    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-    return tuple(check_count(field, d, error=ConfigError) for d in dims)
-
-
 _NO = torch.zeros(1, dtype=torch.bool)
+_NAMES = {"obs": "obs", "act": "actions", "rew": "rewards", "val": "values", "logp": "logprobs"}
 
 
 class PPOBuffer(FromConfig):
-    """One epoch of single-env PPO experience with GAE-lambda advantages: ``src.buffers.PPOBuffer``
-    (itself Spinning Up's), ``PPOBuffer(obs_dim, act_dim, size, batch_size, gamma=0.99,
-    lam=0.95, eps=1e-3)`` with ``store(buffer_dict)``, ``finish_path(last_val=0)``,
-    ``sample_batch()``, ``instantiate_from_config(path)``, ``instantiate_from_config_dict`` and
-    ``schema``.
-
-    Steps live in a one-env :class:`~rlstore.buffers.rollout.RolloutBuffer`; ``finish_path``
-    closes a trajectory with :meth:`~rlstore.buffers.rollout.RolloutBuffer.truncate_last`. Over
-    each closed trajectory ``adv`` is RolloutBuffer's GAE with ``v[path_end] = last_val`` and
-    ``ret[k] = sum_j gamma**(j-k) r[j] + gamma**(n-k) * last_val`` (the reward-to-go, as the
-    original; it equals ``adv + val`` only for ``lam = 1``). ``last_val`` is 0 when the episode
-    terminated, else ``V(s_T)``. :meth:`sample_batch` normalizes ``adv`` as
-    ``(adv - mean) / (std + eps)`` (population std, as Spinning Up) and resets the buffer.
+    """``src.buffers.PPOBuffer`` (Spinning Up's): one epoch of single-env PPO steps in a one-env
+    :class:`~rlstore.buffers.rollout.RolloutBuffer`; ``finish_path(last_val)`` closes a
+    trajectory with ``truncate_last`` (``last_val`` 0 after a termination, else ``V(s_T)``).
+    ``adv`` is GAE with ``v[path_end] = last_val``, ``ret`` the reward-to-go bootstrapped with
+    ``last_val`` (``adv + val`` only for ``lam = 1``); :meth:`sample_batch` normalizes ``adv`` as
+    ``(adv - mean) / (std + eps)`` (population std) and resets the buffer.
 
     Differences from the original:
 
@@ -120,19 +82,21 @@ class PPOBuffer(FromConfig):
         lam: float = 0.95,
         eps: float = 1e-3,
     ) -> None:
-        self.obs_shape = _as_shape(obs_dim, "obs_dim")
-        self.act_shape = () if act_dim in ((), []) else _as_shape(act_dim, "act_dim")
+        def shape(name: str, dim: Any) -> tuple[int, ...]:
+            dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+            return tuple(check_count(name, d, error=E.ConfigError) for d in dims)
+
+        self.obs_shape = shape("obs_dim", obs_dim)
+        self.act_shape = () if act_dim in ((), []) else shape("act_dim", act_dim)
         size = check_count("size", size)
         if check_count("batch_size", batch_size) > size:
-            raise CapacityError(
+            raise E.CapacityError(
                 f"batch_size: expected an int in [1, size={size}], got {batch_size}"
             )
         real_number("eps", eps, 0.0, math.inf)
-        self._rb = RolloutBuffer(
-            int(size), 1, gamma=gamma, lam=lam, advantage_normalization="none"
-        )  # checks gamma and lam
+        self._rb = RolloutBuffer(size, 1, gamma=gamma, lam=lam, advantage_normalization="none")
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        self.max_size, self.batch_size = int(size), int(batch_size)
+        self.max_size, self.batch_size = size, int(batch_size)
         self.gamma, self.lam, self.eps = float(gamma), float(lam), float(eps)
         self.path_start_idx = 0
 
@@ -140,17 +104,14 @@ class PPOBuffer(FromConfig):
         """Number of steps stored since the last :meth:`sample_batch`."""
         return self._rb.pos
 
-    @property
-    def ptr(self) -> int:
-        """The original's write cursor: the number of stored steps."""
-        return self._rb.pos
+    ptr = property(__len__, doc="The original's write cursor: the number of stored steps.")
 
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
         """Append one step: exactly ``obs`` (obs_shape, or ``(1, *obs_shape)``), ``act``,
         scalars ``rew``, ``val`` (V(obs)) and ``logp``; arrays, tensors or numbers."""
         check_keys("buffer_dict", buffer_dict, self._KEYS)
         if len(self) >= self.max_size:
-            raise CapacityError(
+            raise E.CapacityError(
                 f"store: buffer is full (size={self.max_size}); call finish_path() and "
                 "sample_batch() before storing more steps"
             )
@@ -165,49 +126,43 @@ class PPOBuffer(FromConfig):
         """Close the current trajectory (no-op without new steps); ``last_val`` (or
         ``action_obj``) is 0 / None after a termination, else ``V(s_T)``, a finite scalar."""
         if last_val is not None and action_obj is not None:
-            raise RLStoreError(
+            raise E.RLStoreError(
                 "finish_path: give last_val or action_obj (its original name), not both"
             )
         value = last_val if last_val is not None else action_obj
         if isinstance(value, Mapping):
             keys = [k for k in ("last_val", "val") if k in value]
             if len(keys) != 1:
-                raise SpecError(
+                raise E.SpecError(
                     f"action_obj: expected a mapping with one of the keys 'last_val' or 'val', "
                     f"got keys {list(value)}"
                 )
             value = value[keys[0]]
         bootstrap = rows("last_val", 0.0 if value is None else value, 1, (), batched=False)
-        if len(self) == self.path_start_idx:
-            return
-        self._rb.truncate_last(torch.from_numpy(bootstrap))
-        self.path_start_idx = len(self)
+        if len(self) > self.path_start_idx:
+            self._rb.truncate_last(torch.from_numpy(bootstrap))
+            self.path_start_idx = len(self)
 
     def _targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(adv, ret)`` of the closed trajectories, each ``(path_start_idx,)`` float32."""
-        n = self.path_start_idx
+        n, rb, zero = self.path_start_idx, self._rb, torch.zeros(1)
         if n == 0:
             return torch.zeros(0), torch.zeros(0)
-        rb, zero = self._rb, torch.zeros(1)
         if not rb.computed:
             rb.compute_returns(zero)  # every closed path ends truncated: zero is not read
         batch = rb.get()
-        assert batch.advantages is not None  # noqa: S101 (computed just above)
         ret = gae_targets(batch, zero, gamma=self.gamma, lam=1.0)["returns"]
-        return batch.advantages[:n, 0], ret[:n, 0]
+        return batch.advantages[:n, 0], ret[:n, 0]  # type: ignore[index]
 
     def _column(self, key: str) -> np.ndarray:
         """A read-only zero-padded ``(size, ...)`` numpy copy of one stored field."""
-        shapes = {"obs": self.obs_shape, "act": self.act_shape}
-        out = np.zeros((self.max_size, *shapes.get(key, ())), dtype=np.float32)
+        shape = {"obs": self.obs_shape, "act": self.act_shape}.get(key, ())
+        out = np.zeros((self.max_size, *shape), dtype=np.float32)
         if key in ("adv", "ret"):
-            data = self._targets()[key == "ret"]
-        elif len(self):
-            name = {"obs": "obs", "act": "actions", "rew": "rewards", "val": "values"}
-            data = getattr(self._rb.get(), name.get(key, "logprobs"))[:, 0]
+            data: Any = self._targets()[key == "ret"]
         else:
-            data = torch.zeros(0, *out.shape[1:])
-        out[: len(data)] = data.numpy()
+            data = getattr(self._rb.get(), _NAMES[key])[:, 0] if len(self) else out[:0]
+        out[: len(data)] = np.asarray(data)
         out.flags.writeable = False
         return out
 
@@ -222,15 +177,12 @@ class PPOBuffer(FromConfig):
     def sample_batch(self) -> dict[str, torch.Tensor]:
         """The stored epoch as new float32 tensors ``obs``, ``act``, ``ret``, ``adv``
         (normalized), ``logp``, ``val`` (leading axis ``len(buf)``); resets the buffer.
-
-        Raises:
-            EmptyBufferError: nothing stored. RLStoreError: an open trajectory.
-        """
+        EmptyBufferError: nothing stored; RLStoreError: an open trajectory."""
         n = len(self)
         if n == 0:
-            raise EmptyBufferError("sample_batch: the buffer is empty; store() steps first")
+            raise E.EmptyBufferError("sample_batch: the buffer is empty; store() steps first")
         if self.path_start_idx != n:
-            raise RLStoreError(
+            raise E.RLStoreError(
                 f"sample_batch: the last {n - self.path_start_idx} steps belong to an "
                 "open trajectory; call finish_path(last_val) first (last_val=V(s_T) if it was "
                 "cut off, 0 if it terminated)"
@@ -239,17 +191,11 @@ class PPOBuffer(FromConfig):
         adv64 = adv.double()
         adv64 = (adv64 - adv64.mean()) / (adv64.std(correction=0) + self.eps)
         b = self._rb.get()
-        batch = {
-            "obs": b.obs[:, 0].clone(),  # type: ignore[index]  # a Box obs, never a dict
-            "act": b.actions[:, 0].clone(),
-            "ret": ret.clone(),
-            "adv": adv64.float(),
-            "logp": b.logprobs[:, 0].clone(),
-            "val": b.values[:, 0].clone(),
-        }
+        batch = {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("obs", "act", "logp", "val")}
+        batch |= {"ret": ret.clone(), "adv": adv64.float()}
         self._rb.reset()
         self.path_start_idx = 0
-        return batch
+        return {k: batch[k] for k in ("obs", "act", "ret", "adv", "logp", "val")}
 
     def minibatches(
         self, batch: Mapping[str, torch.Tensor], *, seed: int | torch.Generator | None = None
@@ -258,16 +204,14 @@ class PPOBuffer(FromConfig):
         (the last one smaller if needed); ``seed``: an int or ``torch.Generator``."""
         lengths = {k: int(v.shape[0]) for k, v in batch.items()}
         if len(set(lengths.values())) != 1:
-            raise SpecError(f"batch: expected tensors with one common length, got {lengths}")
-        n = next(iter(lengths.values()))
+            raise E.SpecError(f"batch: expected tensors with one common length, got {lengths}")
         gen = seed if isinstance(seed, torch.Generator) else torch.Generator()
         if isinstance(seed, int):
             gen.manual_seed(seed)
         elif seed is None:
             gen.seed()
-        perm = torch.randperm(n, generator=gen)
-        for start in range(0, n, self.batch_size):
-            idx = perm[start : start + self.batch_size]
+        perm = torch.randperm(next(iter(lengths.values())), generator=gen)
+        for idx in perm.split(self.batch_size):
             yield {k: v[idx] for k, v in batch.items()}
 
     def config(self) -> dict[str, Any]:
@@ -285,26 +229,26 @@ class PPOBuffer(FromConfig):
         """Restore :meth:`state_dict` output, all or nothing (CheckpointError otherwise)."""
         if not isinstance(sd, Mapping) or set(sd) != {"rollout", "path_start_idx"}:
             keys = sorted(sd) if isinstance(sd, Mapping) else type(sd).__name__
-            raise CheckpointError(
+            raise E.CheckpointError(
                 f"state: expected the keys ['path_start_idx', 'rollout'], got {keys}"
             )
         start, rollout = sd["path_start_idx"], sd["rollout"]
         pos = rollout.get("pos") if isinstance(rollout, Mapping) else None
         ok = isinstance(start, int) and not isinstance(start, bool) and isinstance(pos, int)
         if not ok or not 0 <= start <= pos:
-            raise CheckpointError(
+            raise E.CheckpointError(
                 f"path_start_idx: expected an int in [0, rollout pos={pos!r}], got {start!r}"
             )
-        raw = rollout.get("data")
-        data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        data = rollout.get("data")
         for key, shape in (("obs", self.obs_shape), ("actions", self.act_shape)):
-            want, got = (self.max_size, 1, *shape), data.get(key)
-            if key in data and (
-                not isinstance(got, torch.Tensor)
-                or tuple(got.shape) != want
-                or got.dtype != torch.float32
+            if not isinstance(data, Mapping) or key not in data:
+                continue
+            want, got = (self.max_size, 1, *shape), data[key]
+            if not isinstance(got, torch.Tensor) or (got.dtype, *got.shape) != (
+                torch.float32,
+                *want,
             ):
                 what = f"{got.dtype} {tuple(got.shape)}" if isinstance(got, torch.Tensor) else got
-                raise CheckpointError(f"{key}: expected a float32 tensor {want}, got {what!r}")
+                raise E.CheckpointError(f"{key}: expected a float32 tensor {want}, got {what!r}")
         self._rb.load_state_dict(dict(rollout))
         self.path_start_idx = start

@@ -1,28 +1,6 @@
-"""PyTorchRL's ``PPODBuffer`` (``pytorchrl.agent.storages.on_policy.ppod_buffer``): PPO+D
-demonstration replay inside a GAE rollout, over :class:`~rlstore.compat.pytorchrl.GAEBuffer`,
-:class:`~rlstore.buffers.demos.DemoStore` (the demo rules) and
-:class:`~rlstore.buffers.demo_mixer.DemoMixer` (the per-slot replay).
-
-``insert_transition`` mixes the sample before storing it, as PyTorchRL: a slot replaying a demo
-stores the demo's action and reward, ``LogProbability = 0`` and ``Value`` recomputed by
-``actor.get_value`` on the demo observation, next observation the demo's next frame (frame
-stack rebuilt) with ``Done = 0``; when a demo or an env episode ends, the slot's next source is
-drawn with ``(rho, phi, 1 - rho - phi)`` (a demo start: first frame, ``Done = 1``, zero
-recurrent state; "env" after a demo calls ``envs.reset_single_env(i)`` if the env has it);
-every finished env episode is offered to the store as a reward or value demo.
-
-Differences from PyTorchRL (its API is kept):
-
-* demos are :class:`~rlstore.buffers.demos.Demo` records and rlstore checkpoint files
-  (``<name>_metadata.json``); PyTorchRL's ``.npz`` demos are read too;
-* randomness comes from one seeded Generator (keyword ``seed``), not the global one;
-* PyTorchRL's MaxValue tracking bug (written under an int key, read under ``"env{i+1}"``, so
-  every value demo kept ``-inf``) is not reproduced; annealing conserves ``rho + phi``,
-  ``MaxValue ** alpha`` is clipped, human demos survive emptying the reward demos;
-* ``track_potential_demos`` is folded into ``insert_transition`` (each step tracked once);
-  ``sample_demo(env_id)`` returns the drawn source code;
-* a sample the storage rejects *after* mixing leaves the mixer a step ahead: :meth:`reset`.
-"""
+"""PyTorchRL's ``PPODBuffer`` (PPO+D demonstration replay inside a GAE rollout) over
+:class:`~rlstore.compat.pytorchrl.GAEBuffer`, :class:`~rlstore.buffers.demos.DemoStore` and
+:class:`~rlstore.buffers.demo_mixer.DemoMixer`."""
 
 from __future__ import annotations
 
@@ -37,32 +15,9 @@ import torch
 
 from rlstore._checks import check_count
 from rlstore._trees import to_numpy
-from rlstore.buffers.demos import (
-    ENV,
-    Demo,
-    DemoMixer,
-    DemoStore,
-    list_demos,
-    load_demo,
-    save_demo,
-)
-from rlstore.compat.pytorchrl import (
-    ACT,
-    DONE,
-    DONE2,
-    LOGP,
-    OBS,
-    OBS2,
-    REW,
-    RHS,
-    RHS2,
-    TRUNC2,
-    VAL,
-    Actor,
-    Algorithm,
-    GAEBuffer,
-    OnPolicyDataKeys,
-)
+from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
+from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
+from rlstore.compat.pytorchrl import protocols as K
 from rlstore.compat.pytorchrl._layout import map_dict
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 
@@ -102,18 +57,36 @@ def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
     """``new`` (a fresh array with ``ref``'s rows) as a CPU tensor with ``ref``'s shape and
     dtype; zero-copy when they already match."""
     ref = torch.as_tensor(ref)
-    out = torch.as_tensor(new)
-    if out.shape != ref.shape:
-        out = out.reshape(ref.shape)
-    return out if out.dtype == ref.dtype else out.to(ref.dtype)
+    return torch.as_tensor(new).reshape(ref.shape).to(ref.dtype)
 
 
 class PPODBuffer(GAEBuffer):
-    """PyTorchRL's PPO+D storage (module doc); the arguments are PyTorchRL's plus ``seed``
-    (the demo Generator's) and ``demo_dtypes`` (dtypes of loaded demo arrays)."""
+    """PyTorchRL's PPO+D storage (``pytorchrl.agent.storages.on_policy.ppod_buffer``); the
+    arguments are PyTorchRL's plus ``seed`` (the demo Generator's) and ``demo_dtypes``.
+
+    ``insert_transition`` mixes the sample before storing it, as PyTorchRL: a slot replaying a
+    demo stores the demo's action and reward, ``LogProbability = 0``, ``Value`` recomputed by
+    ``actor.get_value`` on the demo observation, and the demo's next frame (frame stack rebuilt)
+    with ``Done = 0``; when a demo or an env episode ends, the slot's next source is drawn with
+    ``(rho, phi, 1 - rho - phi)`` (a demo starts at its first frame with ``Done = 1`` and a zero
+    recurrent state; "env" after a demo calls ``envs.reset_single_env(i)`` if the env has it);
+    every finished env episode is offered to the store as a reward or value demo.
+
+    Differences from PyTorchRL (its API is kept):
+
+    * demos are :class:`~rlstore.buffers.demos.Demo` records and rlstore checkpoint files
+      (``<name>_metadata.json``); PyTorchRL's ``.npz`` demos are read too;
+    * randomness comes from one seeded Generator (keyword ``seed``), not the global one;
+    * PyTorchRL's MaxValue tracking bug (written under an int key, read under ``"env{i+1}"``,
+      so every value demo kept ``-inf``) is not reproduced; annealing conserves ``rho + phi``,
+      ``MaxValue ** alpha`` is clipped, human demos survive emptying the reward demos;
+    * ``track_potential_demos`` is folded into ``insert_transition`` (each step tracked once);
+      ``sample_demo(env_id)`` returns the drawn source code;
+    * a sample the storage rejects *after* mixing leaves the mixer a step ahead: :meth:`reset`.
+    """
 
     demos_data_fields: ClassVar[tuple[str, ...]] = ("Observation", "Action", "Reward")
-    on_policy_data_fields: ClassVar[tuple[str, ...]] = OnPolicyDataKeys
+    on_policy_data_fields: ClassVar[tuple[str, ...]] = K.OnPolicyDataKeys
 
     def __init__(
         self,
@@ -258,13 +231,13 @@ class PPODBuffer(GAEBuffer):
         return getattr(self.envs, "env_kwargs", None) or {}
 
     def _reset_env(self, i: int) -> np.ndarray:
-        return to_numpy(OBS, self.envs.reset_single_env(i))
+        return to_numpy(K.OBS, self.envs.reset_single_env(i))
 
     def _ensure_mixer(self, obs: Any) -> DemoMixer:
         if self.mixer is None:
             if isinstance(obs, Mapping):
-                raise SpecError(f"{OBS}: PPODBuffer supports array observations, got a dict")
-            o = to_numpy(OBS, obs)
+                raise SpecError(f"{K.OBS}: PPODBuffer supports array observations, got a dict")
+            o = to_numpy(K.OBS, obs)
             has_reset = callable(getattr(self.envs, "reset_single_env", None))
             self.mixer = DemoMixer(
                 self.store,
@@ -290,10 +263,10 @@ class PPODBuffer(GAEBuffer):
         obs, code = self.mixer.begin_episode(env_id)
         if code != ENV:  # the next rollout slot (layout-C slot L) starts the demo
             nxt = self._next
-            nxt[OBS][env_id] = torch.as_tensor(obs).to(nxt[OBS].dtype)
-            nxt[DONE][env_id] = 1
-            if nxt.get(RHS) is not None:
-                nxt[RHS][env_id] = 0
+            nxt[K.OBS][env_id] = torch.as_tensor(obs).to(nxt[K.OBS].dtype)
+            nxt[K.DONE][env_id] = 1
+            if nxt.get(K.RHS) is not None:
+                nxt[K.RHS][env_id] = 0
             if self._rb is not None and self.size:  # Done[L] = 1: the slot's episode ended
                 ended = self._rb.get().dones[-1]
                 self._rb.terminate_last(
@@ -303,7 +276,7 @@ class PPODBuffer(GAEBuffer):
         return code
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Track and mix demo replays into one vector-env step, then store it (module doc)."""
+        """Track and mix demo replays into one vector-env step, then store it (class doc)."""
         tracked, self._tracked = self._tracked, None
         if tracked is not None and tracked[0] is sample:
             mixed = tracked[1]
@@ -324,53 +297,53 @@ class PPODBuffer(GAEBuffer):
         """Validate ``sample`` and mix demo replays into it; returns the sample to store
         (only the keys the mixing changed are new tensors; rewards always float32)."""
         self._prepare(sample)  # validates (capacity, keys, shapes, dtypes, finite values)
-        mixer = self._ensure_mixer(sample[OBS])
+        mixer = self._ensure_mixer(sample[K.OBS])
         sample = dict(sample)
         replaying = mixer.replaying()
         if replaying.any() and self._next:
             self._revalue(sample, replaying)
-        done_in = to_numpy(DONE2, sample[DONE2]).reshape(-1)
-        trunc_in = to_numpy(TRUNC2, sample[TRUNC2]).reshape(-1) if TRUNC2 in sample else None
+        done_in = to_numpy(K.DONE2, sample[K.DONE2]).reshape(-1)
+        trunc_in = to_numpy(K.TRUNC2, sample[K.TRUNC2]).reshape(-1) if K.TRUNC2 in sample else None
         done = done_in != 0
         trunc = np.zeros_like(done) if trunc_in is None else trunc_in != 0
-        rew = torch.as_tensor(sample[REW])
+        rew = torch.as_tensor(sample[K.REW])
         mixed = mixer.step(
-            to_numpy(ACT, sample[ACT]),
-            to_numpy(REW, rew).reshape(-1),
+            to_numpy(K.ACT, sample[K.ACT]),
+            to_numpy(K.REW, rew).reshape(-1),
             done & ~trunc,
             done & trunc,
-            to_numpy(OBS2, sample[OBS2]),
-            value=to_numpy(VAL, sample[VAL]).reshape(-1),
+            to_numpy(K.OBS2, sample[K.OBS2]),
+            value=to_numpy(K.VAL, sample[K.VAL]).reshape(-1),
         )
         demo, starts = mixed.from_demo, mixed.new_episode > ENV
         any_demo = bool(demo.any())
         if any_demo:
-            sample[ACT] = _like(sample[ACT], mixed.action)
-            logp = torch.as_tensor(sample[LOGP]).clone()
+            sample[K.ACT] = _like(sample[K.ACT], mixed.action)
+            logp = torch.as_tensor(sample[K.LOGP]).clone()
             logp[torch.from_numpy(demo)] = 0
-            sample[LOGP] = logp
+            sample[K.LOGP] = logp
         if any_demo or rew.dtype != torch.float32:
-            sample[REW] = _like(rew, mixed.reward)
+            sample[K.REW] = _like(rew, mixed.reward)
         if any_demo or starts.any():
-            sample[OBS2] = _like(sample[OBS2], mixed.next_obs)
+            sample[K.OBS2] = _like(sample[K.OBS2], mixed.next_obs)
         new_done = mixed.terminated | mixed.truncated
         if not np.array_equal(done_in, new_done):
-            sample[DONE2] = _like(sample[DONE2], new_done)
+            sample[K.DONE2] = _like(sample[K.DONE2], new_done)
         if trunc_in is not None and not np.array_equal(trunc_in, mixed.truncated):
-            sample[TRUNC2] = _like(sample[TRUNC2], mixed.truncated)
-        if starts.any() and sample.get(RHS2) is not None and not isinstance(sample[RHS2], dict):
-            rhs = torch.as_tensor(sample[RHS2]).clone()
+            sample[K.TRUNC2] = _like(sample[K.TRUNC2], mixed.truncated)
+        if starts.any() and sample.get(K.RHS2) is not None and not isinstance(sample[K.RHS2], dict):
+            rhs = torch.as_tensor(sample[K.RHS2]).clone()
             rhs[torch.from_numpy(starts)] = 0
-            sample[RHS2] = rhs
+            sample[K.RHS2] = rhs
         return sample
 
     def _revalue(self, sample: dict[str, Any], rows: np.ndarray) -> None:
         """Recompute ``Value`` (and ``IntrinsicValue``) of replaying slots on the stored demo
         observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
         idx = torch.from_numpy(np.flatnonzero(rows))
-        rhs = self._next.get(RHS, self._rows.get(RHS))  # feed-forward actors: the zero row
+        rhs = self._next.get(K.RHS, self._rows.get(K.RHS))  # feed-forward actors: the zero row
         rhs = None if rhs is None else map_dict(rhs, lambda t: t[idx])
-        for key, v in self._values(self._next[OBS][idx], rhs, self._next[DONE][idx]).items():
+        for key, v in self._values(self._next[K.OBS][idx], rhs, self._next[K.DONE][idx]).items():
             if key in sample:
                 new = torch.as_tensor(sample[key]).clone()
                 new[idx] = v.to(new.dtype).reshape(len(idx), *new.shape[1:])

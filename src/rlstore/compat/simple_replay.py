@@ -1,29 +1,5 @@
 """The ``src.buffers`` package's ``SimpleReplayBuffer`` (FIFO replay for SAC agents) over
-:class:`rlstore.ReplayBuffer`: ``SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)`` with
-``store(buffer_dict)``, ``sample_batch()``, ``finish_path(action_obj=None)``,
-``instantiate_from_config(path)`` / ``instantiate_from_config_dict(config)`` and ``schema``.
-
-What the documentation leaves open, and where rlstore differs:
-
-* ``buffer_dict`` has the keys of Spinning Up's SAC ``store``: ``obs`` ``(obs_dim,)``, ``act``
-  ``(act_dim,)``, ``rew`` scalar, ``next_obs`` ``(obs_dim,)``, ``done`` (a termination); a
-  leading batch axis stores several steps. Bad input is a :class:`~rlstore.errors.SpecError`
-  naming the key (``buffer_dict['rew']``) and stores nothing.
-* ``sample_batch()`` returns float32 tensors under the same keys (``done`` as 0.0/1.0), drawn
-  uniformly with replacement; ``seed=`` (rlstore) seeds the sampler.
-* ``finish_path`` is a no-op (its documentation is copied from ``PPOBuffer``).
-* ``schema`` is a pydantic model (the original's is a strictyaml ``Map``); config files may be
-  YAML or JSON.
-
-Example:
-    >>> import numpy as np
-    >>> buf = SimpleReplayBuffer(obs_dim=3, act_dim=2, size=100, batch_size=4, seed=0)
-    >>> for _ in range(10):
-    ...     buf.store({"obs": np.zeros(3), "act": np.ones(2), "rew": 1.0,
-    ...                "next_obs": np.zeros(3), "done": False})
-    >>> {k: tuple(v.shape) for k, v in buf.sample_batch().items()}["act"]
-    (4, 2)
-"""
+:class:`rlstore.ReplayBuffer`."""
 
 from __future__ import annotations
 
@@ -32,8 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from rlstore._trees import to_numpy
-from rlstore.compat._common import FromConfig, check_keys, rows, sampled, transition_core, write
-from rlstore.config import PositiveInt, StrictModel
+from rlstore.compat import _common as C
 from rlstore.errors import CapacityError, CheckpointError
 
 __all__ = ["SimpleReplayBuffer", "SimpleReplayBufferSchema"]
@@ -41,22 +16,27 @@ __all__ = ["SimpleReplayBuffer", "SimpleReplayBufferSchema"]
 _KEYS = ("obs", "act", "rew", "next_obs", "done")
 
 
-class SimpleReplayBufferSchema(StrictModel):
+class SimpleReplayBufferSchema(C.DimsConfig):
     """Config keys of :class:`SimpleReplayBuffer` (its ``schema``)."""
 
-    obs_dim: PositiveInt
-    """Observation dimension, > 0."""
-    act_dim: PositiveInt
-    """Action dimension, > 0."""
-    size: PositiveInt
-    """Buffer size: transitions kept (FIFO), > 0."""
-    batch_size: PositiveInt
-    """Transitions returned by ``sample_batch()``, 0 < batch_size <= size."""
 
+class SimpleReplayBuffer(C.FromConfig):
+    """``src.buffers.SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)``: a FIFO replay
+    buffer for SAC agents with ``store(buffer_dict)``, ``sample_batch()``, ``finish_path``,
+    ``instantiate_from_config(path)`` / ``instantiate_from_config_dict(config)``, ``schema``.
 
-class SimpleReplayBuffer(FromConfig):
-    """A simple FIFO experience replay buffer for SAC agents (module doc); ``seed`` is an
-    rlstore addition (``None`` draws OS entropy)."""
+    What the documentation leaves open, and where rlstore differs:
+
+    * ``buffer_dict`` has the keys of Spinning Up's SAC ``store``: ``obs`` ``(obs_dim,)``, ``act``
+      ``(act_dim,)``, ``rew`` scalar, ``next_obs`` ``(obs_dim,)``, ``done`` (a termination); a
+      leading batch axis stores several steps. Bad input is a :class:`~rlstore.errors.SpecError`
+      naming the key (``buffer_dict['rew']``) and stores nothing.
+    * ``sample_batch()`` returns float32 tensors under the same keys (``done`` as 0.0/1.0), drawn
+      uniformly with replacement; ``seed=`` (rlstore; ``None``: OS entropy) seeds the sampler.
+    * ``finish_path`` is a no-op (its documentation is copied from ``PPOBuffer``).
+    * ``schema`` is a pydantic model (the original's is a strictyaml ``Map``); config files may be
+      YAML or JSON; ``config()`` / ``state_dict()`` / ``load_state_dict()`` are rlstore's.
+    """
 
     schema: ClassVar[type[SimpleReplayBufferSchema]] = SimpleReplayBufferSchema
 
@@ -69,27 +49,25 @@ class SimpleReplayBuffer(FromConfig):
             raise CapacityError(f"batch_size: expected <= size={cfg.size}, got {cfg.batch_size}")
         self.obs_dim, self.act_dim, self.size, self.batch_size = obs_dim, act_dim, size, batch_size
         self._seed = seed
-        self._core = transition_core(size, obs_dim, act_dim, seed=seed)
+        self._core = C.transition_core(size, obs_dim, act_dim, seed=seed)
 
     def store(self, buffer_dict: dict[str, Any]) -> None:
-        """Store one timestep, or a batch with a leading axis ``B`` on each key (module doc)."""
-        check_keys("buffer_dict", buffer_dict, _KEYS)
+        """Store one timestep, or a batch with a leading axis ``B`` on each key."""
+        C.check_keys("buffer_dict", buffer_dict, _KEYS)
         obs = to_numpy("buffer_dict['obs']", buffer_dict["obs"])
         batched = obs.ndim == 2
         b = obs.shape[0] if batched else 1
-        dims = {"obs": (self.obs_dim,), "act": (self.act_dim,), "rew": (),
-                "next_obs": (self.obs_dim,), "done": ()}  # fmt: skip
-        d = {k: rows(f"buffer_dict[{k!r}]", buffer_dict[k], b, dims[k], flags=k == "done",
-                     batched=batched) for k in _KEYS}  # fmt: skip
-        write(self._core, (*(d[k] for k in _KEYS), d["done"] & False))  # never truncated
+        dims = {"obs": (self.obs_dim,), "act": (self.act_dim,), "next_obs": (self.obs_dim,)}
+        d = {k: C.rows(f"buffer_dict[{k!r}]", buffer_dict[k], b, dims.get(k, ()),
+                     flags=k == "done", batched=batched) for k in _KEYS}  # fmt: skip
+        C.write(self._core, (*(d[k] for k in _KEYS), d["done"] & False))  # never truncated
 
     def sample_batch(self) -> dict[str, torch.Tensor]:
-        """``batch_size`` transitions (module doc); EmptyBufferError with fewer stored."""
-        return dict(zip(_KEYS, sampled(self._core.sample(self.batch_size)), strict=True))
+        """``batch_size`` transitions; EmptyBufferError with fewer stored."""
+        return dict(zip(_KEYS, C.sampled(self._core.sample(self.batch_size)), strict=True))
 
     def finish_path(self, action_obj: Any = None) -> None:
         """Nothing to do for a FIFO replay buffer (kept for the original interface)."""
-        return None
 
     def __len__(self) -> int:
         """Number of stored transitions (at most ``size``)."""

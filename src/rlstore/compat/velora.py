@@ -1,31 +1,5 @@
 """velora's buffer API (``velora.buffer``: ``ReplayBuffer``, ``BufferBase``, ``BatchExperience``)
-as a facade over :class:`rlstore.ReplayBuffer`.
-
-Signatures follow the velora documentation (``ReplayBuffer(capacity, state_dim, action_dim,
-hidden_dim, *, device=None)``, ``add``, ``add_multi``, ``sample``, ``warm``, ``save``/``load``,
-``metadata``, ``state_dict``, ``config``, ``len``). The sampler is seeded (``seed=``, rlstore)
-and saved, so a loaded buffer draws the samples the original would have; ``save`` is atomic.
-
-Where it differs from velora:
-
-* ``done`` is stored as *termination* (no bootstrap), since that is what a single flag can say;
-  ``add_multi(truncated=...)`` (rlstore addition) and ``warm`` store time-limit ends as
-  truncations. ``BatchExperience.dones`` is ``terminated``, so those bootstrap from
-  ``next_states``.
-* ``warm`` drops gymnasium's next-step autoreset pseudo-transitions (final obs -> reset obs),
-  which velora stores, and raises instead of looping forever when ``n_samples > capacity``.
-* Bad input raises an :mod:`rlstore.errors` class (``ValueError`` subclasses, like velora's)
-  naming velora's argument (``state``, ``dones``, ...) and stores nothing.
-* ``load_state_dict`` of velora's tensor layout restores the contents, and the sampler starts
-  again from the constructor's seed; an exact resume goes through :meth:`~BufferBase.save`.
-
-Example:
-    >>> import torch
-    >>> buf = ReplayBuffer(100, state_dim=4, action_dim=1, hidden_dim=8, seed=0)
-    >>> buf.add(torch.zeros(4), torch.tensor([1.0]), 1.0, torch.ones(4), False, torch.zeros(8))
-    >>> buf.sample(1).rewards.shape
-    torch.Size([1, 1])
-"""
+as a facade over :class:`rlstore.ReplayBuffer`."""
 
 from __future__ import annotations
 
@@ -51,8 +25,7 @@ _CLASS_NAME = "velora.ReplayBuffer"
 _DIMS = ("capacity", "state_dim", "action_dim", "hidden_dim")
 _FIELDS = ("states", "actions", "rewards", "next_states", "dones", "hiddens")
 
-TensorLike = torch.Tensor | np.ndarray
-"""A torch tensor or numpy array (plain Python numbers are accepted for scalars)."""
+TensorLike = torch.Tensor | np.ndarray  # plain Python numbers are accepted for scalars
 
 
 @dataclass(frozen=True)
@@ -89,8 +62,26 @@ def _count(name: str, x: Any) -> int:
 
 
 class BufferBase(ABC):
-    """velora's base of all buffers: ``capacity``, ``state_dim``, ``action_dim``, ``hidden_dim``
-    (ints > 0), ``device`` of the samples (``None``: CPU), ``seed`` of the sampler (rlstore)."""
+    """velora's base of all buffers: ``BufferBase(capacity, state_dim, action_dim, hidden_dim,
+    *, device=None)`` (ints > 0; ``None``: CPU) with ``add``, ``add_multi``, ``sample``, ``len``,
+    ``save`` / ``load``, ``metadata``, ``state_dict``; ``seed`` (rlstore) seeds the sampler,
+    whose state is saved, so a loaded buffer draws the samples the original would have.
+
+    Where it differs from velora:
+
+    * ``done`` is stored as *termination* (no bootstrap), since that is what a single flag can
+      say; ``add_multi(truncated=...)`` (rlstore addition) and ``warm`` store time-limit ends as
+      truncations. ``BatchExperience.dones`` is ``terminated``, so those bootstrap from
+      ``next_states``.
+    * ``warm`` drops gymnasium's next-step autoreset pseudo-transitions (final obs -> reset
+      obs), which velora stores, and raises instead of looping forever when
+      ``n_samples > capacity``.
+    * Bad input raises an :mod:`rlstore.errors` class (``ValueError`` subclasses, like velora's)
+      naming velora's argument (``state``, ``dones``, ...) and stores nothing.
+    * ``save`` is atomic; ``load_state_dict`` of velora's tensor layout restores the contents,
+      and the sampler starts again from the constructor's seed; an exact resume goes through
+      :meth:`save` (or :meth:`checkpoint_state`).
+    """
 
     def __init__(
         self,
@@ -195,7 +186,7 @@ class BufferBase(ABC):
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`checkpoint_state` exactly, or a velora :meth:`state_dict`'s contents
-        (module doc); CheckpointError otherwise, the buffer unchanged."""
+        (the sampler restarts from the seed); CheckpointError otherwise, the buffer unchanged."""
         if not isinstance(sd, dict):
             raise CheckpointError(f"state_dict: expected a dict, got {type(sd).__name__}")
         if "core" in sd:
@@ -238,8 +229,7 @@ class BufferBase(ABC):
         CheckpointError: a missing or damaged file, or metadata that does not describe it."""
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
-        verified = "save_id" in metadata
-        if verified:
+        if "save_id" in metadata:
             state, record = checkpoint.load_verified(state_path, metadata), metadata
             described = metadata.get("metadata", metadata)
         else:
@@ -261,7 +251,8 @@ class BufferBase(ABC):
 
 
 class ReplayBuffer(BufferBase):
-    """velora's buffer for off-policy agents (FIFO, uniform sampling with replacement)."""
+    """velora's buffer for off-policy agents (FIFO, uniform sampling with replacement; where it
+    differs from velora: :class:`BufferBase`)."""
 
     def config(self) -> BufferConfig:
         """Creates a buffer config model (type, capacity, state_dim, action_dim, hidden_dim)."""

@@ -1,32 +1,23 @@
-"""PyTorchRL's on-policy storages: VanillaOnPolicyBuffer, GAEBuffer, VTraceBuffer.
+"""PyTorchRL's on-policy storages (``pytorchrl.agent.storages.on_policy``): VanillaOnPolicyBuffer,
+GAEBuffer, VTraceBuffer, facades over :class:`~rlstore.buffers.rollout.RolloutBuffer`,
+:mod:`rlstore.returns` and :mod:`rlstore.minibatches`; the sample keys are in :mod:`.protocols`.
 
-The originals live in ``pytorchrl.agent.storages.on_policy``; these are facades over
-:class:`rlstore.buffers.rollout.RolloutBuffer`, :mod:`rlstore.returns` and
-:mod:`rlstore.minibatches`, each in its own module and re-exported here.
-
-**Layout C.** As in PyTorchRL, the ``data`` tensors are ``(size + 1, N, *shape)``.
+**Layout C.** As in PyTorchRL, the ``data`` tensors are ``(size + 1, N, *shape)``:
 ``Observation``, ``RecurrentHiddenStates`` and ``Done`` are written at ``step + 1`` from the
-sample's ``NextObservation`` / ``NextRecurrentHiddenStates`` / ``NextDone``, so ``Done[t + 1]``
-is the done flag of transition ``t`` (and ``Done[t]`` says that ``Observation[t]`` starts an
-episode); slot ``L`` (``L`` = number of stored transitions) holds the bootstrap state. All other
-keys are written at ``step``. Before any estimator runs the flags are converted to rlstore's
-transition-aligned layout A: ``done_A[t] = Done[t + 1]``, ``next_values[t] = Value[t + 1]``.
+sample's ``Next*`` keys (``Done[t + 1]`` ends transition ``t``; ``Done[t]`` says that
+``Observation[t]`` starts an episode), slot ``L`` (``L`` transitions stored) holds the bootstrap
+state, all other keys are written at ``step``. The estimators run in rlstore's layout A:
+``done_A[t] = Done[t + 1]``, ``next_values[t] = Value[t + 1]``. Values are tensors or one-level
+dicts of tensors with a leading env axis N.
 
-**Truncation (extension).** PyTorchRL has one done flag, so a time-limit truncation was treated
-as a termination. A sample may carry two optional extra keys, ``NextTruncated`` (N, 1) and
-``FinalValue`` (N, 1) = V(final observation); they appear at ``step + 1`` like ``Done`` under
-the keys ``Truncated`` and ``FinalValue``. A done transition whose ``Truncated`` flag is set
-bootstraps from ``FinalValue`` (never from the reset observation) and cuts the trace. Without
-these keys every done is a termination, as in PyTorchRL.
-
-Values may be tensors or one-level dicts of tensors (dict observations); each has a leading env
-axis N (sample keys: :mod:`.protocols`).
+**Truncation (extension).** PyTorchRL's one done flag made a time limit a termination. A sample
+may carry ``NextTruncated`` (N, 1) and ``FinalValue`` (N, 1) = V(final observation), stored at
+``step + 1`` as ``Truncated`` / ``FinalValue``: such a done bootstraps from ``FinalValue``
+(never from the reset observation) and cuts the trace. Without them every done terminates.
 """
 
 from rlstore.compat.pytorchrl import protocols
-from rlstore.compat.pytorchrl.gae import GAEBuffer
 from rlstore.compat.pytorchrl.protocols import *  # noqa: F403 (the sample keys and protocols)
-from rlstore.compat.pytorchrl.vanilla import VanillaOnPolicyBuffer
-from rlstore.compat.pytorchrl.vtrace import VTraceBuffer
+from rlstore.compat.pytorchrl.vanilla import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
 
 __all__ = ["VanillaOnPolicyBuffer", "GAEBuffer", "VTraceBuffer", *protocols.__all__]

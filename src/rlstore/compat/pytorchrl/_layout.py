@@ -1,6 +1,5 @@
 """Layout-C plumbing of the PyTorchRL buffers (:mod:`rlstore.compat.pytorchrl`): sample checks,
-the ``(size + 1, N, ...)`` view, conversion to layout A, minibatch gathering.
-"""
+the ``(size + 1, N, ...)`` view, conversion to layout A, minibatch gathering."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from rlstore.errors import ConfigError, SpecError
 from rlstore.minibatches import RolloutBatch, column_index_plan, flat_index_plan
 
 Data = dict[str, Any]
-SCALARS = (K.REW, K.VAL, K.LOGP, K.IREW, K.IVAL)
-"""Keys with one float32 per env (stored by RolloutBuffer)."""
+SCALARS = (K.REW, K.VAL, K.LOGP, K.IREW, K.IVAL)  # one float32 per env
 _FIELDS = {K.OBS: "obs", K.RHS: "hidden", K.ACT: "actions", K.REW: "rewards", K.VAL: "values",
            K.LOGP: "logprobs", K.IREW: "int_rewards", K.IVAL: "int_values"}  # fmt: skip
 
@@ -30,9 +28,8 @@ def map_dict(x: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 def row_specs(
     sample: Mapping[str, Any], device: torch.device, recurrent: bool, num_envs: int | None
 ) -> Data:
-    """Per stored key one zero ``(N, ...)`` row with the stored shape and dtype (from the first
-    sample, validated): the sample's dtype, float32 for :data:`SCALARS`, bool for ``Truncated``.
-    ``IntrinsicReward`` / ``IntrinsicValue`` are stored when the sample has both."""
+    """Per stored key a zero ``(N, ...)`` row of the stored shape and dtype (the first sample's,
+    validated; float32 :data:`SCALARS`, bool ``Truncated``, the intrinsic pair only if both)."""
     specs: Data = {}
     intrinsic = sample.get(K.IREW) is not None and sample.get(K.IVAL) is not None
     for k in (K.OBS, K.RHS, K.DONE, K.ACT, *SCALARS):
@@ -83,10 +80,8 @@ def check_sample(
     device: torch.device,
     recurrent: bool,
 ) -> tuple[Data, Data]:
-    """Check one sample against the :func:`row_specs` without storing anything; returns the
-    checked values by key and the ``RolloutBuffer.add`` arguments after obs/action. With
-    ``fresh`` (a rollout's first step), ``Observation`` / ``RecurrentHiddenStates`` / ``Done``
-    are checked into ``nxt`` (slot 0)."""
+    """The checked values of ``sample`` by key and the ``RolloutBuffer.add`` arguments after
+    obs/action; ``fresh`` (a rollout's first step) checks the slot-0 keys into ``nxt``."""
     keys = [k for k in (K.DONE, K.OBS, K.RHS, K.ACT, *SCALARS) if k in specs]
     got = {}
     for k in [k for k in keys if k != K.RHS or recurrent]:
@@ -113,8 +108,8 @@ def check_sample(
 
 
 def column(row: Any, length: int, parts: Sequence[tuple[int, Any]]) -> Any:
-    """A ``(length, *row.shape)`` zero tensor like ``row`` (or a dict of them) with each
-    ``(start, rows)`` of ``parts`` written from ``start`` on."""
+    """A ``(length, *row.shape)`` zero tensor like ``row`` (or a dict of them), each ``(start,
+    rows)`` of ``parts`` written from ``start`` on."""
     if isinstance(row, dict):
         return {k: column(row[k], length, [(s, v[k]) for s, v in parts]) for k in row}
     out = row.new_zeros(length, *row.shape)
@@ -127,9 +122,8 @@ def column(row: Any, length: int, parts: Sequence[tuple[int, Any]]) -> Any:
 def view(
     specs: Data, b: RolloutBatch | None, size: int, nxt: Data, done0: Any, recurrent: bool
 ) -> Data:
-    """The layout-C view of the stored transitions ``b`` (None when ``L = 0``): ``(size + 1,
-    N, ...)`` per key (``(1, N, ...)`` hidden zeros for feed-forward actors), ``nxt`` in slot
-    ``L``, ``done0`` in slot 0, zeros past the filled rows."""
+    """The ``(size + 1, N, ...)`` view of the transitions ``b`` (None: ``L = 0``; ``(1, N, ...)``
+    hidden zeros for feed-forward actors), ``nxt`` in slot ``L``, ``done0`` in slot 0."""
     L, S = 0 if b is None else b.num_steps, size + 1
     out: Data = {}
     for k, name in _FIELDS.items():
@@ -152,11 +146,6 @@ def view(
     return out
 
 
-def as_tuple(hidden: Any) -> Any:
-    """A dict hidden state as the tuple of its values (RolloutBuffer stores tensors or tuples)."""
-    return tuple(hidden.values()) if isinstance(hidden, dict) else hidden
-
-
 def take(x: Any, i: int) -> Any:
     """Row ``i`` of a tensor or of each tensor of a dict (the last row if ``i`` is past it)."""
     return map_dict(x, lambda t: t[min(i, len(t) - 1)])
@@ -175,8 +164,8 @@ def layout_a(
     truncated: torch.Tensor | None,
     final_values: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Layout C -> A for ``L`` transitions: ``(values[:L], next_values, terminated,
-    truncated)``, each ``(L, N*)``; a truncated transition bootstraps from ``final_values``."""
+    """Layout C -> A: ``(values[:L], next_values, terminated, truncated)``, each ``(L, N*)``; a
+    truncated transition bootstraps from ``final_values``."""
     v = values[:L].reshape(L, -1)
     nv = values[1 : L + 1].reshape(L, -1)
     done = dones[1 : L + 1].reshape(L, -1) != 0
@@ -198,18 +187,12 @@ def index_plan(
     num_epochs: int,
     shuffle: bool,
 ) -> Iterator[torch.Tensor]:
-    """Flat time-major indices ``t * N + n`` per minibatch: shuffled steps
-    (:func:`~rlstore.minibatches.flat_index_plan`) or, ``recurrent``, ``(L, E)`` whole env
-    columns (:func:`~rlstore.minibatches.column_index_plan`)."""
+    """Flat time-major indices ``t * N + n`` per minibatch: :func:`~rlstore.minibatches.
+    flat_index_plan`, or (``recurrent``) :func:`~rlstore.minibatches.column_index_plan`."""
     if not recurrent:
-        yield from flat_index_plan(
-            L * num_envs,
-            num_minibatches=num_mini_batch,
-            mini_batch_size=mini_batch_size,
-            num_epochs=num_epochs,
-            shuffle=shuffle,
-            device=device,
-        )
+        yield from flat_index_plan(L * num_envs, num_minibatches=num_mini_batch,
+                                   mini_batch_size=mini_batch_size, num_epochs=num_epochs,
+                                   shuffle=shuffle, device=device)  # fmt: skip
         return
     if mini_batch_size is not None and num_mini_batch is not None:
         if mini_batch_size != L * (num_envs // num_mini_batch):
@@ -217,15 +200,13 @@ def index_plan(
                 f"mini_batch_size={mini_batch_size} conflicts with "
                 f"num_mini_batch={num_mini_batch} whole env columns of {L} steps"
             )
-    n_mb = num_mini_batch or 1
-    yield from column_index_plan(
-        L, num_envs, num_minibatches=n_mb, num_epochs=num_epochs, shuffle=shuffle, device=device
-    )
+    yield from column_index_plan(L, num_envs, num_minibatches=num_mini_batch or 1,
+                                 num_epochs=num_epochs, shuffle=shuffle, device=device)  # fmt: skip
 
 
 def gather(data: Data, idx: torch.Tensor, L: int, recurrent: bool) -> Data:
-    """One minibatch dict: rows ``idx`` of every stored key, ``RecurrentHiddenStates`` at the
-    first step of each sequence only; ``Truncated`` / ``FinalValue`` left out."""
+    """Rows ``idx`` of every stored key (``RecurrentHiddenStates`` of each sequence's first
+    step), without ``Truncated`` / ``FinalValue``."""
     batch: Data = {}
     for k, v in data.items():
         if v is None or k in (K.TRUNC, K.FVAL):

@@ -1,12 +1,6 @@
-"""PyTorchRL's interface: the sample keys (``prl.*`` constants) and the Actor/Algorithm protocols.
-
-Sample keys: ``Observation``, ``NextObservation``, ``RecurrentHiddenStates`` /
-``NextRecurrentHiddenStates`` (recurrent actors), ``Done``, ``NextDone``, ``Action``, ``Reward``,
-``Value``, ``LogProbability`` and, for intrinsic-reward algorithms, ``IntrinsicReward`` and
-``IntrinsicValue``; the buffers add ``ExternalReturn``, ``IntrinsicReturn``, ``Advantage`` and
-``IntrinsicAdvantage``. rlstore's truncation extension adds ``NextTruncated`` / ``FinalValue``
-(stored as ``Truncated`` / ``FinalValue``; see :mod:`rlstore.compat.pytorchrl`).
-"""
+"""PyTorchRL's interface: the sample keys (``prl.*`` constants; rlstore's truncation extension
+adds ``NextTruncated`` / ``FinalValue``, see :mod:`rlstore.compat.pytorchrl`) and the
+Actor/Algorithm protocols."""
 
 from __future__ import annotations
 
@@ -30,8 +24,7 @@ LOGP, ADV, IADV = "LogProbability", "Advantage", "IntrinsicAdvantage"
 TRUNC, TRUNC2, FVAL = "Truncated", "NextTruncated", "FinalValue"
 
 OnPolicyDataKeys = (OBS, RHS, DONE, ACT, REW, IREW, RET, IRET, VAL, IVAL, LOGP, ADV, IADV)
-SHIFTED = {OBS: OBS2, RHS: RHS2, DONE: DONE2, TRUNC: TRUNC2}
-"""Keys stored at ``step + 1`` from the sample's ``Next*`` key (the value)."""
+SHIFTED = {OBS: OBS2, RHS: RHS2, DONE: DONE2, TRUNC: TRUNC2}  # stored at step + 1 from Next*
 
 
 @runtime_checkable

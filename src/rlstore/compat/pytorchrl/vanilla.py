@@ -1,9 +1,9 @@
-"""PyTorchRL's on-policy storage with Monte-Carlo returns, the base of GAEBuffer and
+"""PyTorchRL's on-policy storages: VanillaOnPolicyBuffer (Monte-Carlo returns), GAEBuffer and
 VTraceBuffer (layout C and the truncation extension: :mod:`rlstore.compat.pytorchrl`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -13,30 +13,26 @@ from rlstore._checks import as_device, check_count, real_number
 from rlstore._trees import as_tensor
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import IntrinsicConfig
-from rlstore.compat._common import factory, set_parameter
+from rlstore.compat._common import PyTorchRLStorage
 from rlstore.compat.pytorchrl import _layout as C
 from rlstore.compat.pytorchrl import protocols as K
 from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
 from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 from rlstore.normalize import DiscountedReturnNormalizer
 
-__all__ = ["VanillaOnPolicyBuffer"]
+__all__ = ["VanillaOnPolicyBuffer", "GAEBuffer", "VTraceBuffer"]
 
 
-class VanillaOnPolicyBuffer:
-    """PyTorchRL's on-policy storage with Monte-Carlo returns
-    (``vanilla_on_policy_buffer.VanillaOnPolicyBuffer``).
+class VanillaOnPolicyBuffer(PyTorchRLStorage):
+    """PyTorchRL's ``vanilla_on_policy_buffer.VanillaOnPolicyBuffer(size, device, actor,
+    algorithm, envs)``: Monte-Carlo returns (:func:`rlstore.returns.gae` with lambda 1, bootstrapped
+    with ``V(Observation[L])`` at the rollout end and ``FinalValue`` on truncation) and
+    ``Advantage = normalize(ExternalReturn - Value)`` over the rollout. ``size`` is the rollout
+    length T; ``envs`` (anything with ``num_envs``, or None) checks N. The transitions live in a
+    :class:`~rlstore.buffers.rollout.RolloutBuffer`; the facade keeps only layout C's slot ``L``
+    and the ``Done`` of slot 0 (layout C, truncation extension: :mod:`rlstore.compat.pytorchrl`).
 
-    ``ExternalReturn[t] = Reward[t] + gamma * (1 - done_A[t]) * ExternalReturn[t + 1]``,
-    bootstrapped with ``V(Observation[L])`` at the rollout end and with ``FinalValue`` on
-    truncation (GAE with lambda = 1 in :func:`rlstore.returns.gae`);
-    ``Advantage = normalize(ExternalReturn - Value)`` over the whole rollout.
-
-    The transitions live in a :class:`~rlstore.buffers.rollout.RolloutBuffer`; the facade keeps
-    only layout C's slot ``L`` (``Observation`` / ``RecurrentHiddenStates`` / ``Done``) and the
-    ``Done`` of slot 0.
-
-    Decisions that differ from PyTorchRL (its API is kept):
+    Differences from PyTorchRL (its API is kept):
 
     * ``data`` is a layout-C view rebuilt (results dropped) after each insertion, :meth:`reset`
       or :meth:`after_gradients`, not the storage: writes into it are not stored. ``Reward`` /
@@ -52,14 +48,12 @@ class VanillaOnPolicyBuffer:
       after every gradient step) does not change later minibatches of the same update;
     * ``before_gradients`` keeps the stored recurrent state of slot ``L`` instead of the
       actor's output state;
-    * ``update_storage_parameter`` raises :class:`~rlstore.errors.ConfigError` for a name that is
-      not a numeric attribute (PyTorchRL ignored it) or a value that is not a finite number;
+    * ``update_storage_parameter`` raises :class:`~rlstore.errors.ConfigError` for a name that
+      is not a numeric attribute (PyTorchRL ignored it) or a value that is not a finite number;
     * ``insert_data_slice`` validates the data like inserted samples, all or nothing;
     * multiple critics (dict ``Value``) and the RND observation statistics (``algo.state_rms``)
       are not handled here; intrinsic rewards are scaled with rlstore's forward running
       discounted-return normalizer, per env and never reset at episode ends.
-
-    ``size`` is the rollout length T; ``envs`` (anything with ``num_envs``, or None) checks N.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = K.OnPolicyDataKeys
@@ -83,12 +77,6 @@ class VanillaOnPolicyBuffer:
         self._view: C.Data | None = None
         self.int_reward_normalizer: DiscountedReturnNormalizer | None = None
         self.reset()
-
-    @classmethod
-    def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-        """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
-        subclass's other constructor arguments (``gae_lambda``, ...)."""
-        return factory(cls, size, *args, **kwargs)
 
     # ------------------------------------------------------------------ storage
     @property
@@ -138,7 +126,8 @@ class VanillaOnPolicyBuffer:
             intrinsic=IntrinsicConfig() if K.IREW in specs else None,  # stores the int fields
             device=self.device,
         )
-        rb.add(nxt[K.OBS], got[K.ACT], **args, hidden=C.as_tuple(hidden))
+        hidden = tuple(hidden.values()) if isinstance(hidden, dict) else hidden  # RB: tuples
+        rb.add(nxt[K.OBS], got[K.ACT], **args, hidden=hidden)
         if rb.pos == 1:
             self._done0 = nxt[K.DONE]
         self._rb, self._rows, self._fresh, self._view = rb, specs, False, None
@@ -296,10 +285,6 @@ class VanillaOnPolicyBuffer:
         self._fresh, self._view = False, None
         return info
 
-    def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric buffer attribute ``parameter_name`` (e.g. ``gae_lambda``)."""
-        set_parameter(self, parameter_name, new_parameter_value)
-
     # ------------------------------------------------------------------ batches
     def _index_plan(
         self, num_mini_batch: int | None, mini_batch_size: int | None, epochs: int, shuffle: bool
@@ -322,3 +307,84 @@ class VanillaOnPolicyBuffer:
         L, data = self._length(), self.data
         for idx in self._index_plan(num_mini_batch, mini_batch_size, num_epochs, shuffle):
             yield C.gather(data, idx, L, self.recurrent_actor)
+
+
+class GAEBuffer(VanillaOnPolicyBuffer):
+    """PyTorchRL's ``GAEBuffer``: :class:`VanillaOnPolicyBuffer` (and its differences) with
+    GAE(gamma, ``gae_lambda``) returns ``ExternalReturn = A + Value`` (:func:`rlstore.returns.gae`
+    in layout A; layout C and the truncation channel: :mod:`rlstore.compat.pytorchrl`)."""
+
+    def __init__(
+        self,
+        size: int,
+        device: str | torch.device,
+        actor: Actor,
+        algorithm: Algorithm,
+        envs: Any,
+        gae_lambda: float = 0.95,
+    ) -> None:
+        self.gae_lambda = real_number("gae_lambda", gae_lambda, 0.0, 1.0)  # no bools, strings
+        super().__init__(size, device, actor, algorithm, envs)
+
+    @property
+    def _lam(self) -> float:  # type: ignore[override]
+        return self.gae_lambda
+
+
+class VTraceBuffer(VanillaOnPolicyBuffer):
+    """PyTorchRL's ``VTraceBuffer``: :class:`VanillaOnPolicyBuffer` (and its differences) with
+    V-trace targets (IMPALA, arXiv:1802.01561).
+
+    :meth:`compute_vtrace` re-evaluates the stored actions and values with the current actor,
+    then :func:`rlstore.returns.vtrace` with the stored log-probs as behaviour policy:
+    ``ExternalReturn[:L] = vs``, ``Advantage`` = normalized PG advantages (eps 1e-8),
+    ``LogProbability[:L]`` = the current log-probs (as PyTorchRL: the PPO ratio starts at 1).
+
+    PyTorchRL's ``compute_vtrace`` is broken and not copied: it put discounted returns where
+    rewards belong in delta, did not mask the next value at episode ends, and called methods
+    with the wrong arguments. Rewards, termination/truncation and bootstrap follow rlstore."""
+
+    _adv_eps: ClassVar[float] = 1e-8
+
+    def before_gradients(self) -> None:
+        """Bootstrap from V(Observation[L]) and compute the V-trace targets and advantages."""
+        L = self._length()
+        self._bootstrap(L)
+        self.compute_vtrace()
+
+    @torch.no_grad()
+    def get_updated_action_log_probs(self) -> torch.Tensor:
+        """Re-evaluate the stored actions with the current actor (``algorithm.num_mini_batch``
+        unshuffled minibatches) and refresh ``Value[:L]``; returns the new log-probs."""
+        L = self._length()
+        logp_store, val_store = self.data[K.LOGP], self.data[K.VAL]
+        new_logp = torch.empty_like(logp_store[:L]).reshape(L * logp_store.shape[1], -1)
+        new_val = torch.empty_like(val_store[:L]).reshape(L * val_store.shape[1], -1)
+        num_mb = getattr(self.algo, "num_mini_batch", 1)
+        for idx in self._index_plan(num_mb, None, 1, False):
+            b = C.gather(self.data, idx, L, self.recurrent_actor)
+            obs, rhs, done = b[K.OBS], b.get(K.RHS), b[K.DONE]
+            logp = self.actor.evaluate_actions(obs, rhs, done, b[K.ACT])[0]
+            val = self.actor.get_value(obs, rhs, done)["value_net1"]
+            flat = idx.reshape(-1)
+            new_logp[flat] = logp.reshape(flat.shape[0], -1).to(new_logp.dtype)
+            new_val[flat] = val.reshape(flat.shape[0], -1).to(new_val.dtype)
+        val_store[:L] = new_val.reshape(val_store[:L].shape)
+        return new_logp.reshape(logp_store[:L].shape)
+
+    @torch.no_grad()
+    def compute_vtrace(self, clip_rho_thres: float = 1.0, clip_c_thres: float = 1.0) -> None:
+        """Store V-trace targets, PG advantages and the updated log-probs (``clip_rho_thres``:
+        rho-bar and PG rho-bar; ``clip_c_thres``: c-bar)."""
+        L = self._length()
+        d = self.data
+        target = self.get_updated_action_log_probs()
+        v, nv, term, trunc = C.layout_a(L, d[K.VAL], d[K.DONE], d[K.TRUNC], d[K.FVAL])
+        blogp, tlogp, rew = (x.reshape(L, -1) for x in (d[K.LOGP][:L], target, d[K.REW][:L]))
+        rho, c = clip_rho_thres, clip_c_thres
+        vs, pg = R.vtrace(blogp, tlogp, rew, v, nv, term, trunc, gamma=self.algo.gamma,
+                          rho_bar=rho, c_bar=c, pg_rho_bar=rho)  # fmt: skip
+        d[K.RET][:L] = vs.reshape(d[K.RET][:L].shape).to(d[K.RET].dtype)
+        d[K.RET][L] = d[K.VAL][L]
+        d[K.LOGP][:L] = target
+        self._store_adv(K.ADV, R.normalize_advantages(pg.float(), eps=self._adv_eps))
