@@ -221,8 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall = statistics.median(r["global_step"] / r["wall_seconds"] for r in runs)
         cpu = statistics.median(r["global_step"] / r["cpu_seconds"] for r in runs)
         reach = [r["reach"] for r in runs]
-        reached = sorted(x for x in reach if x is not None)
-        median_reach = statistics.median(reach) if len(reached) == len(reach) else None
+        # a seed that never reaches 475 counts as infinitely late: the median is defined as
+        # long as more than half of the seeds reach it
+        ranked = sorted(float("inf") if x is None else x for x in reach)
+        median = statistics.median(ranked)
+        median_reach = None if median == float("inf") else median
         rows.append(
             [
                 name, f"{wall:,.0f}", f"{cpu:,.0f}",
