@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -474,31 +475,20 @@ def _save(
         "rng": global_rng_state(),
         "envs": env_state(envs, cfg.environment),
         "history": {
-            "returns": list(stats.episode_returns),
-            "lengths": list(stats.episode_lengths),
-            "end_steps": list(stats.episode_end_steps),
-            "updates": list(stats.updates),
-            "evaluations": [list(e) for e in stats.evaluations],
-        },
+            k: [list(e) if isinstance(e, tuple) else e for e in getattr(stats, k)] for k in _HISTORY
+        },  # fmt: skip
     }
     save_state(folder, payload, prefix=PREFIX, metadata={"format": FORMAT, **payload["counters"]})
 
 
 _COUNTERS = ("period", "global_step", "num_updates", "checkpoint_num")
+_HISTORY = ("episode_returns", "episode_lengths", "episode_end_steps", "updates", "evaluations")
 
 
-class _RawObs:
-    """What :func:`~rlstore.agents.ppo.env_state.restore_envs` compares replayed observations
-    through: DQN acts on the raw observation (as float32), without normalization."""
-
-    class normalizer:  # noqa: N801 - the attribute name restore_envs reads
-        @staticmethod
-        def obs(x: torch.Tensor, update: bool) -> torch.Tensor:
-            return x
-
-    @staticmethod
-    def preprocess(batch: Any, device: torch.device | None) -> torch.Tensor:
-        return torch.as_tensor(batch, dtype=torch.float32, device=device)
+_RAW_OBS = SimpleNamespace(  # what restore_envs compares the replayed observations through
+    normalizer=SimpleNamespace(obs=lambda x, update: x),  # DQN acts on the raw observation
+    preprocess=lambda batch, device: torch.as_tensor(batch, dtype=torch.float32, device=device),
+)
 
 
 def _restore(
@@ -546,25 +536,21 @@ def _restore(
         if not isinstance(v, np.ndarray) or v.shape != shape or v.dtype.kind != kind:
             raise CheckpointError(f"{key}: expected a {kind}-kind array of shape {shape}")
     hist = sd.get("history")
-    if not isinstance(hist, dict) or not all(isinstance(hist.get(k), list) for k in
-                                             ("returns", "lengths", "end_steps", "updates",
-                                              "evaluations")):  # fmt: skip
-        raise CheckpointError("history: expected lists returns/lengths/end_steps/updates/...")
+    if not isinstance(hist, dict) or not all(isinstance(hist.get(k), list) for k in _HISTORY):
+        raise CheckpointError(f"history: expected the lists {list(_HISTORY)}")
     eps = sd.get("epsilon")
     if type(eps) is not float or not 0.0 <= eps <= 1.0:
         raise CheckpointError(f"epsilon: expected a float in [0, 1], got {eps!r}")
     buffer.load_state_dict(load_state(path, prefix=BUFFER_PREFIX))  # checked, all or nothing
     restore_envs(
-        envs, cfg.environment, sd.get("envs"), _RawObs, _RawObs.preprocess(sd["obs"], None)
+        envs, cfg.environment, sd.get("envs"), _RAW_OBS, torch.as_tensor(sd["obs"]).float()
     )
     agent.load_state_dict(model)
     optimizer.load_state_dict(opt)
     set_global_rng_state(sd["rng"])
     agent.epsilon = eps
-    stats.episode_returns = [float(x) for x in hist["returns"]]
-    stats.episode_lengths = [int(x) for x in hist["lengths"]]
-    stats.episode_end_steps = [int(x) for x in hist["end_steps"]]
-    stats.updates = [dict(u) for u in hist["updates"]]
+    stats.episode_returns, stats.episode_lengths = hist["episode_returns"], hist["episode_lengths"]
+    stats.episode_end_steps, stats.updates = hist["episode_end_steps"], hist["updates"]
     stats.evaluations = [(int(s), float(m)) for s, m in hist["evaluations"]]
     c = counters
     return _Progress(c["period"], c["global_step"], c["num_updates"], c["checkpoint_num"] + 1,
