@@ -238,7 +238,9 @@ def test_shipped_config_has_rl_zoo_settings() -> None:
 @pytest.mark.parametrize(
     ("dqn", "match"),
     [({"unknown": 1}, "unknown"), ({"batch_size": 10, "buffer_size": 5}, "batch_size"),
-     ({"hidden_sizes": [0]}, "hidden_sizes"), ({"tau": 0.0}, "tau"), ({"n_step": 0}, "n_step")],
+     ({"hidden_sizes": [0]}, "hidden_sizes"), ({"tau": 0.0}, "tau"), ({"n_step": 0}, "n_step"),
+     ({"gamma": "0.9"}, "gamma"), ({"hidden_sizes": [True]}, "hidden_sizes"),
+     ({"total_timesteps": 1e4}, "total_timesteps"), ({"dueling": 1}, "dueling")],
 )  # fmt: skip
 def test_bad_config_raises_config_error(dqn: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):

@@ -55,7 +55,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
 from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
@@ -79,7 +79,7 @@ from rlstore.agents.run import (
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.checkpoint import load_state, read_metadata, save, save_state
-from rlstore.config import load_config_file
+from rlstore.config import PositiveInt, load_config_file
 from rlstore.errors import CheckpointError, ConfigError
 from rlstore.samplers import LinearSchedule
 from rlstore.vector import TransitionAdapter
@@ -106,7 +106,10 @@ PREFIX, BUFFER_PREFIX = "dqn_", "buffer_"
 
 
 class DQNConfig(_Config):
-    """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics)."""
+    """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics); strict
+    types: no strings or bools for numbers, no floats for ints."""
+
+    model_config = ConfigDict(**_Config.model_config, strict=True)
 
     total_timesteps: int = Field(50_000, ge=1)
     """Env steps (summed over envs); rounded down to whole periods of ``train_freq * num_envs``
@@ -139,7 +142,7 @@ class DQNConfig(_Config):
     """Epsilon after the decay."""
     max_grad_norm: float = Field(10.0, gt=0)
     """Global gradient-norm clip."""
-    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
     """Widths of the Q-network's ReLU layers."""
     dueling: bool = False
     """Dueling head: ``Q = V + A - mean(A)``."""
@@ -164,8 +167,6 @@ class DQNConfig(_Config):
 
     @model_validator(mode="after")
     def _check(self) -> DQNConfig:
-        if any(h < 1 for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes: expected widths >= 1, got {self.hidden_sizes}")
         if self.batch_size > self.buffer_size:
             raise ValueError(
                 f"batch_size: expected <= buffer_size ({self.buffer_size}), got {self.batch_size}"
@@ -252,8 +253,9 @@ class DQNAgent(nn.Module):
     def explore(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
         """Epsilon-greedy actions ``(N,)`` int64, drawn from torch's global RNG."""
         greedy = self.q(obs).argmax(1)
-        use_random = torch.rand(len(obs)) < epsilon
-        return torch.where(use_random, torch.randint(self.num_actions, (len(obs),)), greedy)
+        use_random = torch.rand(len(obs), device=obs.device) < epsilon
+        random = torch.randint(self.num_actions, (len(obs),), device=obs.device)
+        return torch.where(use_random, random, greedy)
 
     def predict(
         self, states: torch.Tensor, hidden: Any = None, train_mode: bool = False
@@ -261,12 +263,17 @@ class DQNAgent(nn.Module):
         """velora's agent API: actions for a batch of states (epsilon-greedy at the current
         ``epsilon`` when ``train_mode``, greedy otherwise); ``hidden`` is passed through."""
         eps = self.epsilon if train_mode else 0.0
-        return self.explore(torch.as_tensor(states, dtype=torch.float32), eps), hidden
+        return self.explore(torch.as_tensor(states, device=self.device), eps), hidden
 
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Greedy action for ONE observation (for :func:`rlstore.agents.run.evaluate`)."""
-        return self.q(torch.as_tensor(obs, dtype=torch.float32)[None])[0].argmax().numpy()
+        return self.q(torch.as_tensor(obs, device=self.device)[None])[0].argmax().cpu().numpy()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the networks live."""
+        return self.q.advantage.weight.device
 
     @torch.no_grad()
     def update_target(self, tau: float) -> None:
@@ -331,14 +338,16 @@ def train_dqn(
     agent = DQNAgent(
         EnvInfo(gym.spec(cfg.environment.env_id), envs.single_observation_space,
                 envs.single_action_space), dc,
-    )  # fmt: skip
+    ).to(rc.device)  # fmt: skip
     optimizer = torch.optim.Adam(agent.q.parameters(), lr=dc.learning_rate)
     num_periods = dc.num_periods
     sampler = None  # uniform; prioritized: beta annealed to 1 over the run's gradient steps
     if dc.prioritized:
         beta = {"start": dc.per_beta, "end": 1.0, "steps": num_periods * dc.gradient_steps}
         sampler = {"kind": "prioritized", "alpha": dc.per_alpha, "beta": beta, "eps": dc.per_eps}
-    buffer = ReplayBuffer(dc.buffer_size, num_envs=dc.num_envs, seed=rc.seed, sampler=sampler)
+    buffer = ReplayBuffer(
+        dc.buffer_size, num_envs=dc.num_envs, device=rc.device, seed=rc.seed, sampler=sampler
+    )
     replay = NStepReplay(buffer, n=dc.n_step, gamma=dc.gamma)
     epsilon = LinearSchedule(
         dc.exploration_initial_eps, dc.exploration_final_eps,
@@ -370,7 +379,9 @@ def train_dqn(
             for _ in range(dc.train_freq):
                 eps = 1.0 if step < dc.learning_starts else epsilon(step)
                 agent.epsilon = eps
-                actions = agent.explore(torch.as_tensor(obs), eps).numpy()
+                actions = (
+                    agent.explore(torch.as_tensor(obs, device=agent.device), eps).cpu().numpy()
+                )
                 next_obs, reward, term, trunc, info = envs.step(actions)
                 tr = adapter.step(obs, actions, reward, term, trunc, info, next_obs)
                 buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
@@ -440,7 +451,8 @@ def _train(
         nn.utils.clip_grad_norm_(agent.q.parameters(), dc.max_grad_norm)
         optimizer.step()
         if dc.prioritized:
-            replay.buffer.update_priorities(batch.indices, (q - target).abs().detach().numpy())
+            td = (q - target).abs().detach().cpu().numpy()
+            replay.buffer.update_priorities(batch.indices.cpu().numpy(), td)
         losses.append(loss.item())
         qs.append(q.mean().item())
     return {"td_loss": float(np.mean(losses)), "q_values": float(np.mean(qs))}
