@@ -20,6 +20,7 @@ from rlstore.agents.dqn import (
     DQNConfig,
     DQNTrainConfig,
     EnvInfo,
+    _adam,
     _train,
     load_config,
     runner,
@@ -151,7 +152,7 @@ def _prioritized_setup() -> tuple[DQNAgent, torch.optim.Optimizer, ReplayBuffer,
     sampler = {"kind": "prioritized", "alpha": 0.7, "beta": 0.5, "eps": 0.01}
     buf = ReplayBuffer(1000, num_envs=2, seed=0, sampler=sampler)
     buf.warm(None, 400, env_id="CartPole-v1", num_envs=2, seed=0)
-    return agent, torch.optim.Adam(agent.q.parameters(), lr=1e-3), buf, dc
+    return agent, _adam(agent.q, 1e-3), buf, dc
 
 
 def test_prioritized_path_sets_priorities_from_td_errors_and_weights_scale_the_loss() -> None:

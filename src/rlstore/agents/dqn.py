@@ -339,7 +339,7 @@ def train_dqn(
         EnvInfo(gym.spec(cfg.environment.env_id), envs.single_observation_space,
                 envs.single_action_space), dc,
     ).to(rc.device)  # fmt: skip
-    optimizer = torch.optim.Adam(agent.q.parameters(), lr=dc.learning_rate)
+    optimizer = _adam(agent.q, dc.learning_rate)
     num_periods = dc.num_periods
     sampler = None  # uniform; prioritized: beta annealed to 1 over the run's gradient steps
     if dc.prioritized:
@@ -440,8 +440,8 @@ def _train(
     agent: DQNAgent, optimizer: torch.optim.Optimizer, replay: NStepReplay, dc: DQNConfig
 ) -> dict[str, float]:
     """``dc.gradient_steps`` TD updates; returns the mean loss and Q-value."""
-    losses, qs = [], []
-    for _ in range(dc.gradient_steps):
+    losses, qs = torch.zeros(dc.gradient_steps), torch.zeros(dc.gradient_steps)
+    for i in range(dc.gradient_steps):
         batch = replay.sample(dc.batch_size)
         target = td_targets(agent, batch, dc.double_q)
         q = agent.q(batch.obs).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
@@ -453,9 +453,19 @@ def _train(
         if dc.prioritized:
             td = (q - target).abs().detach().cpu().numpy()
             replay.buffer.update_priorities(batch.indices.cpu().numpy(), td)
-        losses.append(loss.item())
-        qs.append(q.mean().item())
-    return {"td_loss": float(np.mean(losses)), "q_values": float(np.mean(qs))}
+        losses[i], qs[i] = loss.detach(), q.detach().mean()
+    return {"td_loss": losses.mean().item(), "q_values": qs.mean().item()}
+
+
+def _adam(q: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """Adam on ``q``'s parameters, with torch's fused kernel where it has one for their device
+    (CPU since torch 2.4): the same update in one kernel, about 3x faster than the per-tensor
+    loop at these sizes."""
+    params = list(q.parameters())
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except RuntimeError:  # an older torch without a fused kernel for this device
+        return torch.optim.Adam(params, lr=lr)
 
 
 # ----------------------------------------------------------------- checkpoints
