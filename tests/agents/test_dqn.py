@@ -28,7 +28,7 @@ from rlstore.agents.dqn import (
     train_dqn,
 )
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.checkpoint import load
+from rlstore.checkpoint import load, load_state, save_state
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 from rlstore.errors import CheckpointError, ConfigError
 
@@ -223,6 +223,22 @@ def test_resume_refuses_a_checkpoint_of_another_config_or_buffer(tmp_path: Path)
         train_dqn(cfg, run_dir=tmp_path, resume=True)
     with pytest.raises(ConfigError, match="resume"):
         train_dqn(cfg, run_dir=tmp_path / "empty", resume=True)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("counters", {"period": -1}), ("history", {"updates": ["x"]}), ("epsilon", 2.0),
+     ("episode_return", np.zeros(3)), ("model", {})],
+)  # fmt: skip
+def test_resume_refuses_a_crafted_checkpoint(tmp_path: Path, key: str, value: Any) -> None:
+    cfg = _cfg(num_checkpoints=1)
+    train_dqn(cfg, run_dir=tmp_path)
+    folder = tmp_path / "checkpoints" / "checkpoint_0000"
+    sd = load_state(folder, prefix="dqn_")
+    sd[key] = {**sd[key], **value} if isinstance(value, dict) and value else value
+    save_state(folder, sd, prefix="dqn_")  # a consistent (checksummed) but wrong state
+    with pytest.raises(CheckpointError, match=key):
+        train_dqn(cfg, run_dir=tmp_path, resume=True)
 
 
 def test_shipped_config_has_rl_zoo_settings() -> None:

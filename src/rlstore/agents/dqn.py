@@ -560,6 +560,10 @@ def _restore(
     hist = sd.get("history")
     if not isinstance(hist, dict) or not all(isinstance(hist.get(k), list) for k in _HISTORY):
         raise CheckpointError(f"history: expected the lists {list(_HISTORY)}")
+    updates = [list(u.values()) if isinstance(u, dict) else None for u in hist["updates"]]
+    rows = [*(hist[k] for k in _HISTORY[:3]), *hist["evaluations"], *updates]
+    if not all(isinstance(r, list) and all(type(x) in (int, float) for x in r) for r in rows):
+        raise CheckpointError("history: expected lists of numbers (and of {name: number})")
     eps = sd.get("epsilon")
     if type(eps) is not float or not 0.0 <= eps <= 1.0:
         raise CheckpointError(f"epsilon: expected a float in [0, 1], got {eps!r}")
