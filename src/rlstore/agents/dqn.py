@@ -36,19 +36,16 @@ Example::
     agent, stats = train_dqn(cfg)
     stats.first_step_reaching(475.0)
 
-Checkpoints (``run_dir/checkpoints/checkpoint_NNNN/``): the networks, optimizer, counters,
-global RNG states, episode history and what replays the envs' current episodes in
-``dqn_state.safetensors`` + ``dqn_metadata.json`` (:func:`rlstore.checkpoint.save_state`), the
-replay buffer beside them (``buffer_*``, :func:`rlstore.checkpoint.save`, written first: a folder
-counts as a checkpoint once its ``dqn_metadata.json`` is committed, and it names the buffer
-save it belongs to). ``resume`` continues the run bit for bit on CPU.
+Checkpoints (``run_dir/checkpoints/checkpoint_NNNN/``, :mod:`rlstore.agents.dqn_checkpoint`):
+the networks, optimizer, counters, global RNG states, episode history and what replays the envs'
+current episodes, with the replay buffer (and its sampler) saved beside them; ``resume``
+continues the run bit for bit on CPU.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -58,29 +55,23 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
+from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
-from rlstore.agents.ppo.env_state import env_state, restore_envs
 from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
-    check_global_rng_state,
-    check_optimizer_state,
     checkpoint_path,
     checkpoint_schedule,
     evaluate,
-    global_rng_state,
     latest_checkpoint,
-    optimizer_state,
     plot_learning_curve,
-    set_global_rng_state,
     set_global_seeds,
 )
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.checkpoint import load_state, read_metadata, save, save_state
 from rlstore.config import PositiveInt, load_config_file
-from rlstore.errors import CheckpointError, ConfigError
+from rlstore.errors import ConfigError
 from rlstore.samplers import LinearSchedule
 from rlstore.vector import TransitionAdapter
 
@@ -98,8 +89,6 @@ __all__ = [
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "dqn_CartPole-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-FORMAT = "rlstore.dqn/1"
-PREFIX, BUFFER_PREFIX = "dqn_", "buffer_"
 
 
 # ----------------------------------------------------------------- configuration
@@ -305,18 +294,6 @@ def _make_eval_env(env_cfg: EnvironmentConfig) -> gym.Env:
     return gym.make(env_cfg.env_id, **kwargs)
 
 
-class _Progress(NamedTuple):
-    """Counters and per-env episode accumulators carried between periods (and checkpoints)."""
-
-    period: int
-    global_step: int
-    num_updates: int
-    checkpoint_num: int
-    obs: np.ndarray
-    episode_return: np.ndarray
-    episode_length: np.ndarray
-
-
 def train_dqn(
     cfg: DQNTrainConfig, *, run_dir: str | Path | None = None, resume: bool = False
 ) -> tuple[DQNAgent, TrainStats]:
@@ -357,11 +334,11 @@ def train_dqn(
     ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
     obs, _ = envs.reset(seed=rc.seed)
     n = dc.num_envs
-    prog = _Progress(0, 0, 0, 0, obs, np.zeros(n), np.zeros(n, np.int64))
+    prog = Progress(0, 0, 0, 0, obs, np.zeros(n), np.zeros(n, np.int64))
     if resume:
         if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
             raise ConfigError(f"resume: no DQN checkpoint found under {ckpt_dir}")
-        prog = _restore(path, cfg, agent, optimizer, buffer, envs, stats)
+        prog = restore_checkpoint(path, cfg, agent, optimizer, buffer, envs, stats)
     logger = RunLogger(
         run_dir, total_steps=num_periods * dc.train_freq * n, initial_step=prog.global_step,
         desc=f"DQN {cfg.environment.env_id}", track=rc.track, progress_bar=rc.progress_bar,
@@ -419,8 +396,8 @@ def train_dqn(
                 stats.evaluations.append((step, float(np.mean(rets))))
                 logger.scalars({"charts/eval_return": stats.evaluations[-1][1]}, step)
             if ckpt_dir is not None and period + 1 in ckpt_at:
-                prog = _Progress(period + 1, step, updates, ckpt_num, obs, ep_ret, ep_len)
-                _save(checkpoint_path(ckpt_dir, ckpt_num), cfg, prog, agent, optimizer,
+                prog = Progress(period + 1, step, updates, ckpt_num, obs, ep_ret, ep_len)
+                save_checkpoint(checkpoint_path(ckpt_dir, ckpt_num), cfg, prog, agent, optimizer,
                       buffer, envs, stats)  # fmt: skip
                 ckpt_num += 1
     finally:
@@ -466,121 +443,6 @@ def _adam(q: nn.Module, lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except RuntimeError:  # an older torch without a fused kernel for this device
         return torch.optim.Adam(params, lr=lr)
-
-
-# ----------------------------------------------------------------- checkpoints
-
-
-def _save(
-    folder: Path,
-    cfg: DQNTrainConfig,
-    prog: _Progress,
-    agent: DQNAgent,
-    optimizer: torch.optim.Optimizer,
-    buffer: ReplayBuffer,
-    envs: Any,
-    stats: TrainStats,
-) -> None:
-    """Write one checkpoint folder: the buffer first, then the DQN state (the commit point)."""
-    save(buffer, folder, prefix=BUFFER_PREFIX)
-    payload = {
-        "format": FORMAT,
-        "config": cfg.to_dict(),
-        "buffer_save_id": read_metadata(folder, prefix=BUFFER_PREFIX)["save_id"],
-        "counters": {k: getattr(prog, k) for k in _COUNTERS},
-        "obs": np.array(prog.obs),
-        "episode_return": prog.episode_return.copy(),
-        "episode_length": prog.episode_length.copy(),
-        "epsilon": float(agent.epsilon),
-        "model": dict(agent.state_dict()),
-        "optimizer": optimizer_state(optimizer),
-        "rng": global_rng_state(),
-        "envs": env_state(envs, cfg.environment),
-        "history": {
-            k: [list(e) if isinstance(e, tuple) else e for e in getattr(stats, k)] for k in _HISTORY
-        },  # fmt: skip
-    }
-    save_state(folder, payload, prefix=PREFIX, metadata={"format": FORMAT, **payload["counters"]})
-
-
-_COUNTERS = ("period", "global_step", "num_updates", "checkpoint_num")
-_HISTORY = ("episode_returns", "episode_lengths", "episode_end_steps", "updates", "evaluations")
-
-
-_RAW_OBS = SimpleNamespace(  # what restore_envs compares the replayed observations through
-    normalizer=SimpleNamespace(obs=lambda x, update: x),  # DQN acts on the raw observation
-    preprocess=lambda batch, device: torch.as_tensor(batch, dtype=torch.float32, device=device),
-)
-
-
-def _restore(
-    path: Path,
-    cfg: DQNTrainConfig,
-    agent: DQNAgent,
-    optimizer: torch.optim.Optimizer,
-    buffer: ReplayBuffer,
-    envs: Any,
-    stats: TrainStats,
-) -> _Progress:
-    """Load a checkpoint folder into freshly built training objects; every entry is checked
-    before the first object changes (CheckpointError naming it)."""
-    sd = load_state(path, prefix=PREFIX)
-    if sd.get("format") != FORMAT:
-        raise CheckpointError(f"format: expected {FORMAT!r} in {path}, got {sd.get('format')!r}")
-    saved = sd.get("config")
-    for key in ("environment", "dqn"):
-        if not isinstance(saved, dict) or saved.get(key) != cfg.to_dict()[key]:
-            raise CheckpointError(f"config.{key}: the checkpoint {path} was written by another "
-                                  f"{key} config than this run's")  # fmt: skip
-    if read_metadata(path, prefix=BUFFER_PREFIX).get("save_id") != sd.get("buffer_save_id"):
-        raise CheckpointError(f"buffer_save_id: {path} holds a replay buffer of another save")
-    ref = agent.state_dict()
-    model = sd.get("model")
-    if not isinstance(model, dict) or set(model) != set(ref):
-        raise CheckpointError(f"model: expected the parameters {sorted(ref)} of this agent")
-    for k, t in ref.items():
-        v = model[k]
-        if not isinstance(v, torch.Tensor) or v.shape != t.shape or v.dtype != t.dtype:
-            raise CheckpointError(f"model.{k}: expected a {t.dtype} tensor of {tuple(t.shape)}")
-    opt = check_optimizer_state(sd.get("optimizer"), optimizer)
-    check_global_rng_state(sd.get("rng"))
-    counters = sd.get("counters")
-    if (
-        not isinstance(counters, dict)
-        or set(counters) != set(_COUNTERS)
-        or not all(type(counters[k]) is int and counters[k] >= 0 for k in _COUNTERS)
-    ):
-        raise CheckpointError(f"counters: expected ints >= 0 for {list(_COUNTERS)}")
-    n, obs_shape = envs.num_envs, (envs.num_envs, *envs.single_observation_space.shape)
-    for key, shape, kind in (("obs", obs_shape, "f"), ("episode_return", (n,), "f"),
-                             ("episode_length", (n,), "i")):  # fmt: skip
-        v = sd.get(key)
-        if not isinstance(v, np.ndarray) or v.shape != shape or v.dtype.kind != kind:
-            raise CheckpointError(f"{key}: expected a {kind}-kind array of shape {shape}")
-    hist = sd.get("history")
-    if not isinstance(hist, dict) or not all(isinstance(hist.get(k), list) for k in _HISTORY):
-        raise CheckpointError(f"history: expected the lists {list(_HISTORY)}")
-    updates = [list(u.values()) if isinstance(u, dict) else None for u in hist["updates"]]
-    rows = [*(hist[k] for k in _HISTORY[:3]), *hist["evaluations"], *updates]
-    if not all(isinstance(r, list) and all(type(x) in (int, float) for x in r) for r in rows):
-        raise CheckpointError("history: expected lists of numbers (and of {name: number})")
-    eps = sd.get("epsilon")
-    if type(eps) is not float or not 0.0 <= eps <= 1.0:
-        raise CheckpointError(f"epsilon: expected a float in [0, 1], got {eps!r}")
-    buffer.load_state_dict(load_state(path, prefix=BUFFER_PREFIX))  # checked, all or nothing
-    restore_envs(
-        envs, cfg.environment, sd.get("envs"), _RAW_OBS, torch.as_tensor(sd["obs"]).float()
-    )
-    agent.load_state_dict(model)
-    optimizer.load_state_dict(opt)
-    set_global_rng_state(sd["rng"])
-    agent.epsilon = eps
-    stats.episode_returns, stats.episode_lengths = hist["episode_returns"], hist["episode_lengths"]
-    stats.episode_end_steps, stats.updates = hist["episode_end_steps"], hist["updates"]
-    stats.evaluations = [(int(s), float(m)) for s, m in hist["evaluations"]]
-    c = counters
-    return _Progress(c["period"], c["global_step"], c["num_updates"], c["checkpoint_num"] + 1,
-                     sd["obs"], sd["episode_return"], sd["episode_length"])  # fmt: skip
 
 
 # ----------------------------------------------------------------- entry point
