@@ -14,8 +14,9 @@ seeds, one torch thread each:
 Reported per implementation: the env step at which the mean of the last 20 training-episode
 returns first reaches 475 (per seed and median), the last-20 mean at the end, and env steps per
 second by wall-clock and by CPU time of the worker process (the robust figure on a shared
-machine). Runs go through a pool of ``--jobs`` single-threaded worker processes (in-process
-for ``--jobs 1``), implementations interleaved seed by seed so machine load hits them alike.
+machine), each after an untimed warm-up run in the same process. Runs go through a pool of
+``--jobs`` single-threaded worker processes (in-process for ``--jobs 1``), implementations
+interleaved seed by seed so machine load hits them alike.
 
 Run (SB3 lives in the benchmark virtualenv)::
 
@@ -140,7 +141,10 @@ def _job(job: tuple[str, dict[str, Any], int]) -> tuple[str, int, dict[str, Any]
     """One run in a worker process (one torch thread)."""
     limit_threads(1)
     name, hp, seed = job
-    out = _runner(name)(hp, seed, VARIANTS.get(name, {}))
+    run = _runner(name)
+    # untimed warm-up in this fresh process: imports, numba kernels, torch's first backward
+    run({**hp, "total_timesteps": 512, "learning_starts": 0, "gradient_steps": 2}, seed, {})
+    out = run(hp, seed, VARIANTS.get(name, {}))
     out["reach"] = first_step_reaching(out["episode_returns"], out["episode_end_steps"])
     out["seed"] = seed
     return name, seed, out
