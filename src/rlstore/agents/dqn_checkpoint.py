@@ -1,0 +1,168 @@
+"""DQN checkpoints (:mod:`rlstore.agents.dqn`): one folder ``checkpoint_NNNN/`` per checkpoint.
+
+* ``buffer_state.safetensors`` + ``buffer_metadata.json``: the replay buffer with its sampler
+  (priorities, RNG), by :func:`rlstore.checkpoint.save`; written first;
+* ``dqn_state.safetensors`` + ``dqn_metadata.json`` (:func:`rlstore.checkpoint.save_state`, the
+  commit point: a folder counts as a checkpoint once it exists): both networks, the optimizer,
+  the counters, the global RNG states, the current observations and episode accumulators, the
+  episode history, what replays the envs' current episodes
+  (:mod:`rlstore.agents.ppo.env_state`), and the ``save_id`` of the buffer save it belongs to.
+
+Loading executes nothing from the folder; every entry is checked before the first live object
+changes, and anything wrong is a :class:`~rlstore.errors.CheckpointError` naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rlstore.agents.ppo.env_state import env_state, restore_envs
+from rlstore.agents.run import (
+    TrainStats,
+    check_global_rng_state,
+    check_optimizer_state,
+    global_rng_state,
+    optimizer_state,
+    set_global_rng_state,
+)
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.checkpoint import load_state, read_metadata, save, save_state
+from rlstore.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from rlstore.agents.dqn import DQNAgent, DQNTrainConfig
+
+__all__ = ["FORMAT", "PREFIX", "Progress", "restore_checkpoint", "save_checkpoint"]
+
+FORMAT = "rlstore.dqn/1"
+"""The ``format`` entry of the DQN checkpoints this version writes and reads."""
+PREFIX, BUFFER_PREFIX = "dqn_", "buffer_"
+
+
+class Progress(NamedTuple):
+    """Counters and per-env episode accumulators carried between periods (and checkpoints)."""
+
+    period: int
+    global_step: int
+    num_updates: int
+    checkpoint_num: int
+    obs: np.ndarray
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+
+
+def save_checkpoint(
+    folder: Path,
+    cfg: DQNTrainConfig,
+    prog: Progress,
+    agent: DQNAgent,
+    optimizer: torch.optim.Optimizer,
+    buffer: ReplayBuffer,
+    envs: Any,
+    stats: TrainStats,
+) -> None:
+    """Write one checkpoint folder: the buffer first, then the DQN state (the commit point)."""
+    save(buffer, folder, prefix=BUFFER_PREFIX)
+    payload = {
+        "format": FORMAT,
+        "config": cfg.to_dict(),
+        "buffer_save_id": read_metadata(folder, prefix=BUFFER_PREFIX)["save_id"],
+        "counters": {k: getattr(prog, k) for k in _COUNTERS},
+        "obs": np.array(prog.obs),
+        "episode_return": prog.episode_return.copy(),
+        "episode_length": prog.episode_length.copy(),
+        "epsilon": float(agent.epsilon),
+        "model": dict(agent.state_dict()),
+        "optimizer": optimizer_state(optimizer),
+        "rng": global_rng_state(),
+        "envs": env_state(envs, cfg.environment),
+        "history": {
+            k: [list(e) if isinstance(e, tuple) else e for e in getattr(stats, k)] for k in _HISTORY
+        },  # fmt: skip
+    }
+    save_state(folder, payload, prefix=PREFIX, metadata={"format": FORMAT, **payload["counters"]})
+
+
+_COUNTERS = ("period", "global_step", "num_updates", "checkpoint_num")
+_HISTORY = ("episode_returns", "episode_lengths", "episode_end_steps", "updates", "evaluations")
+
+
+_RAW_OBS = SimpleNamespace(  # what restore_envs compares the replayed observations through
+    normalizer=SimpleNamespace(obs=lambda x, update: x),  # DQN acts on the raw observation
+    preprocess=lambda batch, device: torch.as_tensor(batch, dtype=torch.float32, device=device),
+)
+
+
+def restore_checkpoint(
+    path: Path,
+    cfg: DQNTrainConfig,
+    agent: DQNAgent,
+    optimizer: torch.optim.Optimizer,
+    buffer: ReplayBuffer,
+    envs: Any,
+    stats: TrainStats,
+) -> Progress:
+    """Load a checkpoint folder into freshly built training objects; every entry is checked
+    before the first object changes (CheckpointError naming it)."""
+    sd = load_state(path, prefix=PREFIX)
+    if sd.get("format") != FORMAT:
+        raise CheckpointError(f"format: expected {FORMAT!r} in {path}, got {sd.get('format')!r}")
+    saved = sd.get("config")
+    for key in ("environment", "dqn"):
+        if not isinstance(saved, dict) or saved.get(key) != cfg.to_dict()[key]:
+            raise CheckpointError(f"config.{key}: the checkpoint {path} was written by another "
+                                  f"{key} config than this run's")  # fmt: skip
+    if read_metadata(path, prefix=BUFFER_PREFIX).get("save_id") != sd.get("buffer_save_id"):
+        raise CheckpointError(f"buffer_save_id: {path} holds a replay buffer of another save")
+    ref = agent.state_dict()
+    model = sd.get("model")
+    if not isinstance(model, dict) or set(model) != set(ref):
+        raise CheckpointError(f"model: expected the parameters {sorted(ref)} of this agent")
+    for k, t in ref.items():
+        v = model[k]
+        if not isinstance(v, torch.Tensor) or v.shape != t.shape or v.dtype != t.dtype:
+            raise CheckpointError(f"model.{k}: expected a {t.dtype} tensor of {tuple(t.shape)}")
+    opt = check_optimizer_state(sd.get("optimizer"), optimizer)
+    check_global_rng_state(sd.get("rng"))
+    counters = sd.get("counters")
+    if (
+        not isinstance(counters, dict)
+        or set(counters) != set(_COUNTERS)
+        or not all(type(counters[k]) is int and counters[k] >= 0 for k in _COUNTERS)
+    ):
+        raise CheckpointError(f"counters: expected ints >= 0 for {list(_COUNTERS)}")
+    n, obs_shape = envs.num_envs, (envs.num_envs, *envs.single_observation_space.shape)
+    for key, shape, kind in (("obs", obs_shape, "f"), ("episode_return", (n,), "f"),
+                             ("episode_length", (n,), "i")):  # fmt: skip
+        v = sd.get(key)
+        if not isinstance(v, np.ndarray) or v.shape != shape or v.dtype.kind != kind:
+            raise CheckpointError(f"{key}: expected a {kind}-kind array of shape {shape}")
+    hist = sd.get("history")
+    if not isinstance(hist, dict) or not all(isinstance(hist.get(k), list) for k in _HISTORY):
+        raise CheckpointError(f"history: expected the lists {list(_HISTORY)}")
+    updates = [list(u.values()) if isinstance(u, dict) else None for u in hist["updates"]]
+    rows = [*(hist[k] for k in _HISTORY[:3]), *hist["evaluations"], *updates]
+    if not all(isinstance(r, list) and all(type(x) in (int, float) for x in r) for r in rows):
+        raise CheckpointError("history: expected lists of numbers (and of {name: number})")
+    eps = sd.get("epsilon")
+    if type(eps) is not float or not 0.0 <= eps <= 1.0:
+        raise CheckpointError(f"epsilon: expected a float in [0, 1], got {eps!r}")
+    buffer.load_state_dict(load_state(path, prefix=BUFFER_PREFIX))  # checked, all or nothing
+    restore_envs(
+        envs, cfg.environment, sd.get("envs"), _RAW_OBS, torch.as_tensor(sd["obs"]).float()
+    )
+    agent.load_state_dict(model)
+    optimizer.load_state_dict(opt)
+    set_global_rng_state(sd["rng"])
+    agent.epsilon = eps
+    stats.episode_returns, stats.episode_lengths = hist["episode_returns"], hist["episode_lengths"]
+    stats.episode_end_steps, stats.updates = hist["episode_end_steps"], hist["updates"]
+    stats.evaluations = [(int(s), float(m)) for s, m in hist["evaluations"]]
+    c = counters
+    return Progress(c["period"], c["global_step"], c["num_updates"], c["checkpoint_num"] + 1,
+                     sd["obs"], sd["episode_return"], sd["episode_length"])  # fmt: skip

@@ -1,0 +1,298 @@
+"""DQN trainer (rlstore.agents.dqn): targets on a constructed episode, the prioritized path,
+exact resume, configs, velora's ``warm``; the CartPole learning run is marked slow."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlstore import NStepReplay
+from rlstore.agents.dqn import (
+    DEFAULT_CONFIGS,
+    DQNAgent,
+    DQNConfig,
+    DQNTrainConfig,
+    EnvInfo,
+    _adam,
+    _train,
+    load_config,
+    runner,
+    td_targets,
+    train_dqn,
+)
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.checkpoint import load, load_state, save_state
+from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
+from rlstore.errors import CheckpointError, ConfigError
+
+CONFIGS = Path(__file__).resolve().parents[2] / "src" / "rlstore" / "configs"
+
+
+class CountEnv(gym.Env[np.ndarray, np.int64]):
+    """Observation ``[t, episode]``, reward 1 per step; every episode lasts 3 steps and ends
+    terminated (even episodes) or truncated (odd ones), so a reset observation ``[0, k]``
+    differs from every final observation ``[3, k - 1]``."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.t, self.k = 0, -1
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t, self.k = 0, self.k + 1
+        return self._obs(), {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.k], np.float32)
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        end = self.t == 3
+        return self._obs(), 1.0, end and self.k % 2 == 0, end and self.k % 2 == 1, {}
+
+
+COUNT_ID = "rlstore_test/Count-v0"
+if COUNT_ID not in gym.registry:
+    gym.register(COUNT_ID, entry_point=CountEnv)
+
+
+def _cfg(env_id: str = "CartPole-v1", **dqn: Any) -> DQNTrainConfig:
+    base = {"total_timesteps": 400, "learning_starts": 64, "batch_size": 16, "train_freq": 50,
+            "gradient_steps": 4, "hidden_sizes": [32], "num_checkpoints": 0}  # fmt: skip
+    return DQNTrainConfig.from_dict(
+        {
+            "run": {"track": False, "seed": 3},
+            "environment": {"env_id": env_id},
+            "dqn": {**base, **dqn},
+        }  # fmt: skip
+    )
+
+
+def _v(agent: DQNAgent, obs: list[float]) -> float:
+    """Double-DQN bootstrap value of one observation, from the agent's two networks."""
+    x = torch.tensor([obs], dtype=torch.float32)
+    with torch.no_grad():
+        return float(agent.target(x)[0, agent.q(x).argmax()])
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_truncation_bootstraps_from_the_final_observation_termination_does_not(
+    tmp_path: Path, n_step: int
+) -> None:
+    # 12 steps of CountEnv through the trainer (no update: learning_starts > steps), then the
+    # stored transitions from the checkpointed buffer and the targets td_targets builds
+    cfg = _cfg(COUNT_ID, total_timesteps=12, train_freq=12, learning_starts=1000, gamma=0.5,
+               n_step=n_step, num_checkpoints=1)  # fmt: skip
+    agent, stats = train_dqn(cfg, run_dir=tmp_path)
+    assert stats.episode_returns == [3.0] * 4 and stats.episode_end_steps == [3, 6, 9, 12]
+    buf = load(tmp_path / "checkpoints" / "checkpoint_0000", prefix="buffer_")
+    batch = NStepReplay(buf, n=n_step, gamma=0.5).batch(np.arange(12))
+    # the truncated episode (k = 1) ends with next_obs = final obs [3, 1], not the reset [0, 2]
+    assert batch.obs[:, 0].tolist() == [0, 1, 2] * 4
+    y = td_targets(agent, batch, double_q=True).tolist()
+    v = _v(agent, [3.0, 1.0])  # bootstrap of the truncation (episode 1)
+    if n_step == 1:
+        # mid-episode: 1 + 0.5 V(s_{t+1}); terminal (k = 0, 2): 1; truncated (k = 1, 3): 1 + 0.5 V
+        assert y[2] == pytest.approx(1.0) and y[8] == pytest.approx(1.0)
+        assert y[5] == pytest.approx(1.0 + 0.5 * v, rel=1e-6)
+        assert y[0] == pytest.approx(1.0 + 0.5 * _v(agent, [1.0, 0.0]), rel=1e-6)
+    else:
+        # from t = 0: 1 + 0.5 + 0.25 = 1.75, then 0 (terminated) or 0.125 V(final) (truncated)
+        assert y[0] == pytest.approx(1.75) and y[6] == pytest.approx(1.75)
+        assert y[3] == pytest.approx(1.75 + 0.125 * v, rel=1e-6)
+        # from t = 2 of the truncated episode: one step, 1 + 0.5 V(final)
+        assert y[5] == pytest.approx(1.0 + 0.5 * v, rel=1e-6)
+    assert batch.discount[[2, 8]].tolist() == [0.0, 0.0]
+
+
+def test_double_q_picks_the_action_with_the_online_net() -> None:
+    agent = DQNAgent(EnvInfo(gym.spec(COUNT_ID), CountEnv.observation_space,
+                             CountEnv.action_space), DQNConfig(hidden_sizes=[4]))  # fmt: skip
+    with torch.no_grad():  # online prefers action 0, target values action 1 higher
+        for net, bias in ((agent.q, [1.0, 0.0]), (agent.target, [2.0, 5.0])):
+            for p in net.parameters():
+                p.zero_()
+            net.advantage.bias.copy_(torch.tensor(bias))
+    buf = ReplayBuffer(10, seed=0)
+    buf.add(np.zeros(2, np.float32), 0, 1.0, np.ones(2, np.float32), False, False)
+    batch = NStepReplay(buf, n=1, gamma=0.5).batch(np.array([0]))
+    assert td_targets(agent, batch, double_q=True).tolist() == [1.0 + 0.5 * 2.0]
+    assert td_targets(agent, batch, double_q=False).tolist() == [1.0 + 0.5 * 5.0]
+
+
+class _Scaled:
+    """A replay whose batches carry their importance weights times ``scale`` (recorded)."""
+
+    def __init__(self, replay: NStepReplay, scale: float) -> None:
+        self.replay, self.buffer, self.scale, self.batches = replay, replay.buffer, scale, []
+
+    def sample(self, batch_size: int) -> Any:
+        b = self.replay.sample(batch_size)
+        b = b._replace(weights=b.weights * self.scale)
+        self.batches.append(b)
+        return b
+
+
+def _prioritized_setup() -> tuple[DQNAgent, torch.optim.Optimizer, ReplayBuffer, DQNConfig]:
+    dc = DQNConfig(hidden_sizes=[16], batch_size=32, gradient_steps=1, prioritized=True,
+                   per_alpha=0.7, per_eps=0.01)  # fmt: skip
+    env = gym.make("CartPole-v1")
+    torch.manual_seed(0)
+    agent = DQNAgent(EnvInfo(env.spec, env.observation_space, env.action_space), dc)
+    env.close()
+    sampler = {"kind": "prioritized", "alpha": 0.7, "beta": 0.5, "eps": 0.01}
+    buf = ReplayBuffer(1000, num_envs=2, seed=0, sampler=sampler)
+    buf.warm(None, 400, env_id="CartPole-v1", num_envs=2, seed=0)
+    return agent, _adam(agent.q, 1e-3), buf, dc
+
+
+def test_prioritized_path_sets_priorities_from_td_errors_and_weights_scale_the_loss() -> None:
+    agent, opt, buf, dc = _prioritized_setup()
+    before = copy.deepcopy(agent)
+    rec = _Scaled(NStepReplay(buf, n=1, gamma=dc.gamma), 1.0)
+    _train(agent, opt, rec, dc)  # type: ignore[arg-type]
+    (b,) = rec.batches
+    y = td_targets(before, b, dc.double_q)
+    with torch.no_grad():
+        q = before.q(b.obs).gather(1, b.action.view(-1, 1)).squeeze(1)
+    want = (np.abs((q - y).numpy()).astype(np.float64) + 0.01) ** 0.7
+    tree = buf._sampler.tree  # type: ignore[attr-defined]
+    got = tree.leaves[b.indices.numpy() % len(tree.leaves)]
+    np.testing.assert_allclose(got, want, rtol=1e-5)  # priorities = (|TD error| + eps)^alpha
+    assert buf.sample(64).weights.min() < 1.0  # unequal priorities: weights below 1
+    # weights reach the loss: zero weights leave every parameter where it was
+    agent, opt, buf, dc = _prioritized_setup()
+    start = copy.deepcopy(agent.q.state_dict())
+    _train(agent, opt, _Scaled(NStepReplay(buf, n=1, gamma=dc.gamma), 0.0), dc)  # type: ignore[arg-type]
+    assert all(torch.equal(start[k], v) for k, v in agent.q.state_dict().items())
+
+
+def test_prioritized_n_step_run_changes_priorities_end_to_end(tmp_path: Path) -> None:
+    cfg = _cfg(prioritized=True, n_step=3, num_checkpoints=1)
+    train_dqn(cfg, run_dir=tmp_path)
+    buf = load(tmp_path / "checkpoints" / "checkpoint_0000", prefix="buffer_")
+    leaves = buf._sampler.tree.leaves
+    live = leaves[leaves > 0]
+    assert len(live) == len(buf) and len(np.unique(live)) > 50  # updated, not all max priority
+    assert buf._sampler.steps == cfg.dqn.num_periods * cfg.dqn.gradient_steps - 4  # one period idle
+
+
+@pytest.mark.parametrize("extra", [{}, {"prioritized": True, "n_step": 2, "dueling": True}])
+def test_resume_continues_the_run_exactly(tmp_path: Path, extra: dict[str, Any]) -> None:
+    cfg = _cfg(num_envs=2, num_checkpoints=2, eval_interval=200, eval_episodes=1, **extra)
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    agent_a, stats_a = runner(cfg, run_dir=a_dir, resume=False)
+    assert {"config.yaml", "learning_curve.png", "checkpoints"} <= {p.name for p in a_dir.iterdir()}
+    assert load_config(a_dir / "config.yaml") == cfg
+    shutil.copytree(a_dir, b_dir)
+    shutil.rmtree(b_dir / "checkpoints" / "checkpoint_0001")  # resume from the middle
+    agent_b, stats_b = runner(cfg, run_dir=b_dir, resume=True)
+    sd_a, sd_b = agent_a.state_dict(), agent_b.state_dict()
+    assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
+    assert stats_b.episode_returns == stats_a.episode_returns
+    assert stats_b.episode_end_steps == stats_a.episode_end_steps
+    assert stats_b.evaluations == stats_a.evaluations
+    drop = ("sps",)
+    assert [{k: v for k, v in u.items() if k not in drop} for u in stats_b.updates] == [
+        {k: v for k, v in u.items() if k not in drop} for u in stats_a.updates
+    ]
+    assert stats_b.global_step == stats_a.global_step == 400
+    assert (b_dir / "checkpoints" / "checkpoint_0001").is_dir()  # written again
+
+
+def test_resume_refuses_a_checkpoint_of_another_config_or_buffer(tmp_path: Path) -> None:
+    cfg = _cfg(num_checkpoints=1)
+    train_dqn(cfg, run_dir=tmp_path)
+    with pytest.raises(CheckpointError, match="config.dqn"):
+        train_dqn(_cfg(num_checkpoints=1, gamma=0.9), run_dir=tmp_path, resume=True)
+    folder = tmp_path / "checkpoints" / "checkpoint_0000"
+    from rlstore.checkpoint import save
+
+    save(load(folder, prefix="buffer_"), folder, prefix="buffer_")  # another save of it
+    with pytest.raises(CheckpointError, match="buffer_save_id"):
+        train_dqn(cfg, run_dir=tmp_path, resume=True)
+    with pytest.raises(ConfigError, match="resume"):
+        train_dqn(cfg, run_dir=tmp_path / "empty", resume=True)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("counters", {"period": -1}), ("history", {"updates": ["x"]}), ("epsilon", 2.0),
+     ("episode_return", np.zeros(3)), ("model", {})],
+)  # fmt: skip
+def test_resume_refuses_a_crafted_checkpoint(tmp_path: Path, key: str, value: Any) -> None:
+    cfg = _cfg(num_checkpoints=1)
+    train_dqn(cfg, run_dir=tmp_path)
+    folder = tmp_path / "checkpoints" / "checkpoint_0000"
+    sd = load_state(folder, prefix="dqn_")
+    sd[key] = {**sd[key], **value} if isinstance(value, dict) and value else value
+    save_state(folder, sd, prefix="dqn_")  # a consistent (checksummed) but wrong state
+    with pytest.raises(CheckpointError, match=key):
+        train_dqn(cfg, run_dir=tmp_path, resume=True)
+
+
+def test_shipped_config_has_rl_zoo_settings() -> None:
+    assert set(DEFAULT_CONFIGS) == {"CartPole-v1"}
+    cfg = load_config(CONFIGS / DEFAULT_CONFIGS["CartPole-v1"])
+    d = cfg.dqn
+    zoo = (2.3e-3, 64, 100_000, 1000, 0.99, 10, 256, 128, 0.16, 0.04, [256, 256], 50_000)
+    assert (d.learning_rate, d.batch_size, d.buffer_size, d.learning_starts, d.gamma,
+            d.target_update_interval, d.train_freq, d.gradient_steps, d.exploration_fraction,
+            d.exploration_final_eps, d.hidden_sizes, d.total_timesteps) == zoo  # fmt: skip
+    assert d.double_q and cfg.environment.env_id == "CartPole-v1"
+
+
+@pytest.mark.parametrize(
+    ("dqn", "match"),
+    [({"unknown": 1}, "unknown"), ({"batch_size": 10, "buffer_size": 5}, "batch_size"),
+     ({"hidden_sizes": [0]}, "hidden_sizes"), ({"tau": 0.0}, "tau"), ({"n_step": 0}, "n_step"),
+     ({"gamma": "0.9"}, "gamma"), ({"hidden_sizes": [True]}, "hidden_sizes"),
+     ({"total_timesteps": 1e4}, "total_timesteps"), ({"dueling": 1}, "dueling")],
+)  # fmt: skip
+def test_bad_config_raises_config_error(dqn: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        DQNTrainConfig.from_dict({"dqn": dqn})
+
+
+def test_non_discrete_actions_are_refused() -> None:
+    with pytest.raises(ConfigError, match="Discrete"):
+        train_dqn(_cfg("Pendulum-v1"))
+
+
+def test_velora_warm_fills_a_buffer_with_the_agent() -> None:
+    agent, _ = train_dqn(_cfg(total_timesteps=100, train_freq=100))
+    assert agent.env.spec.id == "CartPole-v1"
+    buf = VeloraReplayBuffer(200, state_dim=4, action_dim=1, hidden_dim=8, seed=0)
+    buf.warm(agent, 100, num_envs=2, seed=0)
+    assert len(buf) == 100
+    assert set(np.unique(buf.sample(50).actions.numpy())) <= {0.0, 1.0}
+    actions, hidden = agent.predict(torch.zeros(3, 4), None, train_mode=False)
+    assert actions.shape == (3,) and hidden is None
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    reason="issue 12's target; not met with RL-Zoo's DQN settings on seeds 1-3 by rlstore nor by "
+    "Stable-Baselines3 in the same benchmark (benchmarks/results/dqn.md): the 20-episode "
+    "training mean peaks and collapses; prioritized + 3-step replay reaches it on 2 of 3 seeds",
+    strict=False,
+)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_dqn_learns_cartpole_within_50k_steps(seed: int) -> None:
+    cfg = load_config(CONFIGS / DEFAULT_CONFIGS["CartPole-v1"])
+    d = cfg.to_dict()
+    d["run"].update(seed=seed, track=False)
+    d["dqn"].update(num_checkpoints=0, eval_interval=0)
+    _, stats = train_dqn(DQNTrainConfig.from_dict(d))
+    reached = stats.first_step_reaching(475.0)
+    assert reached is not None and reached <= 50_000, stats.episode_returns[-20:]
