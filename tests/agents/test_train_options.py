@@ -36,7 +36,7 @@ def _args(*argv: str) -> argparse.Namespace:
 
 
 def test_algo_registry_and_module_interface() -> None:
-    assert ALGORITHMS["ppo"] == "rlstore.agents.ppo.trainer" and _args().algo == "ppo"
+    assert ALGORITHMS["ppo"] == "rlstore.agents.ppo.trainer" and _args().algo is None  # ppo
     assert trainer.DEFAULT_CONFIGS["CartPole-v1"] == "ppo_fc_CartPole-v1.yaml"
     assert next(iter(trainer.DEFAULT_CONFIGS)) == "CartPole-v1"
     assert callable(trainer.load_config) and callable(trainer.runner)

@@ -72,10 +72,12 @@ from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.config import PositiveInt, load_config_file
 from rlstore.errors import ConfigError
+from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.samplers import LinearSchedule
 from rlstore.vector import TransitionAdapter
 
 __all__ = [
+    "CLI_KEYS",
     "DEFAULT_CONFIGS",
     "DQNAgent",
     "DQNConfig",
@@ -88,6 +90,16 @@ __all__ = [
 ]
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "dqn_CartPole-v1.yaml"}
+CLI_KEYS: dict[str, str | None] = {
+    "total_steps": "dqn.total_timesteps",
+    "num_envs": "dqn.num_envs",
+    "lr": "dqn.learning_rate",
+    "gamma": "dqn.gamma",
+    "agent": None,
+    "num_steps": None,
+    "ent_coef": None,
+}
+"""``rlstore train`` flags -> keys of this config (None: the flag does not apply to DQN)."""
 """Env id -> packaged config file in ``rlstore/configs/``."""
 
 
@@ -454,6 +466,7 @@ def runner(cfg: DQNTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgen
     latest checkpoint there."""
     import yaml
 
-    if not resume:
-        Path(run_dir, "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    # on resume too: an extended budget is the run's config from now on (the checkpoint check
+    # still refuses any other change, and a shorter budget)
+    write_text_atomic(Path(run_dir, "config.yaml"), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return train_dqn(cfg, run_dir=run_dir, resume=resume)

@@ -34,9 +34,13 @@ from rlstore.errors import ConfigError, RLStoreError
 
 log = logging.getLogger("rlstore.train")
 
-ALGORITHMS: dict[str, str] = {"ppo": "rlstore.agents.ppo.trainer"}
+ALGORITHMS: dict[str, str] = {
+    "ppo": "rlstore.agents.ppo.trainer",
+    "dqn": "rlstore.agents.dqn",
+}
 """``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
-optionally ``CLI_KEYS``, flag -> config key, overriding :data:`FLAG_KEYS`)."""
+optionally ``CLI_KEYS``, flag -> config key or None (the flag does not apply), overriding
+:data:`FLAG_KEYS`)."""
 
 FLAG_KEYS: dict[str, str] = {
     "env": "environment.env_id",
@@ -59,7 +63,8 @@ FLAG_KEYS: dict[str, str] = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``train`` options on ``parser``."""
     add = parser.add_argument
-    add("--algo", choices=sorted(ALGORITHMS), default="ppo", help="algorithm (default: ppo)")
+    add("--algo", choices=sorted(ALGORITHMS), help="algorithm (default: ppo; with --resume: "
+        "the run's)")  # fmt: skip
     add("--config", metavar="FILE", help="YAML config (default: the packaged one for the "
         "env, e.g. ppo_fc_CartPole-v1.yaml; CartPole-v1's, with a warning, if none)")  # fmt: skip
     add("--env", metavar="ID", help="Gymnasium env id (default: the config's)")
@@ -87,11 +92,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-tensorboard", action="store_true", help="no TensorBoard logs")
 
 
+def _algo(args: argparse.Namespace) -> str:
+    """``--algo``; with ``--resume`` and no ``--algo``, the algorithm of the run's config."""
+    algo = getattr(args, "algo", None)
+    if algo is None and getattr(args, "resume", None) is not None:
+        algo = _algo_of_run(Path(args.resume))
+    return algo or "ppo"
+
+
+def _algo_of_run(run_dir: Path) -> str | None:
+    """The algorithm whose section (``dqn:``, ``sac:``, ...) the run's config.yaml holds (None:
+    PPO's, or unreadable: the runner then reports the file)."""
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    found = [a for a in ALGORITHMS if a != "ppo" and isinstance(data, dict) and a in data]
+    return found[0] if found else None
+
+
 def _module(args: argparse.Namespace) -> ModuleType:
-    return importlib.import_module(ALGORITHMS[getattr(args, "algo", "ppo")])
+    return importlib.import_module(ALGORITHMS[_algo(args)])
 
 
-def _flag_keys(module: ModuleType) -> dict[str, str]:
+def _flag_keys(module: ModuleType) -> dict[str, str | None]:
     return {**FLAG_KEYS, **getattr(module, "CLI_KEYS", {})}
 
 
@@ -149,7 +173,7 @@ def build_config(args: argparse.Namespace) -> Any:
     from rlstore.agents.run import safe_name
 
     module = _module(args)
-    algo = getattr(args, "algo", "ppo")
+    algo = _algo(args)
     if args.config is not None:
         path = args.config
         cfg = module.load_config(path)
@@ -159,6 +183,8 @@ def build_config(args: argparse.Namespace) -> Any:
     data = cfg.model_dump(mode="json")
     given = {k: getattr(args, k, None) for k in _flag_keys(module)}
     for flag, key in _flag_keys(module).items():
+        if given[flag] is not None and key is None:
+            raise ConfigError(f"--{flag.replace('_', '-')}: not an option of --algo {algo}")
         if given[flag] is not None:
             _set(data, key, given[flag])
     for item in getattr(args, "overrides", []):
@@ -238,7 +264,14 @@ def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) 
     if args.total_steps is None:
         return cfg
     data = cfg.model_dump(mode="json")
-    _set(data, keys["total_steps"], args.total_steps)
+    section, leaf = str(keys["total_steps"]).rsplit(".", 1)
+    planned = data[section][leaf]
+    if args.total_steps < planned:
+        raise ConfigError(
+            f"{keys['total_steps']}: expected at least {planned} (--total-steps can extend the "
+            f"run {str(run_dir)!r}, not shorten it), got {args.total_steps}"
+        )
+    _set(data, str(keys["total_steps"]), args.total_steps)
     return type(cfg).validate_mapping(data)
 
 
@@ -272,7 +305,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _warn_if_untuned(args: argparse.Namespace, module: ModuleType, env_id: str) -> None:
-    algo = getattr(args, "algo", "ppo")
+    algo = _algo(args)
     if args.config is None and default_config(algo, module, args.env, args.agent)[1]:
         defaults = module.DEFAULT_CONFIGS
         first = next(iter(defaults))

@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +32,7 @@ import yaml
 from pydantic import Field, model_validator
 from typing_extensions import Self
 
+from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.config import StrictModel, load_config_file
 
 __all__ = [
@@ -298,9 +298,7 @@ class TrainConfig(_Config):
     def to_yaml(self, path: str | Path) -> None:
         """Write the fully resolved config as YAML (every field, defaults included); the file
         is replaced atomically (written beside it, then renamed)."""
-        tmp = Path(f"{path}.tmp")
-        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
-        os.replace(tmp, path)
+        write_text_atomic(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
 def load_train_config(path: str | Path) -> TrainConfig:

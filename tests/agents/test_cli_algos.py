@@ -1,0 +1,55 @@
+"""``rlstore train --algo``: every registered algorithm runs from the command line, flags that
+do not apply are refused, ``--resume`` finds the run's algorithm and extends its budget."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import yaml
+
+from rlstore.agents.ppo.cli_train import ALGORITHMS
+from rlstore.cli import main
+
+QUIET = ["--no-progress", "--no-tensorboard"]
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_every_algorithm_exposes_the_runner_interface(algo) -> None:
+    module = importlib.import_module(ALGORITHMS[algo])
+    assert callable(module.load_config) and callable(module.runner)
+    assert module.DEFAULT_CONFIGS, "the first entry is the algorithm's fallback config"
+
+
+def test_dqn_runs_resumes_and_extends_from_the_cli(tmp_path, capsys) -> None:
+    run = tmp_path / "d"
+    argv = ["train", "--algo", "dqn", "--total-steps", "512", *QUIET, "--exp-name", "d"]
+    assert main([*argv, "--runs-dir", str(tmp_path), "--set", "run.eval_episodes=1"]) == 0
+    assert "env steps       512" in capsys.readouterr().out
+    assert {"config.yaml", "checkpoints", "learning_curve.png"} <= {p.name for p in run.iterdir()}
+    # no --algo: the run's config names DQN; the budget is extended and recorded
+    assert main(["train", "--resume", str(run), "--total-steps", "1024"]) == 0
+    assert "env steps       1024" in capsys.readouterr().out
+    assert yaml.safe_load((run / "config.yaml").read_text())["dqn"]["total_timesteps"] == 1024
+    # shortening is refused before anything changes
+    assert main(["train", "--resume", str(run), "--total-steps", "512"]) == 2
+    assert "dqn.total_timesteps: expected at least 1024" in capsys.readouterr().err
+    assert yaml.safe_load((run / "config.yaml").read_text())["dqn"]["total_timesteps"] == 1024
+
+
+@pytest.mark.parametrize("flag", [["--num-steps", "8"], ["--agent", "lstm"], ["--ent-coef", "0.1"]])
+def test_ppo_only_flags_are_refused_for_dqn(tmp_path, capsys, flag) -> None:
+    assert main(["train", "--algo", "dqn", *flag, *QUIET, "--runs-dir", str(tmp_path)]) == 2
+    assert f"{flag[0]}: not an option of --algo dqn" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_dqn_named_flags_reach_its_config(tmp_path) -> None:
+    from rlstore.agents.ppo.cli_train import add_arguments, build_config
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--algo", "dqn", "--lr", "0.01", "--gamma", "0.9", "--total-steps", "99"])
+    cfg = build_config(args)
+    assert (cfg.dqn.learning_rate, cfg.dqn.gamma, cfg.dqn.total_timesteps) == (0.01, 0.9, 99)
