@@ -45,8 +45,9 @@ def test_ppo_only_flags_are_refused_for_dqn(tmp_path, capsys, flag) -> None:
 
 
 def test_dqn_named_flags_reach_its_config(tmp_path) -> None:
-    from rlstore.agents.ppo.cli_train import add_arguments, build_config
     import argparse
+
+    from rlstore.agents.ppo.cli_train import add_arguments, build_config
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -70,9 +70,9 @@ from rlstore.agents.run import (
 )
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
+from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.config import PositiveInt, load_config_file
 from rlstore.errors import ConfigError
-from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.samplers import LinearSchedule
 from rlstore.vector import TransitionAdapter
 

@@ -119,7 +119,8 @@ def restore_checkpoint(
     sd = load_state(path, prefix=PREFIX)
     if sd.get("format") != FORMAT:
         raise CheckpointError(f"format: expected {FORMAT!r} in {path}, got {sd.get('format')!r}")
-    saved, now = sd.get("config"), cfg.to_dict()
+    saved: Any = sd.get("config")
+    now = cfg.to_dict()
     for key in ("environment", "dqn"):
         if not isinstance(saved, dict) or _budgetless(saved.get(key)) != _budgetless(now[key]):
             raise CheckpointError(f"config.{key}: the checkpoint {path} was written by another "

@@ -183,10 +183,11 @@ def build_config(args: argparse.Namespace) -> Any:
     data = cfg.model_dump(mode="json")
     given = {k: getattr(args, k, None) for k in _flag_keys(module)}
     for flag, key in _flag_keys(module).items():
-        if given[flag] is not None and key is None:
+        if given[flag] is None:
+            continue
+        if key is None:
             raise ConfigError(f"--{flag.replace('_', '-')}: not an option of --algo {algo}")
-        if given[flag] is not None:
-            _set(data, key, given[flag])
+        _set(data, key, given[flag])
     for item in getattr(args, "overrides", []):
         _set(data, *_parse_set(item))
     run = data.setdefault("run", {})
