@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,9 +13,8 @@ from rlstore.agents.ppo.obs import (
     is_image_space,
     is_minigrid_space,
     preprocess_images,
-    set_global_seeds,
 )
-from rlstore.errors import ConfigError, SpecError
+from rlstore.errors import SpecError
 
 
 def _naive_one_hot(values: np.ndarray, n: int, start: int = 0) -> np.ndarray:
@@ -222,24 +219,3 @@ def test_minigrid_real_env() -> None:
         np.testing.assert_array_equal(out[:, -4:].argmax(-1).numpy(), obs["direction"])
     finally:
         envs.close()
-
-
-# ---------------------------------------------------------------- seeding
-
-
-def test_set_global_seeds_reproduces_all_generators() -> None:
-    def draw() -> tuple:
-        return (random.random(), np.random.rand(), torch.rand(1).item())  # noqa: NPY002
-
-    set_global_seeds(123)
-    first = draw()
-    set_global_seeds(123)
-    assert draw() == first
-    set_global_seeds(124)
-    assert draw() != first
-
-
-@pytest.mark.parametrize("bad", [-1, 2**32, 1.5, "3", True])
-def test_set_global_seeds_rejects_bad_seed(bad: object) -> None:
-    with pytest.raises(ConfigError, match="seed"):
-        set_global_seeds(bad)  # type: ignore[arg-type]

@@ -24,20 +24,27 @@ earlier rlstore versions (pickle inside) are refused, not read.
 
 from __future__ import annotations
 
-import math
-import random
 import re
 import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlstore.agents.ppo.config import OnlineTrainConfig, RunConfig, TrainConfig
 from rlstore.agents.ppo.env_state import env_state, has_episode_logs, restore_envs
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import check_like
+from rlstore.agents.run import (
+    check_global_rng_state,
+    check_optimizer_state,
+    checkpoint_path,
+    global_rng_state,
+    list_checkpoints,
+    optimizer_state,
+    set_global_rng_state,
+)
+from rlstore.agents.run import latest_checkpoint as _latest_checkpoint
 from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.errors import CheckpointError, RLStoreError
 
@@ -54,136 +61,7 @@ __all__ = [
 FORMAT = "rlstore.ppo/2"
 """Value of the ``format`` entry of every PPO checkpoint this version writes and reads."""
 PREFIX = "ppo_"
-_NAME = re.compile(r"^checkpoint_(\d+)$")
 _LEGACY = re.compile(r"^checkpoint_(\d+)\.pt$")
-
-
-def checkpoint_path(folder: str | Path, checkpoint_num: int) -> Path:
-    """``folder / "checkpoint_{num:04d}"`` (a folder)."""
-    return Path(folder) / f"checkpoint_{checkpoint_num:04d}"
-
-
-# ----------------------------------------------------------------- global RNG states
-
-
-def _rng_states() -> dict[str, Any]:
-    npst = np.random.get_state(legacy=False)  # noqa: NPY002 - saving the legacy global RNG
-    version, internal, gauss = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "numpy": {
-            "bit_generator": npst["bit_generator"],
-            "key": npst["state"]["key"].astype(np.uint32),
-            "pos": int(npst["state"]["pos"]),
-            "has_gauss": int(npst["has_gauss"]),
-            "gauss": float(npst["gauss"]),
-        },
-        "python": {"version": version, "internal": list(internal), "gauss": gauss},
-    }
-
-
-def _check_rng_states(rng: Any) -> None:
-    """Raise :class:`CheckpointError` unless ``rng`` is a well-formed :func:`_rng_states`."""
-    ref = _rng_states()
-    if not isinstance(rng, dict) or set(rng) != set(ref):
-        raise CheckpointError("resume.rng: expected keys ['numpy', 'python', 'torch']")
-    t = rng["torch"]
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.shape != ref["torch"].shape:
-        raise CheckpointError(
-            f"resume.rng.torch: expected a uint8 tensor of {ref['torch'].numel()}"
-        )
-    n = rng["numpy"]
-    ok = (
-        isinstance(n, dict) and set(n) == set(ref["numpy"]) and n["bit_generator"] == "MT19937"
-        and isinstance(n["key"], np.ndarray) and n["key"].dtype == np.uint32
-        and n["key"].shape == (624,) and type(n["pos"]) is int and 0 <= n["pos"] <= 624
-        and n["has_gauss"] in (0, 1) and type(n["has_gauss"]) is int
-        and type(n["gauss"]) is float and math.isfinite(n["gauss"])
-    )  # fmt: skip
-    if not ok:
-        raise CheckpointError("resume.rng.numpy: expected an MT19937 state (key, pos, gauss)")
-    p = rng["python"]
-    ok = (
-        isinstance(p, dict) and set(p) == {"version", "internal", "gauss"} and p["version"] == 3
-        and isinstance(p["internal"], list) and len(p["internal"]) == 625
-        and all(type(x) is int and 0 <= x < 2**32 for x in p["internal"])
-        and p["internal"][-1] <= 624
-        and (p["gauss"] is None or (type(p["gauss"]) is float and math.isfinite(p["gauss"])))
-    )  # fmt: skip
-    if not ok:
-        raise CheckpointError("resume.rng.python: expected a version-3 Mersenne Twister state")
-
-
-def _set_rng_states(rng: dict[str, Any]) -> None:
-    torch.set_rng_state(rng["torch"])
-    n = rng["numpy"]
-    np.random.set_state(  # noqa: NPY002 - restoring the legacy global RNG
-        {
-            "bit_generator": "MT19937",
-            "state": {"key": n["key"], "pos": n["pos"]},
-            "has_gauss": n["has_gauss"],
-            "gauss": n["gauss"],
-        }
-    )
-    p = rng["python"]
-    random.setstate((p["version"], tuple(p["internal"]), p["gauss"]))
-
-
-# ----------------------------------------------------------------- optimizer state
-
-
-def _optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    sd = optimizer.state_dict()
-    return {
-        "state": {str(k): dict(v) for k, v in sd["state"].items()},
-        "param_groups": sd["param_groups"],
-    }
-
-
-def _check_optimizer_state(saved: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The torch ``state_dict`` for ``optimizer`` from a saved one, checked against its params."""
-    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
-        raise CheckpointError("resume.optimizer: expected keys ['param_groups', 'state']")
-    ref = optimizer.state_dict()
-    groups = saved["param_groups"]
-    ref_groups = ref["param_groups"]
-    if not isinstance(groups, list) or len(groups) != len(ref_groups):
-        raise CheckpointError(f"resume.optimizer.param_groups: expected {len(ref_groups)} groups")
-    out_groups = []
-    for g, rg in zip(groups, ref_groups, strict=True):
-        if not isinstance(g, dict) or set(g) != set(rg) or g["params"] != rg["params"]:
-            raise CheckpointError(
-                f"resume.optimizer.param_groups: expected keys {sorted(rg)} and params "
-                f"{rg['params']} like this optimizer"
-            )
-        for k, v in g.items():
-            want = list if isinstance(rg[k], tuple) else type(rg[k])  # JSON keeps no tuples
-            if type(v) is not want or isinstance(v, float) and not math.isfinite(v):
-                raise CheckpointError(
-                    f"resume.optimizer.param_groups.{k}: expected {type(rg[k]).__name__}, "
-                    f"got {type(v).__name__}"
-                )
-        out_groups.append({k: tuple(v) if isinstance(rg[k], tuple) else v for k, v in g.items()})
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    if not isinstance(saved["state"], dict):
-        raise CheckpointError("resume.optimizer.state: expected a dict of per-parameter states")
-    for key, entry in saved["state"].items():
-        if not key.isdigit() or int(key) >= len(params) or not isinstance(entry, dict):
-            raise CheckpointError(f"resume.optimizer.state: unexpected entry {key!r}")
-        p = params[int(key)]
-        for name, t in entry.items():
-            if not isinstance(t, torch.Tensor) or t.dtype != p.dtype and t.ndim != 0:
-                raise CheckpointError(
-                    f"resume.optimizer.state.{key}.{name}: expected a {p.dtype} tensor"
-                )
-            if t.ndim != 0 and t.shape != p.shape:
-                raise CheckpointError(
-                    f"resume.optimizer.state.{key}.{name}: expected shape {tuple(p.shape)}, "
-                    f"got {tuple(t.shape)}"
-                )
-        state[int(key)] = dict(entry)
-    return {"state": state, "param_groups": out_groups}
 
 
 def _check_model_state(saved: Any, agent: PPOAgent, where: str = "model") -> None:
@@ -255,11 +133,11 @@ def store_model_checkpoint(
     if optimizer is not None:
         envs_state = None if envs is None else env_state(envs, config.environment)
         payload["resume"] = {
-            "optimizer": _optimizer_state(optimizer),
+            "optimizer": optimizer_state(optimizer),
             "scheduler": None if scheduler is None else scheduler.state_dict(),
             "buffer": None if buffer is None else buffer.state_dict(),
             "state": None if state is None else state.state_dict(),
-            "rng": _rng_states(),
+            "rng": global_rng_state(),
             "envs": envs_state,
             "updates_log": list(updates_log or []),
         }
@@ -358,36 +236,10 @@ def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
     return _agent_from_payload(read_checkpoint(path), num_envs)
 
 
-def _list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
-    d = Path(folder)
-    if not d.is_dir():
-        return []
-    found = [
-        (int(m.group(1)), p)
-        for p in d.iterdir()
-        if (m := _NAME.match(p.name)) and metadata_file_path(p, PREFIX).is_file()
-    ]
-    return sorted(found)
-
-
 def latest_checkpoint(folder: str | Path) -> Path | None:
-    """The highest-numbered committed ``checkpoint_NNNN`` folder in ``folder`` (None if none).
-
-    Raises:
-        CheckpointError: the folder holds only ``checkpoint_NNNN.pt`` files of an earlier
-            rlstore (they are never loaded: pickle inside).
-    """
-    found = _list_checkpoints(folder)
-    if found:
-        return found[-1][1]
-    d = Path(folder)
-    legacy = sorted(p.name for p in d.iterdir() if _LEGACY.match(p.name)) if d.is_dir() else []
-    if legacy:
-        raise CheckpointError(
-            f"checkpoints: {str(d)!r} holds only {legacy[-1]}-style files of an earlier rlstore "
-            "(pickle inside); they are not loaded because loading them could run code"
-        )
-    return None
+    """The latest committed PPO checkpoint in ``folder`` (:func:`rlstore.agents.run.
+    latest_checkpoint` with this module's prefix)."""
+    return _latest_checkpoint(folder, PREFIX)
 
 
 def load_all_agents_from_checkpoints(
@@ -398,7 +250,7 @@ def load_all_agents_from_checkpoints(
     Raises:
         CheckpointError: the folder holds no checkpoint.
     """
-    found = _list_checkpoints(checkpoint_folder_path)
+    found = list_checkpoints(checkpoint_folder_path, PREFIX)
     if not found:
         raise CheckpointError(
             f"checkpoint_folder_path: no checkpoint_NNNN folder in {str(checkpoint_folder_path)!r}"
@@ -441,8 +293,8 @@ def restore_training(
             f"checkpoint holds {payload['agent_class']!r}"
         )
     _check_model_state(payload["model"], agent)
-    opt_state = _check_optimizer_state(res["optimizer"], optimizer)
-    _check_rng_states(res["rng"])
+    opt_state = check_optimizer_state(res["optimizer"], optimizer)
+    check_global_rng_state(res["rng"])
     log = res["updates_log"]
     if not isinstance(log, list) or not all(
         isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in log
@@ -468,5 +320,5 @@ def restore_training(
     optimizer.load_state_dict(opt_state)
     if scheduler is not None and res["scheduler"] is not None:
         scheduler.load_state_dict(res["scheduler"])
-    _set_rng_states(res["rng"])
+    set_global_rng_state(res["rng"])
     return payload["update"], payload["checkpoint_num"] + 1, [dict(u) for u in log]

@@ -1,4 +1,4 @@
-"""Observation utilities for the PPO agents: shapes, preprocessors, image conversion, seeding.
+"""Observation utilities for the PPO agents: shapes, preprocessors, image conversion.
 
 Contract (every preprocessor built here follows it):
 
@@ -40,7 +40,6 @@ Example::
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -48,7 +47,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstore.errors import ConfigError, SpecError
+from rlstore.errors import SpecError
 
 __all__ = [
     "ObsPreprocessor",
@@ -57,7 +56,6 @@ __all__ = [
     "preprocess_images",
     "is_image_space",
     "is_minigrid_space",
-    "set_global_seeds",
 ]
 
 #: ``preprocess(obs, device=None) -> float32 tensor of shape (*B, *get_obs_shape(space))``
@@ -334,25 +332,3 @@ def get_obs_preprocessor(obs_space: gym.Space) -> ObsPreprocessor:
         return leaf(obs, device)
 
     return prep
-
-
-def set_global_seeds(seed: int) -> None:
-    """Seed Python's ``random``, NumPy's legacy global RNG and torch (CPU and all CUDA devices).
-
-    rlstore's own components take explicit seeds / generators; this is for third-party code
-    (and torch's default generator used by ``nn.Module`` initialisation and ``Categorical``).
-
-    Args:
-        seed: an int in ``[0, 2**32 - 1]``.
-
-    Raises:
-        ConfigError: ``seed`` is not an int in range.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-        raise ConfigError(f"seed: expected an int in [0, 2**32 - 1], got {type(seed).__name__}")
-    if not 0 <= int(seed) <= 2**32 - 1:
-        raise ConfigError(f"seed: expected an int in [0, 2**32 - 1], got {seed}")
-    seed = int(seed)
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002 - the legacy global RNG is exactly what this seeds
-    torch.manual_seed(seed)  # also seeds every CUDA device

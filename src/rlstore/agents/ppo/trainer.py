@@ -19,15 +19,16 @@ and ``learning_curve.png``); :func:`ppo_runner` also creates the run folder and 
 step is a real transition, and a truncated episode bootstraps from ``V(info["final_obs"])``.
 Returns come from the :class:`~rlstore.buffers.rollout.RolloutBuffer` (``rlstore.returns.gae``).
 
-Env construction and rollout collection live in :mod:`rlstore.agents.ppo.rollout`, logging and
-plotting in :mod:`rlstore.agents.ppo.run_logging`; their public names are re-exported here.
+Env construction and rollout collection live in :mod:`rlstore.agents.ppo.rollout`; the run
+folder, logging, plotting, seeding and evaluation in :mod:`rlstore.agents.run` (shared by every
+trainer). ``TrainStats``, ``RunLogger``, ``make_vector_env`` and ``run_rollout`` are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,7 +46,6 @@ from rlstore.agents.ppo.config import (
     TransformerModelConfig,
 )
 from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.agents.ppo.obs import set_global_seeds
 from rlstore.agents.ppo.rollout import (
     SAMPLING_METHODS,
     RolloutState,
@@ -53,7 +53,14 @@ from rlstore.agents.ppo.rollout import (
     make_vector_env,
     run_rollout,
 )
-from rlstore.agents.ppo.run_logging import RunLogger
+from rlstore.agents.run import (
+    RunLogger,
+    TrainStats,
+    checkpoint_schedule,
+    create_run_dir,
+    plot_learning_curve,
+    set_global_seeds,
+)
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
 
@@ -71,45 +78,6 @@ __all__ = [
     "ppo_runner",
     "train_config_from_parts",
 ]
-
-
-@dataclass
-class TrainStats:
-    """What a training run produced (besides the agent).
-
-    Attributes:
-        global_step: env steps taken. num_updates: PPO updates done.
-        episode_returns / episode_lengths / episode_end_steps: per finished episode, in order.
-        updates: per update, the dict returned by ``PPOAgent.learn`` plus ``global_step``, ``sps``.
-        steps_per_second: env steps per wall-clock second over the run (rollouts + updates).
-        wall_time: seconds of the training loop (this process only, when resumed).
-        run_dir: the run folder, or None when nothing was written.
-    """
-
-    global_step: int = 0
-    num_updates: int = 0
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
-    episode_end_steps: list[int] = field(default_factory=list)
-    updates: list[dict[str, float]] = field(default_factory=list)
-    steps_per_second: float = 0.0
-    wall_time: float = 0.0
-    run_dir: Path | None = None
-
-    def mean_return(self, last: int = 20) -> float:
-        """Mean return of the last ``last`` finished episodes (nan if none finished)."""
-        r = self.episode_returns[-last:]
-        return float(np.mean(r)) if r else float("nan")
-
-    def first_step_reaching(self, threshold: float, window: int = 20) -> int | None:
-        """First env step at which the mean of the last ``window`` episode returns is
-        ``>= threshold`` (None if never); needs at least ``window`` finished episodes."""
-        r = np.asarray(self.episode_returns, dtype=np.float64)
-        if len(r) < window:
-            return None
-        means = np.convolve(r, np.ones(window) / window, mode="valid")
-        hit = np.flatnonzero(means >= threshold)
-        return None if hit.size == 0 else int(self.episode_end_steps[hit[0] + window - 1])
 
 
 class TrainResult(NamedTuple):
@@ -144,12 +112,30 @@ def train_config_from_parts(
     return TrainConfig.model_validate(parts)
 
 
-def _checkpoint_updates(num_updates: int, num_checkpoints: int) -> set[int]:
-    """1-based update numbers after which a checkpoint is written (evenly spaced, last included)."""
-    if num_checkpoints <= 0:
-        return set()
-    k = min(num_checkpoints, num_updates)
-    return {int(round(num_updates * (i + 1) / k)) for i in range(k)}
+_LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
+           "explained_variance")  # fmt: skip
+
+
+def _log_update(
+    logger: RunLogger, update: int, state: RolloutState, info: dict[str, float], n_logged: int
+) -> int:
+    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics;
+    returns the number of episodes logged so far."""
+    for i in range(n_logged, len(state.episode_returns)):
+        logger.episode(state.episode_returns[i], state.episode_lengths[i],
+                       state.episode_end_steps[i])  # fmt: skip
+    values = {f"losses/{k}": info[k] for k in _LOSSES if k in info}
+    values.update({"charts/learning_rate": info["lr"], "charts/SPS": info["sps"]})
+    logger.scalars(values, state.global_step)
+    recent = state.episode_returns[-20:]
+    ret = f"{np.mean(recent):.1f}" if recent else "-"
+    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update)
+    return len(state.episode_returns)
+
+
+def _title(cfg: TrainConfig) -> str:
+    """The learning curve's title: algorithm, agent, env id and seed."""
+    return f"PPO ({cfg.agent}) on {cfg.environment.env_id}, seed {cfg.run.seed}"
 
 
 def train_ppo(
@@ -218,8 +204,15 @@ def train_ppo(
         start_update, ckpt_num, stats.updates = restore_training(
             path, agent, optimizer, scheduler, buffer, state, envs
         )
-    logger = RunLogger(cfg, run_dir, num_updates * oc.batch_size, state)
-    ckpt_at = _checkpoint_updates(num_updates, oc.num_checkpoints) if ckpt_dir else set()
+    rc = run_config
+    logger = RunLogger(
+        run_dir, total_steps=num_updates * oc.batch_size, initial_step=state.global_step,
+        desc=environment_config.env_id, track=rc.track, progress_bar=rc.progress_bar,
+        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
+        exp_name=rc.exp_name, config=cfg.to_dict(),
+    )  # fmt: skip
+    n_logged = len(state.episode_returns)
+    ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
     t0, step0 = time.perf_counter(), state.global_step
     try:
         for update in range(start_update, num_updates):
@@ -230,7 +223,7 @@ def train_ppo(
             info.update(global_step=float(state.global_step),
                         sps=(state.global_step - step0) / max(elapsed, 1e-9))  # fmt: skip
             stats.updates.append(info)
-            logger.log_update(update + 1, state, info)
+            n_logged = _log_update(logger, update + 1, state, info, n_logged)
             if ckpt_dir is not None and update + 1 in ckpt_at:
                 ckpt_num = store_model_checkpoint(
                     agent, oc, run_config, ckpt_num, ckpt_dir, config=cfg, optimizer=optimizer,
@@ -239,7 +232,7 @@ def train_ppo(
                 )  # fmt: skip
     finally:
         stats.wall_time = time.perf_counter() - t0
-        logger.close(state)
+        logger.close()
         torch.set_num_threads(threads_before)
         if own_envs:
             envs.close()
@@ -249,7 +242,7 @@ def train_ppo(
     stats.episode_end_steps = list(state.episode_end_steps)
     stats.steps_per_second = (state.global_step - step0) / max(stats.wall_time, 1e-9)
     if run_dir is not None:
-        logger.plot_learning_curve(stats, Path(run_dir) / "learning_curve.png")
+        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", _title(cfg))
     return TrainResult(agent, stats)
 
 
@@ -278,11 +271,7 @@ def ppo_runner(
         )  # fmt: skip
     cfg = train_config_from_parts(run_config, online_config, environment_config, model_config)
     check_env_id(environment_config)  # before the run folder exists
-    base = Path(run_config.runs_dir) / run_config.exp_name
-    run_dir, k = base, 1
-    while run_dir.exists():
-        run_dir, k = base.with_name(f"{base.name}-{k}"), k + 1
-    run_dir.mkdir(parents=True)
+    run_dir = create_run_dir(run_config.runs_dir, run_config.exp_name)
     cfg.to_yaml(run_dir / "config.yaml")
     logger.info("writing %s", run_dir)
     return train_ppo(run_config, online_config, environment_config, model_config, run_dir=run_dir)

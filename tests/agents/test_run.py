@@ -1,0 +1,254 @@
+"""Tests of rlstore.agents.run, the run infrastructure every trainer shares."""
+
+from __future__ import annotations
+
+import random
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlstore.agents.run import (
+    RunLogger,
+    TrainStats,
+    check_global_rng_state,
+    check_optimizer_state,
+    checkpoint_path,
+    checkpoint_schedule,
+    create_run_dir,
+    evaluate,
+    global_rng_state,
+    latest_checkpoint,
+    list_checkpoints,
+    optimizer_state,
+    plot_learning_curve,
+    safe_name,
+    set_global_rng_state,
+    set_global_seeds,
+)
+from rlstore.checkpoint import save_state
+from rlstore.errors import CheckpointError, ConfigError
+
+
+def _draw() -> tuple:
+    return (random.random(), np.random.rand(), torch.rand(1).item())  # noqa: NPY002
+
+
+# ---------------------------------------------------------------- seeding and RNG states
+
+
+def test_set_global_seeds_reproduces_all_generators() -> None:
+    set_global_seeds(123)
+    first = _draw()
+    set_global_seeds(123)
+    assert _draw() == first
+    set_global_seeds(124)
+    assert _draw() != first
+
+
+def test_set_global_seeds_none_leaves_the_generators_alone() -> None:
+    set_global_seeds(5)
+    state = global_rng_state()
+    set_global_seeds(None)
+    expected = _draw()
+    set_global_rng_state(state)
+    assert _draw() == expected
+
+
+@pytest.mark.parametrize("bad", [-1, 2**32, 1.5, "3", True])
+def test_set_global_seeds_rejects_bad_seed(bad: object) -> None:
+    with pytest.raises(ConfigError, match="seed"):
+        set_global_seeds(bad)  # type: ignore[arg-type]
+
+
+def test_global_rng_state_round_trip_through_save_state(tmp_path) -> None:
+    from rlstore.checkpoint import load_state
+
+    set_global_seeds(7)
+    _draw()
+    save_state(tmp_path / "c", {"rng": global_rng_state()}, prefix="t_")
+    expected = _draw()
+    set_global_seeds(99)
+    loaded = load_state(tmp_path / "c", prefix="t_")["rng"]
+    check_global_rng_state(loaded)
+    set_global_rng_state(loaded)
+    assert _draw() == expected
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where"),
+    [
+        (lambda r: r.pop("torch"), "my.rng: expected keys"),
+        (lambda r: r.update(torch=torch.zeros(3, dtype=torch.uint8)), "my.rng.torch"),
+        (lambda r: r["numpy"].update(pos=625), "my.rng.numpy"),
+        (lambda r: r["python"].update(version=2), "my.rng.python"),
+    ],
+)
+def test_check_global_rng_state_names_the_bad_entry(mutate, where) -> None:
+    rng = global_rng_state()
+    mutate(rng)
+    with pytest.raises(CheckpointError, match=where):
+        check_global_rng_state(rng, "my.rng")
+
+
+def test_optimizer_state_round_trip_and_checks() -> None:
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam([p], lr=0.1)
+    p.grad = torch.ones(3)
+    opt.step()
+    saved = optimizer_state(opt)
+    fresh = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))], lr=0.5)
+    fresh.load_state_dict(check_optimizer_state(saved, fresh))
+    assert fresh.param_groups[0]["lr"] == 0.1
+    assert torch.equal(
+        fresh.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"]
+    )
+    other = torch.optim.Adam([torch.nn.Parameter(torch.ones(4))])
+    with pytest.raises(CheckpointError, match=r"opt\.state\.0\.exp_avg: expected shape \(4,\)"):
+        check_optimizer_state(saved, other, "opt")
+
+
+# ---------------------------------------------------------------- run folder
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("CartPole-v1", "CartPole-v1"),
+        ("my_pkg.envs:Maze/Small-v0", "my_pkg.envs_Maze_Small-v0"),
+        ("rlstore/Probe1-v0", "rlstore_Probe1-v0"),
+        ("a b\\c", "a_b_c"),
+        ("..", "_"),
+        ("", "_"),
+    ],
+)
+def test_safe_name(text: str, name: str) -> None:
+    assert safe_name(text) == name
+
+
+def test_create_run_dir_is_unique_and_refuses_unsafe_names(tmp_path) -> None:
+    assert create_run_dir(tmp_path / "runs", "r") == tmp_path / "runs" / "r"
+    assert create_run_dir(tmp_path / "runs", "r") == tmp_path / "runs" / "r-1"
+    assert create_run_dir(tmp_path / "runs", "r") == tmp_path / "runs" / "r-2"
+    with pytest.raises(ConfigError, match="exp_name.*'a_b'.*'a:b'"):
+        create_run_dir(tmp_path, "a:b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_checkpoint_listing(tmp_path) -> None:
+    assert list_checkpoints(tmp_path / "missing", "x_") == []
+    assert latest_checkpoint(tmp_path, "x_") is None
+    for n in (2, 0, 10):
+        save_state(checkpoint_path(tmp_path, n), {"n": n}, prefix="x_")
+    (tmp_path / "checkpoint_0011").mkdir()  # uncommitted: no metadata file
+    assert checkpoint_path(tmp_path, 3) == tmp_path / "checkpoint_0003"
+    assert [n for n, _ in list_checkpoints(tmp_path, "x_")] == [0, 2, 10]
+    assert latest_checkpoint(tmp_path, "x_") == tmp_path / "checkpoint_0010"
+    assert list_checkpoints(tmp_path, "y_") == []
+
+
+def test_latest_checkpoint_refuses_legacy_pickle_files(tmp_path) -> None:
+    (tmp_path / "checkpoint_0001.pt").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="pickle"):
+        latest_checkpoint(tmp_path, "ppo_")
+
+
+@pytest.mark.parametrize(
+    ("periods", "k", "expected"),
+    [(10, 3, [3, 7, 10]), (10, 1, [10]), (3, 5, [1, 2, 3]), (10, 0, []), (1, 1, [1])],
+)
+def test_checkpoint_schedule(periods, k, expected) -> None:
+    assert sorted(checkpoint_schedule(periods, k)) == expected
+
+
+# ---------------------------------------------------------------- logging and plots
+
+
+def test_run_logger_writes_named_scalars(tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = RunLogger(tmp_path, total_steps=100, progress_bar=False)
+    log.episode(10.0, 10, 5)
+    log.scalars({"losses/td_loss": 0.5}, 8)
+    log.progress(8, sps=1)
+    log.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert {"charts/episodic_return", "charts/episodic_length", "losses/td_loss"} <= set(
+        acc.Tags()["scalars"]
+    )
+    assert [(e.step, e.value) for e in acc.Scalars("losses/td_loss")] == [(8, 0.5)]
+
+
+def test_plot_learning_curve_has_the_title_and_the_evaluations(tmp_path, monkeypatch) -> None:
+    from matplotlib.figure import Figure
+
+    seen = {}
+    real_savefig = Figure.savefig
+
+    def spy(fig, path, *a, **k):
+        ax = fig.axes[0]
+        seen["title"] = ax.get_title()
+        seen["labels"] = [line.get_label() for line in ax.get_lines()]
+        return real_savefig(fig, path, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    stats = TrainStats(episode_returns=[1.0, 2.0], episode_end_steps=[5, 9], evaluations=[(9, 3.0)])
+    plot_learning_curve(stats, tmp_path / "c.png", "PPO (lstm) on CartPoleNoVel-v1, seed 1")
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert seen["title"] == "PPO (lstm) on CartPoleNoVel-v1, seed 1"
+    assert "evaluation mean (greedy)" in seen["labels"]
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def test_evaluate_runs_seeded_episodes_and_leaves_global_rngs_alone() -> None:
+    def act(obs: np.ndarray) -> np.ndarray:
+        assert obs.shape == (4,)
+        return np.int64(obs[2] > 0)  # push towards the pole's lean
+
+    starts = []
+
+    def make_env() -> gym.Env:
+        return gym.make("CartPole-v1")
+
+    set_global_seeds(3)
+    state = global_rng_state()
+    returns = evaluate(act, make_env, 3, seed=10, begin_episode=lambda: starts.append(1))
+    expected = _draw()
+    set_global_rng_state(state)
+    assert _draw() == expected  # evaluation drew nothing from the global RNGs
+    assert len(returns) == 3 and len(starts) == 3 and all(r >= 1 for r in returns)
+    assert evaluate(act, make_env, 3, seed=10) == returns  # episode i starts from seed + i
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=11)
+    total, done = 0.0, False
+    while not done:
+        obs, r, term, trunc, _ = env.step(act(obs))
+        total, done = total + r, term or trunc
+    assert returns[1] == total
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_evaluate_rejects_bad_episode_counts(bad) -> None:
+    with pytest.raises(ConfigError, match="episodes"):
+        evaluate(lambda o: 0, lambda: gym.make("CartPole-v1"), bad, seed=0)
+
+
+def test_evaluate_video_without_moviepy_names_the_extra(tmp_path, monkeypatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_moviepy(name, *args, **kwargs):
+        if name == "moviepy" or name.startswith("moviepy."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_moviepy)
+    with pytest.raises(ConfigError, match="moviepy"):
+        evaluate(lambda o: 0, lambda: gym.make("CartPole-v1", render_mode="rgb_array"), 1,
+                 seed=0, video_dir=tmp_path / "v")  # fmt: skip
+    assert not (tmp_path / "v").exists()
