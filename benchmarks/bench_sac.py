@@ -4,7 +4,8 @@ Both read rlstore's shipped ``configs/sac_Pendulum-v1.yaml`` (RL Zoo's Pendulum-
 20k steps, lr 1e-3, otherwise SB3's SAC defaults: buffer 1e6, batch 256, tau 0.005, gamma 0.99,
 learning_starts 100, train_freq 1, gradient_steps 1, automatic entropy coefficient with target
 -|A|, two 256-unit ReLU layers for the actor and each critic). Seeds are interleaved
-(rlstore, SB3, rlstore, ...) so machine load hits both alike; one torch thread each.
+(rlstore, SB3, rlstore, ...; ``--jobs 2`` runs two at a time in worker processes) so machine
+load hits both alike; one torch thread each.
 
 Reported per implementation:
 
@@ -17,7 +18,7 @@ Reported per implementation:
 
 Run (SB3 lives in the benchmark virtualenv; PYTHONPATH=src picks this tree's rlstore)::
 
-    PYTHONPATH=src /work/benchvenv/bin/python benchmarks/bench_sac.py --seeds 1,2,3
+    PYTHONPATH=src /work/benchvenv/bin/python benchmarks/bench_sac.py --seeds 1,2,3 --jobs 2
 
 Writes ``benchmarks/results/sac.md``. Nothing here asserts on timings.
 """
@@ -25,10 +26,12 @@ Writes ``benchmarks/results/sac.md``. Nothing here asserts on timings.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +131,13 @@ RUNNERS: dict[str, Callable[[int, int], dict[str, Any]]] = {
 }
 
 
+def _warm_up(impls: list[str]) -> None:
+    """Untimed warm-up of every worker process: imports, allocators."""
+    limit_threads(1)
+    for name in impls:
+        RUNNERS[name](300, 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run both implementations on every seed; print and write the results table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -135,16 +145,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--out", default=str(HERE / "results" / "sac.md"))
     parser.add_argument("--impls", default=",".join(RUNNERS))
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
     args = parser.parse_args(argv)
     limit_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]
     impls = [n for n in args.impls.split(",") if n]
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in impls}
-    for name in impls:  # untimed warm-up: imports, allocators
-        RUNNERS[name](300, 0)
-    for seed in seeds:
-        for name in impls:
-            out = RUNNERS[name](args.total_steps, seed)
+    tasks = [(name, seed) for seed in seeds for name in impls]  # interleaved
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        args.jobs, mp_context=ctx, initializer=_warm_up, initargs=(impls,)
+    ) as ex:
+        futures = [ex.submit(RUNNERS[name], args.total_steps, seed) for name, seed in tasks]
+        for (name, seed), fut in zip(tasks, futures, strict=True):
+            out = fut.result()
             results[name].append(out)
             print(
                 f"{name:18s} seed {seed}: {out['global_step'] / out['wall_seconds']:6.1f} steps/s "

@@ -30,12 +30,10 @@ Programmatic use::
     agent, stats = train_sac(cfg)          # run_dir=None: writes nothing
     stats.evaluations[-1]                  # (env step, mean deterministic evaluation return)
 
-A run folder (``run_dir``) gets TensorBoard logs, ``learning_curve.png`` and
-``checkpoints/checkpoint_NNNN/`` (``sac_state.safetensors`` + ``sac_metadata.json``: networks,
-targets, ``log_alpha``, optimizers, counters, episode history, global RNGs, the envs' current
-episodes; ``buffer_*``: the replay buffer with its sampler state). ``resume=True`` continues
-from the latest checkpoint bit for bit on CPU (the envs' current episodes are rebuilt by
-replaying their actions, :mod:`rlstore.agents.ppo.env_state`).
+A run folder (``run_dir``) gets TensorBoard logs, ``learning_curve.png`` and checkpoints
+(networks, targets, ``log_alpha``, optimizers, counters, RNGs, envs, and the replay buffer
+beside them: :mod:`rlstore.agents.sac_checkpoint`); ``resume=True`` continues the latest one
+bit for bit on CPU.
 """
 
 from __future__ import annotations
@@ -56,46 +54,19 @@ import yaml
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlstore import checkpoint as buffer_io
+from rlstore.agents import run
 from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
-from rlstore.agents.ppo.env_state import env_state, restore_envs
-from rlstore.agents.ppo.rollout import check_env_id, check_like, make_vector_env
-from rlstore.agents.run import (
-    RunLogger,
-    TrainStats,
-    check_global_rng_state,
-    check_optimizer_state,
-    checkpoint_path,
-    checkpoint_schedule,
-    evaluate,
-    global_rng_state,
-    latest_checkpoint,
-    optimizer_state,
-    plot_learning_curve,
-    set_global_rng_state,
-    set_global_seeds,
-)
+from rlstore.agents.ppo.rollout import check_env_id, make_vector_env
+from rlstore.agents.run import RunLogger, TrainStats
+from rlstore.agents.sac_checkpoint import PREFIX, restore_checkpoint, save_checkpoint
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
-from rlstore.checkpoint import load_state, save_state
 from rlstore.config import load_config_file
-from rlstore.errors import CheckpointError, ConfigError, RLStoreError
+from rlstore.errors import ConfigError
 from rlstore.vector import TransitionAdapter
 
-__all__ = [
-    "DEFAULT_CONFIGS",
-    "SACConfig",
-    "SACTrainConfig",
-    "SACAgent",
-    "load_config",
-    "runner",
-    "squashed_log_prob",
-    "td_target",
-    "train_sac",
-]
+__all__ = ["DEFAULT_CONFIGS", "SACConfig", "SACTrainConfig", "SACAgent", "load_config", "runner"]
+__all__ += ["squashed_log_prob", "td_target", "train_sac"]
 
-FORMAT = "rlstore.sac/1"
-"""``format`` entry of the SAC checkpoints this version writes and reads."""
-PREFIX, BUFFER_PREFIX = "sac_", "buffer_"
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of the policy's log std
 
 
@@ -202,13 +173,6 @@ def squashed_log_prob(
     return (log_normal - log_dtanh - log_scale).sum(-1)
 
 
-def _mlp(sizes: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
-    return nn.Sequential(*layers)
-
-
 class Actor(nn.Module):
     """``obs -> (mean, log_std)`` of the pre-squash Gaussian (SB3's shape: a shared MLP, two
     linear heads, log std clamped to ``[-20, 2]``), squashed into ``[low, high]``."""
@@ -219,15 +183,15 @@ class Actor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], low: Any, high: Any):
         super().__init__()
-        self.trunk = _mlp([obs_dim, *hidden])
+        sizes = [obs_dim, *hidden]
+        self.trunk = nn.Sequential(
+            *(m for i, o in zip(sizes, hidden, strict=False) for m in (nn.Linear(i, o), nn.ReLU()))
+        )
         self.mean = nn.Linear(hidden[-1], act_dim)
         self.log_std = nn.Linear(hidden[-1], act_dim)
-        low_t, high_t = (
-            torch.as_tensor(low, dtype=torch.float32),
-            torch.as_tensor(high, dtype=torch.float32),
-        )
-        self.register_buffer("scale", (high_t - low_t) / 2)
-        self.register_buffer("bias", (high_t + low_t) / 2)
+        lo, hi = torch.as_tensor(low).float(), torch.as_tensor(high).float()
+        self.register_buffer("scale", (hi - lo) / 2)
+        self.register_buffer("bias", (hi + lo) / 2)
         self.register_buffer("log_scale", torch.log(self.scale))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -435,7 +399,7 @@ def train_sac(
     ckpt_dir = None if run_dir is None else run_dir / "checkpoints"
     threads_before = torch.get_num_threads()
     torch.set_num_threads(rc.torch_threads)
-    set_global_seeds(rc.seed)
+    run.set_global_seeds(rc.seed)
     envs = make_vector_env(cfg.environment, n)
     logger: RunLogger | None = None
     try:
@@ -448,11 +412,11 @@ def train_sac(
         state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64))
         stats = TrainStats(run_dir=run_dir)
         if resume:
-            if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
+            if ckpt_dir is None or (path := run.latest_checkpoint(ckpt_dir, PREFIX)) is None:
                 raise ConfigError(f"resume: no SAC checkpoint found under {ckpt_dir}")
-            _restore(path, cfg, agent, opts, buffer, envs, state, stats)
+            restore_checkpoint(path, cfg, agent, opts, buffer, envs, state, stats)
         num_iters = math.ceil(sc.total_timesteps / n)
-        ckpt_at = checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
+        ckpt_at = run.checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
         eval_every = max(1, sc.eval_freq // n) if sc.eval_freq else num_iters
         log_every = max(1, sc.log_freq // n)
         # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch
@@ -501,14 +465,14 @@ def train_sac(
                 )
                 logger.progress(step, sps=f"{sps:.0f}", ret=f"{stats.mean_return():.1f}")
             if (it + 1) % eval_every == 0 or last:
-                returns = evaluate(
+                returns = run.evaluate(
                     lambda o: agent.act(o[None], deterministic=True)[0],
                     lambda: _make_eval_env(cfg.environment), sc.eval_episodes, rc.seed + 10_000,
                 )  # fmt: skip
                 stats.evaluations.append((step, float(np.mean(returns))))
                 logger.scalars({"eval/mean_return": stats.evaluations[-1][1]}, step)
             if ckpt_dir is not None and it + 1 in ckpt_at:
-                _save(ckpt_dir, cfg, agent, opts, buffer, envs, state, stats)
+                save_checkpoint(ckpt_dir, cfg, agent, opts, buffer, envs, state, stats)
         stats.wall_time = time.perf_counter() - t0
         stats.global_step, stats.num_updates = state.iteration * n, state.num_updates
         stats.steps_per_second = (stats.global_step - step0) / max(stats.wall_time, 1e-9)
@@ -519,7 +483,7 @@ def train_sac(
         torch.set_num_threads(threads_before)
     if run_dir is not None:
         title = f"SAC on {cfg.environment.env_id}, seed {rc.seed}"
-        plot_learning_curve(stats, run_dir / "learning_curve.png", title)
+        run.plot_learning_curve(stats, run_dir / "learning_curve.png", title)
     return agent, stats
 
 
@@ -531,112 +495,3 @@ def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgen
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         (Path(run_dir) / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return train_sac(cfg, run_dir=run_dir, resume=resume)
-
-
-# ============================================================================ checkpoints
-
-
-class _RawObs:
-    """What :func:`restore_envs` asks of an agent to check the replayed observations: SAC
-    feeds raw observations to its networks (no preprocessing, no normalization)."""
-
-    normalizer = SimpleNamespace(obs=lambda x, update: x)
-
-    @staticmethod
-    def preprocess(obs: Any, device: torch.device) -> torch.Tensor:
-        return torch.as_tensor(obs, device=device)
-
-
-def _payload(cfg: SACTrainConfig, agent: SACAgent, state: LoopState, stats: TrainStats) -> dict:
-    """The checkpoint's entries that have the same structure in every checkpoint of a run."""
-    return {
-        "counters": {k: getattr(state, k) for k in ("iteration", "num_updates", "checkpoint_num")},
-        "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
-        "obs": np.array(state.obs, copy=True),
-        "episode": {"return": state.ep_return.copy(), "length": state.ep_length.copy()},
-        "history": {
-            "episode_returns": list(stats.episode_returns),
-            "episode_lengths": list(stats.episode_lengths),
-            "episode_end_steps": list(stats.episode_end_steps),
-            "eval_steps": [s for s, _ in stats.evaluations],
-            "eval_returns": [r for _, r in stats.evaluations],
-        },
-    }
-
-
-def _save(
-    ckpt_dir: Path, cfg: SACTrainConfig, agent: SACAgent, opts: dict[str, torch.optim.Optimizer],
-    buffer: ReplayBuffer, envs: Any, state: LoopState, stats: TrainStats,
-) -> None:  # fmt: skip
-    """Write ``checkpoint_NNNN/``: the buffer first, then the SAC state, whose sidecar commits
-    the checkpoint (a folder without ``sac_metadata.json`` is never resumed from)."""
-    folder = checkpoint_path(ckpt_dir, state.checkpoint_num)
-    buffer_io.save(buffer, folder, prefix=BUFFER_PREFIX)
-    payload = {
-        **_payload(cfg, agent, state, stats),
-        "format": FORMAT,
-        "config": cfg.to_dict(),
-        "optimizers": {k: optimizer_state(o) for k, o in opts.items()},
-        "rng": global_rng_state(),
-        "envs": env_state(envs, cfg.environment),
-        "updates": [dict(u) for u in stats.updates],
-    }
-    meta = {"format": FORMAT, "global_step": state.iteration * cfg.sac.num_envs}
-    save_state(folder, payload, prefix=PREFIX, metadata=meta)
-    state.checkpoint_num += 1
-
-
-def _restore(
-    path: Path, cfg: SACTrainConfig, agent: SACAgent, opts: dict[str, torch.optim.Optimizer],
-    buffer: ReplayBuffer, envs: Any, state: LoopState, stats: TrainStats,
-) -> None:  # fmt: skip
-    """Load checkpoint ``path`` into the freshly built objects. Everything read is checked
-    (:class:`CheckpointError`) before anything changes; the buffer checks its own state whole
-    and the envs' replayed episodes must reproduce the saved observations."""
-    where = f"resume: {str(path)!r}"
-    try:
-        sd, buffer_sd = load_state(path, prefix=PREFIX), load_state(path, prefix=BUFFER_PREFIX)
-    except RLStoreError as err:
-        raise CheckpointError(f"{where} is not a readable SAC checkpoint ({err})") from None
-    if sd.get("format") != FORMAT:
-        raise CheckpointError(f"{where}: expected format {FORMAT!r}, got {sd.get('format')!r}")
-    for section in ("environment", "sac"):
-        if (
-            not isinstance(sd.get("config"), dict)
-            or sd["config"].get(section) != cfg.to_dict()[section]
-        ):
-            raise CheckpointError(f"{where}: config.{section} differs from this run's")
-    for key, ref in _payload(cfg, agent, state, TrainStats()).items():
-        check_like(key, sd.get(key), ref)  # same keys, shapes, dtypes; lists of numbers
-    h, ep, updates = sd["history"], sd["episode"], sd.get("updates")
-    if (
-        len(h["eval_steps"]) != len(h["eval_returns"])
-        or len(h["episode_returns"]) != len(h["episode_lengths"])
-        or len(h["episode_returns"]) != len(h["episode_end_steps"])
-    ):
-        raise CheckpointError(f"{where}: history lists of unequal lengths")
-    if not isinstance(updates, list) or not all(
-        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in updates
-    ):
-        raise CheckpointError(f"{where}: updates: expected a list of {{name: number}} dicts")
-    if not isinstance(sd.get("optimizers"), dict) or set(sd["optimizers"]) != set(opts):
-        raise CheckpointError(f"{where}: optimizers: expected keys {sorted(opts)}")
-    opt_sd = {
-        k: check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}") for k, o in opts.items()
-    }
-    check_global_rng_state(sd.get("rng"), "rng")
-    buffer.load_state_dict(buffer_sd)
-    restore_envs(envs, cfg.environment, sd.get("envs"), _RawObs(), torch.from_numpy(sd["obs"]))
-    agent.load_state_dict(sd["model"])
-    for k, o in opts.items():
-        o.load_state_dict(opt_sd[k])
-    set_global_rng_state(sd["rng"])
-    state.obs, state.ep_return, state.ep_length = sd["obs"], ep["return"], ep["length"]
-    state.iteration, state.num_updates = sd["counters"]["iteration"], sd["counters"]["num_updates"]
-    state.checkpoint_num = sd["counters"]["checkpoint_num"] + 1
-    stats.episode_returns = [float(x) for x in h["episode_returns"]]
-    stats.episode_lengths, stats.episode_end_steps = h["episode_lengths"], h["episode_end_steps"]
-    stats.evaluations = [
-        (int(s), float(r)) for s, r in zip(h["eval_steps"], h["eval_returns"], strict=True)
-    ]
-    stats.updates = [dict(u) for u in updates]
