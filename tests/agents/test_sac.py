@@ -14,20 +14,26 @@ import pytest
 import torch
 
 from rlstore import checkpoint
+from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.run import TrainStats
 from rlstore.agents.sac import (
     DEFAULT_CONFIGS,
+    LoopState,
     SACAgent,
     SACConfig,
     SACTrainConfig,
     TwinQ,
     load_config,
+    make_optimizers,
     polyak_update,
     runner,
     squashed_log_prob,
     td_target,
     train_sac,
 )
-from rlstore.checkpoint import load_state
+from rlstore.agents.sac_checkpoint import restore_checkpoint
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.checkpoint import load_state, save_state
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 from rlstore.errors import CheckpointError, ConfigError
 
@@ -200,8 +206,11 @@ def test_resume_from_a_checkpoint_continues_the_run_bit_for_bit(tmp_path):
     agent1, stats1 = train_sac(cfg, run_dir=a)
     assert stats1.global_step == 400 and stats1.num_updates == 400 - 50
     shutil.copytree(a, b)
-    for k in (1, 2):  # as if killed right after the first checkpoint (step 133)
-        shutil.rmtree(b / "checkpoints" / f"checkpoint_{k:04d}")
+    # as if killed while writing the second checkpoint (step 267): its buffer is on disk, its
+    # state (which commits it) is not; resuming starts from the first one (step 133)
+    shutil.rmtree(b / "checkpoints" / "checkpoint_0002")
+    for f in (b / "checkpoints" / "checkpoint_0001").glob("sac_*"):
+        f.unlink()
     agent2, stats2 = train_sac(cfg, run_dir=b, resume=True)
     for (k, v1), v2 in zip(agent1.state_dict().items(), agent2.state_dict().values(), strict=True):
         assert torch.equal(v1, v2), k
@@ -240,6 +249,41 @@ def test_resume_refuses_another_config_and_a_missing_checkpoint(tmp_path):
                   run_dir=tmp_path, resume=True)  # fmt: skip
     with pytest.raises(ConfigError, match="resume: no SAC checkpoint"):
         train_sac(tiny(), run_dir=tmp_path / "empty", resume=True)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "match"),
+    [
+        (lambda sd: sd.update(format="rlstore.sac/0"), "format"),
+        (lambda sd: sd["model"].update({"log_alpha": torch.zeros(2)}), "model.log_alpha"),
+        (lambda sd: sd["optimizers"].pop("alpha"), "optimizers"),
+        (lambda sd: sd["history"]["episode_lengths"].append(3), "unequal lengths"),
+        (lambda sd: sd["rng"]["numpy"].update(pos=10_000), "rng"),
+        (lambda sd: sd.update(obs=np.zeros((1, 4), np.float32)), "obs"),
+        (lambda sd: sd["counters"].update(iteration=-1), "counters.iteration"),
+        (lambda sd: sd["updates"].append({"x": "y"}), "updates"),
+    ],
+)
+def test_a_crafted_checkpoint_is_refused_before_anything_changes(tmp_path, corrupt, match):
+    cfg = tiny(total_timesteps=100, num_checkpoints=1)
+    train_sac(cfg, run_dir=tmp_path)
+    folder = tmp_path / "checkpoints" / "checkpoint_0000"
+    sd = load_state(folder, prefix="sac_")
+    corrupt(sd)
+    save_state(folder, sd, prefix="sac_")
+    envs = make_vector_env(cfg.environment, 1)
+    agent = SACAgent(
+        envs.single_observation_space, envs.single_action_space, cfg.sac, "Pendulum-v1"
+    )
+    opts, buf = make_optimizers(agent, cfg.sac), ReplayBuffer(1000, seed=1)
+    state = LoopState(envs.reset(seed=1)[0], np.zeros(1), np.zeros(1, np.int64))
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    with pytest.raises(CheckpointError, match=match):
+        restore_checkpoint(folder, cfg, agent, opts, buf, envs, state, TrainStats())
+    envs.close()
+    assert len(buf) == 0 and state.iteration == 0 and not opts["critic"].state
+    for k, v in agent.state_dict().items():
+        assert torch.equal(before[k], v), k
 
 
 def test_runner_writes_the_run_folder(tmp_path):
