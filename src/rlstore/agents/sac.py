@@ -1,6 +1,7 @@
 """Soft Actor-Critic (Haarnoja et al. 2018) for continuous (Box) actions, top to bottom.
 
-One file, CleanRL-style: config -> networks -> one update -> the training loop -> checkpoints.
+CleanRL-style, in reading order: config -> networks -> one update -> the training loop (what a
+checkpoint holds is in :mod:`rlstore.agents.sac_checkpoint`).
 
 * **Policy**: a tanh-squashed diagonal Gaussian, ``a = bias + scale * tanh(u)``,
   ``u ~ N(mean(s), std(s)^2)``, ``scale, bias`` from the env's Box bounds. Its log-density is
