@@ -1,0 +1,498 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018) for continuous (Box) actions, top to bottom.
+
+CleanRL-style, in reading order: config -> networks -> one update -> the training loop (what a
+checkpoint holds is in :mod:`rlstore.agents.sac_checkpoint`).
+
+* **Policy**: a tanh-squashed diagonal Gaussian, ``a = bias + scale * tanh(u)``,
+  ``u ~ N(mean(s), std(s)^2)``, ``scale, bias`` from the env's Box bounds. Its log-density is
+  ``log N(u) - sum_i log(scale_i * (1 - tanh(u_i)^2))`` (the change of variables), with
+  ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))`` (exact, no epsilon).
+* **Critics**: twin Q networks evaluated as one batched MLP (one ``baddbmm`` per layer for
+  both), one Adam step for both; target copies follow by Polyak averaging
+  ``target <- (1 - tau) target + tau online`` every ``target_update_interval`` updates.
+* **Target**: ``y = r + gamma * (1 - terminated) * (min_k Q'_k(s', a') - alpha log pi(a'|s'))``
+  with ``a' ~ pi(s')``. ``s'`` is the true successor: a truncated episode (time limit)
+  bootstraps from its final observation (``info["final_obs"]`` of the SAME_STEP vector env,
+  put back by :class:`rlstore.vector.TransitionAdapter`); a terminated one does not bootstrap.
+* **Entropy**: ``alpha = exp(log_alpha)`` tuned to the target entropy ``-|A|`` with the loss
+  ``-log_alpha * (log pi + target_entropy)`` (Stable-Baselines3's form), or fixed.
+* **Replay**: :class:`rlstore.ReplayBuffer` (uniform, seeded), saved beside the networks.
+
+The update order follows Stable-Baselines3's SAC (alpha, critics, actor, then targets), and the
+first ``learning_starts`` steps take uniform random actions, so the same hyperparameters mean
+the same algorithm (``benchmarks/bench_sac.py`` compares both in one run).
+
+Programmatic use::
+
+    from rlstore.agents.sac import SACTrainConfig, train_sac
+
+    cfg = SACTrainConfig.from_dict({"run": {"seed": 1, "track": False},
+                                    "sac": {"total_timesteps": 20_000, "learning_rate": 1e-3}})
+    agent, stats = train_sac(cfg)          # run_dir=None: writes nothing
+    stats.evaluations[-1]                  # (env step, mean deterministic evaluation return)
+
+A run folder (``run_dir``) gets TensorBoard logs, ``learning_curve.png`` and checkpoints
+(networks, targets, ``log_alpha``, optimizers, counters, RNGs, envs, and the replay buffer
+beside them: :mod:`rlstore.agents.sac_checkpoint`); ``resume=True`` continues the latest one
+bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from pydantic import Field, model_validator
+from torch import nn
+
+from rlstore.agents import run
+from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
+from rlstore.agents.ppo.rollout import check_env_id, make_vector_env
+from rlstore.agents.run import RunLogger, TrainStats
+from rlstore.agents.sac_checkpoint import PREFIX, restore_checkpoint, save_checkpoint
+from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
+from rlstore.config import load_config_file
+from rlstore.errors import ConfigError
+from rlstore.vector import TransitionAdapter
+
+__all__ = ["DEFAULT_CONFIGS", "SACConfig", "SACTrainConfig", "SACAgent", "load_config", "runner"]
+__all__ += ["squashed_log_prob", "td_target", "train_sac"]
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of the policy's log std
+
+
+# ============================================================================ config
+
+
+class SACConfig(_Config):
+    """SAC hyper-parameters (defaults: Stable-Baselines3's ``SAC``)."""
+
+    total_timesteps: int = Field(20_000, ge=1)
+    """Environment steps (summed over envs), rounded up to whole vector steps."""
+    num_envs: int = Field(1, ge=1)
+    """Vectorized environments N (SB3 and the RL Zoo use 1)."""
+    buffer_size: int = Field(1_000_000, ge=1)
+    """Replay capacity in transitions."""
+    learning_starts: int = Field(100, ge=0)
+    """Steps of uniform random actions before the policy acts; updates start after them (and
+    once the buffer holds ``batch_size`` transitions)."""
+    batch_size: int = Field(256, ge=1)
+    """Transitions per gradient step."""
+    learning_rate: float = Field(3e-4, gt=0)
+    """Adam learning rate of the actor, the critics and the entropy coefficient."""
+    gamma: float = Field(0.99, ge=0, le=1)
+    """Discount factor."""
+    tau: float = Field(0.005, gt=0, le=1)
+    """Polyak coefficient of the target critics."""
+    train_freq: int = Field(1, ge=1)
+    """Vector steps between training phases."""
+    gradient_steps: int = Field(1, ge=1)
+    """Gradient steps per training phase."""
+    target_update_interval: int = Field(1, ge=1)
+    """Gradient steps between Polyak updates of the target critics."""
+    ent_coef: float | Literal["auto"] = "auto"
+    """Entropy coefficient alpha: ``"auto"`` tunes it to ``target_entropy``, a number > 0
+    fixes it."""
+    init_ent_coef: float = Field(1.0, gt=0)
+    """Initial alpha when ``ent_coef`` is ``"auto"``."""
+    target_entropy: float | Literal["auto"] = "auto"
+    """Target entropy of the policy; ``"auto"`` is ``-|A|`` (minus the action dimension)."""
+    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    """Hidden layer widths of the actor and of each critic."""
+    eval_freq: int = Field(5_000, ge=0)
+    """Env steps between evaluations (deterministic mean action); 0: only at the end."""
+    eval_episodes: int = Field(10, ge=1)
+    """Episodes per evaluation."""
+    log_freq: int = Field(1_000, ge=1)
+    """Env steps between logged update diagnostics (losses, alpha, steps/s)."""
+    num_checkpoints: int = Field(5, ge=0)
+    """Checkpoints over the run (evenly spaced, the last at the end); 0: none."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SACConfig:
+        if self.ent_coef != "auto" and not self.ent_coef > 0:
+            raise ValueError(f"ent_coef: expected 'auto' or a number > 0, got {self.ent_coef}")
+        if any(h < 1 for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes: expected widths >= 1, got {self.hidden_sizes}")
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"batch_size: expected <= buffer_size ({self.buffer_size}), got {self.batch_size}"
+            )
+        return self
+
+
+class SACTrainConfig(_Config):
+    """A whole SAC run (the YAML file format): ``run``, ``environment``, ``sac``."""
+
+    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="sac"))
+    """Run name, seed, device, logging."""
+    environment: EnvironmentConfig = Field(
+        default_factory=lambda: EnvironmentConfig(env_id="Pendulum-v1")
+    )
+    """Environment (continuous Box actions)."""
+    sac: SACConfig = Field(default_factory=SACConfig)
+    """SAC hyper-parameters."""
+
+
+DEFAULT_CONFIGS: dict[str, str] = {"Pendulum-v1": "sac_Pendulum-v1.yaml"}
+"""Env id -> packaged config file in ``rlstore/configs/``."""
+
+
+def load_config(path: str | Path) -> SACTrainConfig:
+    """Read a :class:`SACTrainConfig` from YAML/JSON; :class:`ConfigError` names a bad key."""
+    return SACTrainConfig.from_dict(load_config_file(path))
+
+
+# ============================================================================ networks
+
+
+def squashed_log_prob(
+    u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, log_scale: torch.Tensor
+) -> torch.Tensor:
+    """Log-density of ``a = bias + scale * tanh(u)`` where ``u ~ N(mean, exp(log_std)^2)``.
+
+    Args:
+        u: pre-squash sample ``(B, A)``; mean, log_std: ``(B, A)``; log_scale: ``(A,)``.
+
+    Returns:
+        ``(B,)``: ``sum_i [log N(u_i; mean_i, std_i) - log scale_i - log(1 - tanh(u_i)^2)]``,
+        with ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``.
+    """
+    z = (u - mean) * torch.exp(-log_std)
+    log_normal = -0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)
+    log_dtanh = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+    return (log_normal - log_dtanh - log_scale).sum(-1)
+
+
+class Actor(nn.Module):
+    """``obs -> (mean, log_std)`` of the pre-squash Gaussian (SB3's shape: a shared MLP, two
+    linear heads, log std clamped to ``[-20, 2]``), squashed into ``[low, high]``."""
+
+    scale: torch.Tensor
+    bias: torch.Tensor
+    log_scale: torch.Tensor
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], low: Any, high: Any):
+        super().__init__()
+        sizes = [obs_dim, *hidden]
+        self.trunk = nn.Sequential(
+            *(m for i, o in zip(sizes, hidden, strict=False) for m in (nn.Linear(i, o), nn.ReLU()))
+        )
+        self.mean = nn.Linear(hidden[-1], act_dim)
+        self.log_std = nn.Linear(hidden[-1], act_dim)
+        lo, hi = torch.as_tensor(low).float(), torch.as_tensor(high).float()
+        self.register_buffer("scale", (hi - lo) / 2)
+        self.register_buffer("bias", (hi + lo) / 2)
+        self.register_buffer("log_scale", torch.log(self.scale))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(obs)
+        return self.mean(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized action ``(B, A)`` in the env's bounds and its log-prob ``(B,)``."""
+        mean, log_std = self(obs)
+        u = mean + log_std.exp() * torch.randn_like(mean)
+        log_prob = squashed_log_prob(u, mean, log_std, self.log_scale)
+        return self.bias + self.scale * torch.tanh(u), log_prob
+
+    def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``bias + scale * tanh(mean)`` (evaluation)."""
+        return self.bias + self.scale * torch.tanh(self(obs)[0])
+
+
+class TwinQ(nn.Module):
+    """``k`` Q networks ``Q_k(s, a)`` as one batched MLP: weights ``(k, in, out)``, one
+    ``baddbmm`` per layer for all of them. Initialized like ``nn.Linear`` (uniform in
+    ``+-1/sqrt(fan_in)``), each network independently."""
+
+    def __init__(self, in_dim: int, hidden: list[int], k: int = 2):
+        super().__init__()
+        sizes = [in_dim, *hidden, 1]
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+            bound = 1.0 / math.sqrt(fan_in)
+            self.weights.append(
+                nn.Parameter(torch.empty(k, fan_in, fan_out).uniform_(-bound, bound))
+            )
+            self.biases.append(nn.Parameter(torch.empty(k, 1, fan_out).uniform_(-bound, bound)))
+        self.k = k
+
+    def forward(
+        self, obs: torch.Tensor, action: torch.Tensor, detach: bool = False
+    ) -> torch.Tensor:
+        """``(k, B)`` Q-values; ``detach`` stops gradients into the critic (the actor's loss)."""
+        x = torch.cat([obs, action], -1).expand(self.k, -1, -1)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if detach:
+                w, b = w.detach(), b.detach()
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = F.relu(x)
+        return x.squeeze(-1)
+
+
+class SACAgent(nn.Module):
+    """Actor, twin critics, their targets and ``log_alpha`` for one Box env.
+
+    Attributes:
+        actor, critic, critic_target: the networks; log_alpha: scalar parameter (tuned when
+            ``ent_coef == "auto"``); target_entropy: float.
+        env: ``SimpleNamespace(spec=EnvSpec)``, what velora's ``warm`` reads (``env.spec.id``).
+    """
+
+    def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: SACConfig, env_id: str):
+        super().__init__()
+        for name, space in (("observation", obs_space), ("action", act_space)):
+            if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+                raise ConfigError(
+                    f"environment.env_id: SAC needs a 1-D Box {name} space, {env_id!r} has {space}"
+                )
+        low, high = act_space.low, act_space.high  # type: ignore[attr-defined]
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
+            raise ConfigError(
+                f"environment.env_id: SAC needs finite action bounds low < high, {env_id!r} has "
+                f"low={low.tolist()}, high={high.tolist()}"
+            )
+        obs_dim, act_dim = obs_space.shape[0], act_space.shape[0]  # type: ignore[index]
+        self.actor = Actor(obs_dim, act_dim, cfg.hidden_sizes, low, high)
+        self.critic = TwinQ(obs_dim + act_dim, cfg.hidden_sizes)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        auto = cfg.ent_coef == "auto"
+        alpha0 = cfg.init_ent_coef if auto else float(cfg.ent_coef)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha0)), requires_grad=auto)
+        te = cfg.target_entropy
+        self.target_entropy = -float(act_dim) if te == "auto" else float(te)
+        self.env = SimpleNamespace(spec=gym.spec(env_id))
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """Actions ``(N, A)`` float32 for observations ``(N, obs_dim)``: sampled, or the mean."""
+        x = torch.as_tensor(obs, dtype=torch.float32, device=self.log_alpha.device)
+        a = self.actor.mean_action(x) if deterministic else self.actor.sample(x)[0]
+        return a.cpu().numpy()
+
+    @torch.no_grad()
+    def predict(
+        self, states: torch.Tensor, hidden: Any = None, train_mode: bool = True
+    ) -> tuple[torch.Tensor, None]:
+        """velora's agent API (``ReplayBuffer.warm``): sampled actions when ``train_mode``,
+        else the mean action; SAC is feed-forward, so the hidden state stays ``None``."""
+        x = torch.as_tensor(states, dtype=torch.float32, device=self.log_alpha.device)
+        return (self.actor.sample(x)[0] if train_mode else self.actor.mean_action(x)), None
+
+
+# ============================================================================ one update
+
+
+def td_target(
+    agent: SACAgent, batch: ReplayBatch, alpha: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """``y = r + gamma * (1 - terminated) * (min_k Q'_k(s', a') - alpha * log pi(a'|s'))``,
+    ``a' ~ pi(s')``, ``(B,)``. ``batch.next_obs`` is the true successor (the final observation
+    of a truncated episode): truncation bootstraps, termination does not."""
+    with torch.no_grad():
+        next_action, next_log_prob = agent.actor.sample(batch.next_obs)  # type: ignore[arg-type]
+        next_q = agent.critic_target(batch.next_obs, next_action).min(0).values
+        not_done = (~batch.terminated).to(next_q.dtype)
+        return batch.reward + gamma * not_done * (next_q - alpha * next_log_prob)
+
+
+def sac_update(
+    agent: SACAgent, batch: ReplayBatch, opts: dict[str, torch.optim.Optimizer], cfg: SACConfig
+) -> dict[str, torch.Tensor]:
+    """One gradient step of alpha, the critics and the actor (SB3's order); returns detached
+    diagnostics (tensors, so that no step forces a ``.item()``)."""
+    action, log_prob = agent.actor.sample(batch.obs)  # type: ignore[arg-type]
+    alpha = agent.log_alpha.detach().exp()  # the coefficient before this step's alpha update
+    alpha_loss = -(agent.log_alpha * (log_prob.detach() + agent.target_entropy)).mean()
+    if "alpha" in opts:
+        opts["alpha"].zero_grad()
+        alpha_loss.backward()
+        opts["alpha"].step()
+
+    y = td_target(agent, batch, alpha, cfg.gamma)
+    q = agent.critic(batch.obs, batch.action)  # (2, B)
+    critic_loss = 0.5 * (q - y).square().mean(1).sum()  # SB3: 0.5 * sum_k MSE(Q_k, y)
+    opts["critic"].zero_grad()
+    critic_loss.backward()
+    opts["critic"].step()
+
+    q_pi = agent.critic(batch.obs, action, detach=True).min(0).values  # type: ignore[arg-type]
+    actor_loss = (alpha * log_prob - q_pi).mean()
+    opts["actor"].zero_grad()
+    actor_loss.backward()
+    opts["actor"].step()
+    return {
+        "critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
+        "alpha_loss": alpha_loss.detach(), "alpha": alpha, "q_mean": q.detach().mean(),
+        "entropy": -log_prob.detach().mean(),
+    }  # fmt: skip
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target <- target + tau * (online - target)`` for every parameter, in one call."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+def make_optimizers(agent: SACAgent, cfg: SACConfig) -> dict[str, torch.optim.Optimizer]:
+    """Adam for the actor, for both critics (one step), and for ``log_alpha`` when tuned;
+    the fused implementation (one kernel per step, ~3x faster on CPU) where torch has it."""
+
+    def adam(params: Any) -> torch.optim.Optimizer:
+        params = list(params)
+        try:
+            return torch.optim.Adam(params, lr=cfg.learning_rate, fused=True)
+        except RuntimeError:  # torch < 2.4 fuses on CUDA only
+            return torch.optim.Adam(params, lr=cfg.learning_rate)
+
+    opts = {"actor": adam(agent.actor.parameters()), "critic": adam(agent.critic.parameters())}
+    if agent.log_alpha.requires_grad:
+        opts["alpha"] = adam([agent.log_alpha])
+    return opts
+
+
+# ============================================================================ training loop
+
+
+@dataclass
+class LoopState:
+    """What carries over between vector steps (and into checkpoints)."""
+
+    obs: np.ndarray  # (N, obs_dim): the observations to act on next
+    ep_return: np.ndarray  # (N,) float64: returns of the running episodes so far
+    ep_length: np.ndarray  # (N,) int64
+    iteration: int = 0  # vector steps done (env steps = iteration * N)
+    num_updates: int = 0  # gradient steps done
+    checkpoint_num: int = 0  # number of the next checkpoint
+
+
+def _make_eval_env(cfg: EnvironmentConfig) -> gym.Env:
+    steps: dict[str, Any] = {} if cfg.max_steps is None else {"max_episode_steps": cfg.max_steps}
+    return gym.make(cfg.env_id, **cfg.env_kwargs, **steps)
+
+
+def train_sac(
+    cfg: SACTrainConfig, *, run_dir: str | Path | None = None, resume: bool = False
+) -> tuple[SACAgent, TrainStats]:
+    """Train SAC; returns ``(agent, stats)`` (``stats.evaluations``: ``(step, mean return)``).
+
+    Args:
+        cfg: the run's :class:`SACTrainConfig`.
+        run_dir: folder for TensorBoard logs (``run.track``), ``checkpoints/`` and
+            ``learning_curve.png``; ``None`` writes nothing.
+        resume: continue from the latest checkpoint in ``run_dir/checkpoints``.
+    """
+    rc, sc, n = cfg.run, cfg.sac, cfg.sac.num_envs
+    run_dir = None if run_dir is None else Path(run_dir)
+    ckpt_dir = None if run_dir is None else run_dir / "checkpoints"
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(rc.torch_threads)
+    run.set_global_seeds(rc.seed)
+    envs = make_vector_env(cfg.environment, n)
+    logger: RunLogger | None = None
+    try:
+        device = torch.device(rc.device)
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        agent = SACAgent(obs_space, act_space, sc, cfg.environment.env_id).to(device)
+        opts = make_optimizers(agent, sc)
+        buffer = ReplayBuffer(sc.buffer_size, num_envs=n, seed=rc.seed, device=device)
+        adapter = TransitionAdapter.from_env(envs)
+        state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64))
+        stats = TrainStats(run_dir=run_dir)
+        if resume:
+            if ckpt_dir is None or (path := run.latest_checkpoint(ckpt_dir, PREFIX)) is None:
+                raise ConfigError(f"resume: no SAC checkpoint found under {ckpt_dir}")
+            restore_checkpoint(path, cfg, agent, opts, buffer, envs, state, stats)
+        num_iters = math.ceil(sc.total_timesteps / n)
+        ckpt_at = run.checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
+        eval_every = max(1, sc.eval_freq // n) if sc.eval_freq else num_iters
+        log_every = max(1, sc.log_freq // n)
+        # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch
+        learn_after = max(sc.learning_starts, sc.batch_size - 1)
+        low, width = agent.actor.bias - agent.actor.scale, 2 * agent.actor.scale
+        step0 = state.iteration * n
+        logger = RunLogger(
+            run_dir, total_steps=num_iters * n, initial_step=step0, desc="SAC",
+            track=rc.track, progress_bar=rc.progress_bar, wandb=rc.wandb,
+            wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
+            exp_name=rc.exp_name, config=cfg.to_dict(),
+        )  # fmt: skip
+        diag: dict[str, torch.Tensor] = {}
+        t0 = time.perf_counter()
+        for it in range(state.iteration, num_iters):
+            if it * n < sc.learning_starts:  # uniform random actions (torch's global RNG)
+                action = (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
+            else:
+                action = agent.act(state.obs)
+            next_obs, reward, terminated, truncated, info = envs.step(action)
+            tr = adapter.step(state.obs, action, reward, terminated, truncated, info, next_obs)
+            buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+            state.obs, state.iteration, step = next_obs, it + 1, (it + 1) * n
+            state.ep_return += reward
+            state.ep_length += 1
+            for i in np.flatnonzero(terminated | truncated):
+                ret, length = float(state.ep_return[i]), int(state.ep_length[i])
+                stats.episode_returns.append(ret)
+                stats.episode_lengths.append(length)
+                stats.episode_end_steps.append(step)
+                logger.episode(ret, length, step)
+                state.ep_return[i], state.ep_length[i] = 0.0, 0
+            if step > learn_after and (it + 1) % sc.train_freq == 0:
+                for _ in range(sc.gradient_steps):
+                    diag = sac_update(agent, buffer.sample(sc.batch_size), opts, sc)
+                    state.num_updates += 1
+                    if state.num_updates % sc.target_update_interval == 0:
+                        polyak_update(agent.critic_target, agent.critic, sc.tau)
+            last = it + 1 == num_iters
+            if (it + 1) % log_every == 0 or last:
+                sps = (step - step0) / max(time.perf_counter() - t0, 1e-9)
+                row = {k: float(v) for k, v in diag.items()}
+                stats.updates.append({"global_step": float(step), "sps": sps, **row})
+                logger.scalars(
+                    {**{f"losses/{k}": v for k, v in row.items()}, "charts/SPS": sps}, step
+                )
+                logger.progress(step, sps=f"{sps:.0f}", ret=f"{stats.mean_return():.1f}")
+            if (it + 1) % eval_every == 0 or last:
+                returns = run.evaluate(
+                    lambda o: agent.act(o[None], deterministic=True)[0],
+                    lambda: _make_eval_env(cfg.environment), sc.eval_episodes, rc.seed + 10_000,
+                )  # fmt: skip
+                stats.evaluations.append((step, float(np.mean(returns))))
+                logger.scalars({"eval/mean_return": stats.evaluations[-1][1]}, step)
+            if ckpt_dir is not None and it + 1 in ckpt_at:
+                save_checkpoint(ckpt_dir, cfg, agent, opts, buffer, envs, state, stats)
+        stats.wall_time = time.perf_counter() - t0
+        stats.global_step, stats.num_updates = state.iteration * n, state.num_updates
+        stats.steps_per_second = (stats.global_step - step0) / max(stats.wall_time, 1e-9)
+    finally:
+        if logger is not None:
+            logger.close()
+        envs.close()
+        torch.set_num_threads(threads_before)
+    if run_dir is not None:
+        title = f"SAC on {cfg.environment.env_id}, seed {rc.seed}"
+        run.plot_learning_curve(stats, run_dir / "learning_curve.png", title)
+    return agent, stats
+
+
+def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgent, TrainStats]:
+    """The CLI's entry (``rlstore train --algo sac``): writes ``run_dir/config.yaml`` (a new
+    run) and trains into ``run_dir``, or continues its latest checkpoint (``resume``)."""
+    if not resume:
+        check_env_id(cfg.environment)
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(run_dir) / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return train_sac(cfg, run_dir=run_dir, resume=resume)

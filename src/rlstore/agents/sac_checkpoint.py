@@ -1,0 +1,158 @@
+"""SAC checkpoints: what :func:`rlstore.agents.sac.train_sac` saves and how a run resumes.
+
+A checkpoint is the folder ``run_dir/checkpoints/checkpoint_NNNN/``:
+
+* ``buffer_state.safetensors`` + ``buffer_metadata.json``: the replay buffer
+  (:func:`rlstore.checkpoint.save`: contents, cursor, sampler RNG state), written first;
+* ``sac_state.safetensors`` + ``sac_metadata.json`` (:func:`rlstore.checkpoint.save_state`,
+  atomic; its sidecar commits the checkpoint: a folder without it is never resumed from):
+  ``format``, ``config``, ``counters`` (vector steps, gradient steps, checkpoint number),
+  ``model`` (actor, critics, target critics, ``log_alpha``), ``optimizers``, the global RNG
+  states, the envs as a JSON spec plus the actions of their current episodes
+  (:mod:`rlstore.agents.ppo.env_state`), the current observations and episode returns /
+  lengths, and the history (episodes, evaluations, logged updates).
+
+Resuming checks everything read before anything changes (:class:`CheckpointError`), rebuilds
+the envs' current episodes by replaying their actions (they must reproduce the saved
+observations) and continues the run bit for bit on CPU. Nothing loaded is unpickled or
+imported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from rlstore import checkpoint
+from rlstore.agents import run
+from rlstore.agents.ppo.env_state import env_state, restore_envs
+from rlstore.agents.ppo.rollout import check_like
+from rlstore.agents.run import TrainStats
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.errors import CheckpointError, RLStoreError
+
+if TYPE_CHECKING:
+    from rlstore.agents.sac import LoopState, SACAgent, SACTrainConfig
+
+__all__ = ["FORMAT", "PREFIX", "save_checkpoint", "restore_checkpoint"]
+
+FORMAT = "rlstore.sac/1"
+"""``format`` entry of the SAC checkpoints this version writes and reads."""
+PREFIX, BUFFER_PREFIX = "sac_", "buffer_"
+Optimizers = dict[str, torch.optim.Optimizer]
+
+
+class _RawObs:
+    """What :func:`restore_envs` asks of an agent to check the replayed observations: SAC
+    feeds raw observations to its networks (no preprocessing, no normalization)."""
+
+    normalizer = SimpleNamespace(obs=lambda x, update: x)
+
+    @staticmethod
+    def preprocess(obs: Any, device: torch.device) -> torch.Tensor:
+        return torch.as_tensor(obs, device=device)
+
+
+def _payload(cfg: SACTrainConfig, agent: SACAgent, state: LoopState, stats: TrainStats) -> dict:
+    """The checkpoint's entries that have the same structure in every checkpoint of a run."""
+    return {
+        "counters": {k: getattr(state, k) for k in ("iteration", "num_updates", "checkpoint_num")},
+        "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
+        "obs": np.array(state.obs, copy=True),
+        "episode": {"return": state.ep_return.copy(), "length": state.ep_length.copy()},
+        "history": {
+            "episode_returns": list(stats.episode_returns),
+            "episode_lengths": list(stats.episode_lengths),
+            "episode_end_steps": list(stats.episode_end_steps),
+            "eval_steps": [s for s, _ in stats.evaluations],
+            "eval_returns": [r for _, r in stats.evaluations],
+        },
+    }
+
+
+def save_checkpoint(
+    ckpt_dir: Path, cfg: SACTrainConfig, agent: SACAgent, opts: Optimizers,
+    buffer: ReplayBuffer, envs: Any, state: LoopState, stats: TrainStats,
+) -> None:  # fmt: skip
+    """Write ``ckpt_dir/checkpoint_NNNN/``: the buffer first, then the SAC state, whose sidecar
+    commits the checkpoint (a folder without ``sac_metadata.json`` is never resumed from)."""
+    folder = run.checkpoint_path(ckpt_dir, state.checkpoint_num)
+    checkpoint.save(buffer, folder, prefix=BUFFER_PREFIX)
+    payload = {
+        **_payload(cfg, agent, state, stats),
+        "format": FORMAT,
+        "config": cfg.to_dict(),
+        "optimizers": {k: run.optimizer_state(o) for k, o in opts.items()},
+        "rng": run.global_rng_state(),
+        "envs": env_state(envs, cfg.environment),
+        "updates": [dict(u) for u in stats.updates],
+    }
+    meta = {"format": FORMAT, "global_step": state.iteration * cfg.sac.num_envs}
+    checkpoint.save_state(folder, payload, prefix=PREFIX, metadata=meta)
+    state.checkpoint_num += 1
+
+
+def restore_checkpoint(
+    path: Path, cfg: SACTrainConfig, agent: SACAgent, opts: Optimizers,
+    buffer: ReplayBuffer, envs: Any, state: LoopState, stats: TrainStats,
+) -> None:  # fmt: skip
+    """Load checkpoint ``path`` into the freshly built objects of a run of ``cfg``.
+
+    Everything read is checked (:class:`CheckpointError`) before anything changes; the buffer
+    checks its own state whole and the envs' replayed episodes must reproduce the saved
+    observations."""
+    where = f"resume: {str(path)!r}"
+    try:
+        sd, buffer_sd = (
+            checkpoint.load_state(path, prefix=PREFIX),
+            checkpoint.load_state(path, prefix=BUFFER_PREFIX),
+        )
+    except RLStoreError as err:
+        raise CheckpointError(f"{where} is not a readable SAC checkpoint ({err})") from None
+    if sd.get("format") != FORMAT:
+        raise CheckpointError(f"{where}: expected format {FORMAT!r}, got {sd.get('format')!r}")
+    for section in ("environment", "sac"):
+        if (
+            not isinstance(sd.get("config"), dict)
+            or sd["config"].get(section) != cfg.to_dict()[section]
+        ):
+            raise CheckpointError(f"{where}: config.{section} differs from this run's")
+    for key, ref in _payload(cfg, agent, state, TrainStats()).items():
+        check_like(key, sd.get(key), ref)  # same keys, shapes, dtypes; lists of numbers
+    h, ep, updates = sd["history"], sd["episode"], sd.get("updates")
+    if (
+        len(h["eval_steps"]) != len(h["eval_returns"])
+        or len(h["episode_returns"]) != len(h["episode_lengths"])
+        or len(h["episode_returns"]) != len(h["episode_end_steps"])
+    ):
+        raise CheckpointError(f"{where}: history lists of unequal lengths")
+    if not isinstance(updates, list) or not all(
+        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in updates
+    ):
+        raise CheckpointError(f"{where}: updates: expected a list of {{name: number}} dicts")
+    if not isinstance(sd.get("optimizers"), dict) or set(sd["optimizers"]) != set(opts):
+        raise CheckpointError(f"{where}: optimizers: expected keys {sorted(opts)}")
+    opt_sd = {
+        k: run.check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}")
+        for k, o in opts.items()
+    }
+    run.check_global_rng_state(sd.get("rng"), "rng")
+    buffer.load_state_dict(buffer_sd)
+    restore_envs(envs, cfg.environment, sd.get("envs"), _RawObs(), torch.from_numpy(sd["obs"]))
+    agent.load_state_dict(sd["model"])
+    for k, o in opts.items():
+        o.load_state_dict(opt_sd[k])
+    run.set_global_rng_state(sd["rng"])
+    state.obs, state.ep_return, state.ep_length = sd["obs"], ep["return"], ep["length"]
+    state.iteration, state.num_updates = sd["counters"]["iteration"], sd["counters"]["num_updates"]
+    state.checkpoint_num = sd["counters"]["checkpoint_num"] + 1
+    stats.episode_returns = [float(x) for x in h["episode_returns"]]
+    stats.episode_lengths, stats.episode_end_steps = h["episode_lengths"], h["episode_end_steps"]
+    stats.evaluations = [
+        (int(s), float(r)) for s, r in zip(h["eval_steps"], h["eval_returns"], strict=True)
+    ]
+    stats.updates = [dict(u) for u in updates]
