@@ -54,3 +54,17 @@ def test_dqn_named_flags_reach_its_config(tmp_path) -> None:
     args = p.parse_args(["--algo", "dqn", "--lr", "0.01", "--gamma", "0.9", "--total-steps", "99"])
     cfg = build_config(args)
     assert (cfg.dqn.learning_rate, cfg.dqn.gamma, cfg.dqn.total_timesteps) == (0.01, 0.9, 99)
+
+
+def test_sac_runs_and_extends_from_the_cli(tmp_path, capsys) -> None:
+    run = tmp_path / "s"
+    argv = ["train", "--algo", "sac", "--total-steps", "300", *QUIET, "--exp-name", "s"]
+    tiny = ["--set", "sac.eval_episodes=1", "--set", "sac.batch_size=32", "--set",
+            "sac.learning_starts=100"]  # fmt: skip
+    assert main([*argv, "--runs-dir", str(tmp_path), *tiny]) == 0
+    assert "env steps       300" in capsys.readouterr().out
+    assert main(["train", "--resume", str(run), "--total-steps", "400"]) == 0
+    assert "env steps       400" in capsys.readouterr().out
+    assert yaml.safe_load((run / "config.yaml").read_text())["sac"]["total_timesteps"] == 400
+    assert main(["train", "--resume", str(run), "--total-steps", "300"]) == 2
+    assert "sac.total_timesteps: expected at least 400" in capsys.readouterr().err

@@ -98,6 +98,8 @@ CLI_KEYS: dict[str, str | None] = {
     "agent": None,
     "num_steps": None,
     "ent_coef": None,
+    "eval_episodes": "dqn.eval_episodes",
+    "eval_every": None,  # dqn.eval_interval counts env steps: --set dqn.eval_interval=N
 }
 """``rlstore train`` flags -> keys of this config (None: the flag does not apply to DQN)."""
 """Env id -> packaged config file in ``rlstore/configs/``."""

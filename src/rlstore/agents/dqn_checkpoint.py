@@ -26,6 +26,7 @@ from rlstore.agents.run import (
     TrainStats,
     check_global_rng_state,
     check_optimizer_state,
+    check_resumed_config,
     global_rng_state,
     optimizer_state,
     set_global_rng_state,
@@ -98,13 +99,6 @@ _RAW_OBS = SimpleNamespace(  # what restore_envs compares the replayed observati
 )
 
 
-def _budgetless(section: Any) -> Any:
-    """A config section without its ``total_timesteps`` (the one key a resume may raise)."""
-    if not isinstance(section, dict):
-        return section
-    return {k: v for k, v in section.items() if k != "total_timesteps"}
-
-
 def restore_checkpoint(
     path: Path,
     cfg: DQNTrainConfig,
@@ -119,18 +113,7 @@ def restore_checkpoint(
     sd = load_state(path, prefix=PREFIX)
     if sd.get("format") != FORMAT:
         raise CheckpointError(f"format: expected {FORMAT!r} in {path}, got {sd.get('format')!r}")
-    saved: Any = sd.get("config")
-    now = cfg.to_dict()
-    for key in ("environment", "dqn"):
-        if not isinstance(saved, dict) or _budgetless(saved.get(key)) != _budgetless(now[key]):
-            raise CheckpointError(f"config.{key}: the checkpoint {path} was written by another "
-                                  f"{key} config than this run's")  # fmt: skip
-    if saved["dqn"]["total_timesteps"] > now["dqn"]["total_timesteps"]:
-        raise CheckpointError(
-            f"dqn.total_timesteps: a run can be extended, not shortened: the checkpoint {path} "
-            f"was planned for {saved['dqn']['total_timesteps']} steps, got "
-            f"{now['dqn']['total_timesteps']}"
-        )
+    check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "dqn"), str(path))
     if read_metadata(path, prefix=BUFFER_PREFIX).get("save_id") != sd.get("buffer_save_id"):
         raise CheckpointError(f"buffer_save_id: {path} holds a replay buffer of another save")
     ref = agent.state_dict()

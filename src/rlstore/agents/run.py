@@ -48,6 +48,7 @@ __all__ = [
     "list_checkpoints",
     "latest_checkpoint",
     "checkpoint_schedule",
+    "check_resumed_config",
     "RunLogger",
     "plot_learning_curve",
     "check_video_support",
@@ -343,6 +344,46 @@ def checkpoint_schedule(num_periods: int, num_checkpoints: int) -> set[int]:
         return set()
     k = min(num_checkpoints, num_periods)
     return {int(round(num_periods * (i + 1) / k)) for i in range(k)}
+
+
+BUDGET_KEY = "total_timesteps"
+"""The one config key a resumed run may change (raise): its total budget of env steps."""
+
+
+def check_resumed_config(
+    saved: Any, now: Mapping[str, Any], sections: tuple[str, ...], where: str
+) -> None:
+    """Raise :class:`CheckpointError` unless the config a checkpoint was written with
+    (``saved``, a dict) equals the resuming run's (``now``) in every section of ``sections``,
+    except a larger ``total_timesteps`` (``rlstore train --resume RUN --total-steps N``
+    extends a run; the schedules planned over the budget are re-planned over the new one).
+
+    Example::
+
+        >>> old = {"dqn": {"lr": 1e-3, "total_timesteps": 100}}
+        >>> check_resumed_config(old, {"dqn": {"lr": 1e-3, "total_timesteps": 200}}, ("dqn",), "c")
+        >>> check_resumed_config(  # doctest: +ELLIPSIS
+        ...     old, {"dqn": {"lr": 1e-3, "total_timesteps": 50}}, ("dqn",), "c")
+        Traceback (most recent call last):
+        ...
+        rlstore.errors.CheckpointError: c: config.dqn.total_timesteps: expected at least 100 ...
+    """
+
+    def budgetless(section: Any) -> Any:
+        if not isinstance(section, dict):
+            return section
+        return {k: v for k, v in section.items() if k != BUDGET_KEY}
+
+    for name in sections:
+        old = saved.get(name) if isinstance(saved, dict) else None
+        new = now[name]
+        if not isinstance(old, dict) or budgetless(old) != budgetless(new):
+            raise CheckpointError(f"{where}: config.{name} differs from this run's")
+        if BUDGET_KEY in new and not old.get(BUDGET_KEY, 0) <= new[BUDGET_KEY]:
+            raise CheckpointError(
+                f"{where}: config.{name}.{BUDGET_KEY}: expected at least {old[BUDGET_KEY]} "
+                f"(a run can be extended, not shortened), got {new[BUDGET_KEY]}"
+            )
 
 
 # ----------------------------------------------------------------- logging

@@ -61,11 +61,20 @@ from rlstore.agents.ppo.rollout import check_env_id, make_vector_env
 from rlstore.agents.run import RunLogger, TrainStats
 from rlstore.agents.sac_checkpoint import PREFIX, restore_checkpoint, save_checkpoint
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
+from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.config import load_config_file
 from rlstore.errors import ConfigError
 from rlstore.vector import TransitionAdapter
 
-__all__ = ["DEFAULT_CONFIGS", "SACConfig", "SACTrainConfig", "SACAgent", "load_config", "runner"]
+__all__ = [
+    "CLI_KEYS",
+    "DEFAULT_CONFIGS",
+    "SACConfig",
+    "SACTrainConfig",
+    "SACAgent",
+    "load_config",
+    "runner",
+]
 __all__ += ["squashed_log_prob", "td_target", "train_sac"]
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of the policy's log std
@@ -146,6 +155,18 @@ class SACTrainConfig(_Config):
 
 DEFAULT_CONFIGS: dict[str, str] = {"Pendulum-v1": "sac_Pendulum-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
+CLI_KEYS: dict[str, str | None] = {
+    "total_steps": "sac.total_timesteps",
+    "num_envs": "sac.num_envs",
+    "lr": "sac.learning_rate",
+    "gamma": "sac.gamma",
+    "agent": None,
+    "num_steps": None,
+    "ent_coef": None,
+    "eval_episodes": "sac.eval_episodes",
+    "eval_every": None,  # sac.eval_freq counts env steps: --set sac.eval_freq=N
+}
+"""``rlstore train`` flags -> keys of this config (None: the flag does not apply to SAC)."""
 
 
 def load_config(path: str | Path) -> SACTrainConfig:
@@ -494,5 +515,7 @@ def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgen
     if not resume:
         check_env_id(cfg.environment)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        (Path(run_dir) / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    # on resume too: an extended budget is the run's config from now on (the checkpoint check
+    # still refuses any other change, and a shorter budget)
+    write_text_atomic(Path(run_dir) / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return train_sac(cfg, run_dir=run_dir, resume=resume)

@@ -31,7 +31,7 @@ from rlstore import checkpoint
 from rlstore.agents import run
 from rlstore.agents.ppo.env_state import env_state, restore_envs
 from rlstore.agents.ppo.rollout import check_like
-from rlstore.agents.run import TrainStats
+from rlstore.agents.run import TrainStats, check_resumed_config
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.errors import CheckpointError, RLStoreError
 
@@ -115,12 +115,7 @@ def restore_checkpoint(
         raise CheckpointError(f"{where} is not a readable SAC checkpoint ({err})") from None
     if sd.get("format") != FORMAT:
         raise CheckpointError(f"{where}: expected format {FORMAT!r}, got {sd.get('format')!r}")
-    for section in ("environment", "sac"):
-        if (
-            not isinstance(sd.get("config"), dict)
-            or sd["config"].get(section) != cfg.to_dict()[section]
-        ):
-            raise CheckpointError(f"{where}: config.{section} differs from this run's")
+    check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "sac"), where)
     for key, ref in _payload(cfg, agent, state, TrainStats()).items():
         check_like(key, sd.get(key), ref)  # same keys, shapes, dtypes; lists of numbers
     h, ep, updates = sd["history"], sd["episode"], sd.get("updates")

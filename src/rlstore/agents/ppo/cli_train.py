@@ -37,6 +37,7 @@ log = logging.getLogger("rlstore.train")
 ALGORITHMS: dict[str, str] = {
     "ppo": "rlstore.agents.ppo.trainer",
     "dqn": "rlstore.agents.dqn",
+    "sac": "rlstore.agents.sac",
 }
 """``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
 optionally ``CLI_KEYS``, flag -> config key or None (the flag does not apply), overriding
