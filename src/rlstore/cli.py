@@ -14,7 +14,7 @@ from collections.abc import Sequence
 # sub-command name -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": (
-        "rlstore.agents.ppo.cli_train",
+        "rlstore.agents.train_cli",
         "Train an agent (--algo, default PPO: FC agent on CartPole-v1).",
     ),
     "probe": (

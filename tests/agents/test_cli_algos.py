@@ -8,7 +8,7 @@ import importlib
 import pytest
 import yaml
 
-from rlstore.agents.ppo.cli_train import ALGORITHMS
+from rlstore.agents.train_cli import ALGORITHMS
 from rlstore.cli import main
 
 QUIET = ["--no-progress", "--no-tensorboard"]
@@ -47,7 +47,7 @@ def test_ppo_only_flags_are_refused_for_dqn(tmp_path, capsys, flag) -> None:
 def test_dqn_named_flags_reach_its_config(tmp_path) -> None:
     import argparse
 
-    from rlstore.agents.ppo.cli_train import add_arguments, build_config
+    from rlstore.agents.train_cli import add_arguments, build_config
 
     p = argparse.ArgumentParser()
     add_arguments(p)

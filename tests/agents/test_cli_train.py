@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from rlstore.agents.ppo.checkpoint import load_saved_checkpoint
-from rlstore.agents.ppo.cli_train import build_config
+from rlstore.agents.train_cli import build_config
 from rlstore.agents.ppo.config import load_train_config
 from rlstore.cli import main
 
@@ -17,7 +17,7 @@ TINY = ["--total-steps", "512", "--no-progress"]
 def test_default_config_is_the_tuned_cartpole_one() -> None:
     import argparse
 
-    from rlstore.agents.ppo.cli_train import add_arguments
+    from rlstore.agents.train_cli import add_arguments
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo import cli_train, trainer
-from rlstore.agents.ppo.cli_train import ALGORITHMS, build_config, default_config
+from rlstore.agents import train_cli as cli_train
+from rlstore.agents.ppo import trainer
+from rlstore.agents.train_cli import ALGORITHMS, build_config, default_config
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
     LSTMModelConfig,
