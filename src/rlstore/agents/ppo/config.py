@@ -218,6 +218,15 @@ class LSTMModelConfig(_Config):
     """LSTM hidden size."""
     recurrence: int = Field(8, ge=1)
     """Length of the training sequences (truncated BPTT); must divide ``num_steps``."""
+    obs_encoder: bool = True
+    """Feed the LSTM ``activation(Linear(obs))`` of width ``image_dim``; off: the flattened
+    observation itself (sb3-contrib's ``FlattenExtractor``)."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """Activation of the observation encoder and of the actor / critic hidden layers."""
+    ortho_init: bool = True
+    """Orthogonal init (CleanRL: LSTM weights gain 1 and zero biases, linear layers gain sqrt(2),
+    policy output 0.01, value output 1); off: PyTorch's default init (sb3-contrib with
+    ``ortho_init=False``, RL Zoo's ``CartPoleNoVel-v1`` setting)."""
 
 
 class TransformerModelConfig(_Config):

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init, mlp
+from rlstore.agents.ppo.agent_base import ACTIVATIONS, Memory, PPOAgent, layer_init, mlp
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
     LSTMModelConfig,
@@ -35,17 +35,23 @@ __all__ = ["LSTMPPOAgent", "TransformerPPOAgent"]
 
 
 class _LSTMCore(nn.Module):
-    """``tanh(Linear(obs))`` -> one-layer LSTM; ``forward(x (L, B, obs_dim), (h, c))``."""
+    """``act(Linear(obs))`` (or the observation itself without ``obs_encoder``) -> one-layer
+    LSTM; ``forward(x (L, B, obs_dim), h, c)``."""
 
     def __init__(self, obs_dim: int, cfg: LSTMModelConfig) -> None:
         super().__init__()
-        self.encoder = nn.Sequential(layer_init(nn.Linear(obs_dim, cfg.image_dim)), nn.Tanh())
-        self.lstm = nn.LSTM(cfg.image_dim, cfg.memory_dim)
-        for name, param in self.lstm.named_parameters():
-            if "bias" in name:
-                nn.init.constant_(param, 0.0)
-            else:
-                nn.init.orthogonal_(param, 1.0)
+        self.encoder: nn.Module = nn.Identity()
+        if cfg.obs_encoder:
+            enc = nn.Linear(obs_dim, cfg.image_dim)
+            act = ACTIVATIONS[cfg.activation]()
+            self.encoder = nn.Sequential(layer_init(enc) if cfg.ortho_init else enc, act)
+        self.lstm = nn.LSTM(cfg.image_dim if cfg.obs_encoder else obs_dim, cfg.memory_dim)
+        if cfg.ortho_init:
+            for name, param in self.lstm.named_parameters():
+                if "bias" in name:
+                    nn.init.constant_(param, 0.0)
+                else:
+                    nn.init.orthogonal_(param, 1.0)
 
     def forward(
         self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor
@@ -76,8 +82,9 @@ class LSTMPPOAgent(PPOAgent):
         H = lstm_config.memory_dim
         self.actor_core = _LSTMCore(self.obs_dim, lstm_config)
         self.critic_core = _LSTMCore(self.obs_dim, lstm_config)
-        self.actor = mlp(H, H, self.action_dim, 0.01, depth=1)
-        self.critic = mlp(H, H, 1, 1.0, depth=1)
+        act, ortho = lstm_config.activation, lstm_config.ortho_init
+        self.actor = mlp(H, H, self.action_dim, 0.01, 1, activation=act, ortho_init=ortho)
+        self.critic = mlp(H, H, 1, 1.0, 1, activation=act, ortho_init=ortho)
         self._make_log_std()
         self.to(self.device)
 
