@@ -1,12 +1,13 @@
 """Masked-velocity CartPole (``CartPoleNoVel-v1``): rlstore's LSTM and Transformer PPO agents.
 
-Runs what ``rlstore train --agent {lstm,transformer} --env CartPoleNoVel-v1 --total-steps N``
-runs (the packaged default config, its online settings, the agent's default model config) for
-several seeds, one torch thread each, and prints per seed the first env step at which the mean
-of the last 20 episode returns reaches 475, the final 20-episode mean and steps/s. Results are
-recorded in ``benchmarks/results/recurrent.md``.
+Runs what ``rlstore train --agent {lstm,transformer} --env CartPoleNoVel-v1`` runs (the shipped
+``rlstore/configs/ppo_{agent}_CartPoleNoVel-v1.yaml``) for several seeds, one torch thread each,
+and prints per seed the first env step at which the mean of the last 20 episode returns reaches
+475, the final 20-episode mean and steps/s. Agent ``sb3`` runs sb3-contrib ``RecurrentPPO`` with
+RL Zoo's ``CartPoleNoVel-v1`` settings in the venv of ``--sb3-python`` (skipped where that venv
+has no ``sb3_contrib``). Results are recorded in ``benchmarks/results/recurrent.md``.
 
-    PYTHONPATH=src python benchmarks/bench_recurrent.py --agents lstm transformer --seeds 1 2 3
+    PYTHONPATH=src python benchmarks/bench_recurrent.py --agents lstm transformer sb3 --seeds 1 2 3
     PYTHONPATH=src python benchmarks/bench_recurrent.py --total-steps 2048 --seeds 1  # smoke
 
 ``--set section.field=value`` (repeatable, YAML values) overrides the config, e.g.
@@ -36,7 +37,9 @@ THRESHOLD = 475.0
 
 
 def make_config(agent: str, seed: int, total_steps: int, sets: list[str]) -> TrainConfig:
-    """The packaged default config with the env, agent, seed and budget of ``rlstore train``."""
+    """The shipped default config of ``rlstore train --agent AGENT --env CartPoleNoVel-v1``
+    (``rlstore/configs/ppo_{agent}_CartPoleNoVel-v1.yaml``) with ``seed``, the budget and
+    ``--set`` overrides; nothing written (no tracking, no checkpoints)."""
     name = f"ppo_{agent}_{ENV_ID}.yaml"
     with resources.as_file(resources.files("rlstore") / "configs" / name) as p:
         data: dict[str, Any] = load_train_config(p).to_dict()

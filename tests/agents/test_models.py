@@ -191,6 +191,21 @@ def test_transformer_ignores_padding_and_older_steps(cartpole) -> None:
     assert torch.allclose(a, b) and not torch.allclose(a, c)
 
 
+def test_transformer_time_embedding_switch(cartpole) -> None:
+    torch.manual_seed(0)
+    obs, mask = torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    early, late = torch.tensor([[0, 1, 2]] * 2), torch.tensor([[300, 301, 302]] * 2)
+    for flag in (True, False):
+        cfg = TransformerModelConfig(n_ctx=3, time_embedding=flag, layer_norm=True)
+        agent = TransformerPPOAgent(cartpole, ENV, cfg)
+        with torch.no_grad():
+            a, b = agent.forward_window(obs, early, mask), agent.forward_window(obs, late, mask)
+        # with the embedding, the features depend on the step index; without, only the window
+        assert torch.allclose(a, b) is not flag
+        assert (agent.actor_core.time_embed is None) is not flag
+    assert TransformerModelConfig().time_embedding  # default unchanged
+
+
 def _first_minibatch(model, envs):
     torch.manual_seed(1)
     oc = OnlineTrainConfig(num_envs=4, num_steps=48, num_minibatches=4)

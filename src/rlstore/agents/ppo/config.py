@@ -246,6 +246,11 @@ class TransformerModelConfig(_Config):
     """Pre-LayerNorm in the blocks."""
     max_timestep: int = Field(1000, ge=1)
     """Size of the learned timestep embedding (steps beyond it share the last embedding)."""
+    time_embedding: bool = True
+    """Add a learned embedding of the step's index in its episode to every token (Decision
+    Transformer style). Off for time-invariant tasks: every index has its own row, trained
+    only once episodes reach it, so a policy that starts surviving longer meets untrained rows
+    (``CartPoleNoVel-v1``: see ``benchmarks/results/recurrent.md``)."""
 
     @model_validator(mode="after")
     def _check_heads(self) -> TransformerModelConfig:

@@ -145,30 +145,34 @@ class _Block(nn.Module):
 
 
 class _TransformerCore(nn.Module):
-    """Tokens ``Linear(obs) + Embedding(timestep) + Embedding(window position)`` -> blocks ->
-    features of the last window position."""
+    """Tokens ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
+    ``time_embedding``) -> blocks -> features of the last window position."""
 
     def __init__(self, obs_dim: int, cfg: TransformerModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.obs_embed = nn.Linear(obs_dim, cfg.d_model)
-        self.time_embed = nn.Embedding(cfg.max_timestep, cfg.d_model)
+        self.time_embed = (
+            nn.Embedding(cfg.max_timestep, cfg.d_model) if cfg.time_embedding else None
+        )
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model)
         self.blocks = nn.ModuleList([_Block(cfg) for _ in range(cfg.n_layers)])
         self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.layer_norm else nn.Identity()
         # GPT-2's embedding init (std 0.02); nn.Embedding's N(0, 1) rows (norm ~sqrt(d_model))
         # drowned the observation embedding, and with it the step-to-step differences
         for emb in (self.time_embed, self.pos_embed):
-            nn.init.normal_(emb.weight, std=0.02)
+            if emb is not None:
+                nn.init.normal_(emb.weight, std=0.02)
 
     def forward(
         self, obs: torch.Tensor, timesteps: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         B, W = mask.shape
         cfg = self.cfg
-        t = timesteps.long().clamp(0, cfg.max_timestep - 1)
         pos = torch.arange(cfg.n_ctx - W, cfg.n_ctx, device=obs.device)
-        x = self.obs_embed(obs.reshape(B, W, -1)) + self.time_embed(t) + self.pos_embed(pos)[None]
+        x = self.obs_embed(obs.reshape(B, W, -1)) + self.pos_embed(pos)[None]
+        if self.time_embed is not None:
+            x = x + self.time_embed(timesteps.long().clamp(0, cfg.max_timestep - 1))
         causal = torch.ones(W, W, dtype=torch.bool, device=obs.device).tril()
         attn = causal[None] & mask[:, None, :]
         attn = attn | torch.eye(W, dtype=torch.bool, device=obs.device)[None]  # no empty rows
@@ -180,7 +184,8 @@ class _TransformerCore(nn.Module):
 class TransformerPPOAgent(PPOAgent):
     """Transformer agent over a window of the last ``n_ctx`` observations of the episode.
 
-    Tokens: ``Linear(obs) + Embedding(timestep) + Embedding(window position)``; causal
+    Tokens: ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
+    ``time_embedding``); causal
     attention restricted to real (unpadded) steps; the actor and the critic (separate stacks)
     read the last token through a ``Linear-tanh-Linear`` head. Memory during rollouts is the
     window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and ``timesteps`` ``(N, W)``,
