@@ -34,6 +34,8 @@ from rlstore.errors import ConfigError
 
 ENV = EnvironmentConfig(env_id="CartPole-v1")
 MODELS = [None, LSTMModelConfig(recurrence=4), TransformerModelConfig(n_ctx=3)]
+LSTM_SB3 = LSTMModelConfig(recurrence=4, obs_encoder=False, activation="relu", ortho_init=False)
+"""sb3-contrib's ``MlpLstmPolicy`` as RL Zoo configures it for CartPoleNoVel-v1."""
 
 
 @pytest.fixture
@@ -149,6 +151,31 @@ def test_lstm_memory_resets_only_finished_envs(cartpole) -> None:
         assert torch.equal(m[[0, 2]], torch.full((2, 8), float(k + 1)))
 
 
+def test_lstm_architecture_options(cartpole) -> None:
+    torch.manual_seed(0)
+    default = LSTMPPOAgent(cartpole, ENV, LSTMModelConfig(memory_dim=8, image_dim=16))
+    core = default.actor_core
+    assert isinstance(core.encoder[1], torch.nn.Tanh) and core.lstm.input_size == 16
+    assert isinstance(default.actor[1], torch.nn.Tanh)
+    assert core.lstm.bias_ih_l0.abs().max().item() == 0.0  # CleanRL init: zero biases
+    # orthogonal 0.01-gain policy output: rows of norm 0.01
+    assert default.actor[-1].weight.norm(dim=1).max().item() == pytest.approx(0.01, rel=1e-4)
+    sb3 = LSTMPPOAgent(
+        cartpole, ENV, LSTMModelConfig(memory_dim=8, obs_encoder=False, activation="relu",
+                                       ortho_init=False),
+    )  # fmt: skip
+    for core in (sb3.actor_core, sb3.critic_core):
+        assert isinstance(core.encoder, torch.nn.Identity) and core.lstm.input_size == 4
+        assert core.lstm.bias_ih_l0.abs().min().item() > 0.0  # PyTorch's U(-1/sqrt(H), ..)
+    assert isinstance(sb3.actor[1], torch.nn.ReLU) and isinstance(sb3.critic[1], torch.nn.ReLU)
+    # PyTorch default Linear init U(-1/sqrt(8), 1/sqrt(8)): rows far larger than 0.01
+    assert sb3.actor[-1].weight.norm(dim=1).min().item() > 0.1
+    params, value, _, mem = sb3._step(torch.ones(4, 4), sb3.initial_memory(4), torch.zeros(4))
+    assert params.shape == (4, 2) and value.shape == (4,) and mem[0].shape == (4, 8)
+    with pytest.raises(ConfigError, match="activation"):
+        LSTMModelConfig(activation="gelu")  # type: ignore[arg-type]
+
+
 def test_transformer_ignores_padding_and_older_steps(cartpole) -> None:
     torch.manual_seed(0)
     agent = TransformerPPOAgent(cartpole, ENV, TransformerModelConfig(n_ctx=3))
@@ -162,6 +189,21 @@ def test_transformer_ignores_padding_and_older_steps(cartpole) -> None:
         b = agent.forward_window(other, t, mask)
         c = agent.forward_window(obs, t, torch.ones_like(mask))
     assert torch.allclose(a, b) and not torch.allclose(a, c)
+
+
+def test_transformer_time_embedding_switch(cartpole) -> None:
+    torch.manual_seed(0)
+    obs, mask = torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    early, late = torch.tensor([[0, 1, 2]] * 2), torch.tensor([[300, 301, 302]] * 2)
+    for flag in (True, False):
+        cfg = TransformerModelConfig(n_ctx=3, time_embedding=flag, layer_norm=True)
+        agent = TransformerPPOAgent(cartpole, ENV, cfg)
+        with torch.no_grad():
+            a, b = agent.forward_window(obs, early, mask), agent.forward_window(obs, late, mask)
+        # with the embedding, the features depend on the step index; without, only the window
+        assert torch.allclose(a, b) is not flag
+        assert (agent.actor_core.time_embed is None) is not flag
+    assert TransformerModelConfig().time_embedding  # default unchanged
 
 
 def _first_minibatch(model, envs):
@@ -198,7 +240,9 @@ def _check_reproduces_rollout(agent, mb, nudge=lambda p: p) -> None:
     assert out.clipfrac.item() == 0.0  # a count of |r - 1| > 0.2: exact, no rounding involved
 
 
-@pytest.mark.parametrize("model", MODELS, ids=["fc", "lstm", "transformer"])
+@pytest.mark.parametrize(
+    "model", [*MODELS, LSTM_SB3], ids=["fc", "lstm", "transformer", "lstm-sb3-options"]
+)
 def test_first_minibatch_ratio_is_one(model, cartpole) -> None:
     agent, mb = _first_minibatch(model, cartpole)
     _check_reproduces_rollout(agent, mb)

@@ -30,7 +30,7 @@ from rlstore.errors import ConfigError
 Memory = Any
 """Per-env recurrent memory of an agent during rollouts (None, LSTM ``(h, c)``, window dict)."""
 
-__all__ = ["Memory", "layer_init", "mlp", "PPOAgent"]
+__all__ = ["ACTIVATIONS", "Memory", "layer_init", "mlp", "PPOAgent"]
 
 
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -40,13 +40,28 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 
     return layer
 
 
-def mlp(in_dim: int, hidden: int, out_dim: int, out_std: float, depth: int = 2) -> nn.Sequential:
-    """``depth`` tanh hidden layers of width ``hidden``, then a linear output initialized with
-    gain ``out_std`` (0.01 for policy logits, 1.0 for values); CleanRL init throughout."""
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+"""Hidden-layer activations by config name."""
+
+
+def mlp(
+    in_dim: int,
+    hidden: int,
+    out_dim: int,
+    out_std: float,
+    depth: int = 2,
+    *,
+    activation: str = "tanh",
+    ortho_init: bool = True,
+) -> nn.Sequential:
+    """``depth`` hidden layers of width ``hidden`` (``activation``: tanh or relu), then a linear
+    output. ``ortho_init``: CleanRL init (orthogonal, gain sqrt(2), the output gain ``out_std``:
+    0.01 for policy logits, 1.0 for values); off: PyTorch's default init."""
+    init = layer_init if ortho_init else (lambda layer, std=0.0: layer)
     layers: list[nn.Module] = []
     for i in range(depth):
-        layers += [layer_init(nn.Linear(in_dim if i == 0 else hidden, hidden)), nn.Tanh()]
-    return nn.Sequential(*layers, layer_init(nn.Linear(hidden, out_dim), std=out_std))
+        layers += [init(nn.Linear(in_dim if i == 0 else hidden, hidden)), ACTIVATIONS[activation]()]
+    return nn.Sequential(*layers, init(nn.Linear(hidden, out_dim), std=out_std))
 
 
 def _spaces(envs: Any) -> tuple[gym.Space, gym.Space]:

@@ -230,6 +230,15 @@ class LSTMModelConfig(_Config):
     """LSTM hidden size."""
     recurrence: int = Field(8, ge=1)
     """Length of the training sequences (truncated BPTT); must divide ``num_steps``."""
+    obs_encoder: bool = True
+    """Feed the LSTM ``activation(Linear(obs))`` of width ``image_dim``; off: the flattened
+    observation itself (sb3-contrib's ``FlattenExtractor``)."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """Activation of the observation encoder and of the actor / critic hidden layers."""
+    ortho_init: bool = True
+    """Orthogonal init (CleanRL: LSTM weights gain 1 and zero biases, linear layers gain sqrt(2),
+    policy output 0.01, value output 1); off: PyTorch's default init (sb3-contrib with
+    ``ortho_init=False``, RL Zoo's ``CartPoleNoVel-v1`` setting)."""
 
 
 class TransformerModelConfig(_Config):
@@ -249,6 +258,11 @@ class TransformerModelConfig(_Config):
     """Pre-LayerNorm in the blocks."""
     max_timestep: int = Field(1000, ge=1)
     """Size of the learned timestep embedding (steps beyond it share the last embedding)."""
+    time_embedding: bool = True
+    """Add a learned embedding of the step's index in its episode to every token (Decision
+    Transformer style). Off for time-invariant tasks: every index has its own row, trained
+    only once episodes reach it, so a policy that starts surviving longer meets untrained rows
+    (``CartPoleNoVel-v1``: see ``benchmarks/results/recurrent.md``)."""
 
     @model_validator(mode="after")
     def _check_heads(self) -> TransformerModelConfig:

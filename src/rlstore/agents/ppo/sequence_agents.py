@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlstore.agents.ppo.agent_base import Memory, PPOAgent, layer_init, mlp
+from rlstore.agents.ppo.agent_base import ACTIVATIONS, Memory, PPOAgent, layer_init, mlp
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
     LSTMModelConfig,
@@ -35,17 +35,23 @@ __all__ = ["LSTMPPOAgent", "TransformerPPOAgent"]
 
 
 class _LSTMCore(nn.Module):
-    """``tanh(Linear(obs))`` -> one-layer LSTM; ``forward(x (L, B, obs_dim), (h, c))``."""
+    """``act(Linear(obs))`` (or the observation itself without ``obs_encoder``) -> one-layer
+    LSTM; ``forward(x (L, B, obs_dim), h, c)``."""
 
     def __init__(self, obs_dim: int, cfg: LSTMModelConfig) -> None:
         super().__init__()
-        self.encoder = nn.Sequential(layer_init(nn.Linear(obs_dim, cfg.image_dim)), nn.Tanh())
-        self.lstm = nn.LSTM(cfg.image_dim, cfg.memory_dim)
-        for name, param in self.lstm.named_parameters():
-            if "bias" in name:
-                nn.init.constant_(param, 0.0)
-            else:
-                nn.init.orthogonal_(param, 1.0)
+        self.encoder: nn.Module = nn.Identity()
+        if cfg.obs_encoder:
+            enc = nn.Linear(obs_dim, cfg.image_dim)
+            act = ACTIVATIONS[cfg.activation]()
+            self.encoder = nn.Sequential(layer_init(enc) if cfg.ortho_init else enc, act)
+        self.lstm = nn.LSTM(cfg.image_dim if cfg.obs_encoder else obs_dim, cfg.memory_dim)
+        if cfg.ortho_init:
+            for name, param in self.lstm.named_parameters():
+                if "bias" in name:
+                    nn.init.constant_(param, 0.0)
+                else:
+                    nn.init.orthogonal_(param, 1.0)
 
     def forward(
         self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor
@@ -76,8 +82,9 @@ class LSTMPPOAgent(PPOAgent):
         H = lstm_config.memory_dim
         self.actor_core = _LSTMCore(self.obs_dim, lstm_config)
         self.critic_core = _LSTMCore(self.obs_dim, lstm_config)
-        self.actor = mlp(H, H, self.action_dim, 0.01, depth=1)
-        self.critic = mlp(H, H, 1, 1.0, depth=1)
+        act, ortho = lstm_config.activation, lstm_config.ortho_init
+        self.actor = mlp(H, H, self.action_dim, 0.01, 1, activation=act, ortho_init=ortho)
+        self.critic = mlp(H, H, 1, 1.0, 1, activation=act, ortho_init=ortho)
         self._make_log_std()
         self.to(self.device)
 
@@ -138,30 +145,34 @@ class _Block(nn.Module):
 
 
 class _TransformerCore(nn.Module):
-    """Tokens ``Linear(obs) + Embedding(timestep) + Embedding(window position)`` -> blocks ->
-    features of the last window position."""
+    """Tokens ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
+    ``time_embedding``) -> blocks -> features of the last window position."""
 
     def __init__(self, obs_dim: int, cfg: TransformerModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.obs_embed = nn.Linear(obs_dim, cfg.d_model)
-        self.time_embed = nn.Embedding(cfg.max_timestep, cfg.d_model)
+        self.time_embed = (
+            nn.Embedding(cfg.max_timestep, cfg.d_model) if cfg.time_embedding else None
+        )
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model)
         self.blocks = nn.ModuleList([_Block(cfg) for _ in range(cfg.n_layers)])
         self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.layer_norm else nn.Identity()
         # GPT-2's embedding init (std 0.02); nn.Embedding's N(0, 1) rows (norm ~sqrt(d_model))
         # drowned the observation embedding, and with it the step-to-step differences
         for emb in (self.time_embed, self.pos_embed):
-            nn.init.normal_(emb.weight, std=0.02)
+            if emb is not None:
+                nn.init.normal_(emb.weight, std=0.02)
 
     def forward(
         self, obs: torch.Tensor, timesteps: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         B, W = mask.shape
         cfg = self.cfg
-        t = timesteps.long().clamp(0, cfg.max_timestep - 1)
         pos = torch.arange(cfg.n_ctx - W, cfg.n_ctx, device=obs.device)
-        x = self.obs_embed(obs.reshape(B, W, -1)) + self.time_embed(t) + self.pos_embed(pos)[None]
+        x = self.obs_embed(obs.reshape(B, W, -1)) + self.pos_embed(pos)[None]
+        if self.time_embed is not None:
+            x = x + self.time_embed(timesteps.long().clamp(0, cfg.max_timestep - 1))
         causal = torch.ones(W, W, dtype=torch.bool, device=obs.device).tril()
         attn = causal[None] & mask[:, None, :]
         attn = attn | torch.eye(W, dtype=torch.bool, device=obs.device)[None]  # no empty rows
@@ -173,7 +184,8 @@ class _TransformerCore(nn.Module):
 class TransformerPPOAgent(PPOAgent):
     """Transformer agent over a window of the last ``n_ctx`` observations of the episode.
 
-    Tokens: ``Linear(obs) + Embedding(timestep) + Embedding(window position)``; causal
+    Tokens: ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
+    ``time_embedding``); causal
     attention restricted to real (unpadded) steps; the actor and the critic (separate stacks)
     read the last token through a ``Linear-tanh-Linear`` head. Memory during rollouts is the
     window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and ``timesteps`` ``(N, W)``,
