@@ -6,9 +6,10 @@ gamma 0.99, target_update_interval 10, train_freq 256, gradient_steps 128, explo
 0.16, final eps 0.04, two 256-unit ReLU layers, Huber loss, max grad norm 10, one env), the same
 seeds, one torch thread each:
 
-* ``rlstore``: the shipped config (double DQN, uniform replay);
-* ``rlstore vanilla``: double DQN off, the algorithm SB3's ``DQN`` runs;
-* ``rlstore PER + 3-step``: prioritized replay (alpha 0.6, beta 0.4 -> 1) and 3-step returns;
+* ``rlstore uniform``: double DQN, uniform one-step replay (SB3's settings plus double DQN);
+* ``rlstore vanilla``: double DQN off, uniform one-step replay: the algorithm SB3's ``DQN`` runs;
+* ``rlstore PER + 3-step``: the shipped config: prioritized replay (alpha 0.6, beta 0.4 -> 1)
+  and 3-step returns;
 * ``stable-baselines3``: ``DQN("MlpPolicy")`` with the same settings.
 
 Reported per implementation: the env step at which the mean of the last 20 training-episode
@@ -54,9 +55,9 @@ THRESHOLD = 475.0
 WINDOW = 20
 CONFIG = HERE.parent / "src" / "rlstore" / "configs" / "dqn_CartPole-v1.yaml"
 VARIANTS: dict[str, dict[str, Any]] = {
-    "rlstore": {},
-    "rlstore vanilla": {"double_q": False},
-    "rlstore PER + 3-step": {"prioritized": True, "n_step": 3},
+    "rlstore uniform": {"prioritized": False, "n_step": 1},
+    "rlstore vanilla": {"double_q": False, "prioritized": False, "n_step": 1},
+    "rlstore PER + 3-step": {},
 }
 
 

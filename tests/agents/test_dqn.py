@@ -282,9 +282,9 @@ def test_velora_warm_fills_a_buffer_with_the_agent() -> None:
 
 @pytest.mark.slow
 @pytest.mark.xfail(
-    reason="issue 12's target; not met with RL-Zoo's DQN settings on seeds 1-3 by rlstore nor by "
-    "Stable-Baselines3 in the same benchmark (benchmarks/results/dqn.md): the 20-episode "
-    "training mean peaks and collapses; prioritized + 3-step replay reaches it on 2 of 3 seeds",
+    reason="issue 12's target; the shipped config (RL-Zoo's settings + prioritized 3-step "
+    "replay) reaches it on seeds 2 and 3 but not 1 (ends at 440); uniform one-step replay, and "
+    "Stable-Baselines3 with the same settings, on none (benchmarks/results/dqn.md)",
     strict=False,
 )
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -12,7 +12,6 @@ import torch
 
 from rlstore.agents import train_cli as cli_train
 from rlstore.agents.ppo import trainer
-from rlstore.agents.train_cli import ALGORITHMS, build_config, default_config
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
     LSTMModelConfig,
@@ -21,6 +20,7 @@ from rlstore.agents.ppo.config import (
     load_train_config,
 )
 from rlstore.agents.ppo.trainer import evaluate_agent, runner, train_ppo
+from rlstore.agents.train_cli import ALGORITHMS, build_config, default_config
 from rlstore.cli import main
 from rlstore.errors import ConfigError
 

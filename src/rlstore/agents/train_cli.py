@@ -15,7 +15,7 @@ Examples::
     rlstore train --env Acrobot-v1 --lr 3e-4 --set online.ent_coef=0.01
     rlstore train --resume runs/CartPole-v1-fc-s1   # continue from the latest checkpoint
     rlstore train --resume runs/CartPole-v1-fc-s1 --total-steps 80000   # extend its budget
-    rlstore train --algo dqn                        # DQN on CartPole-v1 (RL-Zoo settings)
+    rlstore train --algo dqn                        # DQN on CartPole-v1 (RL-Zoo + PER, 3-step)
     rlstore train --algo sac                        # SAC on Pendulum-v1 (RL-Zoo settings)
 """
 
