@@ -60,7 +60,11 @@ def test_config_lookup_by_env_and_agent(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(cli_train, "_packaged", lambda name: tmp_path / name)
     path, fallback = default_config("ppo", trainer, "CartPoleNoVel-v1", "lstm")
     assert path.name == "ppo_lstm_CartPoleNoVel-v1.yaml" and not fallback
+    # no transformer file here: the env's packaged config (the LSTM one) with the agent swapped
+    assert trainer.DEFAULT_CONFIGS["CartPoleNoVel-v1"] == "ppo_lstm_CartPoleNoVel-v1.yaml"
     path, fallback = default_config("ppo", trainer, "CartPoleNoVel-v1", "transformer")
+    assert path.name == "ppo_lstm_CartPoleNoVel-v1.yaml" and not fallback
+    path, fallback = default_config("ppo", trainer, "MountainCar-v0", "transformer")
     assert path.name == "ppo_fc_CartPole-v1.yaml" and fallback
 
 
