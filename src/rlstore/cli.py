@@ -1,4 +1,4 @@
-"""Command line: ``rlstore train | probe | demo | inspect``.
+"""Command line: ``rlstore train | probe | demo | demo-record | inspect``.
 
 Each sub-command lives in the module that owns the feature; this file only dispatches, and
 imports the feature module lazily so ``rlstore --help`` stays fast.
@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "rlstore.demo",
         "Fill a replay buffer from a random policy, sample, save and reload it.",
+    ),
+    "demo-record": (
+        "rlstore.demo_record",
+        "Record one demonstration (.npz: Observation, Action, Reward, FrameSkip).",
     ),
     "inspect": ("rlstore.inspect", "Print the metadata of a saved buffer or checkpoint folder."),
 }

@@ -77,7 +77,7 @@ def test_register_probes_is_idempotent_and_makes_every_id() -> None:
 def test_import_does_not_register() -> None:
     code = (
         "import gymnasium, rlstore, rlstore.envs.probes; "
-        "print(any(k.startswith('rlstore/') for k in gymnasium.registry))"
+        "print(any(k.startswith('rlstore/Probe') for k in gymnasium.registry))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -55,13 +55,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Replace the text file ``path`` by ``text`` so that a kill at any instant leaves either
+def write_text_atomic(path: str | Path, text: str | bytes) -> None:
+    """Replace the file ``path`` by ``text`` (or bytes) so that a kill at any instant leaves either
     the old file or the new one (temporary beside it, fsynced, renamed, directory fsynced)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text, encoding="utf-8")
         _fsync_file(tmp)
         os.replace(tmp, path)
     finally:

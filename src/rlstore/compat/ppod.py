@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +14,7 @@ import torch
 
 from rlstore._checks import check_count
 from rlstore._trees import to_numpy
+from rlstore.buffers.demo_files import read_npz
 from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
 from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
 from rlstore.compat.pytorchrl import protocols as K
@@ -24,33 +24,6 @@ from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 __all__ = ["PPODBuffer"]
 
 _DEFAULT_DTYPES = {"Action": np.float32, "Observation": np.float32, "Reward": np.float32}
-
-
-def _read_npz(path: Path, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """The arrays of a PyTorchRL ``.npz`` demo (never unpickled): ``fields`` of real numbers and
-    an optional integral scalar ``FrameSkip``; a :class:`CheckpointError` naming the file
-    otherwise."""
-    try:
-        with open(path, "rb") as fh:
-            if not zipfile.is_zipfile(fh):
-                raise ValueError("not an .npz (zip) archive")
-            fh.seek(0)
-            with np.load(fh, allow_pickle=False) as f:
-                arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"demo_path: cannot read {str(path)!r} ({exc})") from exc
-    if missing := [k for k in fields if k not in arrays]:
-        raise CheckpointError(f"{path.name}: missing keys {missing}")
-    for k in [*fields, "FrameSkip"]:
-        a, skip = arrays.get(k, np.zeros(())), k == "FrameSkip"
-        if a.dtype.kind not in "biuf" or (
-            skip and not (a.shape == () and np.isfinite(a) and a % 1 == 0)
-        ):
-            raise CheckpointError(
-                f"{path.name}: {k}: expected real numbers{' (one int)' * skip}, got {a.dtype} "
-                f"{a.shape} {a if skip else ''}"
-            )
-    return arrays
 
 
 def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
@@ -159,7 +132,7 @@ class PPODBuffer(GAEBuffer):
             arrays = {"Observation": demo.observations, "Action": demo.actions}
             arrays["Reward"] = demo.rewards
         else:
-            arrays = _read_npz(path, self.demos_data_fields)
+            arrays = read_npz(path, self.demos_data_fields)
             skip, env_skip = arrays.get("FrameSkip"), self._env_kwargs().get("frame_skip")
             if skip is not None and env_skip is not None and int(skip) != int(env_skip):
                 raise ConfigError(

@@ -1,0 +1,102 @@
+"""PyTorchRL's ``.npz`` demonstration files (``Observation``, ``Action``, ``Reward``,
+``FrameSkip``): reading (never unpickled), loading as a :class:`~rlstore.buffers.demos.Demo`
+and writing.
+
+``Observation`` holds ``L`` rows (the observation each action was taken in) or ``L + 1`` (the
+final observation appended, as :func:`save_npz_demo` writes it); ``Action`` and ``Reward`` hold
+``L`` rows; ``FrameSkip`` is one integer, the frame skip of the environment the demo was
+recorded in.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from rlstore.buffers.demos import Demo
+from rlstore.checkpoint._atomic import write_text_atomic
+from rlstore.errors import CheckpointError, ConfigError, RLStoreError
+
+__all__ = ["NPZ_FIELDS", "read_npz", "load_npz_demo", "save_npz_demo"]
+
+NPZ_FIELDS: tuple[str, ...] = ("Observation", "Action", "Reward")
+
+
+def read_npz(path: Path, fields: tuple[str, ...] = NPZ_FIELDS) -> dict[str, np.ndarray]:
+    """The arrays of a PyTorchRL ``.npz`` demo (never unpickled): ``fields`` of real numbers and
+    an optional integral scalar ``FrameSkip``; a :class:`CheckpointError` naming the file
+    otherwise."""
+    try:
+        with open(path, "rb") as fh:
+            if not zipfile.is_zipfile(fh):
+                raise ValueError("not an .npz (zip) archive")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"demo_path: cannot read {str(path)!r} ({exc})") from exc
+    if missing := [k for k in fields if k not in arrays]:
+        raise CheckpointError(f"{path.name}: missing keys {missing}")
+    for k in [*fields, "FrameSkip"]:
+        a, skip = arrays.get(k, np.zeros(())), k == "FrameSkip"
+        if a.dtype.kind not in "biuf" or (
+            skip and not (a.shape == () and np.isfinite(a) and a % 1 == 0)
+        ):
+            raise CheckpointError(
+                f"{path.name}: {k}: expected real numbers{' (one int)' * skip}, got {a.dtype} "
+                f"{a.shape} {a if skip else ''}"
+            )
+    return arrays
+
+
+def load_npz_demo(path: str | os.PathLike[str], frame_skip: int = 1) -> Demo:
+    """A human :class:`Demo` from a ``.npz`` file; ``frame_skip`` is the environment's.
+
+    Raises:
+        CheckpointError: unreadable file, missing or non-numeric arrays, inconsistent lengths.
+        ConfigError: the file's ``FrameSkip`` (1 when absent) differs from ``frame_skip``.
+    """
+    if isinstance(frame_skip, bool) or not isinstance(frame_skip, (int, np.integer)):
+        raise ConfigError(f"frame_skip: expected an int >= 1, got {frame_skip!r}")
+    if frame_skip < 1:
+        raise ConfigError(f"frame_skip: expected an int >= 1, got {frame_skip}")
+    path = Path(path)
+    arrays = read_npz(path)
+    skip = int(arrays.get("FrameSkip", 1))
+    if skip != frame_skip:
+        raise ConfigError(
+            f"{path.name}: FrameSkip {skip} differs from the environment's frame_skip {frame_skip}"
+        )
+    obs, act, rew = (arrays[k] for k in NPZ_FIELDS)
+    rew = rew.reshape(-1)
+    if obs.ndim >= 1 and obs.shape[0] == rew.shape[0] + 1:
+        obs = obs[:-1]  # the final observation: no action was taken in it
+    try:
+        return Demo(obs, act, rew, human=True)
+    except RLStoreError as exc:
+        raise CheckpointError(f"{path.name}: {exc}") from exc
+
+
+def save_npz_demo(
+    path: str | os.PathLike[str],
+    observations: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    frame_skip: int = 1,
+) -> Path:
+    """Atomically write a ``.npz`` demo (``observations`` with ``L`` or ``L + 1`` rows)."""
+    path = Path(path)
+    arrays = {
+        "Observation": np.asarray(observations, np.float32),
+        "Action": np.asarray(actions),
+        "Reward": np.asarray(rewards, np.float32),
+        "FrameSkip": np.asarray(frame_skip, np.int64),
+    }
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    write_text_atomic(path, buf.getvalue())
+    return path

@@ -1,0 +1,103 @@
+"""``rlstore demo-record`` and the ``.npz`` demo loader: round trip, frame-skip refusal, bad
+action lists (a clear RLStoreError and no file written)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlstore.envs  # noqa: F401
+from rlstore.buffers.demo_files import load_npz_demo, read_npz
+from rlstore.cli import main
+from rlstore.demo_record import record
+from rlstore.envs.keydoor import KEYDOOR_ID, optimal_actions
+from rlstore.errors import CheckpointError, ConfigError
+
+
+def test_cli_scripted_round_trip_reproduces_observations_and_return(tmp_path: Path) -> None:
+    out = tmp_path / "kd.npz"
+    assert main(["demo-record", "--env", KEYDOOR_ID, "--policy", "scripted", "--out", str(out),
+                 "--seed", "3"]) == 0  # fmt: skip
+    arrays = read_npz(out)
+    assert arrays["Observation"].shape[0] == arrays["Action"].shape[0] + 1  # final obs kept
+    assert arrays["Observation"].dtype == np.float32 and int(arrays["FrameSkip"]) == 1
+    demo = load_npz_demo(out)
+    env = gym.make(KEYDOOR_ID)
+    obs, _ = env.reset(seed=3)
+    ret = 0.0
+    for j, a in enumerate(demo.actions):
+        np.testing.assert_array_equal(obs, demo.observations[j])
+        obs, r, terminated, _, _ = env.step(int(a))
+        ret += r
+    np.testing.assert_array_equal(obs, arrays["Observation"][-1])
+    assert terminated and ret == 1.0 == demo.total_reward
+
+
+def test_action_list_is_recorded_as_given(tmp_path: Path) -> None:
+    out = record(KEYDOOR_ID, tmp_path / "a.npz", actions="2, 2,1")
+    demo = load_npz_demo(out)
+    assert demo.actions.tolist() == [2, 2, 1] and demo.rewards.tolist() == [0.0] * 3
+    full = record(KEYDOOR_ID, tmp_path / "b.npz", actions=",".join(map(str, optimal_actions())))
+    assert load_npz_demo(full).total_reward == 1.0
+
+
+def test_frame_skip_mismatch_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "fs.npz"
+    assert main(["demo-record", "--env", KEYDOOR_ID, "--actions", "1,2", "--out", str(out),
+                 "--frame-skip", "4"]) == 0  # fmt: skip
+    with pytest.raises(
+        ConfigError, match="FrameSkip 4 differs from the environment's frame_skip 1"
+    ):
+        load_npz_demo(out)
+    assert load_npz_demo(out, frame_skip=4).length == 2
+    for bad in [0, True, 1.0]:
+        with pytest.raises(ConfigError, match="frame_skip"):
+            load_npz_demo(out, frame_skip=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("actions", "match"),
+    [
+        ("0,4", r"actions\[1\]: expected an int in 0..3, got 4"),
+        ("-1", r"actions\[0\]: expected an int in 0..3, got -1"),
+        ("1,1.5", r"actions\[1\]: expected an int in 0..3, got '1.5'"),
+        ("up", r"actions\[0\]: .* got 'up'"),
+        ("", "expected a comma-separated list"),
+        ("1,,2", r"actions\[1\]"),
+        (",".join(map(str, optimal_actions() + [0])), "episode ended after 24 of 25"),
+    ],
+)
+def test_bad_action_lists_raise_and_write_nothing(
+    tmp_path: Path, actions: str, match: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bad.npz"
+    with pytest.raises(ConfigError, match=match):
+        record(KEYDOOR_ID, out, actions=actions)
+    assert main(["demo-record", "--env", KEYDOOR_ID, "--actions", actions, "--out", str(out)]) == 2
+    assert "rlstore demo-record: error: actions" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_env_out_and_policy(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="env: cannot make"):
+        record("NoSuchEnv-v9", tmp_path / "x.npz", actions="0")
+    with pytest.raises(ConfigError, match="out: expected a path ending in .npz"):
+        record(KEYDOOR_ID, tmp_path / "x.bin", actions="0")
+    with pytest.raises(ConfigError, match="no 'scripted' policy"):
+        record("CartPole-v1", tmp_path / "x.npz", policy="scripted")
+    with pytest.raises(ConfigError, match="Discrete"):
+        record("Pendulum-v1", tmp_path / "x.npz", actions="0")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unreadable_or_inconsistent_files(tmp_path: Path) -> None:
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(CheckpointError, match="cannot read"):
+        load_npz_demo(tmp_path / "junk.npz")
+    np.savez(tmp_path / "short.npz", Observation=np.zeros((5, 2)), Action=np.zeros(2),
+             Reward=np.zeros(2))  # fmt: skip
+    with pytest.raises(CheckpointError, match="short.npz: observations"):
+        load_npz_demo(tmp_path / "short.npz")
