@@ -470,3 +470,26 @@ def test_fast_insert_matches_the_full_round_trip(
             # same before_gradients on the same shapes
             torch.testing.assert_close(fast.data[key], ref.data[key], rtol=0, atol=0, msg=key)
     assert fast.store.state_dict()["rng"] == ref.store.state_dict()["rng"]
+
+
+def test_npz_demo_recorded_with_its_final_observation_loads(tmp_path):
+    """rlstore demo-record keeps the observation after the last action (one more row than
+    Action / Reward); PPODBuffer drops it, as load_npz_demo does."""
+    arrays = write_npz_demo(tmp_path / "plain.npz", L=3)
+    final = np.vstack([arrays["Observation"], arrays["Observation"][-1:] + 1])
+    np.savez(tmp_path / "with_final.npz", **{**arrays, "Observation": final})
+    buf = PPODBuffer(4, "cpu", LinearActor(), Algo(), None)
+    plain, with_final = (buf.load_demo(tmp_path / n) for n in ("plain.npz", "with_final.npz"))
+    np.testing.assert_array_equal(with_final.observations, plain.observations)
+    assert with_final.length == 3 and with_final.total_reward == 2.0
+    np.savez(tmp_path / "bad.npz", **{**arrays, "Observation": np.vstack([final, final])})
+    with pytest.raises(CheckpointError):
+        buf.load_demo(tmp_path / "bad.npz")
+
+
+def test_the_shipped_keydoor_demo_loads_in_ppodbuffer():
+    from importlib import resources
+
+    with resources.as_file(resources.files("rlstore") / "envs" / "demos" / "KeyDoor-v0.npz") as p:
+        demo = PPODBuffer(4, "cpu", LinearActor(), Algo(), None).load_demo(p)
+    assert demo.total_reward == pytest.approx(1.0) and demo.length == 24

@@ -144,6 +144,8 @@ class PPODBuffer(GAEBuffer):
                 np.asarray(arrays[k]).astype(self.demo_dtypes.get(k, np.float32))
                 for k in self.demos_data_fields
             )
+        if obs.ndim and len(obs) == rew.size + 1:
+            obs = obs[:-1]  # a recording with its final observation (rlstore demo-record)
         try:
             return Demo(obs, act, rew.reshape(-1))
         except RLStoreError as exc:
