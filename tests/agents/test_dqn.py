@@ -241,6 +241,22 @@ def test_resume_refuses_a_crafted_checkpoint(tmp_path: Path, key: str, value: An
         train_dqn(cfg, run_dir=tmp_path, resume=True)
 
 
+def test_resume_names_the_misshapen_parameter_like_the_other_trainers(tmp_path: Path) -> None:
+    # one check (rlstore.agents.run.check_module_state) for PPO, DQN and SAC: key, expected, got
+    cfg = _cfg(num_checkpoints=1)
+    train_dqn(cfg, run_dir=tmp_path)
+    folder = tmp_path / "checkpoints" / "checkpoint_0000"
+    sd = load_state(folder, prefix="dqn_")
+    sd["model"]["q.advantage.bias"] = torch.zeros(3, dtype=torch.float64)
+    save_state(folder, sd, prefix="dqn_")
+    want = (
+        r"model\.q\.advantage\.bias: expected a tensor of shape \(2,\) and dtype torch\.float32, "
+        r"got \(\(3,\), torch\.float64\)"
+    )
+    with pytest.raises(CheckpointError, match=want):
+        train_dqn(cfg, run_dir=tmp_path, resume=True)
+
+
 def test_shipped_config_has_rl_zoo_settings() -> None:
     assert set(DEFAULT_CONFIGS) == {"CartPole-v1"}
     cfg = load_config(CONFIGS / DEFAULT_CONFIGS["CartPole-v1"])

@@ -13,7 +13,9 @@ from rlstore.agents.run import (
     RunLogger,
     TrainStats,
     check_global_rng_state,
+    check_module_state,
     check_optimizer_state,
+    check_updates_log,
     checkpoint_path,
     checkpoint_schedule,
     create_run_dir,
@@ -90,6 +92,38 @@ def test_check_global_rng_state_names_the_bad_entry(mutate, where) -> None:
     mutate(rng)
     with pytest.raises(CheckpointError, match=where):
         check_global_rng_state(rng, "my.rng")
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda sd: sd.pop("bias"),
+         r"m: expected the parameters \['bias', 'weight'\], got \['weight'\]"),
+        (lambda sd: sd.update(extra=torch.zeros(1)), "m: expected the parameters"),
+        (lambda sd: sd.update(bias=torch.zeros(3)),
+         r"m\.bias: expected a tensor of shape \(2,\) and dtype torch\.float32, got \(\(3,\), "),
+        (lambda sd: sd.update(weight=sd["weight"].double()),
+         r"m\.weight: .*got \(\(2, 3\), torch\.float64\)"),
+        (lambda sd: sd.update(weight=[[0.0] * 3] * 2), r"m\.weight: .* got list"),
+    ],
+    ids=["missing", "extra", "shape", "dtype", "not-a-tensor"],
+)  # fmt: skip
+def test_check_module_state_names_the_key_the_expectation_and_what_arrived(edit, match) -> None:
+    module = torch.nn.Linear(3, 2)
+    saved = dict(module.state_dict())
+    check_module_state(saved, module, "m")  # as saved: accepted
+    edit(saved)
+    with pytest.raises(CheckpointError, match=match):
+        check_module_state(saved, module, "m")
+    with pytest.raises(CheckpointError, match="m: expected the parameters .* got str"):
+        check_module_state("os.system", module, "m")
+
+
+def test_check_updates_log() -> None:
+    check_updates_log([{"loss": 0.5, "global_step": 8}], "log")
+    for bad in ({"loss": 0.5}, [{"loss": "x"}], [[0.5]]):
+        with pytest.raises(CheckpointError, match=r"log: expected a list of \{name: number\}"):
+            check_updates_log(bad, "log")
 
 
 def test_optimizer_state_round_trip_and_checks() -> None:

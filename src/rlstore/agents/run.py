@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -42,6 +43,9 @@ __all__ = [
     "set_global_rng_state",
     "optimizer_state",
     "check_optimizer_state",
+    "check_module_state",
+    "check_updates_log",
+    "RAW_OBS",
     "safe_name",
     "create_run_dir",
     "checkpoint_path",
@@ -247,6 +251,51 @@ def check_optimizer_state(
                 )
         state[int(key)] = dict(entry)
     return {"state": state, "param_groups": out_groups}
+
+
+def check_module_state(saved: Any, module: torch.nn.Module, where: str = "model") -> None:
+    """Raise :class:`CheckpointError` (naming ``where`` and the key) unless ``saved`` holds
+    exactly ``module.state_dict()``'s keys, each a tensor of the same shape and dtype.
+
+    Example::
+
+        >>> check_module_state({"weight": torch.zeros(2, 3)}, torch.nn.Linear(3, 2, bias=False))
+        >>> check_module_state(  # doctest: +ELLIPSIS
+        ...     {"weight": torch.zeros(3)}, torch.nn.Linear(3, 2, bias=False))
+        Traceback (most recent call last):
+        ...
+        rlstore.errors.CheckpointError: model.weight: expected a tensor of shape (2, 3) and ...
+    """
+    ref = module.state_dict()
+    if not isinstance(saved, dict) or set(saved) != set(ref):
+        keys = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
+        raise CheckpointError(f"{where}: expected the parameters {sorted(ref)}, got {keys}")
+    for k, t in ref.items():
+        v = saved[k]
+        if not isinstance(v, torch.Tensor) or v.shape != t.shape or v.dtype != t.dtype:
+            got = (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__
+            raise CheckpointError(
+                f"{where}.{k}: expected a tensor of shape {tuple(t.shape)} and dtype {t.dtype}, "
+                f"got {got}"
+            )
+
+
+def check_updates_log(log: Any, where: str) -> None:
+    """Raise :class:`CheckpointError` naming ``where`` unless ``log`` is a list of
+    ``{name: number}`` dicts (the per-update diagnostics a checkpoint carries)."""
+    if not isinstance(log, list) or not all(
+        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in log
+    ):
+        raise CheckpointError(f"{where}: expected a list of {{name: number}} dicts")
+
+
+RAW_OBS = SimpleNamespace(
+    normalizer=SimpleNamespace(obs=lambda x, update: x),
+    preprocess=lambda batch, device: torch.as_tensor(batch, device=device),
+)
+"""The ``agent`` argument of :func:`rlstore.agents.ppo.env_state.restore_envs` for trainers
+whose networks see the raw observations (DQN, SAC): no preprocessing, no normalization, so the
+replayed observations are compared with the saved ones as they are."""
 
 
 # ----------------------------------------------------------------- run folder

@@ -21,7 +21,6 @@ imported.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,22 +45,10 @@ PREFIX, BUFFER_PREFIX = "sac_", "buffer_"
 Optimizers = dict[str, torch.optim.Optimizer]
 
 
-class _RawObs:
-    """What :func:`restore_envs` asks of an agent to check the replayed observations: SAC
-    feeds raw observations to its networks (no preprocessing, no normalization)."""
-
-    normalizer = SimpleNamespace(obs=lambda x, update: x)
-
-    @staticmethod
-    def preprocess(obs: Any, device: torch.device) -> torch.Tensor:
-        return torch.as_tensor(obs, device=device)
-
-
 def _payload(cfg: SACTrainConfig, agent: SACAgent, state: LoopState, stats: TrainStats) -> dict:
     """The checkpoint's entries that have the same structure in every checkpoint of a run."""
     return {
         "counters": {k: getattr(state, k) for k in ("iteration", "num_updates", "checkpoint_num")},
-        "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
         "obs": np.array(state.obs, copy=True),
         "episode": {"return": state.ep_return.copy(), "length": state.ep_length.copy()},
         "history": {
@@ -84,6 +71,7 @@ def save_checkpoint(
     checkpoint.save(buffer, folder, prefix=BUFFER_PREFIX)
     payload = {
         **_payload(cfg, agent, state, stats),
+        "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
         "format": FORMAT,
         "config": cfg.to_dict(),
         "optimizers": {k: run.optimizer_state(o) for k, o in opts.items()},
@@ -116,6 +104,7 @@ def restore_checkpoint(
     if sd.get("format") != FORMAT:
         raise CheckpointError(f"{where}: expected format {FORMAT!r}, got {sd.get('format')!r}")
     check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "sac"), where)
+    run.check_module_state(sd.get("model"), agent)
     for key, ref in _payload(cfg, agent, state, TrainStats()).items():
         check_like(key, sd.get(key), ref)  # same keys, shapes, dtypes; lists of numbers
     h, ep, updates = sd["history"], sd["episode"], sd.get("updates")
@@ -125,10 +114,7 @@ def restore_checkpoint(
         or len(h["episode_returns"]) != len(h["episode_end_steps"])
     ):
         raise CheckpointError(f"{where}: history lists of unequal lengths")
-    if not isinstance(updates, list) or not all(
-        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in updates
-    ):
-        raise CheckpointError(f"{where}: updates: expected a list of {{name: number}} dicts")
+    run.check_updates_log(updates, f"{where}: updates")
     if not isinstance(sd.get("optimizers"), dict) or set(sd["optimizers"]) != set(opts):
         raise CheckpointError(f"{where}: optimizers: expected keys {sorted(opts)}")
     opt_sd = {
@@ -137,7 +123,7 @@ def restore_checkpoint(
     }
     run.check_global_rng_state(sd.get("rng"), "rng")
     buffer.load_state_dict(buffer_sd)
-    restore_envs(envs, cfg.environment, sd.get("envs"), _RawObs(), torch.from_numpy(sd["obs"]))
+    restore_envs(envs, cfg.environment, sd.get("envs"), run.RAW_OBS, torch.from_numpy(sd["obs"]))
     agent.load_state_dict(sd["model"])
     for k, o in opts.items():
         o.load_state_dict(opt_sd[k])
@@ -150,4 +136,4 @@ def restore_checkpoint(
     stats.evaluations = [
         (int(s), float(r)) for s, r in zip(h["eval_steps"], h["eval_returns"], strict=True)
     ]
-    stats.updates = [dict(u) for u in updates]
+    stats.updates = [dict(u) for u in sd["updates"]]

@@ -37,7 +37,9 @@ from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import check_like
 from rlstore.agents.run import (
     check_global_rng_state,
+    check_module_state,
     check_optimizer_state,
+    check_updates_log,
     checkpoint_path,
     global_rng_state,
     list_checkpoints,
@@ -62,20 +64,6 @@ FORMAT = "rlstore.ppo/2"
 """Value of the ``format`` entry of every PPO checkpoint this version writes and reads."""
 PREFIX = "ppo_"
 _LEGACY = re.compile(r"^checkpoint_(\d+)\.pt$")
-
-
-def _check_model_state(saved: Any, agent: PPOAgent, where: str = "model") -> None:
-    ref = agent.state_dict()
-    if not isinstance(saved, dict) or set(saved) != set(ref):
-        raise CheckpointError(f"{where}: expected the parameters {sorted(ref)} of this agent")
-    for k, t in ref.items():
-        v = saved[k]
-        if not isinstance(v, torch.Tensor) or v.shape != t.shape or v.dtype != t.dtype:
-            got = (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__
-            raise CheckpointError(
-                f"{where}.{k}: expected a tensor of shape {tuple(t.shape)} and dtype {t.dtype}, "
-                f"got {got}"
-            )
 
 
 def store_model_checkpoint(
@@ -208,7 +196,7 @@ def _agent_from_payload(payload: dict[str, Any], num_envs: int) -> PPOAgent:
             f"agent_class: config builds {type(agent).__name__}, checkpoint holds "
             f"{payload['agent_class']!r}"
         )
-    _check_model_state(payload["model"], agent)
+    check_module_state(payload["model"], agent)
     _load_normalizer(payload, agent)
     agent.load_state_dict(payload["model"])
     agent.train_config = cfg
@@ -292,14 +280,11 @@ def restore_training(
             f"agent_class: expected {type(agent).__name__}, "
             f"checkpoint holds {payload['agent_class']!r}"
         )
-    _check_model_state(payload["model"], agent)
+    check_module_state(payload["model"], agent)
     opt_state = check_optimizer_state(res["optimizer"], optimizer)
     check_global_rng_state(res["rng"])
     log = res["updates_log"]
-    if not isinstance(log, list) or not all(
-        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in log
-    ):
-        raise CheckpointError("resume.updates_log: expected a list of {name: number} dicts")
+    check_updates_log(log, "resume.updates_log")
     if scheduler is not None and res["scheduler"] is not None:
         check_like("resume.scheduler", res["scheduler"], scheduler.state_dict())
     cfg = _config_of(payload)
