@@ -55,8 +55,8 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
-from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
 from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.agents.run import (
     RunLogger,
@@ -70,7 +70,6 @@ from rlstore.agents.run import (
 )
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.config import PositiveInt, load_config_file
 from rlstore.errors import ConfigError
 from rlstore.samplers import LinearSchedule
@@ -108,11 +107,11 @@ CLI_KEYS: dict[str, str | None] = {
 # ----------------------------------------------------------------- configuration
 
 
-class DQNConfig(_Config):
+class DQNConfig(BaseConfig):
     """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics); strict
     types: no strings or bools for numbers, no floats for ints."""
 
-    model_config = ConfigDict(**_Config.model_config, strict=True)
+    model_config = ConfigDict(**BaseConfig.model_config, strict=True)
 
     total_timesteps: int = Field(50_000, ge=1)
     """Env steps (summed over envs); rounded down to whole periods of ``train_freq * num_envs``
@@ -182,7 +181,7 @@ class DQNConfig(_Config):
         return max(1, self.total_timesteps // (self.train_freq * self.num_envs))
 
 
-class DQNTrainConfig(_Config):
+class DQNTrainConfig(BaseConfig):
     """A whole DQN run (the shape of ``configs/dqn_*.yaml`` and of a run's ``config.yaml``)."""
 
     run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="dqn"))
@@ -466,9 +465,7 @@ def runner(cfg: DQNTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgen
     """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml`` (a new run),
     TensorBoard logs, checkpoints and ``learning_curve.png``; ``resume`` continues from the
     latest checkpoint there."""
-    import yaml
-
     # on resume too: an extended budget is the run's config from now on (the checkpoint check
     # still refuses any other change, and a shorter budget)
-    write_text_atomic(Path(run_dir, "config.yaml"), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    cfg.to_yaml(Path(run_dir, "config.yaml"))
     return train_dqn(cfg, run_dir=run_dir, resume=resume)

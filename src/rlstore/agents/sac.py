@@ -51,17 +51,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from pydantic import Field, model_validator
 from torch import nn
 
 from rlstore.agents import run
-from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
 from rlstore.agents.ppo.rollout import check_env_id, make_vector_env
 from rlstore.agents.run import RunLogger, TrainStats
 from rlstore.agents.sac_checkpoint import PREFIX, restore_checkpoint, save_checkpoint
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
-from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.config import load_config_file
 from rlstore.errors import ConfigError
 from rlstore.vector import TransitionAdapter
@@ -83,7 +81,7 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of the policy
 # ============================================================================ config
 
 
-class SACConfig(_Config):
+class SACConfig(BaseConfig):
     """SAC hyper-parameters (defaults: Stable-Baselines3's ``SAC``)."""
 
     total_timesteps: int = Field(20_000, ge=1)
@@ -140,7 +138,7 @@ class SACConfig(_Config):
         return self
 
 
-class SACTrainConfig(_Config):
+class SACTrainConfig(BaseConfig):
     """A whole SAC run (the YAML file format): ``run``, ``environment``, ``sac``."""
 
     run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="sac"))
@@ -517,5 +515,5 @@ def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgen
         Path(run_dir).mkdir(parents=True, exist_ok=True)
     # on resume too: an extended budget is the run's config from now on (the checkpoint check
     # still refuses any other change, and a shorter budget)
-    write_text_atomic(Path(run_dir) / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    cfg.to_yaml(Path(run_dir) / "config.yaml")
     return train_sac(cfg, run_dir=run_dir, resume=resume)
