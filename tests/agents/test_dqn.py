@@ -242,7 +242,7 @@ def test_resume_refuses_a_crafted_checkpoint(tmp_path: Path, key: str, value: An
 
 
 def test_resume_names_the_misshapen_parameter_like_the_other_trainers(tmp_path: Path) -> None:
-    # one check (rlstore.agents.run.check_module_state) for PPO, DQN and SAC: key, expected, got
+    # one check for PPO, DQN and SAC (run_checkpoint.check_module_state): key, expected, got
     cfg = _cfg(num_checkpoints=1)
     train_dqn(cfg, run_dir=tmp_path)
     folder = tmp_path / "checkpoints" / "checkpoint_0000"

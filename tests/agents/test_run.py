@@ -1,4 +1,5 @@
-"""Tests of rlstore.agents.run, the run infrastructure every trainer shares."""
+"""Tests of rlstore.agents.run and rlstore.agents.run_checkpoint, the run infrastructure and the
+checkpoint pieces every trainer shares."""
 
 from __future__ import annotations
 
@@ -12,22 +13,24 @@ import torch
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
+    create_run_dir,
+    evaluate,
+    plot_learning_curve,
+    safe_name,
+    set_global_seeds,
+)
+from rlstore.agents.run_checkpoint import (
     check_global_rng_state,
     check_module_state,
     check_optimizer_state,
     check_updates_log,
     checkpoint_path,
     checkpoint_schedule,
-    create_run_dir,
-    evaluate,
     global_rng_state,
     latest_checkpoint,
     list_checkpoints,
     optimizer_state,
-    plot_learning_curve,
-    safe_name,
     set_global_rng_state,
-    set_global_seeds,
 )
 from rlstore.checkpoint import save_state
 from rlstore.errors import CheckpointError, ConfigError

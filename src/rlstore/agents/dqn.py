@@ -61,13 +61,11 @@ from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
-    checkpoint_path,
-    checkpoint_schedule,
     evaluate,
-    latest_checkpoint,
     plot_learning_curve,
     set_global_seeds,
 )
+from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.config import PositiveInt, load_config_file

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from rlstore.agents.ppo.env_state import env_state, restore_envs
-from rlstore.agents.run import (
+from rlstore.agents.run import TrainStats
+from rlstore.agents.run_checkpoint import (
     RAW_OBS,
-    TrainStats,
     check_global_rng_state,
     check_module_state,
     check_optimizer_state,

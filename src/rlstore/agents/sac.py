@@ -58,6 +58,7 @@ from rlstore.agents import run
 from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
 from rlstore.agents.ppo.rollout import check_env_id, make_vector_env
 from rlstore.agents.run import RunLogger, TrainStats
+from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
 from rlstore.agents.sac_checkpoint import PREFIX, restore_checkpoint, save_checkpoint
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
 from rlstore.config import load_config_file
@@ -432,11 +433,11 @@ def train_sac(
         state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64))
         stats = TrainStats(run_dir=run_dir)
         if resume:
-            if ckpt_dir is None or (path := run.latest_checkpoint(ckpt_dir, PREFIX)) is None:
+            if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
                 raise ConfigError(f"resume: no SAC checkpoint found under {ckpt_dir}")
             restore_checkpoint(path, cfg, agent, opts, buffer, envs, state, stats)
         num_iters = math.ceil(sc.total_timesteps / n)
-        ckpt_at = run.checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
+        ckpt_at = checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
         eval_every = max(1, sc.eval_freq // n) if sc.eval_freq else num_iters
         log_every = max(1, sc.log_freq // n)
         # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch

@@ -27,10 +27,21 @@ import numpy as np
 import torch
 
 from rlstore import checkpoint
-from rlstore.agents import run
 from rlstore.agents.ppo.env_state import env_state, restore_envs
 from rlstore.agents.ppo.rollout import check_like
-from rlstore.agents.run import TrainStats, check_resumed_config
+from rlstore.agents.run import TrainStats
+from rlstore.agents.run_checkpoint import (
+    RAW_OBS,
+    check_global_rng_state,
+    check_module_state,
+    check_optimizer_state,
+    check_resumed_config,
+    check_updates_log,
+    checkpoint_path,
+    global_rng_state,
+    optimizer_state,
+    set_global_rng_state,
+)
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.errors import CheckpointError, RLStoreError
 
@@ -67,15 +78,15 @@ def save_checkpoint(
 ) -> None:  # fmt: skip
     """Write ``ckpt_dir/checkpoint_NNNN/``: the buffer first, then the SAC state, whose sidecar
     commits the checkpoint (a folder without ``sac_metadata.json`` is never resumed from)."""
-    folder = run.checkpoint_path(ckpt_dir, state.checkpoint_num)
+    folder = checkpoint_path(ckpt_dir, state.checkpoint_num)
     checkpoint.save(buffer, folder, prefix=BUFFER_PREFIX)
     payload = {
         **_payload(cfg, agent, state, stats),
         "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
         "format": FORMAT,
         "config": cfg.to_dict(),
-        "optimizers": {k: run.optimizer_state(o) for k, o in opts.items()},
-        "rng": run.global_rng_state(),
+        "optimizers": {k: optimizer_state(o) for k, o in opts.items()},
+        "rng": global_rng_state(),
         "envs": env_state(envs, cfg.environment),
         "updates": [dict(u) for u in stats.updates],
     }
@@ -104,7 +115,7 @@ def restore_checkpoint(
     if sd.get("format") != FORMAT:
         raise CheckpointError(f"{where}: expected format {FORMAT!r}, got {sd.get('format')!r}")
     check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "sac"), where)
-    run.check_module_state(sd.get("model"), agent)
+    check_module_state(sd.get("model"), agent)
     for key, ref in _payload(cfg, agent, state, TrainStats()).items():
         check_like(key, sd.get(key), ref)  # same keys, shapes, dtypes; lists of numbers
     h, ep, updates = sd["history"], sd["episode"], sd.get("updates")
@@ -114,20 +125,19 @@ def restore_checkpoint(
         or len(h["episode_returns"]) != len(h["episode_end_steps"])
     ):
         raise CheckpointError(f"{where}: history lists of unequal lengths")
-    run.check_updates_log(updates, f"{where}: updates")
+    check_updates_log(updates, f"{where}: updates")
     if not isinstance(sd.get("optimizers"), dict) or set(sd["optimizers"]) != set(opts):
         raise CheckpointError(f"{where}: optimizers: expected keys {sorted(opts)}")
     opt_sd = {
-        k: run.check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}")
-        for k, o in opts.items()
+        k: check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}") for k, o in opts.items()
     }
-    run.check_global_rng_state(sd.get("rng"), "rng")
+    check_global_rng_state(sd.get("rng"), "rng")
     buffer.load_state_dict(buffer_sd)
-    restore_envs(envs, cfg.environment, sd.get("envs"), run.RAW_OBS, torch.from_numpy(sd["obs"]))
+    restore_envs(envs, cfg.environment, sd.get("envs"), RAW_OBS, torch.from_numpy(sd["obs"]))
     agent.load_state_dict(sd["model"])
     for k, o in opts.items():
         o.load_state_dict(opt_sd[k])
-    run.set_global_rng_state(sd["rng"])
+    set_global_rng_state(sd["rng"])
     state.obs, state.ep_return, state.ep_length = sd["obs"], ep["return"], ep["length"]
     state.iteration, state.num_updates = sd["counters"]["iteration"], sd["counters"]["num_updates"]
     state.checkpoint_num = sd["counters"]["checkpoint_num"] + 1

@@ -35,7 +35,7 @@ from rlstore.agents.ppo.config import OnlineTrainConfig, RunConfig, TrainConfig
 from rlstore.agents.ppo.env_state import env_state, has_episode_logs, restore_envs
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import check_like
-from rlstore.agents.run import (
+from rlstore.agents.run_checkpoint import (
     check_global_rng_state,
     check_module_state,
     check_optimizer_state,
@@ -46,7 +46,7 @@ from rlstore.agents.run import (
     optimizer_state,
     set_global_rng_state,
 )
-from rlstore.agents.run import latest_checkpoint as _latest_checkpoint
+from rlstore.agents.run_checkpoint import latest_checkpoint as _latest_checkpoint
 from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.errors import CheckpointError, RLStoreError
 
@@ -225,7 +225,7 @@ def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
 
 
 def latest_checkpoint(folder: str | Path) -> Path | None:
-    """The latest committed PPO checkpoint in ``folder`` (:func:`rlstore.agents.run.
+    """The latest committed PPO checkpoint in ``folder`` (:func:`rlstore.agents.run_checkpoint.
     latest_checkpoint` with this module's prefix)."""
     return _latest_checkpoint(folder, PREFIX)
 
