@@ -20,13 +20,13 @@ from rlstore.agents.dqn import (
     DQNConfig,
     DQNTrainConfig,
     EnvInfo,
-    _adam,
     _train,
     load_config,
     runner,
     td_targets,
     train_dqn,
 )
+from rlstore.agents.run import adam
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.checkpoint import load, load_state, save_state
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
@@ -152,7 +152,7 @@ def _prioritized_setup() -> tuple[DQNAgent, torch.optim.Optimizer, ReplayBuffer,
     sampler = {"kind": "prioritized", "alpha": 0.7, "beta": 0.5, "eps": 0.01}
     buf = ReplayBuffer(1000, num_envs=2, seed=0, sampler=sampler)
     buf.warm(None, 400, env_id="CartPole-v1", num_envs=2, seed=0)
-    return agent, _adam(agent.q, 1e-3), buf, dc
+    return agent, adam(agent.q.parameters(), 1e-3), buf, dc
 
 
 def test_prioritized_path_sets_priorities_from_td_errors_and_weights_scale_the_loss() -> None:

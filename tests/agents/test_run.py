@@ -13,6 +13,7 @@ import torch
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
+    adam,
     create_run_dir,
     evaluate,
     plot_learning_curve,
@@ -127,6 +128,23 @@ def test_check_updates_log() -> None:
     for bad in ({"loss": 0.5}, [{"loss": "x"}], [[0.5]]):
         with pytest.raises(CheckpointError, match=r"log: expected a list of \{name: number\}"):
             check_updates_log(bad, "log")
+
+
+def test_adam_is_the_fused_adam_of_dqn_and_sac_and_steps_like_the_plain_one() -> None:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    twin = torch.nn.Linear(3, 2)
+    twin.load_state_dict(net.state_dict())
+    fused, plain = adam(net.parameters(), 1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    assert fused.defaults["fused"] is True and fused.defaults["lr"] == 1e-2
+    x = torch.randn(8, 3)
+    for m, opt in ((net, fused), (twin, plain)):
+        for _ in range(3):
+            opt.zero_grad()
+            m(x).square().mean().backward()
+            opt.step()
+    for p, q in zip(net.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # one kernel vs per-tensor loop
 
 
 def test_optimizer_state_round_trip_and_checks() -> None:

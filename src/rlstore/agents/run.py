@@ -31,6 +31,7 @@ from rlstore.errors import ConfigError
 __all__ = [
     "TrainStats",
     "set_global_seeds",
+    "adam",
     "safe_name",
     "create_run_dir",
     "RunLogger",
@@ -106,6 +107,17 @@ def set_global_seeds(seed: int | None) -> None:
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - the legacy global RNG is exactly what this seeds
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def adam(params: Any, lr: float) -> torch.optim.Optimizer:
+    """``torch.optim.Adam(params, lr=lr)`` with torch's fused kernel where it has one for the
+    parameters' device (CPU since torch 2.4): the same update in one kernel, about 3x faster than
+    the per-tensor loop at the sizes of DQN's and SAC's networks."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except RuntimeError:  # an older torch without a fused kernel for this device
+        return torch.optim.Adam(params, lr=lr)
 
 
 # ----------------------------------------------------------------- run folder

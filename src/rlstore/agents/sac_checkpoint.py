@@ -20,6 +20,7 @@ imported.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,14 +47,27 @@ from rlstore.buffers.replay import ReplayBuffer
 from rlstore.errors import CheckpointError, RLStoreError
 
 if TYPE_CHECKING:
-    from rlstore.agents.sac import LoopState, SACAgent, SACTrainConfig
+    from rlstore.agents.sac import SACAgent, SACTrainConfig
 
-__all__ = ["FORMAT", "PREFIX", "save_checkpoint", "restore_checkpoint"]
+__all__ = ["FORMAT", "PREFIX", "LoopState", "save_checkpoint", "restore_checkpoint"]
 
 FORMAT = "rlstore.sac/1"
 """``format`` entry of the SAC checkpoints this version writes and reads."""
 PREFIX, BUFFER_PREFIX = "sac_", "buffer_"
 Optimizers = dict[str, torch.optim.Optimizer]
+
+
+@dataclass
+class LoopState:
+    """What carries over between the vector steps of :func:`rlstore.agents.sac.train_sac` (and
+    into checkpoints)."""
+
+    obs: np.ndarray  # (N, obs_dim): the observations to act on next
+    ep_return: np.ndarray  # (N,) float64: returns of the running episodes so far
+    ep_length: np.ndarray  # (N,) int64
+    iteration: int = 0  # vector steps done (env steps = iteration * N)
+    num_updates: int = 0  # gradient steps done
+    checkpoint_num: int = 0  # number of the next checkpoint
 
 
 def _payload(cfg: SACTrainConfig, agent: SACAgent, state: LoopState, stats: TrainStats) -> dict:
