@@ -24,7 +24,6 @@ earlier rlstore versions (pickle inside) are refused, not read.
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,6 @@ __all__ = [
 FORMAT = "rlstore.ppo/2"
 """Value of the ``format`` entry of every PPO checkpoint this version writes and reads."""
 PREFIX = "ppo_"
-_LEGACY = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
 def store_model_checkpoint(
@@ -143,7 +141,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint folder's state (no code is executed); :class:`CheckpointError` if
     it is missing, damaged, of another format, or an old pickle-based ``.pt`` file."""
     p = Path(path)
-    if _LEGACY.match(p.name) or p.suffix == ".pt":
+    if p.suffix == ".pt":  # checkpoint_NNNN.pt of an earlier rlstore, or any torch.save file
         raise CheckpointError(
             f"path: {str(p)!r} is a checkpoint of an earlier rlstore (pickle inside); it is "
             "not loaded because loading it could run code: retrain, or load it yourself with "
