@@ -20,13 +20,13 @@ from rlstore.agents.dqn import (
     DQNConfig,
     DQNTrainConfig,
     EnvInfo,
-    _adam,
     _train,
     load_config,
     runner,
     td_targets,
     train_dqn,
 )
+from rlstore.agents.run import adam
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.checkpoint import load, load_state, save_state
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
@@ -152,7 +152,7 @@ def _prioritized_setup() -> tuple[DQNAgent, torch.optim.Optimizer, ReplayBuffer,
     sampler = {"kind": "prioritized", "alpha": 0.7, "beta": 0.5, "eps": 0.01}
     buf = ReplayBuffer(1000, num_envs=2, seed=0, sampler=sampler)
     buf.warm(None, 400, env_id="CartPole-v1", num_envs=2, seed=0)
-    return agent, _adam(agent.q, 1e-3), buf, dc
+    return agent, adam(agent.q.parameters(), 1e-3), buf, dc
 
 
 def test_prioritized_path_sets_priorities_from_td_errors_and_weights_scale_the_loss() -> None:
@@ -238,6 +238,22 @@ def test_resume_refuses_a_crafted_checkpoint(tmp_path: Path, key: str, value: An
     sd[key] = {**sd[key], **value} if isinstance(value, dict) and value else value
     save_state(folder, sd, prefix="dqn_")  # a consistent (checksummed) but wrong state
     with pytest.raises(CheckpointError, match=key):
+        train_dqn(cfg, run_dir=tmp_path, resume=True)
+
+
+def test_resume_names_the_misshapen_parameter_like_the_other_trainers(tmp_path: Path) -> None:
+    # one check for PPO, DQN and SAC (run_checkpoint.check_module_state): key, expected, got
+    cfg = _cfg(num_checkpoints=1)
+    train_dqn(cfg, run_dir=tmp_path)
+    folder = tmp_path / "checkpoints" / "checkpoint_0000"
+    sd = load_state(folder, prefix="dqn_")
+    sd["model"]["q.advantage.bias"] = torch.zeros(3, dtype=torch.float64)
+    save_state(folder, sd, prefix="dqn_")
+    want = (
+        r"model\.q\.advantage\.bias: expected a tensor of shape \(2,\) and dtype torch\.float32, "
+        r"got \(\(3,\), torch\.float64\)"
+    )
+    with pytest.raises(CheckpointError, match=want):
         train_dqn(cfg, run_dir=tmp_path, resume=True)
 
 

@@ -1,4 +1,5 @@
-"""Tests of rlstore.agents.run, the run infrastructure every trainer shares."""
+"""Tests of rlstore.agents.run and rlstore.agents.run_checkpoint, the run infrastructure and the
+checkpoint pieces every trainer shares."""
 
 from __future__ import annotations
 
@@ -12,20 +13,25 @@ import torch
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
-    check_global_rng_state,
-    check_optimizer_state,
-    checkpoint_path,
-    checkpoint_schedule,
+    adam,
     create_run_dir,
     evaluate,
+    plot_learning_curve,
+    safe_name,
+    set_global_seeds,
+)
+from rlstore.agents.run_checkpoint import (
+    check_global_rng_state,
+    check_module_state,
+    check_optimizer_state,
+    check_updates_log,
+    checkpoint_path,
+    checkpoint_schedule,
     global_rng_state,
     latest_checkpoint,
     list_checkpoints,
     optimizer_state,
-    plot_learning_curve,
-    safe_name,
     set_global_rng_state,
-    set_global_seeds,
 )
 from rlstore.checkpoint import save_state
 from rlstore.errors import CheckpointError, ConfigError
@@ -90,6 +96,55 @@ def test_check_global_rng_state_names_the_bad_entry(mutate, where) -> None:
     mutate(rng)
     with pytest.raises(CheckpointError, match=where):
         check_global_rng_state(rng, "my.rng")
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda sd: sd.pop("bias"),
+         r"m: expected the parameters \['bias', 'weight'\], got \['weight'\]"),
+        (lambda sd: sd.update(extra=torch.zeros(1)), "m: expected the parameters"),
+        (lambda sd: sd.update(bias=torch.zeros(3)),
+         r"m\.bias: expected a tensor of shape \(2,\) and dtype torch\.float32, got \(\(3,\), "),
+        (lambda sd: sd.update(weight=sd["weight"].double()),
+         r"m\.weight: .*got \(\(2, 3\), torch\.float64\)"),
+        (lambda sd: sd.update(weight=[[0.0] * 3] * 2), r"m\.weight: .* got list"),
+    ],
+    ids=["missing", "extra", "shape", "dtype", "not-a-tensor"],
+)  # fmt: skip
+def test_check_module_state_names_the_key_the_expectation_and_what_arrived(edit, match) -> None:
+    module = torch.nn.Linear(3, 2)
+    saved = dict(module.state_dict())
+    check_module_state(saved, module, "m")  # as saved: accepted
+    edit(saved)
+    with pytest.raises(CheckpointError, match=match):
+        check_module_state(saved, module, "m")
+    with pytest.raises(CheckpointError, match="m: expected the parameters .* got str"):
+        check_module_state("os.system", module, "m")
+
+
+def test_check_updates_log() -> None:
+    check_updates_log([{"loss": 0.5, "global_step": 8}], "log")
+    for bad in ({"loss": 0.5}, [{"loss": "x"}], [[0.5]]):
+        with pytest.raises(CheckpointError, match=r"log: expected a list of \{name: number\}"):
+            check_updates_log(bad, "log")
+
+
+def test_adam_is_the_fused_adam_of_dqn_and_sac_and_steps_like_the_plain_one() -> None:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    twin = torch.nn.Linear(3, 2)
+    twin.load_state_dict(net.state_dict())
+    fused, plain = adam(net.parameters(), 1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    assert fused.defaults["fused"] is True and fused.defaults["lr"] == 1e-2
+    x = torch.randn(8, 3)
+    for m, opt in ((net, fused), (twin, plain)):
+        for _ in range(3):
+            opt.zero_grad()
+            m(x).square().mean().backward()
+            opt.step()
+    for p, q in zip(net.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # one kernel vs per-tensor loop
 
 
 def test_optimizer_state_round_trip_and_checks() -> None:

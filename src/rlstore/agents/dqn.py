@@ -55,22 +55,20 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
-from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
-from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.ppo.rollout import make_env, make_vector_env
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
-    checkpoint_path,
-    checkpoint_schedule,
+    adam,
     evaluate,
-    latest_checkpoint,
     plot_learning_curve,
     set_global_seeds,
 )
+from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.config import PositiveInt, load_config_file
 from rlstore.errors import ConfigError
 from rlstore.samplers import LinearSchedule
@@ -108,11 +106,11 @@ CLI_KEYS: dict[str, str | None] = {
 # ----------------------------------------------------------------- configuration
 
 
-class DQNConfig(_Config):
+class DQNConfig(BaseConfig):
     """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics); strict
     types: no strings or bools for numbers, no floats for ints."""
 
-    model_config = ConfigDict(**_Config.model_config, strict=True)
+    model_config = ConfigDict(**BaseConfig.model_config, strict=True)
 
     total_timesteps: int = Field(50_000, ge=1)
     """Env steps (summed over envs); rounded down to whole periods of ``train_freq * num_envs``
@@ -182,7 +180,7 @@ class DQNConfig(_Config):
         return max(1, self.total_timesteps // (self.train_freq * self.num_envs))
 
 
-class DQNTrainConfig(_Config):
+class DQNTrainConfig(BaseConfig):
     """A whole DQN run (the shape of ``configs/dqn_*.yaml`` and of a run's ``config.yaml``)."""
 
     run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="dqn"))
@@ -301,13 +299,6 @@ def td_targets(agent: DQNAgent, batch: NStepBatch, double_q: bool) -> torch.Tens
 # ----------------------------------------------------------------- training
 
 
-def _make_eval_env(env_cfg: EnvironmentConfig) -> gym.Env:
-    kwargs = dict(env_cfg.env_kwargs)
-    if env_cfg.max_steps is not None:
-        kwargs["max_episode_steps"] = env_cfg.max_steps
-    return gym.make(env_cfg.env_id, **kwargs)
-
-
 def train_dqn(
     cfg: DQNTrainConfig, *, run_dir: str | Path | None = None, resume: bool = False
 ) -> tuple[DQNAgent, TrainStats]:
@@ -330,7 +321,7 @@ def train_dqn(
         EnvInfo(gym.spec(cfg.environment.env_id), envs.single_observation_space,
                 envs.single_action_space), dc,
     ).to(rc.device)  # fmt: skip
-    optimizer = _adam(agent.q, dc.learning_rate)
+    optimizer = adam(agent.q.parameters(), dc.learning_rate)
     num_periods = dc.num_periods
     sampler = None  # uniform; prioritized: beta annealed to 1 over the run's gradient steps
     if dc.prioritized:
@@ -405,7 +396,7 @@ def train_dqn(
             if dc.eval_interval and (
                 step // dc.eval_interval > before // dc.eval_interval or period + 1 == num_periods
             ):
-                rets = evaluate(agent.act, lambda: _make_eval_env(cfg.environment),
+                rets = evaluate(agent.act, lambda: make_env(cfg.environment),
                                 dc.eval_episodes, seed=rc.seed + 100_000)  # fmt: skip
                 stats.evaluations.append((step, float(np.mean(rets))))
                 logger.scalars({"charts/eval_return": stats.evaluations[-1][1]}, step)
@@ -448,17 +439,6 @@ def _train(
     return {"td_loss": losses.mean().item(), "q_values": qs.mean().item()}
 
 
-def _adam(q: nn.Module, lr: float) -> torch.optim.Optimizer:
-    """Adam on ``q``'s parameters, with torch's fused kernel where it has one for their device
-    (CPU since torch 2.4): the same update in one kernel, about 3x faster than the per-tensor
-    loop at these sizes."""
-    params = list(q.parameters())
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except RuntimeError:  # an older torch without a fused kernel for this device
-        return torch.optim.Adam(params, lr=lr)
-
-
 # ----------------------------------------------------------------- entry point
 
 
@@ -466,9 +446,7 @@ def runner(cfg: DQNTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgen
     """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml`` (a new run),
     TensorBoard logs, checkpoints and ``learning_curve.png``; ``resume`` continues from the
     latest checkpoint there."""
-    import yaml
-
     # on resume too: an extended budget is the run's config from now on (the checkpoint check
     # still refuses any other change, and a shorter budget)
-    write_text_atomic(Path(run_dir, "config.yaml"), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    cfg.to_yaml(Path(run_dir, "config.yaml"))
     return train_dqn(cfg, run_dir=run_dir, resume=resume)

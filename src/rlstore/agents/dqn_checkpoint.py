@@ -15,16 +15,17 @@ changes, and anything wrong is a :class:`~rlstore.errors.CheckpointError` naming
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from rlstore.agents.ppo.env_state import env_state, restore_envs
-from rlstore.agents.run import (
-    TrainStats,
+from rlstore.agents.run import TrainStats
+from rlstore.agents.run_checkpoint import (
+    RAW_OBS,
     check_global_rng_state,
+    check_module_state,
     check_optimizer_state,
     check_resumed_config,
     global_rng_state,
@@ -93,12 +94,6 @@ _COUNTERS = ("period", "global_step", "num_updates", "checkpoint_num")
 _HISTORY = ("episode_returns", "episode_lengths", "episode_end_steps", "updates", "evaluations")
 
 
-_RAW_OBS = SimpleNamespace(  # what restore_envs compares the replayed observations through
-    normalizer=SimpleNamespace(obs=lambda x, update: x),  # DQN acts on the raw observation
-    preprocess=lambda batch, device: torch.as_tensor(batch, dtype=torch.float32, device=device),
-)
-
-
 def restore_checkpoint(
     path: Path,
     cfg: DQNTrainConfig,
@@ -116,14 +111,7 @@ def restore_checkpoint(
     check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "dqn"), str(path))
     if read_metadata(path, prefix=BUFFER_PREFIX).get("save_id") != sd.get("buffer_save_id"):
         raise CheckpointError(f"buffer_save_id: {path} holds a replay buffer of another save")
-    ref = agent.state_dict()
-    model = sd.get("model")
-    if not isinstance(model, dict) or set(model) != set(ref):
-        raise CheckpointError(f"model: expected the parameters {sorted(ref)} of this agent")
-    for k, t in ref.items():
-        v = model[k]
-        if not isinstance(v, torch.Tensor) or v.shape != t.shape or v.dtype != t.dtype:
-            raise CheckpointError(f"model.{k}: expected a {t.dtype} tensor of {tuple(t.shape)}")
+    check_module_state(sd.get("model"), agent)
     opt = check_optimizer_state(sd.get("optimizer"), optimizer)
     check_global_rng_state(sd.get("rng"))
     counters = sd.get("counters")
@@ -150,10 +138,8 @@ def restore_checkpoint(
     if type(eps) is not float or not 0.0 <= eps <= 1.0:
         raise CheckpointError(f"epsilon: expected a float in [0, 1], got {eps!r}")
     buffer.load_state_dict(load_state(path, prefix=BUFFER_PREFIX))  # checked, all or nothing
-    restore_envs(
-        envs, cfg.environment, sd.get("envs"), _RAW_OBS, torch.as_tensor(sd["obs"]).float()
-    )
-    agent.load_state_dict(model)
+    restore_envs(envs, cfg.environment, sd.get("envs"), RAW_OBS, torch.as_tensor(sd["obs"]))
+    agent.load_state_dict(sd["model"])
     optimizer.load_state_dict(opt)
     set_global_rng_state(sd["rng"])
     agent.epsilon = eps

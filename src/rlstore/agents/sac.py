@@ -3,17 +3,13 @@
 CleanRL-style, in reading order: config -> networks -> one update -> the training loop (what a
 checkpoint holds is in :mod:`rlstore.agents.sac_checkpoint`).
 
-* **Policy**: a tanh-squashed diagonal Gaussian, ``a = bias + scale * tanh(u)``,
-  ``u ~ N(mean(s), std(s)^2)``, ``scale, bias`` from the env's Box bounds. Its log-density is
-  ``log N(u) - sum_i log(scale_i * (1 - tanh(u_i)^2))`` (the change of variables), with
-  ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))`` (exact, no epsilon).
-* **Critics**: twin Q networks evaluated as one batched MLP (one ``baddbmm`` per layer for
-  both), one Adam step for both; target copies follow by Polyak averaging
-  ``target <- (1 - tau) target + tau online`` every ``target_update_interval`` updates.
-* **Target**: ``y = r + gamma * (1 - terminated) * (min_k Q'_k(s', a') - alpha log pi(a'|s'))``
-  with ``a' ~ pi(s')``. ``s'`` is the true successor: a truncated episode (time limit)
-  bootstraps from its final observation (``info["final_obs"]`` of the SAME_STEP vector env,
-  put back by :class:`rlstore.vector.TransitionAdapter`); a terminated one does not bootstrap.
+* **Policy**: a tanh-squashed diagonal Gaussian scaled to the env's Box bounds, with the exact
+  log-density (:func:`squashed_log_prob`: the change of variables, no epsilon).
+* **Critics**: twin Q networks as one batched MLP (:class:`TwinQ`), one Adam step for both;
+  Polyak-averaged targets every ``target_update_interval`` updates.
+* **Target** (:func:`td_target`): ``r + gamma * (1 - terminated) * (min_k Q'_k(s', a') -
+  alpha log pi(a'|s'))``; a truncated episode bootstraps from its true final observation
+  (put back by :class:`rlstore.vector.TransitionAdapter`), a terminated one does not.
 * **Entropy**: ``alpha = exp(log_alpha)`` tuned to the target entropy ``-|A|`` with the loss
   ``-log_alpha * (log pi + target_entropy)`` (Stable-Baselines3's form), or fixed.
 * **Replay**: :class:`rlstore.ReplayBuffer` (uniform, seeded), saved beside the networks.
@@ -32,9 +28,8 @@ Programmatic use::
     stats.evaluations[-1]                  # (env step, mean deterministic evaluation return)
 
 A run folder (``run_dir``) gets TensorBoard logs, ``learning_curve.png`` and checkpoints
-(networks, targets, ``log_alpha``, optimizers, counters, RNGs, envs, and the replay buffer
-beside them: :mod:`rlstore.agents.sac_checkpoint`); ``resume=True`` continues the latest one
-bit for bit on CPU.
+(:mod:`rlstore.agents.sac_checkpoint`); ``resume=True`` continues the latest one bit for bit
+on CPU.
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -51,17 +45,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from pydantic import Field, model_validator
 from torch import nn
 
 from rlstore.agents import run
-from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig, _Config
-from rlstore.agents.ppo.rollout import check_env_id, make_vector_env
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
+from rlstore.agents.ppo.rollout import check_env_id, make_env, make_vector_env
 from rlstore.agents.run import RunLogger, TrainStats
-from rlstore.agents.sac_checkpoint import PREFIX, restore_checkpoint, save_checkpoint
+from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
+from rlstore.agents.sac_checkpoint import PREFIX, LoopState, restore_checkpoint, save_checkpoint
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
-from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.config import load_config_file
 from rlstore.errors import ConfigError
 from rlstore.vector import TransitionAdapter
@@ -83,7 +76,7 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of the policy
 # ============================================================================ config
 
 
-class SACConfig(_Config):
+class SACConfig(BaseConfig):
     """SAC hyper-parameters (defaults: Stable-Baselines3's ``SAC``)."""
 
     total_timesteps: int = Field(20_000, ge=1)
@@ -140,7 +133,7 @@ class SACConfig(_Config):
         return self
 
 
-class SACTrainConfig(_Config):
+class SACTrainConfig(BaseConfig):
     """A whole SAC run (the YAML file format): ``run``, ``environment``, ``sac``."""
 
     run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="sac"))
@@ -369,40 +362,17 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 
 def make_optimizers(agent: SACAgent, cfg: SACConfig) -> dict[str, torch.optim.Optimizer]:
-    """Adam for the actor, for both critics (one step), and for ``log_alpha`` when tuned;
-    the fused implementation (one kernel per step, ~3x faster on CPU) where torch has it."""
-
-    def adam(params: Any) -> torch.optim.Optimizer:
-        params = list(params)
-        try:
-            return torch.optim.Adam(params, lr=cfg.learning_rate, fused=True)
-        except RuntimeError:  # torch < 2.4 fuses on CUDA only
-            return torch.optim.Adam(params, lr=cfg.learning_rate)
-
-    opts = {"actor": adam(agent.actor.parameters()), "critic": adam(agent.critic.parameters())}
+    """Adam (:func:`rlstore.agents.run.adam`, fused where torch has it) for the actor, for both
+    critics (one step), and for ``log_alpha`` when tuned."""
+    lr = cfg.learning_rate
+    opts = {"actor": run.adam(agent.actor.parameters(), lr),
+            "critic": run.adam(agent.critic.parameters(), lr)}  # fmt: skip
     if agent.log_alpha.requires_grad:
-        opts["alpha"] = adam([agent.log_alpha])
+        opts["alpha"] = run.adam([agent.log_alpha], lr)
     return opts
 
 
 # ============================================================================ training loop
-
-
-@dataclass
-class LoopState:
-    """What carries over between vector steps (and into checkpoints)."""
-
-    obs: np.ndarray  # (N, obs_dim): the observations to act on next
-    ep_return: np.ndarray  # (N,) float64: returns of the running episodes so far
-    ep_length: np.ndarray  # (N,) int64
-    iteration: int = 0  # vector steps done (env steps = iteration * N)
-    num_updates: int = 0  # gradient steps done
-    checkpoint_num: int = 0  # number of the next checkpoint
-
-
-def _make_eval_env(cfg: EnvironmentConfig) -> gym.Env:
-    steps: dict[str, Any] = {} if cfg.max_steps is None else {"max_episode_steps": cfg.max_steps}
-    return gym.make(cfg.env_id, **cfg.env_kwargs, **steps)
 
 
 def train_sac(
@@ -434,11 +404,11 @@ def train_sac(
         state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64))
         stats = TrainStats(run_dir=run_dir)
         if resume:
-            if ckpt_dir is None or (path := run.latest_checkpoint(ckpt_dir, PREFIX)) is None:
+            if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
                 raise ConfigError(f"resume: no SAC checkpoint found under {ckpt_dir}")
             restore_checkpoint(path, cfg, agent, opts, buffer, envs, state, stats)
         num_iters = math.ceil(sc.total_timesteps / n)
-        ckpt_at = run.checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
+        ckpt_at = checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
         eval_every = max(1, sc.eval_freq // n) if sc.eval_freq else num_iters
         log_every = max(1, sc.log_freq // n)
         # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch
@@ -489,7 +459,7 @@ def train_sac(
             if (it + 1) % eval_every == 0 or last:
                 returns = run.evaluate(
                     lambda o: agent.act(o[None], deterministic=True)[0],
-                    lambda: _make_eval_env(cfg.environment), sc.eval_episodes, rc.seed + 10_000,
+                    lambda: make_env(cfg.environment), sc.eval_episodes, rc.seed + 10_000,
                 )  # fmt: skip
                 stats.evaluations.append((step, float(np.mean(returns))))
                 logger.scalars({"eval/mean_return": stats.evaluations[-1][1]}, step)
@@ -517,5 +487,5 @@ def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgen
         Path(run_dir).mkdir(parents=True, exist_ok=True)
     # on resume too: an extended budget is the run's config from now on (the checkpoint check
     # still refuses any other change, and a shorter budget)
-    write_text_atomic(Path(run_dir) / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    cfg.to_yaml(Path(run_dir) / "config.yaml")
     return train_sac(cfg, run_dir=run_dir, resume=resume)

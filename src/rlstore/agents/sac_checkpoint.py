@@ -20,25 +20,36 @@ imported.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from rlstore import checkpoint
-from rlstore.agents import run
 from rlstore.agents.ppo.env_state import env_state, restore_envs
 from rlstore.agents.ppo.rollout import check_like
-from rlstore.agents.run import TrainStats, check_resumed_config
+from rlstore.agents.run import TrainStats
+from rlstore.agents.run_checkpoint import (
+    RAW_OBS,
+    check_global_rng_state,
+    check_module_state,
+    check_optimizer_state,
+    check_resumed_config,
+    check_updates_log,
+    checkpoint_path,
+    global_rng_state,
+    optimizer_state,
+    set_global_rng_state,
+)
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.errors import CheckpointError, RLStoreError
 
 if TYPE_CHECKING:
-    from rlstore.agents.sac import LoopState, SACAgent, SACTrainConfig
+    from rlstore.agents.sac import SACAgent, SACTrainConfig
 
-__all__ = ["FORMAT", "PREFIX", "save_checkpoint", "restore_checkpoint"]
+__all__ = ["FORMAT", "PREFIX", "LoopState", "save_checkpoint", "restore_checkpoint"]
 
 FORMAT = "rlstore.sac/1"
 """``format`` entry of the SAC checkpoints this version writes and reads."""
@@ -46,22 +57,23 @@ PREFIX, BUFFER_PREFIX = "sac_", "buffer_"
 Optimizers = dict[str, torch.optim.Optimizer]
 
 
-class _RawObs:
-    """What :func:`restore_envs` asks of an agent to check the replayed observations: SAC
-    feeds raw observations to its networks (no preprocessing, no normalization)."""
+@dataclass
+class LoopState:
+    """What carries over between the vector steps of :func:`rlstore.agents.sac.train_sac` (and
+    into checkpoints)."""
 
-    normalizer = SimpleNamespace(obs=lambda x, update: x)
-
-    @staticmethod
-    def preprocess(obs: Any, device: torch.device) -> torch.Tensor:
-        return torch.as_tensor(obs, device=device)
+    obs: np.ndarray  # (N, obs_dim): the observations to act on next
+    ep_return: np.ndarray  # (N,) float64: returns of the running episodes so far
+    ep_length: np.ndarray  # (N,) int64
+    iteration: int = 0  # vector steps done (env steps = iteration * N)
+    num_updates: int = 0  # gradient steps done
+    checkpoint_num: int = 0  # number of the next checkpoint
 
 
 def _payload(cfg: SACTrainConfig, agent: SACAgent, state: LoopState, stats: TrainStats) -> dict:
     """The checkpoint's entries that have the same structure in every checkpoint of a run."""
     return {
         "counters": {k: getattr(state, k) for k in ("iteration", "num_updates", "checkpoint_num")},
-        "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
         "obs": np.array(state.obs, copy=True),
         "episode": {"return": state.ep_return.copy(), "length": state.ep_length.copy()},
         "history": {
@@ -80,14 +92,15 @@ def save_checkpoint(
 ) -> None:  # fmt: skip
     """Write ``ckpt_dir/checkpoint_NNNN/``: the buffer first, then the SAC state, whose sidecar
     commits the checkpoint (a folder without ``sac_metadata.json`` is never resumed from)."""
-    folder = run.checkpoint_path(ckpt_dir, state.checkpoint_num)
+    folder = checkpoint_path(ckpt_dir, state.checkpoint_num)
     checkpoint.save(buffer, folder, prefix=BUFFER_PREFIX)
     payload = {
         **_payload(cfg, agent, state, stats),
+        "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
         "format": FORMAT,
         "config": cfg.to_dict(),
-        "optimizers": {k: run.optimizer_state(o) for k, o in opts.items()},
-        "rng": run.global_rng_state(),
+        "optimizers": {k: optimizer_state(o) for k, o in opts.items()},
+        "rng": global_rng_state(),
         "envs": env_state(envs, cfg.environment),
         "updates": [dict(u) for u in stats.updates],
     }
@@ -116,6 +129,7 @@ def restore_checkpoint(
     if sd.get("format") != FORMAT:
         raise CheckpointError(f"{where}: expected format {FORMAT!r}, got {sd.get('format')!r}")
     check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "sac"), where)
+    check_module_state(sd.get("model"), agent)
     for key, ref in _payload(cfg, agent, state, TrainStats()).items():
         check_like(key, sd.get(key), ref)  # same keys, shapes, dtypes; lists of numbers
     h, ep, updates = sd["history"], sd["episode"], sd.get("updates")
@@ -125,23 +139,19 @@ def restore_checkpoint(
         or len(h["episode_returns"]) != len(h["episode_end_steps"])
     ):
         raise CheckpointError(f"{where}: history lists of unequal lengths")
-    if not isinstance(updates, list) or not all(
-        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in updates
-    ):
-        raise CheckpointError(f"{where}: updates: expected a list of {{name: number}} dicts")
+    check_updates_log(updates, f"{where}: updates")
     if not isinstance(sd.get("optimizers"), dict) or set(sd["optimizers"]) != set(opts):
         raise CheckpointError(f"{where}: optimizers: expected keys {sorted(opts)}")
     opt_sd = {
-        k: run.check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}")
-        for k, o in opts.items()
+        k: check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}") for k, o in opts.items()
     }
-    run.check_global_rng_state(sd.get("rng"), "rng")
+    check_global_rng_state(sd.get("rng"), "rng")
     buffer.load_state_dict(buffer_sd)
-    restore_envs(envs, cfg.environment, sd.get("envs"), _RawObs(), torch.from_numpy(sd["obs"]))
+    restore_envs(envs, cfg.environment, sd.get("envs"), RAW_OBS, torch.from_numpy(sd["obs"]))
     agent.load_state_dict(sd["model"])
     for k, o in opts.items():
         o.load_state_dict(opt_sd[k])
-    run.set_global_rng_state(sd["rng"])
+    set_global_rng_state(sd["rng"])
     state.obs, state.ep_return, state.ep_length = sd["obs"], ep["return"], ep["length"]
     state.iteration, state.num_updates = sd["counters"]["iteration"], sd["counters"]["num_updates"]
     state.checkpoint_num = sd["counters"]["checkpoint_num"] + 1
@@ -150,4 +160,4 @@ def restore_checkpoint(
     stats.evaluations = [
         (int(s), float(r)) for s, r in zip(h["eval_steps"], h["eval_returns"], strict=True)
     ]
-    stats.updates = [dict(u) for u in updates]
+    stats.updates = [dict(u) for u in sd["updates"]]

@@ -58,6 +58,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.checkpoint._state import (
     _load_with_sidecar,
     load_state,
@@ -85,6 +86,7 @@ __all__ = [
     "load",
     "state_file_path",
     "metadata_file_path",
+    "write_text_atomic",
 ]
 
 CHECKPOINT_REGISTRY: dict[str, type] = {}

@@ -24,7 +24,6 @@ earlier rlstore versions (pickle inside) are refused, not read.
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -35,16 +34,18 @@ from rlstore.agents.ppo.config import OnlineTrainConfig, RunConfig, TrainConfig
 from rlstore.agents.ppo.env_state import env_state, has_episode_logs, restore_envs
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import check_like
-from rlstore.agents.run import (
+from rlstore.agents.run_checkpoint import (
     check_global_rng_state,
+    check_module_state,
     check_optimizer_state,
+    check_updates_log,
     checkpoint_path,
     global_rng_state,
     list_checkpoints,
     optimizer_state,
     set_global_rng_state,
 )
-from rlstore.agents.run import latest_checkpoint as _latest_checkpoint
+from rlstore.agents.run_checkpoint import latest_checkpoint as _latest_checkpoint
 from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.errors import CheckpointError, RLStoreError
 
@@ -61,21 +62,6 @@ __all__ = [
 FORMAT = "rlstore.ppo/2"
 """Value of the ``format`` entry of every PPO checkpoint this version writes and reads."""
 PREFIX = "ppo_"
-_LEGACY = re.compile(r"^checkpoint_(\d+)\.pt$")
-
-
-def _check_model_state(saved: Any, agent: PPOAgent, where: str = "model") -> None:
-    ref = agent.state_dict()
-    if not isinstance(saved, dict) or set(saved) != set(ref):
-        raise CheckpointError(f"{where}: expected the parameters {sorted(ref)} of this agent")
-    for k, t in ref.items():
-        v = saved[k]
-        if not isinstance(v, torch.Tensor) or v.shape != t.shape or v.dtype != t.dtype:
-            got = (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__
-            raise CheckpointError(
-                f"{where}.{k}: expected a tensor of shape {tuple(t.shape)} and dtype {t.dtype}, "
-                f"got {got}"
-            )
 
 
 def store_model_checkpoint(
@@ -155,7 +141,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint folder's state (no code is executed); :class:`CheckpointError` if
     it is missing, damaged, of another format, or an old pickle-based ``.pt`` file."""
     p = Path(path)
-    if _LEGACY.match(p.name) or p.suffix == ".pt":
+    if p.suffix == ".pt":  # checkpoint_NNNN.pt of an earlier rlstore, or any torch.save file
         raise CheckpointError(
             f"path: {str(p)!r} is a checkpoint of an earlier rlstore (pickle inside); it is "
             "not loaded because loading it could run code: retrain, or load it yourself with "
@@ -208,7 +194,7 @@ def _agent_from_payload(payload: dict[str, Any], num_envs: int) -> PPOAgent:
             f"agent_class: config builds {type(agent).__name__}, checkpoint holds "
             f"{payload['agent_class']!r}"
         )
-    _check_model_state(payload["model"], agent)
+    check_module_state(payload["model"], agent)
     _load_normalizer(payload, agent)
     agent.load_state_dict(payload["model"])
     agent.train_config = cfg
@@ -237,7 +223,7 @@ def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
 
 
 def latest_checkpoint(folder: str | Path) -> Path | None:
-    """The latest committed PPO checkpoint in ``folder`` (:func:`rlstore.agents.run.
+    """The latest committed PPO checkpoint in ``folder`` (:func:`rlstore.agents.run_checkpoint.
     latest_checkpoint` with this module's prefix)."""
     return _latest_checkpoint(folder, PREFIX)
 
@@ -292,14 +278,11 @@ def restore_training(
             f"agent_class: expected {type(agent).__name__}, "
             f"checkpoint holds {payload['agent_class']!r}"
         )
-    _check_model_state(payload["model"], agent)
+    check_module_state(payload["model"], agent)
     opt_state = check_optimizer_state(res["optimizer"], optimizer)
     check_global_rng_state(res["rng"])
     log = res["updates_log"]
-    if not isinstance(log, list) or not all(
-        isinstance(u, dict) and all(type(v) in (int, float) for v in u.values()) for u in log
-    ):
-        raise CheckpointError("resume.updates_log: expected a list of {name: number} dicts")
+    check_updates_log(log, "resume.updates_log")
     if scheduler is not None and res["scheduler"] is not None:
         check_like("resume.scheduler", res["scheduler"], scheduler.state_dict())
     cfg = _config_of(payload)

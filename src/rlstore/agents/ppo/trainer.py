@@ -60,12 +60,12 @@ from rlstore.agents.run import (
     RunLogger,
     TrainStats,
     check_video_support,
-    checkpoint_schedule,
     create_run_dir,
     evaluate,
     plot_learning_curve,
     set_global_seeds,
 )
+from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
 

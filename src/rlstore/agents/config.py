@@ -1,0 +1,114 @@
+"""The config pieces every rlstore trainer shares (PPO, DQN, SAC): :class:`BaseConfig`, the base
+of their configs, and the ``run`` and ``environment`` sections of every run's config.
+
+Each is a pydantic model on :class:`rlstore.config.StrictModel`: unknown keys and bad values
+raise :class:`rlstore.errors.ConfigError` naming the field, the expectation and what arrived;
+every field is documented by its attribute docstring.
+
+Example::
+
+    >>> RunConfig.from_dict({"seed": 3}).to_dict()["seed"]
+    3
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, model_validator
+from typing_extensions import Self
+
+from rlstore.checkpoint import write_text_atomic
+from rlstore.config import StrictModel
+
+__all__ = ["BaseConfig", "RunConfig", "EnvironmentConfig"]
+
+
+_ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
+"""Shape of the env ids rlstore accepts: Gymnasium's ``namespace/name-vN`` without ``module:``."""
+
+
+class BaseConfig(StrictModel):
+    """Base of the run configs: :class:`rlstore.config.StrictModel` (unknown keys are errors,
+    frozen, finite floats, ConfigError on bad input), with plain dict conversions."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Self:
+        """Build from a plain dict (e.g. parsed YAML); ``None`` gives the defaults."""
+        return cls.validate_mapping({} if data is None else data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-able dict; ``from_dict(to_dict())`` round-trips."""
+        return self.model_dump(mode="json")
+
+    def to_yaml(self, path: str | Path) -> None:
+        """Write the fully resolved config as YAML (every field, defaults included); the file
+        is replaced atomically (written beside it, then renamed)."""
+        write_text_atomic(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+class RunConfig(BaseConfig):
+    """What the run is called, where it writes, how it is seeded and logged."""
+
+    exp_name: str = "ppo"
+    """Name of the run; the run folder is ``<runs_dir>/<exp_name>``."""
+    runs_dir: str = "runs"
+    """Parent folder of run folders."""
+    seed: int = Field(1, ge=0, le=2**31 - 1)
+    """Seed of torch, numpy, Python ``random`` and the environments (env i gets ``seed + i``)."""
+    device: str = "cpu"
+    """Torch device of the agent and the rollout buffer."""
+    torch_threads: int = Field(1, ge=1)
+    """``torch.set_num_threads`` for the run; 1 is fastest for small MLPs."""
+    track: bool = True
+    """Write TensorBoard logs (and W&B logs when ``wandb`` is on) into the run folder."""
+    wandb: bool = False
+    """Also log to Weights & Biases (offline mode; needs the ``wandb`` package)."""
+    wandb_project_name: str = "rlstore"
+    """W&B project name."""
+    wandb_entity: str | None = None
+    """W&B entity (team or user); ``None`` uses the default."""
+    progress_bar: bool = False
+    """Show a tqdm bar (steps/s, mean episodic return)."""
+    eval_episodes: int = Field(5, ge=0)
+    """Deterministic evaluation episodes (greedy / mean action, observation statistics frozen)
+    run at each evaluation on one separate env, episode i reset with seed ``seed + 1_000_000 +
+    i`` (the same episodes every time); their mean is logged as ``eval/mean_return``. They draw
+    nothing from the training RNGs: a run with evaluation is the same run as without. 0: off."""
+    eval_every: int = Field(0, ge=0)
+    """Evaluate after every ``eval_every`` updates (logging periods for other algorithms) and
+    after the last one; 0: only after the last one."""
+    video: bool = False
+    """Record the evaluation episodes as MP4 files under ``<run folder>/videos/step_N/``
+    (gymnasium ``RecordVideo``; needs the moviepy package)."""
+
+
+class EnvironmentConfig(BaseConfig):
+    """Which Gymnasium environment to build and how."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium id passed to ``gym.make`` (probe ids need ``rlstore.envs.register_probes()``)."""
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments for ``gym.make``."""
+    max_steps: int | None = Field(None, ge=1)
+    """Episode time limit (``max_episode_steps``); ``None`` keeps the env's own limit."""
+    fully_observed: bool = False
+    """MiniGrid only: wrap with ``FullyObsWrapper`` (whole grid instead of the agent's view)."""
+    img_obs: bool = False
+    """MiniGrid only: wrap with ``RGBImgPartialObsWrapper`` (pixels, not the grid encoding)."""
+
+    @model_validator(mode="after")
+    def _check_env_id(self) -> EnvironmentConfig:
+        # Gymnasium imports the module of a "module:Name-v0" id: a config (or a run folder's
+        # config.yaml) must never name code to import, so only plain registered ids pass.
+        if not _ENV_ID.fullmatch(self.env_id):
+            raise ValueError(
+                "env_id: expected a registered Gymnasium id such as 'CartPole-v1' or "
+                "'namespace/Name-v0' (letters, digits, '_', '.', '-', one optional '/'; "
+                f"no 'module:' prefix, modules named in a config are never imported), "
+                f"got {self.env_id!r}"
+            )
+        return self
