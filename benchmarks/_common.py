@@ -30,6 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "first_step_reaching",
+    "median_steps",
+    "fmt_steps",
+    "has_sb3",
     "Timing",
     "time_repeats",
     "library_versions",
@@ -282,3 +286,43 @@ def write_markdown(
         parts += [f"## {heading}", "", body.rstrip(), ""]
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
+
+
+# ---------------------------------------------------------------- learning benchmarks
+
+
+def first_step_reaching(
+    returns: Sequence[float], end_steps: Sequence[int], threshold: float, window: int = 20
+) -> int | None:
+    """First env step at which the mean of the last ``window`` episode returns is
+    ``>= threshold`` (None if never); the peers' curves are read with the same rule as
+    :meth:`rlstore.agents.run.TrainStats.first_step_reaching`."""
+    for i in range(window - 1, len(returns)):
+        if sum(returns[i - window + 1 : i + 1]) / window >= threshold:
+            return int(end_steps[i])
+    return None
+
+
+def median_steps(reach: Sequence[int | None]) -> float | None:
+    """Median of per-seed steps to the threshold; a seed that never reaches it ranks last, so
+    the median exists while more than half of the seeds reach it."""
+    ranked = sorted(float("inf") if x is None else float(x) for x in reach)
+    if not ranked:
+        return None
+    mid = len(ranked) // 2
+    median = ranked[mid] if len(ranked) % 2 else (ranked[mid - 1] + ranked[mid]) / 2
+    return None if median == float("inf") else median
+
+
+def fmt_steps(x: float | None) -> str:
+    """``12.3k`` env steps, or ``not reached``."""
+    return "not reached" if x is None else f"{x / 1000:.1f}k"
+
+
+def has_sb3() -> bool:
+    """Whether Stable-Baselines3 is importable (it lives in the benchmark virtualenv)."""
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        return False
+    return True

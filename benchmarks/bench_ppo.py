@@ -37,24 +37,20 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _common import (  # noqa: E402
+    first_step_reaching,
+    fmt_steps,
+    has_sb3,
     library_versions,
     limit_threads,
     machine_info,
     markdown_table,
+    median_steps,
     write_markdown,
 )
 
 THRESHOLD = 475.0
 WINDOW = 20
 CONFIG = HERE.parent / "src" / "rlstore" / "configs" / "ppo_fc_CartPole-v1.yaml"
-
-
-def first_step_reaching(returns: Sequence[float], end_steps: Sequence[int]) -> int | None:
-    """First env step at which the mean of the last ``WINDOW`` returns is >= ``THRESHOLD``."""
-    for i in range(WINDOW - 1, len(returns)):
-        if np.mean(returns[i - WINDOW + 1 : i + 1]) >= THRESHOLD:
-            return int(end_steps[i])
-    return None
 
 
 def hyperparameters(total_steps: int) -> dict[str, Any]:
@@ -167,20 +163,6 @@ RUNNERS: dict[str, Callable[[dict[str, Any], int], dict[str, Any]]] = {
 }
 
 
-def _available(name: str) -> bool:
-    if name != "stable-baselines3":
-        return True
-    try:
-        import stable_baselines3  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _fmt_steps(x: float | None) -> str:
-    return "not reached" if x is None else f"{x / 1000:.1f}k"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every implementation on every seed; print and write the results table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -194,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     impls = [n for n in args.impls.split(",") if n]
     hp = hyperparameters(args.total_steps)
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in impls}
-    skipped = [n for n in impls if not _available(n)]
+    skipped = [n for n in impls if n == "stable-baselines3" and not has_sb3()]
     for name in impls:  # untimed warm-up: imports, numba JIT of rlstore.returns, allocators
         if name not in skipped:
             RUNNERS[name]({**hp, "total_timesteps": 512}, 0)
@@ -203,12 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name in skipped:
                 continue
             out = RUNNERS[name](hp, seed)
-            out["reach"] = first_step_reaching(out["episode_returns"], out["episode_end_steps"])
+            returns, ends = out["episode_returns"], out["episode_end_steps"]
+            out["reach"] = first_step_reaching(returns, ends, THRESHOLD, WINDOW)
             results[name].append(out)
             print(
                 f"{name:18s} seed {seed}: {out['global_step'] / out['wall_seconds']:7.0f} steps/s "
                 f"wall, {out['global_step'] / out['cpu_seconds']:7.0f} steps/s CPU, "
-                f"475 at {_fmt_steps(out['reach'])}, "
+                f"475 at {fmt_steps(out['reach'])}, "
                 f"last-20 mean {np.mean(out['episode_returns'][-WINDOW:]):.1f}",
                 flush=True,
             )
@@ -221,15 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall = statistics.median(r["global_step"] / r["wall_seconds"] for r in runs)
         cpu = statistics.median(r["global_step"] / r["cpu_seconds"] for r in runs)
         reach = [r["reach"] for r in runs]
-        # a seed that never reaches 475 counts as infinitely late: the median is defined as
-        # long as more than half of the seeds reach it
-        ranked = sorted(float("inf") if x is None else x for x in reach)
-        median = statistics.median(ranked)
-        median_reach = None if median == float("inf") else median
+        median_reach = median_steps(reach)  # a seed that never reaches 475 ranks last
         rows.append(
             [
                 name, f"{wall:,.0f}", f"{cpu:,.0f}",
-                ", ".join(_fmt_steps(x) for x in reach), _fmt_steps(median_reach),
+                ", ".join(fmt_steps(x) for x in reach), fmt_steps(median_reach),
                 ", ".join(f"{np.mean(r['episode_returns'][-WINDOW:]):.0f}" for r in runs),
             ]
         )  # fmt: skip

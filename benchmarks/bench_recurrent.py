@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -31,6 +32,9 @@ import yaml
 
 from rlstore.agents.ppo.config import TrainConfig, load_train_config
 from rlstore.agents.ppo.trainer import train_ppo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import first_step_reaching  # noqa: E402
 
 ENV_ID = "CartPoleNoVel-v1"
 THRESHOLD = 475.0
@@ -63,10 +67,8 @@ def run_one(cfg: TrainConfig) -> dict[str, Any]:
 
 def _summary(returns: list[float], end_steps: list[int], total: int, sps: float) -> dict[str, Any]:
     """Steps to 475 (None if never), final 20-episode mean, the curve at 20..100%, steps/s."""
-    means = [sum(returns[i - 19 : i + 1]) / 20 for i in range(19, len(returns))]
-    hit = next((end_steps[i + 19] for i, m in enumerate(means) if m >= THRESHOLD), None)
     return {
-        "steps_to_475": hit,
+        "steps_to_475": first_step_reaching(returns, end_steps, THRESHOLD, 20),
         "final_mean20": sum(returns[-20:]) / max(len(returns[-20:]), 1),
         "sps": sps,
         "episodes": len(returns),

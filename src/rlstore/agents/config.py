@@ -24,7 +24,7 @@ from typing_extensions import Self
 from rlstore.checkpoint import write_text_atomic
 from rlstore.config import StrictModel
 
-__all__ = ["BaseConfig", "RunConfig", "EnvironmentConfig"]
+__all__ = ["BaseConfig", "RunConfig", "EnvironmentConfig", "section_cli_keys"]
 
 
 _ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
@@ -112,3 +112,16 @@ class EnvironmentConfig(BaseConfig):
                 f"got {self.env_id!r}"
             )
         return self
+
+
+def section_cli_keys(section: str) -> dict[str, str | None]:
+    """``rlstore train``'s named flags -> the keys of an algorithm whose hyper-parameters are
+    one config section (DQN's ``dqn``, SAC's ``sac``); None: the flag does not apply (no
+    agent choice, no rollout length, no entropy coefficient; their evaluation interval counts
+    env steps, set with ``--set``)."""
+    keys = ("total_timesteps", "num_envs", "learning_rate", "gamma", "eval_episodes")
+    flags = ("total_steps", "num_envs", "lr", "gamma", "eval_episodes")
+    return {
+        **{flag: f"{section}.{key}" for flag, key in zip(flags, keys, strict=True)},
+        **dict.fromkeys(("agent", "num_steps", "ent_coef", "eval_every")),
+    }

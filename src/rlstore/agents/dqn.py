@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
-from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
 from rlstore.agents.run import (
@@ -88,19 +88,9 @@ __all__ = [
 ]
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "dqn_CartPole-v1.yaml"}
-CLI_KEYS: dict[str, str | None] = {
-    "total_steps": "dqn.total_timesteps",
-    "num_envs": "dqn.num_envs",
-    "lr": "dqn.learning_rate",
-    "gamma": "dqn.gamma",
-    "agent": None,
-    "num_steps": None,
-    "ent_coef": None,
-    "eval_episodes": "dqn.eval_episodes",
-    "eval_every": None,  # dqn.eval_interval counts env steps: --set dqn.eval_interval=N
-}
-"""``rlstore train`` flags -> keys of this config (None: the flag does not apply to DQN)."""
 """Env id -> packaged config file in ``rlstore/configs/``."""
+CLI_KEYS = section_cli_keys("dqn")
+"""``rlstore train`` flags -> keys of this config (None: refused for DQN)."""
 
 
 # ----------------------------------------------------------------- configuration

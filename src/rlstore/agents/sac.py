@@ -49,7 +49,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from rlstore.agents import run
-from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
 from rlstore.agents.ppo.rollout import check_env_id, make_env, make_vector_env
 from rlstore.agents.run import RunLogger, TrainStats
 from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
@@ -148,18 +148,8 @@ class SACTrainConfig(BaseConfig):
 
 DEFAULT_CONFIGS: dict[str, str] = {"Pendulum-v1": "sac_Pendulum-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS: dict[str, str | None] = {
-    "total_steps": "sac.total_timesteps",
-    "num_envs": "sac.num_envs",
-    "lr": "sac.learning_rate",
-    "gamma": "sac.gamma",
-    "agent": None,
-    "num_steps": None,
-    "ent_coef": None,
-    "eval_episodes": "sac.eval_episodes",
-    "eval_every": None,  # sac.eval_freq counts env steps: --set sac.eval_freq=N
-}
-"""``rlstore train`` flags -> keys of this config (None: the flag does not apply to SAC)."""
+CLI_KEYS = section_cli_keys("sac")
+"""``rlstore train`` flags -> keys of this config (None: refused for SAC)."""
 
 
 def load_config(path: str | Path) -> SACTrainConfig:
