@@ -29,32 +29,28 @@ def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
     if not isinstance(sample, Mapping):
         raise SpecError(f"{what}: expected a dict of tensors, got {type(sample).__name__}")
     out = {k: to_numpy(k, v) for k, v in sample.items() if v is not None}
-    for k, v in out.items():
-        if v.ndim < 1:
-            raise SpecError(f"{k}: expected a leading env axis, got a scalar")
+    if scalar := [k for k, v in out.items() if v.ndim < 1]:
+        raise SpecError(f"{scalar[0]}: expected a leading env axis, got a scalar")
     return out
 
 
 class MBReplayBuffer(PyTorchRLStorage):
     """PyTorchRL's ``MBReplayBuffer(size, device, actor, algorithm, envs)``
-    (``pytorchrl.agent.storages.model_based``), the transition storage of dynamics-model
-    training, with an MBPO-style split. Samples are dicts of PyTorchRL keys with a leading env
-    axis ``N`` (each insert appends ``N`` rows). ``actor.dynamics_model``'s ``reward_function``
-    (if set) drops the reward target and its ``ensemble_size`` is read when ``ensemble_size`` is
-    None; a Discrete ``envs.action_space`` one-hot encodes the actions. ``validation_ratio``,
-    ``max_holdout``, ``ensemble_size`` and ``seed`` are rlstore's.
+    (``pytorchrl.agent.storages.model_based``): the transition storage of dynamics-model
+    training, a facade over :class:`~rlstore.buffers.model_based.ModelBasedReplay`. Samples are
+    dicts of PyTorchRL keys with a leading env axis ``N`` (each insert appends ``N`` rows).
+    ``actor.dynamics_model``'s ``reward_function`` (if set) drops the reward target and its
+    ``ensemble_size`` is read when ``ensemble_size`` is None; a Discrete action space one-hot
+    encodes the actions. ``validation_ratio``, ``max_holdout``, ``ensemble_size`` and ``seed``
+    are rlstore's.
 
-    Differences from PyTorchRL (its API is kept):
-
-    * ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest first across the
-      wrap-around (PyTorchRL's ``[:step]`` dropped the oldest rows after one); ``reset()``
-      empties the buffer (PyTorchRL's code kept ``size - step`` rows); ``init_tensors``
-      allocates nothing;
-    * ``generate_batches`` holds out a random ``validation_ratio`` of the rows (at most
-      ``max_holdout``), fits the input :attr:`scaler` on the train rows only, honours
-      ``num_epochs``, never yields an empty batch and, with ``ensemble_size``, bootstraps rows
-      per member (``train_input`` ``(E, B, D)``, else ``(B, D)``);
-    * bad input raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
+    Differences from PyTorchRL: ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest
+    first across the wrap-around (PyTorchRL's ``[:step]`` dropped the oldest rows); ``reset()``
+    empties the buffer; ``init_tensors`` allocates nothing; ``generate_batches`` holds out a
+    random ``validation_ratio`` of the rows (at most ``max_holdout``), fits :attr:`scaler` on the
+    train rows only, honours ``num_epochs``, never yields an empty batch and, with an ensemble,
+    bootstraps rows per member (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad input
+    raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
@@ -84,22 +80,10 @@ class MBReplayBuffer(PyTorchRLStorage):
         self.validation_ratio, self.ensemble_size = float(validation_ratio), ensemble_size
         self.scaler: StandardScaler | None = None
 
-    @property
-    def size(self) -> int:
-        """Number of stored transitions."""
-        return self.core.size
+    size = property(lambda self: self.core.size, doc="Number of stored transitions.")
+    step = property(lambda self: self.core.step, doc="Physical write cursor.")
+    data = property(lambda self: self.core.data, doc="The physical storage (not chronological).")
 
-    @property
-    def step(self) -> int:
-        """Physical write cursor."""
-        return self.core.step
-
-    @property
-    def data(self) -> dict[str, np.ndarray]:
-        """The physical storage arrays ``(size, *shape)`` (not chronological)."""
-        return self.core.data
-
-    # ------------------------------------------------------------------ writing
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
         """Nothing to allocate ahead: the first insert allocates the storage."""
 
@@ -117,11 +101,10 @@ class MBReplayBuffer(PyTorchRLStorage):
         """Write ``tensor_values (L, ...)`` (lossless, finite) into ``tensor_storage[tensor_key]``
         from the cursor, wrapping, without moving it; returns ``L``."""
         v = _rows({tensor_key: tensor_values}, "tensor_values")[tensor_key]
-        stored = tensor_storage.get(tensor_key)
-        like = v if stored is None else stored
+        like = tensor_storage.get(tensor_key, v)
         spec = FieldSpec(tensor_key, like.shape[1:], like.dtype)
         v = cast_to_spec(tensor_key, v, spec, v.shape[:1], allow_nonfinite=False)
-        if stored is None:
+        if tensor_key not in tensor_storage:
             tensor_storage[tensor_key] = np.zeros((self.max_size, *spec.shape), spec.dtype)
         n = v.shape[0]
         keep = min(n, self.max_size)
@@ -129,7 +112,6 @@ class MBReplayBuffer(PyTorchRLStorage):
         tensor_storage[tensor_key][pos] = v[n - keep :]
         return int(n)
 
-    # ------------------------------------------------------------------ reading
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:
         """Copies of chronological rows ``[start_pos, end_pos)`` (0 = oldest)."""
         return self.core.get_data_slice(start_pos, end_pos)
@@ -152,10 +134,10 @@ class MBReplayBuffer(PyTorchRLStorage):
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1
     ) -> Iterator[dict[str, Any]]:
-        """Yield ``train_input`` / ``train_label`` (``(B, D)`` or ``(E, B, D)``),
-        ``holdout_input`` / ``holdout_label``, ``batch_number``, ``max_batches``, ``epoch``:
-        inputs ``concat(obs, action)`` scaled by :attr:`scaler`, labels ``concat(next_obs -
-        obs, reward)`` (no reward with a known reward function)."""
+        """Yield ``train_input`` / ``train_label``, ``holdout_input`` / ``holdout_label``,
+        ``batch_number``, ``max_batches``, ``epoch``: inputs ``concat(obs, action)`` scaled by
+        :attr:`scaler`, labels ``concat(next_obs - obs, reward)`` (no reward with a known reward
+        function)."""
         if self.core.size < 2:
             raise EmptyBufferError(f"generate_batches: need >= 2 transitions, got {self.size}")
         model = getattr(self.actor, "dynamics_model", None)
@@ -166,23 +148,18 @@ class MBReplayBuffer(PyTorchRLStorage):
         if members is None:  # one model: every train row once per epoch, no bootstrap
             split = split._replace(bootstrap=np.arange(split.train.size, dtype=np.int64)[None])
         space = getattr(self.envs, "single_action_space", getattr(self.envs, "action_space", None))
-        n = getattr(space, "n", None)  # Discrete: one-hot actions
-        n_act = None if n is None else int(n)
+        n_act = None if getattr(space, "n", None) is None else int(space.n)  # type: ignore[union-attr]
         reward_key = None if getattr(model, "reward_function", None) is not None else REW
         ds = model_dataset(
             self.core.get_all(), split, keys=(OBS, ACT, OBS2, reward_key), num_actions=n_act
         )
         self.scaler = ds.scaler
-        arrays = {"holdout_input": ds.holdout_inputs, "holdout_label": ds.holdout_targets}
-        hold = {k: torch.as_tensor(v, device=self.device) for k, v in arrays.items()}
+        hold = {"holdout_input": ds.holdout_inputs, "holdout_label": ds.holdout_targets}
+        hold = {k: torch.as_tensor(v, device=self.device) for k, v in hold.items()}
         max_batches = -(-ds.train_inputs.shape[0] // mini_batch_size)
         for mb in ensemble_minibatches(ds, mini_batch_size, num_epochs, seed=self.core.rng):
             x, y = (mb.inputs, mb.targets) if members is not None else (mb.inputs[0], mb.targets[0])
-            yield {
-                "train_input": torch.as_tensor(x, device=self.device),
-                "train_label": torch.as_tensor(y, device=self.device),
-                **hold,
-                "batch_number": mb.batch_number,
-                "max_batches": max_batches,
-                "epoch": mb.epoch,
-            }
+            yield {"train_input": torch.as_tensor(x, device=self.device),
+                   "train_label": torch.as_tensor(y, device=self.device), **hold,
+                   "batch_number": mb.batch_number, "max_batches": max_batches,
+                   "epoch": mb.epoch}  # fmt: skip
