@@ -8,7 +8,7 @@ import numbers
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from rlstore.config import PositiveInt, StrictModel, load_config_file
 from rlstore.errors import ConfigError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
 
-_F32, _BOOL = np.dtype(np.float32), np.dtype(np.bool_)
+_F32 = np.dtype(np.float32)
 
 
 def check_keys(name: str, d: Any, keys: tuple[str, ...]) -> None:
@@ -37,8 +37,7 @@ def rows(
 ) -> np.ndarray:
     """``x`` as ``(b, *shape)`` rows of finite float32 (lossless casts only) or, with ``flags``,
     of bools (bools or exact 0/1); singleton axes may be added or dropped (``(1, 4)`` for one
-    state, ``(B, 1)`` rewards). SpecError naming ``name`` otherwise (the expected shape shown as
-    ``(b, *shape)``, or ``shape`` when not ``batched``)."""
+    state, ``(B, 1)`` rewards). SpecError naming ``name`` otherwise."""
     a, full = to_numpy(name, x), (b, *shape)
     if a.shape != full and [d for d in a.shape if d != 1] == [d for d in full if d != 1]:
         a = a.reshape(full)
@@ -53,29 +52,28 @@ def rows(
 def transition_core(
     capacity: int, obs_dim: int, act_dim: int, *, seed: Any, device: Any = "cpu", **extras: int
 ) -> ReplayBuffer:
-    """A one-env :class:`ReplayBuffer` of ``obs (obs_dim,)``, ``action (act_dim,)``, scalar
-    ``reward``, ``terminated``/``truncated`` flags and a float32 vector per ``extras`` name."""
-    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": (), **{k: (d,) for k, d in
-              extras.items()}}  # fmt: skip
-    specs = {k: FieldSpec(k, s, _F32) for k, s in shapes.items()}
-    specs |= {k: FieldSpec(k, (), _BOOL) for k in ("terminated", "truncated")}
+    """A one-env :class:`ReplayBuffer` of float32 ``obs (obs_dim,)``, ``action (act_dim,)``,
+    scalar ``reward``, a vector per ``extras`` name, and ``terminated``/``truncated`` flags."""
+    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()}
+    specs = {
+        k: FieldSpec(k, s, _F32)
+        for k, s in {**shapes, **{k: (d,) for k, d in extras.items()}}.items()
+    }
+    specs |= {k: FieldSpec(k, (), np.dtype(np.bool_)) for k in ("terminated", "truncated")}
     return ReplayBuffer(capacity, specs=specs, device=device, seed=seed)
 
 
-def write(
-    core: ReplayBuffer, fields: tuple[np.ndarray, ...], extras: dict[str, np.ndarray] | None = None
-) -> None:
+def write(core: ReplayBuffer, fields: tuple[np.ndarray, ...], **extras: np.ndarray) -> None:
     """Append checked rows ``(B, ...)``: ``fields`` (obs, action, reward, next_obs, terminated,
     truncated) and ``extras``, to the single env column of ``core``, oldest first."""
     if len(fields[0]):
-        more = {k: v[:, None] for k, v in (extras or {}).items()}
-        core.extend(*(f[:, None] for f in fields), **more)
+        core.extend(*(f[:, None] for f in fields), **{k: v[:, None] for k, v in extras.items()})
 
 
 def sampled(batch: ReplayBatch) -> tuple[torch.Tensor, ...]:
     """``(obs, action, reward, next_obs, terminated as float32)`` of a sampled batch."""
-    obs, nxt = cast(torch.Tensor, batch.obs), cast(torch.Tensor, batch.next_obs)  # never dicts
-    return obs, batch.action, batch.reward, nxt, batch.terminated.to(torch.float32)
+    done = batch.terminated.to(torch.float32)
+    return batch.obs, batch.action, batch.reward, batch.next_obs, done  # type: ignore[return-value]
 
 
 class DimsConfig(StrictModel):
@@ -115,40 +113,6 @@ class FromConfig:
             raise ConfigError(str(exc)) from exc
 
 
-def factory(cls: type, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-    """PyTorchRL's ``create_factory``: ``(device, actor, algorithm, envs) -> buffer``, the other
-    constructor arguments fixed."""
-
-    def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-        return cls(size, device, actor, algorithm, envs, *args, **kwargs)
-
-    return create_buffer_instance
-
-
-def set_parameter(obj: Any, parameter_name: str, new_parameter_value: Any) -> None:
-    """PyTorchRL's ``update_storage_parameter``: set a numeric public attribute of ``obj``.
-
-    Raises:
-        ConfigError: not a settable numeric attribute, or a value that is not a real number.
-    """
-    current = None if parameter_name.startswith("_") else getattr(obj, parameter_name, None)
-    if (
-        isinstance(getattr(type(obj), parameter_name, None), property)
-        or isinstance(current, (bool, np.bool_))
-        or not isinstance(current, numbers.Real)
-    ):
-        raise ConfigError(
-            f"parameter_name: {parameter_name!r} is not a numeric parameter of {type(obj).__name__}"
-        )
-    big, integral = sys.float_info.max, isinstance(current, numbers.Integral)
-    want = "a number (finite, integral)" if integral else "a number (finite)"
-    value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)
-    if integral and not value.is_integer():  # 2.5 is never stored as 2
-        raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
-    kind: Any = type(current)  # keeps an int an int, a float a float
-    setattr(obj, parameter_name, kind(value))
-
-
 class PyTorchRLStorage:
     """PyTorchRL's storage API shared by the facades: ``create_factory`` and
     ``update_storage_parameter``."""
@@ -157,9 +121,29 @@ class PyTorchRLStorage:
     def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
         other constructor arguments (``gae_lambda``, ``validation_ratio``, ...)."""
-        return factory(cls, size, *args, **kwargs)
+
+        def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
+            return cls(size, device, actor, algorithm, envs, *args, **kwargs)
+
+        return create_buffer_instance
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
-        """Set the numeric attribute ``parameter_name`` (e.g. ``gae_lambda``); ConfigError for
-        anything else or a value that is not a finite number (of the attribute's type)."""
-        set_parameter(self, parameter_name, new_parameter_value)
+        """Set the numeric attribute ``parameter_name`` (e.g. ``gae_lambda``), keeping its type;
+        ConfigError for anything else (PyTorchRL ignored it) or a value that is not a finite
+        number (integral for an int attribute)."""
+        current = None if parameter_name.startswith("_") else getattr(self, parameter_name, None)
+        if (
+            isinstance(getattr(type(self), parameter_name, None), property)
+            or isinstance(current, (bool, np.bool_))
+            or not isinstance(current, numbers.Real)
+        ):
+            raise ConfigError(
+                f"parameter_name: {parameter_name!r} is not a numeric parameter of "
+                f"{type(self).__name__}"
+            )
+        big, integral = sys.float_info.max, isinstance(current, numbers.Integral)
+        want = "a number (finite, integral)" if integral else "a number (finite)"
+        value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)
+        if integral and not value.is_integer():  # 2.5 is never stored as 2
+            raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
+        setattr(self, parameter_name, type(current)(value))

@@ -1,5 +1,4 @@
-"""The ``src.buffers`` package's ``SimpleReplayBuffer`` (FIFO replay for SAC agents) over
-:class:`rlstore.ReplayBuffer`."""
+"""The ``src.buffers`` package's ``SimpleReplayBuffer`` over :class:`rlstore.ReplayBuffer`."""
 
 from __future__ import annotations
 
@@ -21,21 +20,19 @@ class SimpleReplayBufferSchema(C.DimsConfig):
 
 
 class SimpleReplayBuffer(C.FromConfig):
-    """``src.buffers.SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)``: a FIFO replay
-    buffer for SAC agents with ``store(buffer_dict)``, ``sample_batch()``, ``finish_path``,
-    ``instantiate_from_config(path)`` / ``instantiate_from_config_dict(config)``, ``schema``.
+    """``src.buffers.SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)``: the FIFO replay
+    buffer for SAC agents of the ``src.buffers`` package (``store``, ``sample_batch``,
+    ``finish_path``, ``instantiate_from_config[_dict]``, ``schema``), a facade over a one-env
+    :class:`rlstore.ReplayBuffer`. ``buffer_dict`` has Spinning Up's SAC keys ``obs``, ``act``,
+    ``rew``, ``next_obs``, ``done`` (a termination), a leading batch axis storing several steps;
+    ``sample_batch()`` draws uniformly with replacement float32 tensors under the same keys.
 
-    What the documentation leaves open, and where rlstore differs:
-
-    * ``buffer_dict`` has the keys of Spinning Up's SAC ``store``: ``obs`` ``(obs_dim,)``, ``act``
-      ``(act_dim,)``, ``rew`` scalar, ``next_obs`` ``(obs_dim,)``, ``done`` (a termination); a
-      leading batch axis stores several steps. Bad input is a :class:`~rlstore.errors.SpecError`
-      naming the key (``buffer_dict['rew']``) and stores nothing.
-    * ``sample_batch()`` returns float32 tensors under the same keys (``done`` as 0.0/1.0), drawn
-      uniformly with replacement; ``seed=`` (rlstore; ``None``: OS entropy) seeds the sampler.
-    * ``finish_path`` is a no-op (its documentation is copied from ``PPOBuffer``).
-    * ``schema`` is a pydantic model (the original's is a strictyaml ``Map``); config files may be
-      YAML or JSON; ``config()`` / ``state_dict()`` / ``load_state_dict()`` are rlstore's.
+    Differences: bad input is a :class:`~rlstore.errors.SpecError` naming the key
+    (``buffer_dict['rew']``) and stores nothing; ``seed=`` (``None``: OS entropy) seeds the
+    sampler; ``finish_path`` is a no-op (its documentation is copied from ``PPOBuffer``);
+    ``schema`` is a pydantic model (the original's is a strictyaml ``Map``) and config files may
+    be YAML or JSON; ``config()`` / ``metadata()`` / ``state_dict()`` / ``load_state_dict()``
+    make it checkpointable.
     """
 
     schema: ClassVar[type[SimpleReplayBufferSchema]] = SimpleReplayBufferSchema
@@ -43,10 +40,9 @@ class SimpleReplayBuffer(C.FromConfig):
     def __init__(
         self, obs_dim: int, act_dim: int, size: int, batch_size: int, *, seed: int | None = None
     ) -> None:
-        cfg = SimpleReplayBufferSchema(obs_dim=obs_dim, act_dim=act_dim, size=size,
-                                       batch_size=batch_size)  # fmt: skip
-        if cfg.batch_size > cfg.size:
-            raise CapacityError(f"batch_size: expected <= size={cfg.size}, got {cfg.batch_size}")
+        SimpleReplayBufferSchema(obs_dim=obs_dim, act_dim=act_dim, size=size, batch_size=batch_size)
+        if batch_size > size:
+            raise CapacityError(f"batch_size: expected <= size={size}, got {batch_size}")
         self.obs_dim, self.act_dim, self.size, self.batch_size = obs_dim, act_dim, size, batch_size
         self._seed = seed
         self._core = C.transition_core(size, obs_dim, act_dim, seed=seed)
@@ -54,13 +50,12 @@ class SimpleReplayBuffer(C.FromConfig):
     def store(self, buffer_dict: dict[str, Any]) -> None:
         """Store one timestep, or a batch with a leading axis ``B`` on each key."""
         C.check_keys("buffer_dict", buffer_dict, _KEYS)
-        obs = to_numpy("buffer_dict['obs']", buffer_dict["obs"])
-        batched = obs.ndim == 2
-        b = obs.shape[0] if batched else 1
+        batched = to_numpy("buffer_dict['obs']", buffer_dict["obs"]).ndim == 2
+        b = len(buffer_dict["obs"]) if batched else 1
         dims = {"obs": (self.obs_dim,), "act": (self.act_dim,), "next_obs": (self.obs_dim,)}
         d = {k: C.rows(f"buffer_dict[{k!r}]", buffer_dict[k], b, dims.get(k, ()),
-                     flags=k == "done", batched=batched) for k in _KEYS}  # fmt: skip
-        C.write(self._core, (*(d[k] for k in _KEYS), d["done"] & False))  # never truncated
+                       flags=k == "done", batched=batched) for k in _KEYS}  # fmt: skip
+        C.write(self._core, (*d.values(), d["done"] & False))  # never truncated
 
     def sample_batch(self) -> dict[str, torch.Tensor]:
         """``batch_size`` transitions; EmptyBufferError with fewer stored."""

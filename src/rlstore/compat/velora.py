@@ -1,5 +1,5 @@
 """velora's buffer API (``velora.buffer``: ``ReplayBuffer``, ``BufferBase``, ``BatchExperience``)
-as a facade over :class:`rlstore.ReplayBuffer`."""
+over :class:`rlstore.ReplayBuffer`."""
 
 from __future__ import annotations
 
@@ -62,25 +62,19 @@ def _count(name: str, x: Any) -> int:
 
 
 class BufferBase(ABC):
-    """velora's base of all buffers: ``BufferBase(capacity, state_dim, action_dim, hidden_dim,
-    *, device=None)`` (ints > 0; ``None``: CPU) with ``add``, ``add_multi``, ``sample``, ``len``,
-    ``save`` / ``load``, ``metadata``, ``state_dict``; ``seed`` (rlstore) seeds the sampler,
-    whose state is saved, so a loaded buffer draws the samples the original would have.
+    """velora's ``BufferBase(capacity, state_dim, action_dim, hidden_dim, *, device=None)``:
+    ``add``, ``add_multi``, ``sample``, ``len``, ``save`` / ``load``, ``metadata``,
+    ``state_dict``, a facade over a one-env :class:`rlstore.ReplayBuffer`; ``seed`` (rlstore)
+    seeds the sampler, whose state is saved, so a loaded buffer samples as the original would.
 
-    Where it differs from velora:
-
-    * ``done`` is stored as *termination* (no bootstrap), since that is what a single flag can
-      say; ``add_multi(truncated=...)`` (rlstore addition) and ``warm`` store time-limit ends as
-      truncations. ``BatchExperience.dones`` is ``terminated``, so those bootstrap from
-      ``next_states``.
-    * ``warm`` drops gymnasium's next-step autoreset pseudo-transitions (final obs -> reset
-      obs), which velora stores, and raises instead of looping forever when
-      ``n_samples > capacity``.
-    * Bad input raises an :mod:`rlstore.errors` class (``ValueError`` subclasses, like velora's)
-      naming velora's argument (``state``, ``dones``, ...) and stores nothing.
-    * ``save`` is atomic; ``load_state_dict`` of velora's tensor layout restores the contents,
-      and the sampler starts again from the constructor's seed; an exact resume goes through
-      :meth:`save` (or :meth:`checkpoint_state`).
+    Differences from velora: ``done`` is stored as a *termination* (no bootstrap);
+    ``add_multi(truncated=...)`` (rlstore) and ``warm`` store time-limit ends as truncations,
+    which bootstrap from ``next_states`` (``BatchExperience.dones`` is 0 there). ``warm`` drops
+    gymnasium's next-step autoreset pseudo-transitions (velora stores them) and raises instead of
+    looping forever when ``n_samples > capacity``. Bad input raises an :mod:`rlstore.errors`
+    class (a ``ValueError``, like velora's) naming velora's argument and stores nothing. ``save``
+    is atomic; ``load_state_dict`` of velora's tensor layout restores the contents with the
+    sampler restarted from the seed (an exact resume goes through :meth:`checkpoint_state`).
     """
 
     def __init__(
@@ -105,7 +99,6 @@ class BufferBase(ABC):
         return transition_core(self.capacity, self.state_dim, self.action_dim, seed=self._seed,
                                device=self.device, hidden=self.hidden_dim)  # fmt: skip
 
-    # ------------------------------------------------------------------ writing
     def add(
         self,
         state: TensorLike,
@@ -115,8 +108,7 @@ class BufferBase(ABC):
         done: bool | TensorLike,
         hidden: TensorLike,
     ) -> None:
-        """Adds a single experience to the buffer: :meth:`add_multi` without the ``B`` axis
-        (``state`` may also be ``(1, state_dim)``); errors name ``state``, ``done``, ..."""
+        """Adds a single experience: :meth:`add_multi` without the ``B`` axis."""
         self._write(self._core, 1, "", state, action, reward, next_state, done, hidden)
 
     def add_multi(
@@ -130,28 +122,34 @@ class BufferBase(ABC):
         *,
         truncated: TensorLike | None = None,
     ) -> None:
-        """Adds ``B`` experiences, oldest first (singleton axes optional: ``(B, 1)`` rewards).
-        ``truncated`` (rlstore): ``(B,)`` flags storing those ended episodes as truncations.
-        Bad input raises a SpecError naming the argument and stores nothing."""
+        """Adds ``B`` experiences, oldest first (singleton axes optional: ``(B, 1)`` rewards);
+        ``truncated`` (rlstore): ``(B,)`` flags storing those ended episodes as truncations."""
         args = (states, actions, rewards, next_states, dones, hiddens)
         self._write(self._core, _count("states", states), "s", *args, truncated=truncated)
 
     def _write(self, core: _Core, b: int, s: str, *args: Any, truncated: Any = None) -> None:
         """Check ``b`` experiences under velora's argument names (plural suffix ``s``), then
         append them to ``core``."""
-        names = ("state", "action", "reward", "next_state", "hidden")
-        dims = ((self.state_dim,), (self.action_dim,), (), (self.state_dim,), (self.hidden_dim,))
-        values = (*args[:4], args[5])
-        obs, act, rew, nxt, hidden = (
-            rows(k + s, x, b, d) for k, x, d in zip(names, values, dims, strict=True)
+        names = ("state", "action", "reward", "next_state", "done", "hidden")
+        dims = (
+            (self.state_dim,),
+            (self.action_dim,),
+            (),
+            (self.state_dim,),
+            (),
+            (self.hidden_dim,),
         )
-        done = rows("done" + s, args[4], b, (), flags=True)
-        trunc = np.zeros(b, bool)
-        if truncated is not None:
-            trunc = rows("truncated", truncated, b, (), flags=True)
-        write(core, (obs, act, rew, nxt, done & ~trunc, done & trunc), {"hidden": hidden})
+        obs, act, rew, nxt, done, hidden = (
+            rows(k + s, x, b, d, flags=k == "done")
+            for k, x, d in zip(names, args, dims, strict=True)
+        )
+        trunc = (
+            np.zeros(b, bool)
+            if truncated is None
+            else rows("truncated", truncated, b, (), flags=True)
+        )
+        write(core, (obs, act, rew, nxt, done & ~trunc, done & trunc), hidden=hidden)
 
-    # ------------------------------------------------------------------ reading
     @abstractmethod
     def sample(self, batch_size: int) -> BatchExperience:
         """Samples experience from the buffer (see :meth:`ReplayBuffer.sample`)."""
@@ -190,8 +188,7 @@ class BufferBase(ABC):
         if not isinstance(sd, dict):
             raise CheckpointError(f"state_dict: expected a dict, got {type(sd).__name__}")
         if "core" in sd:
-            self._core.load_state_dict(sd["core"])
-            return
+            return self._core.load_state_dict(sd["core"])
         if sorted(sd) != sorted(_FIELDS):
             raise CheckpointError(
                 f"state_dict: expected keys {sorted(_FIELDS)} (or 'core'), got {sorted(sd)}"
@@ -206,15 +203,14 @@ class BufferBase(ABC):
             raise CheckpointError(f"state_dict: {exc}") from exc
         self._core = core
 
-    # ------------------------------------------------------------------ persistence
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> BufferBase:
         """An empty buffer from the ``config`` recorded by :meth:`save` (dims, device, seed)."""
-        try:
-            dims = [config[k] for k in _DIMS]
-        except KeyError as exc:
-            raise CheckpointError(f"config: missing key {exc.args[0]!r}") from exc
-        return cls(*dims, device=config.get("device"), seed=config.get("seed"))
+        if missing := [k for k in _DIMS if k not in config]:
+            raise CheckpointError(f"config: missing key {missing[0]!r}")
+        return cls(
+            *(config[k] for k in _DIMS), device=config.get("device"), seed=config.get("seed")
+        )
 
     def save(self, dirpath: str | Path, prefix: str = "buffer_") -> None:
         """Saves ``<dirpath>/<prefix>state.safetensors`` and ``<prefix>metadata.json``."""
@@ -225,8 +221,8 @@ class BufferBase(ABC):
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[str, Any]) -> BufferBase:
         """Restores a buffer from :meth:`save`'s state file and the dict of its metadata file
-        (checksum verified) or a :meth:`metadata` dict; it samples exactly as the saved one.
-        CheckpointError: a missing or damaged file, or metadata that does not describe it."""
+        (checksum verified) or a :meth:`metadata` dict. CheckpointError: a missing or damaged
+        file, or metadata that does not describe it."""
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
         if "save_id" in metadata:
@@ -239,12 +235,10 @@ class BufferBase(ABC):
                 f"{state_path}: expected a {_CLASS_NAME} checkpoint, got {record.get('class')!r}"
             )
         config = dict(record.get("config") or {})
-        for key in _DIMS:
-            if key in described and described[key] != config.get(key):
-                raise CheckpointError(
-                    f"metadata.{key}: expected {config.get(key)!r} (state file), "
-                    f"got {described[key]!r}"
-                )
+        for key in [k for k in _DIMS if k in described and described[k] != config.get(k)]:
+            raise CheckpointError(
+                f"metadata.{key}: expected {config.get(key)!r} (state file), got {described[key]!r}"
+            )
         buf = cls.from_config({**config, "device": described.get("device")})
         buf.load_state_dict(state)
         return buf
@@ -262,8 +256,7 @@ class ReplayBuffer(BufferBase):
         """Samples ``0 < batch_size <= len(self)`` experiences uniformly with replacement."""
         batch = self._core.sample(batch_size)
         obs, act, rew, nxt, done = sampled(batch)
-        hidden = batch.extras["hidden"]
-        return BatchExperience(obs, act, rew.unsqueeze(1), nxt, done.unsqueeze(1), hidden)
+        return BatchExperience(obs, act, rew[:, None], nxt, done[:, None], batch.extras["hidden"])
 
     def warm(
         self, agent: Any, n_samples: int, num_envs: int = 8, *, seed: int | None = None
@@ -293,9 +286,8 @@ class ReplayBuffer(BufferBase):
                 tr = adapter.step(states, act, rewards, term, trunc, info, next_states)
                 keep = np.flatnonzero(tr.valid)[: n_samples - len(self)]
                 h = np.zeros((num_envs, self.hidden_dim)) if hidden is None else hidden
-                h = rows("hidden", h, num_envs, (self.hidden_dim,))  # None: feed-forward agent
                 new = (tr.obs, act.reshape(num_envs, -1), tr.reward, tr.next_obs,
-                       tr.terminated | tr.truncated, h)  # fmt: skip
+                       tr.terminated | tr.truncated, to_numpy("hidden", h))  # fmt: skip
                 self._write(self._core, keep.size, "s", *(np.asarray(x)[keep] for x in new),
                             truncated=(tr.truncated & ~tr.terminated)[keep])  # fmt: skip
                 states = next_states
