@@ -123,7 +123,7 @@ class PyTorchRLStorage:
         other constructor arguments (``gae_lambda``, ``validation_ratio``, ...)."""
 
         def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-            return cls(size, device, actor, algorithm, envs, *args, **kwargs)
+            return cls(size, device, actor, algorithm, envs, *args, **kwargs)  # type: ignore[call-arg]
 
         return create_buffer_instance
 
@@ -146,4 +146,5 @@ class PyTorchRLStorage:
         value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)
         if integral and not value.is_integer():  # 2.5 is never stored as 2
             raise ConfigError(f"new_parameter_value: expected {want}, got {new_parameter_value!r}")
-        setattr(self, parameter_name, type(current)(value))
+        kind: Any = type(current)  # keeps an int an int, a float a float
+        setattr(self, parameter_name, kind(value))

@@ -154,8 +154,8 @@ class MBReplayBuffer(PyTorchRLStorage):
             self.core.get_all(), split, keys=(OBS, ACT, OBS2, reward_key), num_actions=n_act
         )
         self.scaler = ds.scaler
-        hold = {"holdout_input": ds.holdout_inputs, "holdout_label": ds.holdout_targets}
-        hold = {k: torch.as_tensor(v, device=self.device) for k, v in hold.items()}
+        arrays = {"holdout_input": ds.holdout_inputs, "holdout_label": ds.holdout_targets}
+        hold = {k: torch.as_tensor(v, device=self.device) for k, v in arrays.items()}
         max_batches = -(-ds.train_inputs.shape[0] // mini_batch_size)
         for mb in ensemble_minibatches(ds, mini_batch_size, num_epochs, seed=self.core.rng):
             x, y = (mb.inputs, mb.targets) if members is not None else (mb.inputs[0], mb.targets[0])

@@ -287,8 +287,10 @@ class Memory:
             trunc = torch.zeros_like(done)
             if tr is not None:
                 trunc = done & (torch.as_tensor(tr[0], device=dev).reshape(N) != 0)
-            rb.add(*exp[:1], *exp[2:6], done & ~trunc, trunc, final_value=None if tr is None
-                   else tr[1], hidden=exp[6] if len(exp) > 6 else None)  # fmt: skip
+            obs, _, action, logprob, value, reward = exp[:6]
+            rb.add(obs, action, logprob, value, reward, done & ~trunc, trunc,
+                   final_value=None if tr is None else tr[1],
+                   hidden=exp[6] if len(exp) > 6 else None)  # fmt: skip
         rb.compute_returns(torch.as_tensor(self.next_value, device=dev).reshape(N))
         return rb
 
