@@ -1,14 +1,20 @@
 """DecisionTransformerInterpretability's ``src.ppo`` (``agent``, ``memory``, ``train``,
-``runner``, ``utils``, ``my_probe_envs``) as one namespace over rlstore's PPO trainer.
-
-The seed's loop runs as documented::
+``runner``, ``utils``, ``my_probe_envs``) as one namespace over rlstore's PPO trainer
+(:mod:`rlstore.agents.ppo`). The agents are rlstore's with the original's call forms added:
+``rollout(memory, num_steps, envs, trajectory_writer=None, sampling_method="basic")`` runs
+rlstore's rollout loop into a ``RolloutBuffer`` that ``memory`` (:class:`Memory`) then serves,
+``memory.state`` carrying the env and recurrent state between rollouts; ``learn(memory, args,
+optimizer, scheduler, track)`` runs rlstore's PPO update on it (with ``track``, its losses go to
+``memory.vars_to_log``). Given rlstore's own forms (a ``RolloutBuffer`` and a ``RolloutState``)
+they behave as rlstore's agents. Differences: envs must autoreset in the same step
+(:func:`~rlstore.agents.ppo.make_vector_env`); truncated episodes bootstrap; checkpoints are
+rlstore's safetensors + JSON folders.
 
     >>> from rlstore.agents.ppo import EnvironmentConfig, OnlineTrainConfig, make_vector_env
     >>> env_cfg = EnvironmentConfig(env_id="CartPole-v1")
     >>> args = OnlineTrainConfig(total_timesteps=64, num_envs=2, num_steps=16)
     >>> envs = make_vector_env(env_cfg, args.num_envs)
-    >>> memory = Memory(envs, args, "cpu")
-    >>> agent = get_agent(None, envs, env_cfg, args)
+    >>> memory, agent = Memory(envs, args, "cpu"), get_agent(None, envs, env_cfg, args)
     >>> optimizer, scheduler = agent.make_optimizer(args.num_updates, 2.5e-4, 0.0)
     >>> for _ in range(args.num_updates):
     ...     agent.rollout(memory, args.num_steps, envs)
@@ -16,16 +22,6 @@ The seed's loop runs as documented::
     ...     memory.reset()
     >>> memory.global_step
     64
-
-The agents are rlstore's (:mod:`rlstore.agents.ppo`) with the seed's call forms added:
-``rollout(memory, num_steps, envs, trajectory_writer=None, sampling_method="basic")`` runs
-rlstore's rollout loop into a ``RolloutBuffer`` that ``memory`` (:class:`Memory`) then serves,
-carrying the env observation and recurrent state between rollouts in ``memory.state``;
-``learn(memory, args, optimizer, scheduler, track)`` runs rlstore's PPO update on it and, with
-``track``, adds its losses to ``memory.vars_to_log``. Given rlstore's own forms (a
-``RolloutBuffer`` and a ``RolloutState``) they behave as rlstore's agents, so the compat agents
-also serve :func:`sample_from_agents` and checkpoints. Envs must autoreset in the same step
-(:func:`~rlstore.agents.ppo.make_vector_env`); episode ends that are truncations bootstrap.
 """
 
 from __future__ import annotations
@@ -71,8 +67,8 @@ __all__ = [
 
 
 class PPOAgent(ppo.PPOAgent):
-    """rlstore's :class:`~rlstore.agents.ppo.PPOAgent` with the seed's ``rollout`` / ``learn``
-    forms (see the module doc) and ``preprocess_obs``. Abstract, like the seed's."""
+    """rlstore's :class:`~rlstore.agents.ppo.PPOAgent` with the original's ``rollout`` /
+    ``learn`` forms (module doc) and ``preprocess_obs``. Abstract, like the original's."""
 
     def rollout(  # type: ignore[override]
         self,
@@ -84,14 +80,9 @@ class PPOAgent(ppo.PPOAgent):
         *core_args: Any,
         **kwargs: Any,
     ) -> Any:
-        """Collect ``num_steps`` steps of every env of ``envs`` into ``memory`` (a
-        :class:`Memory`, emptied by ``memory.reset()`` since its last rollout), returns computed.
-
-        ``trajectory_writer`` gets every step (``accumulate_trajectory``); ``sampling_method``
-        (``basic``, ``greedy``, ``temperature`` with kwarg ``temperature``, ``topk`` with ``k``)
-        picks the actions. Returns None. Given a ``RolloutBuffer``, this is rlstore's
-        ``rollout(buffer, num_steps, envs, state, trajectory_writer, sampling_method)``.
-        """
+        """Collect ``num_steps`` steps of every env into ``memory`` (emptied by
+        ``memory.reset()`` since its last rollout), returns computed; ``sampling_method``:
+        ``basic``, ``greedy``, ``temperature`` (kwarg ``temperature``), ``topk`` (``k``)."""
         if not isinstance(memory, Memory):
             return super().rollout(
                 memory, num_steps, envs, trajectory_writer, sampling_method, *core_args, **kwargs
@@ -115,10 +106,8 @@ class PPOAgent(ppo.PPOAgent):
         scheduler: PPOScheduler | None,
         track: bool = False,
     ) -> Any:
-        """rlstore's PPO update (``args.update_epochs`` epochs of minibatches) on the rollout in
-        ``memory``; returns None. With ``track`` its losses and diagnostics go to
-        ``memory.add_vars_to_log`` (written by ``memory.log()``). Given a ``RolloutBuffer``,
-        this is rlstore's ``learn``, returning the diagnostics."""
+        """rlstore's PPO update on the rollout in ``memory``; returns None. With ``track`` its
+        losses and diagnostics go to ``memory.add_vars_to_log``."""
         if not isinstance(memory, Memory):
             return super().learn(memory, args, optimizer, scheduler, track)
         stats = super().learn(memory._rollout(), args, optimizer, scheduler, track)
@@ -153,8 +142,8 @@ _SEED_CLASSES: dict[type, type] = {
 
 
 def _seed_agent(agent: Any) -> PPOAgent:
-    """Give an agent built by rlstore the seed's call forms. The compat classes add methods
-    only (no state, same names in checkpoints), so switching the class is exact."""
+    """Give an agent built by rlstore the original's call forms (the compat classes add
+    methods only, so switching the class is exact)."""
     if not isinstance(agent, PPOAgent):
         agent.__class__ = _SEED_CLASSES[type(agent)]
     return agent
@@ -166,8 +155,7 @@ def get_agent(
     environment_config: ppo.EnvironmentConfig,
     online_config: ppo.OnlineTrainConfig,
 ) -> PPOAgent:
-    """:func:`rlstore.agents.ppo.get_agent` (None -> FC, LSTM / transformer configs), as the
-    compat agent with the seed's call forms."""
+    """:func:`rlstore.agents.ppo.get_agent`, as the compat agent."""
     return _seed_agent(ppo.get_agent(model_config, envs, environment_config, online_config))
 
 
@@ -217,17 +205,9 @@ def store_model_checkpoint(
     checkpoint_num: int,
     checkpoint_artifact: Any,
 ) -> int:
-    """Write checkpoint ``checkpoint_num`` of ``agent`` (rlstore's safetensors + JSON folder,
-    loadable by :func:`load_saved_checkpoint`); returns ``checkpoint_num + 1``.
-
-    Args:
-        checkpoint_artifact: a folder to write into, or a ``wandb.Artifact`` (anything with
-            ``add_dir``): the checkpoint is then written under
-            ``<runs_dir>/<exp_name>/checkpoints`` and added to the artifact.
-
-    Raises:
-        ConfigError: ``checkpoint_artifact`` is neither.
-    """
+    """Write checkpoint ``checkpoint_num`` of ``agent`` into a folder or, for a
+    ``wandb.Artifact`` (anything with ``add_dir``), under ``<runs_dir>/<exp_name>/checkpoints``
+    and add it to the artifact; returns ``checkpoint_num + 1``."""
     folder = checkpoint_artifact
     if hasattr(checkpoint_artifact, "add_dir"):
         folder = Path(run_config.runs_dir) / run_config.exp_name / "checkpoints"
@@ -244,8 +224,8 @@ def store_model_checkpoint(
 
 
 class _SeedReset:
-    """The seed's probe ``reset(seed=None, return_info=True, options=None)``: ``(obs, info)``,
-    or ``obs`` alone with ``return_info=False``; otherwise rlstore's probe."""
+    """The original's probe ``reset(seed=None, return_info=True, options=None)``: ``(obs,
+    info)``, or ``obs`` alone with ``return_info=False``; otherwise rlstore's probe."""
 
     def reset(self, seed: int | None = None, return_info: bool = True, options: Any = None) -> Any:
         obs, info = super().reset(seed=seed, options=options)  # type: ignore[misc]
@@ -265,9 +245,8 @@ def combine_args(
     online_config: ppo.OnlineTrainConfig,
     transformer_model_config: ModelConfig = None,
 ) -> dict[str, Any]:
-    """All settings of the configs in one flat dict (e.g. ``wandb.init(config=...)``), later
-    configs winning on a shared name, with ``online_config``'s derived ``batch_size``,
-    ``minibatch_size`` and ``num_updates``. Any model config may be given as the last one."""
+    """All settings of the configs in one flat dict, later configs winning, with
+    ``online_config``'s derived ``batch_size``, ``minibatch_size`` and ``num_updates``."""
     args: dict[str, Any] = {}
     for cfg in (run_config, environment_config, online_config, transformer_model_config):
         if cfg is not None:
@@ -298,14 +277,9 @@ def _boolean(text: str) -> bool:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The seed's command line: one ``--<field>`` per field of :class:`RunConfig`,
-    :class:`EnvironmentConfig` and :class:`OnlineTrainConfig` (defaults: theirs; booleans as
-    ``--track`` or ``--track false``), parsed from ``argv`` (default ``sys.argv[1:]``).
-
-    Raises:
-        ConfigError: a value the configs reject (``--seed -1``), naming the field.
-        SystemExit: argparse's exit on an unknown flag or a value of the wrong type.
-    """
+    """One ``--<field>`` per field of the run, environment and online configs (their defaults;
+    booleans as ``--track`` or ``--track false``), parsed from ``argv`` and checked by the
+    configs (ConfigError naming the field; argparse's SystemExit for unknown flags)."""
     parser = argparse.ArgumentParser(description="Train a PPO agent (rlstore).")
     for cfg in _ARG_CONFIGS:
         for name, field in cfg.model_fields.items():
@@ -334,13 +308,8 @@ def prepare_video_dir(video_path: str | os.PathLike[str]) -> None:
 def check_and_upload_new_video(
     video_path: str | os.PathLike[str], videos: Sequence[str], step: int | None = None
 ) -> list[str]:
-    """Log every ``.mp4`` in ``video_path`` that is not in ``videos`` to the active wandb run
-    (``wandb.Video``, at ``step``); returns the names of all ``.mp4`` files there now, sorted.
-
-    Raises:
-        ConfigError: there are new videos and wandb is not installed (the ``rlstore[wandb]``
-            extra) or has no active run.
-    """
+    """Log every ``.mp4`` in ``video_path`` not in ``videos`` to the active wandb run (at
+    ``step``; ConfigError without one); returns the names of all ``.mp4`` files there, sorted."""
     current = sorted(p.name for p in Path(video_path).glob("*.mp4"))
     seen = set(videos)
     new = [name for name in current if name not in seen]
