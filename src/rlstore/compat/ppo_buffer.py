@@ -46,27 +46,23 @@ _NAMES = {"obs": "obs", "act": "actions", "rew": "rewards", "val": "values", "lo
 
 
 class PPOBuffer(FromConfig):
-    """``src.buffers.PPOBuffer`` (Spinning Up's): one epoch of single-env PPO steps in a one-env
-    :class:`~rlstore.buffers.rollout.RolloutBuffer`; ``finish_path(last_val)`` closes a
-    trajectory with ``truncate_last`` (``last_val`` 0 after a termination, else ``V(s_T)``).
-    ``adv`` is GAE with ``v[path_end] = last_val``, ``ret`` the reward-to-go bootstrapped with
-    ``last_val`` (``adv + val`` only for ``lam = 1``); :meth:`sample_batch` normalizes ``adv`` as
-    ``(adv - mean) / (std + eps)`` (population std) and resets the buffer.
+    """``src.buffers.PPOBuffer(obs_dim, act_dim, size, batch_size, gamma, lam, eps)`` of the
+    ``src.buffers`` package (Spinning Up's PPO epoch buffer: ``store``, ``finish_path``,
+    ``sample_batch``, ``instantiate_from_config[_dict]``, ``schema``), a facade over a one-env
+    :class:`~rlstore.buffers.rollout.RolloutBuffer`: ``finish_path(last_val)`` closes a
+    trajectory with ``truncate_last``; ``adv`` is GAE bootstrapped with ``last_val`` (0 after a
+    termination, else ``V(s_T)``), ``ret`` the bootstrapped reward-to-go; :meth:`sample_batch`
+    normalizes ``adv`` as ``(adv - mean) / (std + eps)`` (population std) and resets the buffer.
 
-    Differences from the original:
-
-    * ``store`` raises :class:`~rlstore.errors.CapacityError` on a full buffer (the original
-      ``assert``\\ s) and :class:`~rlstore.errors.SpecError` naming the key on missing/unknown
-      keys, wrong shapes, lossy or non-finite values; nothing is stored then.
-    * ``sample_batch`` refuses an open trajectory (its advantages would be zero) and does not
-      require a full buffer.
-    * ``finish_path`` takes the original's ``action_obj`` (a value, or a mapping with
-      ``"last_val"`` or ``"val"``) or Spinning Up's ``last_val``, not both.
-    * ``batch_size`` is checked (``<= size``) and used by :meth:`minibatches`.
-    * ``schema`` is a pydantic model (:class:`PPOBufferConfig`); ``config()`` / ``state_dict()``
-      / ``load_state_dict()`` make the buffer checkpointable.
-    * ``obs_dim`` / ``act_dim`` may be shapes (``act_dim=()``: scalar discrete actions); the
-      ``*_buf`` attributes are read-only zero-padded numpy copies.
+    Differences: ``store`` raises :class:`~rlstore.errors.CapacityError` on a full buffer (the
+    original ``assert``\\ s) and :class:`~rlstore.errors.SpecError` naming the key on bad keys,
+    shapes, lossy or non-finite values, storing nothing; ``sample_batch`` refuses an open
+    trajectory and does not require a full buffer; ``finish_path`` takes the original's
+    ``action_obj`` (a value, or a mapping with ``"last_val"`` or ``"val"``) or Spinning Up's
+    ``last_val``, not both; ``batch_size`` (``<= size``) is used by :meth:`minibatches`;
+    ``schema`` is a pydantic model; ``obs_dim`` / ``act_dim`` may be shapes (``act_dim=()``:
+    scalar actions); the ``*_buf`` attributes are read-only zero-padded numpy copies;
+    ``config()`` / ``state_dict()`` / ``load_state_dict()`` make it checkpointable.
     """
 
     schema: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
@@ -82,12 +78,13 @@ class PPOBuffer(FromConfig):
         lam: float = 0.95,
         eps: float = 1e-3,
     ) -> None:
-        def shape(name: str, dim: Any) -> tuple[int, ...]:
-            dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-            return tuple(check_count(name, d, error=E.ConfigError) for d in dims)
-
-        self.obs_shape = shape("obs_dim", obs_dim)
-        self.act_shape = () if act_dim in ((), []) else shape("act_dim", act_dim)
+        self.obs_shape, self.act_shape = (
+            tuple(
+                check_count(k, d, error=E.ConfigError)
+                for d in (v if isinstance(v, tuple | list) else (v,))
+            )
+            for k, v in (("obs_dim", obs_dim), ("act_dim", act_dim))
+        )
         size = check_count("size", size)
         if check_count("batch_size", batch_size) > size:
             raise E.CapacityError(
@@ -131,8 +128,7 @@ class PPOBuffer(FromConfig):
             )
         value = last_val if last_val is not None else action_obj
         if isinstance(value, Mapping):
-            keys = [k for k in ("last_val", "val") if k in value]
-            if len(keys) != 1:
+            if len(keys := [k for k in ("last_val", "val") if k in value]) != 1:
                 raise E.SpecError(
                     f"action_obj: expected a mapping with one of the keys 'last_val' or 'val', "
                     f"got keys {list(value)}"
@@ -233,21 +229,18 @@ class PPOBuffer(FromConfig):
                 f"state: expected the keys ['path_start_idx', 'rollout'], got {keys}"
             )
         start, rollout = sd["path_start_idx"], sd["rollout"]
-        pos = rollout.get("pos") if isinstance(rollout, Mapping) else None
+        rollout = rollout if isinstance(rollout, Mapping) else {}
+        pos, data = rollout.get("pos"), rollout.get("data")
         ok = isinstance(start, int) and not isinstance(start, bool) and isinstance(pos, int)
         if not ok or not 0 <= start <= pos:
             raise E.CheckpointError(
                 f"path_start_idx: expected an int in [0, rollout pos={pos!r}], got {start!r}"
             )
-        data = rollout.get("data")
         for key, shape in (("obs", self.obs_shape), ("actions", self.act_shape)):
-            if not isinstance(data, Mapping) or key not in data:
-                continue
-            want, got = (self.max_size, 1, *shape), data[key]
-            if not isinstance(got, torch.Tensor) or (got.dtype, *got.shape) != (
-                torch.float32,
-                *want,
-            ):
+            got = data[key] if isinstance(data, Mapping) and key in data else None
+            want = (self.max_size, 1, *shape)  # the RolloutBuffer checks them only once filled
+            typed = isinstance(got, torch.Tensor) and got.dtype == torch.float32
+            if got is not None and not (typed and tuple(got.shape) == want):
                 what = f"{got.dtype} {tuple(got.shape)}" if isinstance(got, torch.Tensor) else got
                 raise E.CheckpointError(f"{key}: expected a float32 tensor {want}, got {what!r}")
         self._rb.load_state_dict(dict(rollout))
