@@ -13,12 +13,11 @@ import numpy as np
 import torch
 
 from rlstore._checks import check_count
-from rlstore._trees import to_numpy
+from rlstore._trees import to_numpy, tree_map
 from rlstore.buffers.demo_files import read_npz
 from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
 from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
 from rlstore.compat.pytorchrl import protocols as K
-from rlstore.compat.pytorchrl._layout import map_dict
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 
 __all__ = ["PPODBuffer"]
@@ -317,7 +316,7 @@ class PPODBuffer(GAEBuffer):
         observation ``Observation[step]`` (the policy may have seen the real env's frame)."""
         idx = torch.from_numpy(np.flatnonzero(rows))
         rhs = self._next.get(K.RHS, self._rows.get(K.RHS))  # feed-forward actors: the zero row
-        rhs = None if rhs is None else map_dict(rhs, lambda t: t[idx])
+        rhs = None if rhs is None else tree_map(lambda t: t[idx], rhs)
         for key, v in self._values(self._next[K.OBS][idx], rhs, self._next[K.DONE][idx]).items():
             if key in sample:
                 new = torch.as_tensor(sample[key]).clone()

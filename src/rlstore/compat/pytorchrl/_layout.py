@@ -3,13 +3,13 @@ the ``(size + 1, N, ...)`` view, conversion to layout A, minibatch gathering."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import torch
 
-from rlstore._trees import as_tensor, cast_lossless, check_real
+from rlstore._trees import as_tensor, cast_lossless, check_real, tree_map
 from rlstore.compat.pytorchrl import protocols as K
 from rlstore.errors import ConfigError, SpecError
 from rlstore.minibatches import RolloutBatch, column_index_plan, flat_index_plan
@@ -18,11 +18,6 @@ Data = dict[str, Any]
 SCALARS = (K.REW, K.VAL, K.LOGP, K.IREW, K.IVAL)  # one float32 per env
 _FIELDS = {K.OBS: "obs", K.RHS: "hidden", K.ACT: "actions", K.REW: "rewards", K.VAL: "values",
            K.LOGP: "logprobs", K.IREW: "int_rewards", K.IVAL: "int_values"}  # fmt: skip
-
-
-def map_dict(x: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``fn(x)``, or ``{k: fn(v)}`` when ``x`` is a (one-level) dict of tensors."""
-    return {k: fn(v) for k, v in x.items()} if isinstance(x, dict) else fn(x)
 
 
 def row_specs(
@@ -36,8 +31,8 @@ def row_specs(
         if sample.get(k) is None or (k in (K.IREW, K.IVAL) and not intrinsic):
             continue
         dtype = torch.float32 if k in SCALARS else None
-        row = map_dict(sample[k], lambda v, k=k: check_real(k, as_tensor(k, v, device)))  # type: ignore[misc]
-        specs[k] = map_dict(row, lambda v, d=dtype: torch.zeros_like(v, dtype=d))  # type: ignore[misc]
+        row = tree_map(lambda v, k=k: check_real(k, as_tensor(k, v, device)), sample[k])  # type: ignore[misc]
+        specs[k] = tree_map(lambda v, d=dtype: torch.zeros_like(v, dtype=d), row)  # type: ignore[misc]
     for k in (K.OBS, K.DONE, K.ACT, K.REW, K.VAL, K.LOGP, *([K.RHS] if recurrent else [])):
         if k not in specs:
             raise SpecError(f"sample: missing key {k!r} (got keys {sorted(sample)})")
@@ -148,7 +143,7 @@ def view(
 
 def take(x: Any, i: int) -> Any:
     """Row ``i`` of a tensor or of each tensor of a dict (the last row if ``i`` is past it)."""
-    return map_dict(x, lambda t: t[min(i, len(t) - 1)])
+    return tree_map(lambda t: t[min(i, len(t) - 1)], x)
 
 
 def rows(t: torch.Tensor, idx: torch.Tensor, length: int | None = None) -> torch.Tensor:
@@ -215,5 +210,5 @@ def gather(data: Data, idx: torch.Tensor, L: int, recurrent: bool) -> Data:
         if k == K.RHS:  # the state before the first step of each sequence (time-major)
             first = idx[0] if idx.dim() == 2 else idx
             sel, length = (first if recurrent else torch.zeros_like(first)), 0
-        batch[k] = map_dict(v, partial(rows, idx=sel, length=length or None))
+        batch[k] = tree_map(partial(rows, idx=sel, length=length or None), v)
     return batch

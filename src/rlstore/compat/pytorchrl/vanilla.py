@@ -1,5 +1,4 @@
-"""PyTorchRL's on-policy storages: VanillaOnPolicyBuffer (Monte-Carlo returns), GAEBuffer and
-VTraceBuffer (layout C and the truncation extension: :mod:`rlstore.compat.pytorchrl`)."""
+"""PyTorchRL's on-policy storages (layout C and truncation: :mod:`rlstore.compat.pytorchrl`)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import torch
 
 from rlstore import returns as R
 from rlstore._checks import as_device, check_count, real_number
-from rlstore._trees import as_tensor
+from rlstore._trees import as_tensor, tree_map
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import IntrinsicConfig
 from rlstore.compat._common import PyTorchRLStorage
@@ -24,36 +23,26 @@ __all__ = ["VanillaOnPolicyBuffer", "GAEBuffer", "VTraceBuffer"]
 
 
 class VanillaOnPolicyBuffer(PyTorchRLStorage):
-    """PyTorchRL's ``vanilla_on_policy_buffer.VanillaOnPolicyBuffer(size, device, actor,
-    algorithm, envs)``: Monte-Carlo returns (:func:`rlstore.returns.gae` with lambda 1, bootstrapped
-    with ``V(Observation[L])`` at the rollout end and ``FinalValue`` on truncation) and
-    ``Advantage = normalize(ExternalReturn - Value)`` over the rollout. ``size`` is the rollout
-    length T; ``envs`` (anything with ``num_envs``, or None) checks N. The transitions live in a
-    :class:`~rlstore.buffers.rollout.RolloutBuffer`; the facade keeps only layout C's slot ``L``
-    and the ``Done`` of slot 0 (layout C, truncation extension: :mod:`rlstore.compat.pytorchrl`).
+    """PyTorchRL's ``VanillaOnPolicyBuffer(size, device, actor, algorithm, envs)``
+    (``pytorchrl.agent.storages.on_policy``), a facade over a
+    :class:`~rlstore.buffers.rollout.RolloutBuffer` keeping only layout C's slot ``L`` and the
+    ``Done`` of slot 0: Monte-Carlo returns (:func:`rlstore.returns.gae` with lambda 1,
+    bootstrapped with ``V(Observation[L])`` and ``FinalValue`` on truncation) and ``Advantage =
+    normalize(ExternalReturn - Value)``. ``size`` is the rollout length T; ``envs`` (with
+    ``num_envs``, or None) checks N.
 
-    Differences from PyTorchRL (its API is kept):
-
-    * ``data`` is a layout-C view rebuilt (results dropped) after each insertion, :meth:`reset`
-      or :meth:`after_gradients`, not the storage: writes into it are not stored. ``Reward`` /
-      ``Value`` / ``LogProbability`` (intrinsic pair, ``FinalValue``) are float32, ``Done`` is
-      0/1 in the sample's dtype;
-    * advantages use the population std (PyTorchRL: unbiased) plus eps 1e-5 (1e-8 in
-      :class:`VTraceBuffer`);
-    * a partial rollout uses all ``L`` stored transitions (PyTorchRL's ``step - 1`` dropped
-      the last one); the first insertion of a rollout takes slot 0 from the sample's
-      ``Observation``/``RecurrentHiddenStates``/``Done`` (PyTorchRL left zeros there);
-    * a full rollout raises :class:`~rlstore.errors.CapacityError` instead of wrapping around;
-    * a running :meth:`generate_batches` keeps its view, so :meth:`after_gradients` (called
-      after every gradient step) does not change later minibatches of the same update;
-    * ``before_gradients`` keeps the stored recurrent state of slot ``L`` instead of the
-      actor's output state;
-    * ``update_storage_parameter`` raises :class:`~rlstore.errors.ConfigError` for a name that
-      is not a numeric attribute (PyTorchRL ignored it) or a value that is not a finite number;
-    * ``insert_data_slice`` validates the data like inserted samples, all or nothing;
-    * multiple critics (dict ``Value``) and the RND observation statistics (``algo.state_rms``)
-      are not handled here; intrinsic rewards are scaled with rlstore's forward running
-      discounted-return normalizer, per env and never reset at episode ends.
+    Differences from PyTorchRL: ``data`` is a layout-C view rebuilt after each insertion,
+    :meth:`reset` or :meth:`after_gradients` (writes into it are not stored; ``Reward`` /
+    ``Value`` / ``LogProbability`` are float32); advantages use the population std plus eps 1e-5
+    (1e-8 in :class:`VTraceBuffer`); a partial rollout uses all ``L`` transitions (PyTorchRL
+    dropped the last); slot 0 comes from the first sample's ``Observation`` /
+    ``RecurrentHiddenStates`` / ``Done`` (PyTorchRL left zeros); a full rollout raises
+    :class:`~rlstore.errors.CapacityError` instead of wrapping; a running
+    :meth:`generate_batches` keeps its view across :meth:`after_gradients`; ``before_gradients``
+    keeps the stored recurrent state of slot ``L``; ``update_storage_parameter`` and
+    ``insert_data_slice`` validate (ConfigError / SpecError, all or nothing); multiple critics and
+    RND observation statistics are not handled; intrinsic rewards are scaled by rlstore's forward
+    discounted-return normalizer, per env, never reset at episode ends.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = K.OnPolicyDataKeys
@@ -166,7 +155,7 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> C.Data:
         """The stored keys of :attr:`data` as a new dict (on the CPU with ``data_to_cpu``)."""
         move = (lambda t: t.cpu()) if data_to_cpu else (lambda t: t)
-        return {k: C.map_dict(v, move) for k, v in self.data.items() if v is not None}
+        return {k: tree_map(move, v) for k, v in self.data.items() if v is not None}
 
     def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
         """Replace the data by ``new_data`` (a :meth:`get_all_buffer_data` result of a full
@@ -311,8 +300,7 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
 
 class GAEBuffer(VanillaOnPolicyBuffer):
     """PyTorchRL's ``GAEBuffer``: :class:`VanillaOnPolicyBuffer` (and its differences) with
-    GAE(gamma, ``gae_lambda``) returns ``ExternalReturn = A + Value`` (:func:`rlstore.returns.gae`
-    in layout A; layout C and the truncation channel: :mod:`rlstore.compat.pytorchrl`)."""
+    GAE(gamma, ``gae_lambda``) returns ``ExternalReturn = A + Value``."""
 
     def __init__(
         self,
@@ -332,17 +320,12 @@ class GAEBuffer(VanillaOnPolicyBuffer):
 
 
 class VTraceBuffer(VanillaOnPolicyBuffer):
-    """PyTorchRL's ``VTraceBuffer``: :class:`VanillaOnPolicyBuffer` (and its differences) with
-    V-trace targets (IMPALA, arXiv:1802.01561).
-
-    :meth:`compute_vtrace` re-evaluates the stored actions and values with the current actor,
-    then :func:`rlstore.returns.vtrace` with the stored log-probs as behaviour policy:
-    ``ExternalReturn[:L] = vs``, ``Advantage`` = normalized PG advantages (eps 1e-8),
-    ``LogProbability[:L]`` = the current log-probs (as PyTorchRL: the PPO ratio starts at 1).
-
-    PyTorchRL's ``compute_vtrace`` is broken and not copied: it put discounted returns where
-    rewards belong in delta, did not mask the next value at episode ends, and called methods
-    with the wrong arguments. Rewards, termination/truncation and bootstrap follow rlstore."""
+    """PyTorchRL's ``VTraceBuffer``: :class:`VanillaOnPolicyBuffer` with V-trace targets
+    (IMPALA): :meth:`compute_vtrace` re-evaluates the stored actions and values with the current
+    actor, then :func:`rlstore.returns.vtrace` with the stored log-probs as behaviour policy
+    (``ExternalReturn[:L] = vs``, normalized PG ``Advantage``, ``LogProbability[:L]`` = current).
+    Difference: PyTorchRL's ``compute_vtrace`` (returns in delta, unmasked next values at
+    episode ends, wrong call arguments) is not copied."""
 
     _adv_eps: ClassVar[float] = 1e-8
 
