@@ -1,5 +1,4 @@
-"""PyTorchRL's ``PPODBuffer`` (PPO+D demonstration replay inside a GAE rollout) over
-:class:`~rlstore.compat.pytorchrl.GAEBuffer`, :class:`~rlstore.buffers.demos.DemoStore` and
+"""PyTorchRL's ``PPODBuffer`` over :class:`~rlstore.buffers.demos.DemoStore` and
 :class:`~rlstore.buffers.demo_mixer.DemoMixer`."""
 
 from __future__ import annotations
@@ -33,28 +32,23 @@ def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
 
 
 class PPODBuffer(GAEBuffer):
-    """PyTorchRL's PPO+D storage (``pytorchrl.agent.storages.on_policy.ppod_buffer``); the
-    arguments are PyTorchRL's plus ``seed`` (the demo Generator's) and ``demo_dtypes``.
+    """PyTorchRL's ``PPODBuffer`` (``pytorchrl.agent.storages.on_policy.ppod_buffer``): PPO+D
+    demonstration replay inside a :class:`~rlstore.compat.pytorchrl.GAEBuffer`, a facade over
+    :class:`~rlstore.buffers.demos.DemoStore` and :class:`~rlstore.buffers.demo_mixer.DemoMixer`.
+    ``insert_transition`` mixes the sample before storing it: a slot replaying a demo stores the
+    demo's action, reward and next frame, ``LogProbability = 0``, ``Done = 0`` and ``Value``
+    recomputed by ``actor.get_value``; when a demo or an episode ends, the slot's next source is
+    drawn with ``(rho, phi, 1 - rho - phi)``; every finished episode is offered to the store as a
+    reward or value demo. ``seed`` (the demo Generator's) and ``demo_dtypes`` are rlstore's.
 
-    ``insert_transition`` mixes the sample before storing it, as PyTorchRL: a slot replaying a
-    demo stores the demo's action and reward, ``LogProbability = 0``, ``Value`` recomputed by
-    ``actor.get_value`` on the demo observation, and the demo's next frame (frame stack rebuilt)
-    with ``Done = 0``; when a demo or an env episode ends, the slot's next source is drawn with
-    ``(rho, phi, 1 - rho - phi)`` (a demo starts at its first frame with ``Done = 1`` and a zero
-    recurrent state; "env" after a demo calls ``envs.reset_single_env(i)`` if the env has it);
-    every finished env episode is offered to the store as a reward or value demo.
-
-    Differences from PyTorchRL (its API is kept):
-
-    * demos are :class:`~rlstore.buffers.demos.Demo` records and rlstore checkpoint files
-      (``<name>_metadata.json``); PyTorchRL's ``.npz`` demos are read too;
-    * randomness comes from one seeded Generator (keyword ``seed``), not the global one;
-    * PyTorchRL's MaxValue tracking bug (written under an int key, read under ``"env{i+1}"``,
-      so every value demo kept ``-inf``) is not reproduced; annealing conserves ``rho + phi``,
-      ``MaxValue ** alpha`` is clipped, human demos survive emptying the reward demos;
-    * ``track_potential_demos`` is folded into ``insert_transition`` (each step tracked once);
-      ``sample_demo(env_id)`` returns the drawn source code;
-    * a sample the storage rejects *after* mixing leaves the mixer a step ahead: :meth:`reset`.
+    Differences from PyTorchRL: demos are :class:`~rlstore.buffers.demos.Demo` records and
+    rlstore checkpoint files (PyTorchRL's ``.npz`` demos are read too); randomness comes from one
+    seeded Generator; PyTorchRL's MaxValue tracking bug (every value demo kept ``-inf``) is not
+    reproduced, annealing conserves ``rho + phi``, ``MaxValue ** alpha`` is clipped, human demos
+    survive emptying the reward demos; ``track_potential_demos`` is folded into
+    ``insert_transition`` (each step tracked once); ``sample_demo(env_id)`` returns the drawn
+    source; a sample the storage rejects *after* mixing leaves the mixer a step ahead
+    (:meth:`reset`).
     """
 
     demos_data_fields: ClassVar[tuple[str, ...]] = ("Observation", "Action", "Reward")
@@ -159,10 +153,8 @@ class PPODBuffer(GAEBuffer):
 
     def load_initial_demos(self) -> None:
         """Load the initial human and agent demos as reward demos (CapacityError: too many)."""
-        for directory, human in (
-            (self.initial_human_demos_dir, True),
-            (self.initial_agent_demos_dir, False),
-        ):
+        for directory, human in ((self.initial_human_demos_dir, True),
+                                 (self.initial_agent_demos_dir, False)):  # fmt: skip
             for path in self._demo_files(directory):
                 demo = self.load_demo(path)
                 self.store.add_initial(Demo(demo.observations, demo.actions, demo.rewards, human))
@@ -171,26 +163,21 @@ class PPODBuffer(GAEBuffer):
     def load_supplementary_demos(self) -> int:
         """Add the unseen demos of ``supplementary_demos_dir`` as agent reward demos; returns
         how many."""
-        added = 0
-        for path in self._demo_files(self.supplementary_demos_dir):
-            if str(path) in self._seen_supplementary:
-                continue
+        paths = self._demo_files(self.supplementary_demos_dir)
+        new = [p for p in paths if str(p) not in self._seen_supplementary]
+        for path in new:
             self._seen_supplementary.add(str(path))
             self.store.add_bonus(self.load_demo(path))
-            added += 1
-        return added
+        return len(new)
 
     def save_demos(self) -> list[Path]:
         """Write the top ``num_agent_demos_to_save`` agent reward demos (by total reward) and
         value demos (by MaxValue) to ``target_agent_demos_dir``; returns the sidecar paths."""
         if self.target_agent_demos_dir is None:
             return []
-        out = []
-        for kind in ("reward", "value"):
-            for k, demo in enumerate(self.store.top_demos(kind, self.num_agent_demos_to_save)):
-                name = f"{kind}_demo_{k:03d}"
-                out.append(save_demo(demo, self.target_agent_demos_dir, name))
-        return out
+        n, folder = self.num_agent_demos_to_save, self.target_agent_demos_dir
+        return [save_demo(demo, folder, f"{kind}_demo_{k:03d}") for kind in ("reward", "value")
+                for k, demo in enumerate(self.store.top_demos(kind, n))]  # fmt: skip
 
     # ------------------------------------------------------------------ PPO+D rules
     def anneal_parameters(self) -> None:
@@ -332,12 +319,10 @@ class PPODBuffer(GAEBuffer):
         if self.iter % self.save_demos_every == 0:
             self.save_demos()
         info.update(
-            {
-                "NumRewardDemos": len(self.store.reward_demos),
-                "NumValueDemos": len(self.store.value_demos),
-                "RewardThreshold": self.reward_threshold,
-                "rho": self.rho,
-                "phi": self.phi,
-            }
+            NumRewardDemos=len(self.store.reward_demos),
+            rho=self.rho,
+            phi=self.phi,
+            NumValueDemos=len(self.store.value_demos),
+            RewardThreshold=self.reward_threshold,
         )
         return info
