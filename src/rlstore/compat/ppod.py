@@ -320,9 +320,9 @@ class PPODBuffer(GAEBuffer):
             self.save_demos()
         info.update(
             NumRewardDemos=len(self.store.reward_demos),
-            rho=self.rho,
-            phi=self.phi,
             NumValueDemos=len(self.store.value_demos),
             RewardThreshold=self.reward_threshold,
+            rho=self.rho,
+            phi=self.phi,
         )
         return info
