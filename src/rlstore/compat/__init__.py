@@ -1,13 +1,8 @@
-"""Classes of other RL libraries with their documented signatures, as facades over rlstore's core.
-
-velora's ``ReplayBuffer`` / ``BufferBase`` / ``BatchExperience``; PyTorchRL's on-policy storages,
-``PPODBuffer`` and ``MBReplayBuffer``; DecisionTransformerInterpretability's ``src.ppo``
-``Memory`` (its whole ``src.ppo`` API: :mod:`rlstore.compat.src_ppo`); the documented
-``src.buffers`` ``PPOBuffer`` and ``SimpleReplayBuffer``.
-
-Re-exported from their modules; velora's ``ReplayBuffer`` as ``VeloraReplayBuffer`` (it would
-shadow :class:`rlstore.ReplayBuffer`).
-"""
+"""Classes of five other RL libraries with their documented signatures, as thin facades over
+rlstore's core: velora's buffers, PyTorchRL's on-policy, PPO+D and model-based storages,
+DecisionTransformerInterpretability's ``src.ppo`` (:mod:`rlstore.compat.src_ppo`) and the
+``src.buffers`` package's ``PPOBuffer`` / ``SimpleReplayBuffer``. velora's ``ReplayBuffer`` is
+re-exported as ``VeloraReplayBuffer`` (it would shadow :class:`rlstore.ReplayBuffer`)."""
 
 from __future__ import annotations
 

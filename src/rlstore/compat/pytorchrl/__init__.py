@@ -1,6 +1,5 @@
-"""PyTorchRL's on-policy storages (``pytorchrl.agent.storages.on_policy``): VanillaOnPolicyBuffer,
-GAEBuffer, VTraceBuffer, facades over :class:`~rlstore.buffers.rollout.RolloutBuffer`,
-:mod:`rlstore.returns` and :mod:`rlstore.minibatches`; the sample keys are in :mod:`.protocols`.
+"""PyTorchRL's on-policy storages (``pytorchrl.agent.storages.on_policy``) over
+:class:`~rlstore.buffers.rollout.RolloutBuffer`; the sample keys are in :mod:`.protocols`.
 
 **Layout C.** As in PyTorchRL, the ``data`` tensors are ``(size + 1, N, *shape)``:
 ``Observation``, ``RecurrentHiddenStates`` and ``Done`` are written at ``step + 1`` from the
