@@ -1,4 +1,4 @@
-"""Tests of the seed-001 PPODBuffer facade: PPO+D acceptance tests (algorithms.md 3.2)."""
+"""Tests of the PyTorchRL PPODBuffer facade: PPO+D acceptance tests (algorithms.md 3.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of the seed-001 (PyTorchRL) storages with small real actors on real environments."""
+"""Tests of the PyTorchRL storages with small real actors on real environments."""
 
 from __future__ import annotations
 
@@ -339,7 +339,7 @@ def test_generate_batches_flat_cover_every_step_once():
                 assert b[RET][i].item() == buf.data[RET][t, n].item()
                 assert b[ACT][i].item() == buf.data[ACT][t, n].item()
                 assert b[DONE][i].item() == buf.data[DONE][t, n].item()
-        if not shuffle:  # sequential: the seed's time-major flattening
+        if not shuffle:  # sequential: the original's time-major flattening
             flat = torch.cat([b[OBS] for b in batches[:3]])
             torch.testing.assert_close(flat, buf.data[OBS][:T].reshape(-1, 4))
     assert len(list(buf.generate_batches(None, mini_batch_size=3))) == 4

@@ -1,5 +1,5 @@
 """Malformed-input sweep over the on-policy facades (issue 8): GAEBuffer, VanillaOnPolicyBuffer,
-VTraceBuffer, PPODBuffer (PyTorchRL), PPOBuffer (seed 000) and Memory (seed 004).
+VTraceBuffer, PPODBuffer (PyTorchRL), PPOBuffer (src.buffers) and Memory (DecisionTransformerInterpretability).
 
 Every rejection is an RLStoreError naming the argument, and the object is unchanged after it
 (the first call included); only lossless conversions are accepted silently.
@@ -180,7 +180,7 @@ def test_pytorchrl_constructor_rejections_are_named(kw, name):
 
 
 def test_track_potential_demos_is_public_and_tracks_each_step_once():
-    """Regression: the seed's documented track_potential_demos(sample) was missing."""
+    """Regression: the original's documented track_potential_demos(sample) was missing."""
     calls = []
     bufs = [PPODBuffer(4, "cpu", Actor(), Algo(), envs=None, rho=0.0, phi=0.0, seed=0)
             for _ in range(3)]  # fmt: skip
@@ -196,7 +196,7 @@ def test_track_potential_demos_is_public_and_tracks_each_step_once():
         done = torch.tensor([[float(t == 1)], [0.0]])
         s = sample(**{DONE2: done, REW: torch.full((N, 1), float(t))})
         bufs[0].insert_transition(s)  # tracks inside
-        bufs[1].track_potential_demos(s)  # the seed's workflow: track, then insert
+        bufs[1].track_potential_demos(s)  # the original's workflow: track, then insert
         bufs[1].insert_transition(s)
         bufs[2].insert_transition(s)
         bufs[2].track_potential_demos(s)  # after the insert: already tracked, no-op

@@ -1,4 +1,4 @@
-"""Tests of the seed-004 facades: layout-B GAE helpers and Memory over RolloutBuffer."""
+"""Tests of the DecisionTransformerInterpretability facades: layout-B GAE helpers and Memory over RolloutBuffer."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def cleanrl_gae(next_value, next_done, rewards, values, dones, gamma, lam):
 
 
 def seed_closed_form(next_value, next_done, rewards, values, dones, gamma, lam):
-    """The seed's O(T^2) masked closed form (built on shift_rows), as a second reference."""
+    """The original's O(T^2) masked closed form (built on shift_rows), as a second reference."""
     T, N = rewards.shape
     next_values = torch.cat([values[1:], next_value[None]])
     next_dones = torch.cat([dones[1:], next_done[None]])
@@ -218,7 +218,7 @@ def test_memory_flat_minibatches_match_cleanrl_gae():
     seen = torch.cat([mb.indices for mb in mbs]).sort().values
     assert seen.tolist() == list(range(24))  # every step exactly once
     for mb in mbs:
-        i = mb.indices  # flat time-major t * N + n, as the seed's flatten(0, 1)
+        i = mb.indices  # flat time-major t * N + n, as the original's flatten(0, 1)
         torch.testing.assert_close(mb.obs, obs.flatten(0, 1)[i])
         torch.testing.assert_close(mb.actions, acts.flatten(0, 1)[i])
         torch.testing.assert_close(mb.advantages, adv.flatten(0, 1)[i], rtol=1e-5, atol=1e-5)
@@ -231,7 +231,7 @@ def test_memory_flat_minibatches_match_cleanrl_gae():
         rtol=1e-5,
         atol=1e-5,
     )
-    # explicit indexes (the seed's get_minibatch_indexes output) are honoured in order
+    # explicit indexes (the original's get_minibatch_indexes output) are honoured in order
     indexes = memory.get_minibatch_indexes(24, 6)
     assert sorted(np.concatenate(indexes).tolist()) == list(range(24))
     mbs = memory.get_minibatches(indexes=indexes)
@@ -275,7 +275,7 @@ def test_memory_truncation_bootstraps_from_final_value():
     # V = 0 everywhere. t0 truncated: 1 + 0.5*4 = 3; t1 continues: 1 + 0.5*A2;
     # t2 truncated at the rollout end: 1 + 0.5*6 = 4 (not next_value = 2); A1 = 1 + 0.5*4 = 3
     assert adv.tolist() == [3.0, 3.0, 4.0]
-    memory.next_truncated = None  # the seed's semantics: a done is a termination
+    memory.next_truncated = None  # the original's semantics: a done is a termination
     adv = torch.cat([mb.advantages[mb.indices.argsort()] for mb in memory.get_minibatches()])
     assert adv.tolist() == [3.0, 1.5, 1.0]
     envs.close()

@@ -1,4 +1,4 @@
-"""The seed-004 (DecisionTransformerInterpretability ``src.ppo``) API as documented: the training
+"""DecisionTransformerInterpretability's ``src.ppo`` API as documented: the training
 loop over ``Memory`` for the three agents, and every documented function."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def online(**over):
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_documented_loop_trains_every_agent(name):
-    # the seed's train_ppo body, verbatim: Memory, get_agent, make_optimizer, rollout, learn,
+    # the original's train_ppo body, verbatim: Memory, get_agent, make_optimizer, rollout, learn,
     # log, get_printable_output, reset
     model_config, cls = MODELS[name]
     online_config = online()
@@ -73,7 +73,7 @@ def test_documented_loop_trains_every_agent(name):
     for n in range(num_updates):
         assert agent.rollout(memory, online_config.num_steps, envs, trajectory_writer) is None
         assert len(written) == (n + 1) * T  # one call per vector-env step
-        # memory holds the rollout: T steps of N envs, in the seed's (obs, done, ...) format
+        # memory holds the rollout: T steps of N envs, in the original's (obs, done, ...) format
         assert len(memory.experiences) == T and memory.global_step == (n + 1) * T * N
         obs, done, action, logprob, value, reward = memory.experiences[0]
         assert obs.shape == (N, 4) and done.shape == action.shape == reward.shape == (N,)
@@ -154,7 +154,7 @@ def test_memory_carries_state_across_rollouts_and_refuses_mixing():
 
 
 def test_learn_on_hand_added_steps():
-    # the seed's own rollout loop (memory.add per step) feeding the compat agent's learn
+    # the original's own rollout loop (memory.add per step) feeding the compat agent's learn
     args = online(num_steps=4)
     envs = make_vector_env(ENV, 2)
     memory = Memory(envs, args)

@@ -134,18 +134,18 @@ class TransformerPPOAgent(PPOAgent, ppo.TransformerPPOAgent):
     __doc__ = ppo.TransformerPPOAgent.__doc__
 
 
-_SEED_CLASSES: dict[type, type] = {
+_COMPAT_CLASSES: dict[type, type] = {
     ppo.FCAgent: FCAgent,
     ppo.LSTMPPOAgent: LSTMPPOAgent,
     ppo.TransformerPPOAgent: TransformerPPOAgent,
 }
 
 
-def _seed_agent(agent: Any) -> PPOAgent:
+def _compat_agent(agent: Any) -> PPOAgent:
     """Give an agent built by rlstore the original's call forms (the compat classes add
     methods only, so switching the class is exact)."""
     if not isinstance(agent, PPOAgent):
-        agent.__class__ = _SEED_CLASSES[type(agent)]
+        agent.__class__ = _COMPAT_CLASSES[type(agent)]
     return agent
 
 
@@ -156,12 +156,12 @@ def get_agent(
     online_config: ppo.OnlineTrainConfig,
 ) -> PPOAgent:
     """:func:`rlstore.agents.ppo.get_agent`, as the compat agent."""
-    return _seed_agent(ppo.get_agent(model_config, envs, environment_config, online_config))
+    return _compat_agent(ppo.get_agent(model_config, envs, environment_config, online_config))
 
 
 def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
     """:func:`rlstore.agents.ppo.load_saved_checkpoint`, as the compat agent."""
-    return _seed_agent(ppo.load_saved_checkpoint(path, num_envs))
+    return _compat_agent(ppo.load_saved_checkpoint(path, num_envs))
 
 
 def load_all_agents_from_checkpoints(
@@ -169,7 +169,7 @@ def load_all_agents_from_checkpoints(
 ) -> list[PPOAgent]:
     """:func:`rlstore.agents.ppo.load_all_agents_from_checkpoints`, as compat agents."""
     agents = ppo.load_all_agents_from_checkpoints(checkpoint_folder_path, num_envs)
-    return [_seed_agent(a) for a in agents]
+    return [_compat_agent(a) for a in agents]
 
 
 def train_ppo(
@@ -184,7 +184,7 @@ def train_ppo(
     result = ppo.train_ppo(
         run_config, online_config, environment_config, model_config, envs, trajectory_writer
     )
-    return _seed_agent(result.agent)
+    return _compat_agent(result.agent)
 
 
 def ppo_runner(
@@ -223,7 +223,7 @@ def store_model_checkpoint(
     return out
 
 
-class _SeedReset:
+class _OriginalReset:
     """The original's probe ``reset(seed=None, return_info=True, options=None)``: ``(obs,
     info)``, or ``obs`` alone with ``return_info=False``; otherwise rlstore's probe."""
 
@@ -233,7 +233,7 @@ class _SeedReset:
 
 
 Probe1, Probe2, Probe3, Probe4, Probe5, Probe6, Probe7 = (
-    type(c.__name__, (_SeedReset, c), {"__doc__": c.__doc__, "__module__": __name__})
+    type(c.__name__, (_OriginalReset, c), {"__doc__": c.__doc__, "__module__": __name__})
     for c in (probes.Probe1, probes.Probe2, probes.Probe3, probes.Probe4, probes.Probe5,
               probes.Probe6, probes.Probe7)
 )  # fmt: skip
