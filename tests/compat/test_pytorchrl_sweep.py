@@ -1,5 +1,6 @@
 """Malformed-input sweep over the on-policy facades (issue 8): GAEBuffer, VanillaOnPolicyBuffer,
-VTraceBuffer, PPODBuffer (PyTorchRL), PPOBuffer (src.buffers) and Memory (DecisionTransformerInterpretability).
+VTraceBuffer, PPODBuffer (PyTorchRL), PPOBuffer (src.buffers) and Memory
+(DecisionTransformerInterpretability).
 
 Every rejection is an RLStoreError naming the argument, and the object is unchanged after it
 (the first call included); only lossless conversions are accepted silently.

@@ -1,4 +1,5 @@
-"""Tests of the DecisionTransformerInterpretability facades: layout-B GAE helpers and Memory over RolloutBuffer."""
+"""Tests of the DecisionTransformerInterpretability facades: layout-B GAE helpers and Memory
+over RolloutBuffer."""
 
 from __future__ import annotations
 
