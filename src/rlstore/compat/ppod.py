@@ -188,9 +188,6 @@ class PPODBuffer(GAEBuffer):
         """Evict demos beyond capacity (value demos first); returns the evicted demos."""
         return self.store.enforce_capacity()
 
-    def _env_kwargs(self) -> dict[str, Any]:
-        return getattr(self.envs, "env_kwargs", None) or {}
-
     def _reset_env(self, i: int) -> np.ndarray:
         return to_numpy(K.OBS, self.envs.reset_single_env(i))
 

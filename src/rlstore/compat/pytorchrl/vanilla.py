@@ -68,20 +68,12 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
         self.reset()
 
     # ------------------------------------------------------------------ storage
-    @property
-    def size(self) -> int:
-        """Number of transitions stored in the current rollout (``L``)."""
-        return 0 if self._rb is None else self._rb.pos
+    size = property(lambda self: 0 if self._rb is None else self._rb.pos, doc="Transitions L.")
+    step = property(lambda self: self.size % self.max_size, doc="``size`` modulo the capacity.")
+    used_capacity = property(lambda self: self.size, doc="Transitions L (slot L: bootstrap).")
 
-    @property
-    def step(self) -> int:
-        """PyTorchRL's write cursor: ``size`` modulo the capacity."""
-        return self.size % self.max_size
-
-    @property
-    def used_capacity(self) -> int:
-        """Number of transitions stored in the current rollout (``L``; slot ``L`` is bootstrap)."""
-        return self.size
+    def _env_kwargs(self) -> dict[str, Any]:
+        return getattr(self.envs, "env_kwargs", None) or {}
 
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
         """Take the stored keys, shapes and dtypes from ``sample``."""
@@ -91,7 +83,7 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
     def get_num_channels_obs(self, sample: Mapping[str, Any]) -> int:
         """Set and return ``num_channels_obs``: ``Observation`` channels per frame
         (``envs.env_kwargs["frame_stack"]`` frames, else 1)."""
-        frame_stack = int((getattr(self.envs, "env_kwargs", None) or {}).get("frame_stack", 1))
+        frame_stack = int(self._env_kwargs().get("frame_stack", 1))
         obs = sample[K.OBS]
         first = next(iter(obs.values())) if isinstance(obs, Mapping) else obs
         channels = int(as_tensor(K.OBS, first).shape[1])
