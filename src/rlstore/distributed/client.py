@@ -102,7 +102,8 @@ class ReplayShards:
     Args:
         make_buffer: builds one shard's buffer (``ReplayBuffer`` uniform or prioritized,
             frame-stack storage, ``NStepReplay`` or ``SequenceReplay`` over one); called in
-            each actor (pickled by Ray: a function or a lambda, not a buffer).
+            each actor (pickled by Ray: a function or a lambda, not a buffer), with the shard
+            index when it requires one argument: give each shard its own sampler seed.
         num_shards: number of shard actors ``S``.
         name: actors are named ``<name>/<i>`` in the namespace ``"rlstore"``; checkpoint files
             are prefixed ``<name>_<i>_``. Letters, digits, ``_ . -``.
@@ -418,6 +419,12 @@ class ReplayShards:
     def checkpoint(self) -> None:
         """Every shard saves now (atomic; needs ``checkpoint_dir``)."""
         self._call_all("checkpoint", lambda s: ())
+
+    def clear(self) -> None:
+        """Empty every shard (a fresh buffer from ``make_buffer``; requests in flight dropped)."""
+        self._pending.clear()
+        self._call_all("clear", lambda s: ())
+        self._refresh()
 
     def actors(self) -> list[Any]:
         """The shard actors' handles (e.g. for ``ray.kill`` in fault tests)."""
