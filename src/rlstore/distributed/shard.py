@@ -111,7 +111,8 @@ class ReplayShard:
                 f"such as NStepReplay over one), got {type(view).__name__}"
             )
         sampler = getattr(getattr(view, "sampler", None), "prio", None)  # SequenceReplay
-        sampler = sampler or getattr(store, "_sampler", None)
+        if sampler is None:  # (not `or`: an empty sampler is falsy)
+            sampler = getattr(store, "_sampler", None)
         self.view, self.store = view, store
         self.prio = sampler if isinstance(sampler, PrioritizedSampler) else None
 
