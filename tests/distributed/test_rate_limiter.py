@@ -87,3 +87,26 @@ def test_bad_config_is_rejected(kwargs, match) -> None:
     args = {"samples_per_insert": 2.0, "min_size_to_sample": 1, "error_buffer": 4.0, **kwargs}
     with pytest.raises(ConfigError, match=match):
         SampleToInsertRatio(**args)
+
+
+def test_rlstore_imports_without_ray_and_the_extra_is_named() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *a, **k):\n"
+        "    if name == 'ray' or name.startswith('ray.'):\n"
+        "        raise ImportError('No module named ray')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guard\n"
+        "import rlstore\n"
+        "try:\n"
+        "    import rlstore.distributed\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert 'pip install "rlstore[ray]"' in out.stdout

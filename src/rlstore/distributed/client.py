@@ -119,6 +119,8 @@ class ReplayShards:
         num_cpus: CPUs each actor reserves (0: never blocks scheduling on small machines).
         max_restarts: restarts Ray grants each shard actor (-1: unlimited).
         seed: seed of the split of batches over shards.
+        placement: ``placement(i)``: more Ray actor options for shard ``i``, e.g.
+            ``{"resources": {f"node{i}": 0.01}}`` to put each shard on its own node.
 
     Example::
 
@@ -142,6 +144,7 @@ class ReplayShards:
         num_cpus: float = 0.0,
         max_restarts: int = 3,
         seed: int | np.random.Generator | None = None,
+        placement: Callable[[int], Mapping[str, Any]] | None = None,
     ):
         if not callable(make_buffer):
             raise ConfigError(f"make_buffer: expected a callable building a buffer, got "
@@ -174,11 +177,15 @@ class ReplayShards:
                 f"name: a shard actor {actor_name!r} exists already; close() the other "
                 "ReplayShards or pick another name"
             )
+        if placement is not None and not callable(placement):
+            raise ConfigError(f"placement: expected a function of the shard index, got "
+                              f"{placement!r}")  # fmt: skip
         remote = ray.remote(ReplayShard)
         self._actors = [
             remote.options(
                 name=actor_name, namespace=NAMESPACE, max_restarts=restarts,
                 max_task_retries=0, num_cpus=cpus, max_concurrency=8,
+                **(dict(placement(i)) if placement is not None else {}),
             ).remote(
                 make_buffer, shard=i, name=name, checkpoint_dir=checkpoint_dir,
                 checkpoint_every_s=every, wait_s=self.timeout_s / 2,
@@ -414,7 +421,7 @@ class ReplayShards:
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> list[dict[str, Any]]:
         """Each shard's statistics now (``size``, ``mass``, ``pmin``, ``beta``, ``added``,
-        ``restored``)."""
+        ``restored``, ``cpu_s``)."""
         self._refresh()
         return [dict(st) for st in self._stats]
 

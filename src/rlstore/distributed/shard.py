@@ -32,6 +32,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,7 @@ class ReplayShard:
     def stats(self) -> dict[str, Any]:
         """``size`` (sampleable items), ``mass`` (their total priority, ``size`` if uniform),
         ``pmin`` (smallest live priority, 1 if uniform), ``beta`` (the sampler's current
-        beta), ``added``, ``restored``."""
+        beta), ``added``, ``restored``, ``cpu_s`` (the shard process's CPU seconds)."""
         with self._lock:
             return self._stats()
 
@@ -193,7 +194,8 @@ class ReplayShard:
             sync()
         view = self.view
         size = len(view) if hasattr(view, "__len__") else len(self.store)
-        out = {"size": size, "added": self.added, "restored": self.restored}
+        out: dict[str, Any] = {"size": size, "added": self.added, "restored": self.restored}
+        out["cpu_s"] = time.process_time()  # the shard process's CPU time (benchmarks)
         if self.prio is None or not size:
             return {**out, "mass": float(size), "pmin": 1.0, "beta": 0.0}
         tree = self.prio.tree
