@@ -3,6 +3,7 @@ on), a learner killed mid-sample, shards gone for good, and the rate limiter thr
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 
@@ -130,6 +131,11 @@ def test_the_rate_limiter_blocks_the_faster_side_through_ray(ray_session, fragme
         ref = shards.add_async(fragment(4, 1, 20))  # waits in the shard ...
         assert len(shards.sample(8).ids) == 8  # ... until the learner samples (diff 12)
         assert ray_session.get(ref, timeout=30)["size"] == 24
+        shards.add(fragment(4, 1, 24))  # diff 16 -> 20
+        impatient = copy.copy(shards)  # a client whose deadline comes before the limiter's
+        impatient.timeout_s = 0.3
+        with pytest.raises(ReplayTimeoutError, match="shard limited/0: add got no answer within"):
+            impatient.add(fragment(4, 1, 28))  # held by the limiter for 1 s
         assert limiter.inserts == 0  # the client's own object is only a config
     finally:
         shards.close()
