@@ -1,0 +1,261 @@
+"""Scale-out on Ray: ingestion and learner sampling through ``rlstore.distributed.ReplayShards``.
+
+What is measured, for ``K`` collectors and ``S`` shards, at fragments of 256 and 1024
+transitions (``T x 8`` envs; obs float32 (17,), action float32 (6,), as in ``reference/ray.md``):
+
+* ingestion: transitions/s stored by the shards while ``K`` collector actors push pre-built
+  fragments with ``add_async`` (at most 2 in flight each, every result ``ray.get``-ed) for
+  ``--seconds``, and the shards' own CPU: transitions per shard CPU-second ("per core");
+* learner sampling: batches of 256 per second drawn at the same time by the driver with
+  ``sample_many(8, 256, prefetch=1)`` (one call per shard per 8 batches);
+* the baseline: the same ``ReplayBuffer`` in this process (``extend`` of the same fragments,
+  ``sample(256)``), single-threaded, so its rate is also its rate per core.
+
+Simulated multi-node (``--nodes N``): a ``ray.cluster_utils.Cluster`` of a head and ``N``
+worker nodes (each its own raylet and object store, ``1`` CPU and a resource ``node<i>``) on
+this host; shard ``i`` is placed on node ``i`` (``ReplayShards(placement=...)``), collectors
+anywhere; throughput against ``S = 1..N``. On one host the nodes share its cores.
+
+Every row is one run of ``--seconds`` (the machine is shared: read the absolute numbers as
+orders of magnitude, the ratios as the result). Nothing is asserted on timings.
+
+Run::
+
+    PYTHONPATH=src python benchmarks/bench_distributed.py [--seconds 3] [--nodes 2]
+        [--out benchmarks/results/distributed.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    format_rate,
+    library_versions,
+    limit_threads,
+    machine_info,
+    markdown_table,
+    write_markdown,
+)
+
+ENVS = 8
+BATCH = 256
+PER_CALL = 8
+
+
+def make_fragment(transitions: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``transitions / 8`` continuing steps of 8 envs (next_obs[t] = obs[t + 1])."""
+    rng = np.random.default_rng(seed)
+    t = transitions // ENVS
+    obs = rng.normal(size=(t + 1, ENVS, 17)).astype(np.float32)
+    return dict(
+        obs=obs[:-1],
+        action=rng.normal(size=(t, ENVS, 6)).astype(np.float32),
+        reward=rng.normal(size=(t, ENVS)).astype(np.float32),
+        next_obs=obs[1:],
+        terminated=np.zeros((t, ENVS), bool),
+        truncated=np.zeros((t, ENVS), bool),
+    )
+
+
+def make_buffer() -> Any:
+    from rlstore import ReplayBuffer
+
+    return ReplayBuffer(200_000, num_envs=ENVS, seed=0)
+
+
+def baseline(seconds: float) -> list[list[object]]:
+    """The in-process buffer: extend rate per fragment size, sample(256) rate."""
+    rows = []
+    for size in (256, 1024):
+        buf, frag = make_buffer(), make_fragment(size)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            buf.extend(**frag)
+            n += size
+        rows.append(["in-process", size, n / (time.perf_counter() - t0)])
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        buf.sample(BATCH)
+        n += 1
+    rows.append(["in-process sample(256)", "-", n / (time.perf_counter() - t0)])
+    return rows
+
+
+class Collector:
+    """Pushes pre-built fragments into the shards (a Ray actor)."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.frags = {size: make_fragment(size, seed=index) for size in (256, 1024)}
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, shards: Any, size: int, seconds: float) -> int:
+        import ray
+
+        frag, in_flight, sent = self.frags[size], [], 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            if len(in_flight) >= 2:
+                done, in_flight = ray.wait(in_flight, num_returns=1)
+                ray.get(done)
+            in_flight.append(shards.add_async(frag, route=self.index))
+            sent += size
+        ray.get(in_flight)
+        return sent
+
+
+def run_case(
+    ray: Any, shards: Any, collectors: list[Any], k: int, size: int, seconds: float, learn: bool
+) -> dict[str, float]:
+    """One row: ``k`` collectors pushing ``size``-transition fragments, the driver sampling
+    (``learn``) or idle."""
+    shards.clear()
+    shards.add(make_fragment(1024, seed=99))  # something to sample from at once
+    before = shards.stats()
+    refs = [c.run.remote(shards, size, seconds) for c in collectors[:k]]
+    batches, waits, t0 = 0, [], time.perf_counter()
+    while learn and time.perf_counter() - t0 < seconds:
+        w0 = time.perf_counter()
+        batches += len(shards.sample_many(PER_CALL, BATCH, prefetch=1))
+        waits.append(time.perf_counter() - w0)
+    learner_s = max(time.perf_counter() - t0, 1e-9)
+    ray.get(refs, timeout=seconds + 120)
+    wall = time.perf_counter() - t0
+    after = shards.stats()
+    added = sum(a["added"] - b["added"] for a, b in zip(after, before, strict=True))
+    cpu = sum(a["cpu_s"] - b["cpu_s"] for a, b in zip(after, before, strict=True))
+    return {
+        "ingest": added / wall,
+        "per_core": added / cpu if cpu > 0 else float("nan"),
+        "shard_cpu": cpu / wall,
+        "batches": batches / learner_s,
+        "wait_ms": 1e3 * statistics.median(waits) / PER_CALL if waits else float("nan"),
+    }
+
+
+def scale_rows(ray: Any, shard_sets: dict[int, Any], ks: list[int], seconds: float, label: str):
+    collectors = [ray.remote(num_cpus=0)(Collector).remote(i) for i in range(max(ks))]
+    ray.get([c.ready.remote() for c in collectors], timeout=300)
+    rows = []
+    for s, shards in shard_sets.items():
+        for size in (256, 1024):
+            for k, learn in [(k, True) for k in ks] + [(max(ks), False)]:
+                r = run_case(ray, shards, collectors, k, size, seconds, learn)
+                rows.append([label, k, s, size, format_rate(r["ingest"]),
+                             format_rate(r["per_core"]), f"{r['shard_cpu']:.2f}",
+                             f"{r['batches']:.0f}" if learn else "(no learner)",
+                             f"{r['wait_ms']:.2f}" if learn else "-"])  # fmt: skip
+                print(rows[-1], flush=True)
+    for c in collectors:
+        ray.kill(c)
+    return rows
+
+
+HEADERS = ["setup", "K collectors", "S shards", "fragment", "ingest transitions/s",
+           "per shard CPU-s", "shard CPU-s/s", "learner batches/s", "wait ms/batch"]  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--collectors", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--shards", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--nodes", type=int, default=2, help="worker nodes of the simulated cluster")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "distributed.md"))
+    args = p.parse_args()
+    limit_threads(1)
+    import ray
+
+    from rlstore.distributed import ReplayShards, start_ray, stop_ray
+
+    base = baseline(args.seconds)
+    print(base, flush=True)
+    start_ray(num_cpus=2, object_store_memory=512 * 1024**2)
+    try:
+        sets = {s: ReplayShards(make_buffer, s, name=f"bench{s}") for s in args.shards}
+        rows = scale_rows(ray, sets, args.collectors, args.seconds, "one node")
+        for shards in sets.values():
+            shards.close()
+    finally:
+        stop_ray()
+    cluster_rows = simulated_cluster(args.nodes, args.seconds) if args.nodes else []
+    ref = {row[1]: row[2] for row in base[:2]}
+    sections = [
+        ("In-process baseline", markdown_table(
+            ["buffer", "fragment", "rate /s"],
+            [[a, b, format_rate(float(c))] for a, b, c in base])),  # type: ignore[arg-type]
+        ("Ray, one node (2 CPUs)", markdown_table(HEADERS, rows)),
+        ("Simulated multi-node (Ray Cluster on this host)", markdown_table(HEADERS, cluster_rows)),
+        ("Per-core ingestion vs in-process (rows without a learner)", markdown_table(
+            ["fragment", "in-process /s", "best per shard CPU-s", "ratio"],
+            [[size, format_rate(ref[size]), format_rate(best), f"{best / ref[size]:.2f}"]
+             for size in (256, 1024)
+             for best in [max(_rate(r[5]) for r in rows + cluster_rows
+                              if r[3] == size and r[7] == "(no learner)")]])),
+    ]  # fmt: skip
+    out = write_markdown(
+        args.out, "Distributed replay on Ray (bench_distributed.py)", sections,
+        versions=library_versions(["ray", "numpy", "torch"]), machine=machine_info(),
+        command="PYTHONPATH=src python benchmarks/bench_distributed.py " + " ".join(sys.argv[1:]),
+    )  # fmt: skip
+    print(out.read_text())
+
+
+def _rate(text: str) -> float:
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9}.get(text[-1], 1.0)
+    return float(text[:-1] if text[-1] in "kMG" else text) * scale
+
+
+def simulated_cluster(nodes: int, seconds: float) -> list[list[object]]:
+    """Shards on ``nodes`` extra Ray nodes of a local Cluster, S = 1..nodes."""
+    import os
+    import shutil
+    import tempfile
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from rlstore.distributed import ReplayShards, stop_ray
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # loopback, as start_ray does
+    store, tmp = 100 * 1024**2, tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = tmp  # Cluster writes its address file there, not in /tmp/ray
+    os.makedirs(os.path.join(tmp, "ray"))
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "object_store_memory": store, "include_dashboard": False,
+        "temp_dir": tmp})  # fmt: skip
+    try:
+        for i in range(nodes):
+            cluster.add_node(num_cpus=1, resources={f"node{i}": 1}, object_store_memory=store)
+        ray.init(address=cluster.address, namespace="rlstore", log_to_driver=False)
+        rows = []
+        for s in range(1, nodes + 1):
+            shards = ReplayShards(
+                make_buffer, s, name=f"cluster{s}",
+                placement=lambda i: {"resources": {f"node{i}": 0.01}},
+            )  # fmt: skip
+            rows += scale_rows(ray, {s: shards}, [2], seconds, f"{nodes + 1} nodes")
+            shards.close()
+        return rows
+    finally:
+        stop_ray()
+        cluster.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
