@@ -40,8 +40,8 @@ def ray_session():  # TODO(rayagents): replaced by raycore's conftest fixture af
 def _pool(queue, num_collectors=1, run_dir=None):
     args = {"make_policy": functools.partial(ImpalaPolicy, hidden_size=8),
             "environment": EnvironmentConfig(env_id="CartPole-v1"), "num_envs": N,
-            "fragment_length": T, "sink": queue, "seed": 0}  # fmt: skip
-    return CollectorPool(num_collectors, lambda i: args, run_dir=run_dir, timeout_s=120)
+            "fragment_length": T, "seed": 0}  # fmt: skip
+    return CollectorPool(num_collectors, lambda i: args, queue, run_dir=run_dir, timeout_s=120)
 
 
 def _weights(bias: float) -> dict:

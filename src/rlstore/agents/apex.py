@@ -51,7 +51,14 @@ from rlstore.agents.async_run import (
 from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
 from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
-from rlstore.agents.run import RunLogger, TrainStats, adam, plot_learning_curve, set_global_seeds
+from rlstore.agents.run import (
+    RunLogger,
+    TrainStats,
+    adam,
+    plot_learning_curve,
+    safe_name,
+    set_global_seeds,
+)
 from rlstore.agents.run_checkpoint import checkpoint_path, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
@@ -302,13 +309,12 @@ def train_apex(
                                       max(ac.samples_per_insert * ac.batch_size
                                           * ac.batches_per_call, 1.0) * 2)  # fmt: skip
         shards = ReplayShards(functools.partial(make_replay, ac, rc.seed), ac.num_shards,
-                              name=f"apex-{rc.exp_name}", rate_limiter=limiter,
+                              name=f"apex-{safe_name(rc.exp_name)}", rate_limiter=limiter,
                               timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus)  # fmt: skip
         args = {"make_policy": functools.partial(ApexPolicy, ac=ac),
                 "environment": cfg.environment, "num_envs": ac.num_envs,
-                "fragment_length": ac.fragment_length, "sink": shards,
-                "seed": rc.seed + c["version"]}  # fmt: skip
-        pool = CollectorPool(ac.num_collectors, lambda i: args, num_cpus=ac.collector_cpus,
+                "fragment_length": ac.fragment_length, "seed": rc.seed + c["version"]}  # fmt: skip
+        pool = CollectorPool(ac.num_collectors, lambda i: args, shards, num_cpus=ac.collector_cpus,
                              run_dir=run_dir, timeout_s=ac.timeout_s)  # fmt: skip
         pool.publish(c["version"], module_weights(agent))
         row: dict[str, float] = {}

@@ -300,13 +300,12 @@ def train_impala(
         "environment": cfg.environment,
         "num_envs": ic.num_envs,
         "fragment_length": ic.fragment_length,
-        "sink": queue,
         "seed": rc.seed + c["version"],
     }
     pool = None
     base, step, t0 = c["global_step"], c["global_step"], time.perf_counter()
     try:
-        pool = CollectorPool(ic.num_collectors, lambda i: args, num_cpus=ic.collector_cpus,
+        pool = CollectorPool(ic.num_collectors, lambda i: args, queue, num_cpus=ic.collector_cpus,
                              run_dir=run_dir, timeout_s=ic.timeout_s)  # fmt: skip
         pool.publish(c["version"], module_weights(agent))
         while step < ic.total_timesteps:

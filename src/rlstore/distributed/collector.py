@@ -145,8 +145,10 @@ class Collector:
         make_policy: ``make_policy(index, envs) -> Policy`` (pickled to the actor).
         environment: the env config (``make_vector_env``); num_envs: envs per collector.
         fragment_length: T, steps per env per fragment.
-        sink: ``add_async(fragment, route=index)``; coordinator: the :class:`Coordinator`.
         seed: env ``j`` of collector ``i`` resets with ``seed + 1000 * i + j``.
+
+    The sink and the coordinator are arguments of :meth:`run`, not of the constructor (Ray
+    cannot restart an actor whose constructor took actor handles once they are released).
     """
 
     def __init__(
@@ -156,12 +158,12 @@ class Collector:
         environment: EnvironmentConfig,
         num_envs: int,
         fragment_length: int,
-        sink: Any,
-        coordinator: Any,
         seed: int,
     ) -> None:
         torch.set_num_threads(1)
-        self.index, self.T, self.sink, self.coordinator = index, fragment_length, sink, coordinator
+        self.index, self.T = index, fragment_length
+        self.sink: Any = None
+        self.coordinator: Any = None
         self.envs = make_vector_env(environment, num_envs)
         self.adapter = TransitionAdapter.from_env(self.envs)
         self.policy = make_policy(index, self.envs)
@@ -204,8 +206,12 @@ class Collector:
         fragment.update({k: np.stack([e[k] for e in extras]) for k in extras[0]})
         return self.policy.finish(fragment, self.obs)
 
-    def run(self, max_fragments: int | None = None, timeout_s: float = 60.0) -> int:
-        """Sync, collect, push until stopped (or ``max_fragments``); returns fragments pushed."""
+    def run(
+        self, sink: Any, coordinator: Any, max_fragments: int | None = None, timeout_s: float = 60.0
+    ) -> int:
+        """Sync with ``coordinator``, collect, push to ``sink`` until stopped (or
+        ``max_fragments``); returns the fragments pushed."""
+        self.sink, self.coordinator = sink, coordinator
         in_flight: list[Any] = []
         pushed = 0
         while max_fragments is None or pushed < max_fragments:
@@ -271,7 +277,8 @@ class CollectorPool:
 
     Args:
         num_collectors: K. collector_args: ``collector_args(i)`` -> the keyword arguments of
-            :class:`Collector` for collector ``i`` except ``index`` and ``coordinator``.
+            :class:`Collector` for collector ``i`` except ``index``.
+        sink: where the collectors push (``add_async(fragment, route=i)``).
         num_cpus: Ray CPUs reserved per collector (0: scheduled whatever the load).
         run_dir: the run folder, where ``faults.log`` records restarts (None: log only).
         timeout_s: timeout of every blocking remote call.
@@ -281,25 +288,29 @@ class CollectorPool:
         self,
         num_collectors: int,
         collector_args: Callable[[int], dict[str, Any]],
+        sink: Any,
         *,
         num_cpus: float = 0.0,
         run_dir: str | Path | None = None,
         timeout_s: float = 60.0,
     ) -> None:
-        self.timeout_s, self.args = timeout_s, collector_args
+        self.timeout_s, self.args, self.sink = timeout_s, collector_args, sink
         self.log_path = None if run_dir is None else Path(run_dir) / "faults.log"
         opts = {"num_cpus": num_cpus, "max_restarts": -1, "max_task_retries": 0}
         self._coord: Any = ray.remote(Coordinator).options(num_cpus=0).remote(num_collectors)
         self._remote = ray.remote(Collector).options(**opts)  # type: ignore[arg-type]
         self.actors = [self._spawn(i) for i in range(num_collectors)]
-        self.runs = [a.run.remote(None, timeout_s) for a in self.actors]
+        self.runs = [self._run(a) for a in self.actors]
         self.restarts = [0] * num_collectors
         self._syncs = [0] * num_collectors
         self._synced_at_restart = [-1] * num_collectors
         self.lost = 0
 
     def _spawn(self, i: int) -> Any:
-        return self._remote.remote(index=i, coordinator=self._coord, **self.args(i))
+        return self._remote.remote(index=i, **self.args(i))
+
+    def _run(self, actor: Any) -> Any:
+        return actor.run.remote(self.sink, self._coord, None, self.timeout_s)
 
     def publish(self, version: int, weights: dict[str, np.ndarray]) -> None:
         """Put ``weights`` in the object store once and hand the reference to the collectors."""
@@ -328,7 +339,7 @@ class CollectorPool:
             if fresh:
                 ray.kill(self.actors[i], no_restart=True)
                 self.actors[i] = self._spawn(i)
-            self.runs[i] = self.actors[i].run.remote(None, self.timeout_s)
+            self.runs[i] = self._run(self.actors[i])
             self.restarts[i] += 1
             self._synced_at_restart[i] = self._syncs[i]
             restarted += 1
