@@ -1,0 +1,451 @@
+"""Client of S replay shards on Ray: routed adds, proportional sampling, prefetch, retries.
+
+Adds. A whole rollout fragment (the keyword arguments of ``buffer.extend``, ``(T, num_envs,
+...)``) goes to shard ``route % S`` in one call; its values may be ``ray.ObjectRef`` s (large
+observations: ``ray.put`` once, the shard reads them zero-copy).
+
+Sampling. A request of ``k`` batches of ``B`` items is split over the shards by a multinomial
+draw with probabilities ``mass_s / sum(mass)``: ``mass`` is a shard's size (uniform) or its
+priority mass (prioritized), as of its last answer. Each shard gets one call
+(``sample_many``) and every answer brings fresh statistics. So item ``i`` of shard ``s`` is
+drawn with ``P(i) = mass_s / M * p_i / mass_s = p_i / M``, the global prioritized probability.
+
+Importance weights (prioritized shards): with ``N`` live items in all, ``M`` the total mass
+and ``p_min`` the smallest live priority over ALL shards,
+
+    w_i = (N * P(i))^-beta / (N * p_min / M)^-beta = (p_min / p_i)^beta,
+
+normalised by the one maximum ``(N p_min / M)^-beta`` of the whole replay (the weight of its
+least likely item), as each local buffer does for itself; it is computed from the shard's
+local ratio ``p_min_s / p_i`` as ``(p_min / p_min_s * p_min_s / p_i)^beta``. ``beta=None`` takes
+the shard sampler's own beta (schedule) of the first shard in the batch.
+
+Ids. ``ShardBatch.ids = local_id * S + shard``, for :meth:`ReplayShards.update_priorities`.
+
+Failures. Every remote call has a deadline (``timeout_s``): no answer in time raises
+:class:`~rlstore.distributed.rate_limiter.ReplayTimeoutError` naming the shard and the call.
+When a shard's actor dies (``ActorDiedError`` / ``ActorUnavailableError``), the client
+re-resolves the named actor, which Ray restarts (``max_restarts``) from the shard's last
+checkpoint, and sends the call again (an ``add`` is then delivered at least once: it may also
+have been applied before the failure); every retry is logged (logger ``rlstore.distributed``).
+A shard that is gone for good raises :class:`ShardUnavailableError`.
+
+Prefetch. ``sample_many(..., prefetch=p)`` keeps ``p`` requests of the same shape in flight:
+the wait overlaps with the learner's work; the prefetched batches were drawn with the
+priorities of the moment they were requested.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rlstore._checks import check_count, real_number
+from rlstore._trees import real_array
+from rlstore.distributed._ray import NAMESPACE, require_ray, start_ray
+from rlstore.distributed.rate_limiter import ReplayTimeoutError, SampleToInsertRatio
+from rlstore.distributed.shard import ReplayShard, log
+from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+from rlstore.samplers import make_rng
+
+__all__ = ["ReplayShards", "ShardBatch", "ShardUnavailableError"]
+
+_CORE = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+_NOT_EXTRA = {*_CORE, "ids", "ratio", "beta", "discount", "extras"}
+
+
+class ShardUnavailableError(RuntimeError):
+    """A shard's actor is gone for good (restarts exhausted, or killed without restart)."""
+
+
+class ShardBatch(NamedTuple):
+    """``B`` items sampled across shards, as numpy arrays (the learner converts them).
+
+    Attributes:
+        obs, action, reward, next_obs, terminated, truncated: ``(B, ...)`` as the shards'
+            buffers return them (dicts of arrays for dict observations; ``(B, L, ...)`` for
+            sequence shards).
+        extras: ``{name: (B, ...)}``: the buffers' extra fields, and the fields of view batches
+            that have no slot here (``steps`` of n-step, ``mask`` and ``hidden`` of sequences).
+        ids: ``(B,)`` int64 global ids ``local_id * num_shards + shard``.
+        weights: ``(B,)`` float32 importance weights across shards (ones if uniform).
+        discount: ``(B,)`` ``gamma**m`` of n-step shards (``NStepReplay``), else ``None``.
+    """
+
+    obs: Any
+    action: np.ndarray
+    reward: np.ndarray
+    next_obs: Any
+    terminated: np.ndarray
+    truncated: np.ndarray
+    extras: dict[str, np.ndarray]
+    ids: np.ndarray
+    weights: np.ndarray
+    discount: np.ndarray | None = None
+
+
+class _Request(NamedTuple):
+    counts: np.ndarray  # (k, S)
+    beta: float | None
+    refs: list[Any]  # one per shard (None where the shard draws nothing)
+
+
+class ReplayShards:
+    """``num_shards`` named Ray actors, each serving one buffer built by ``make_buffer()``.
+
+    Args:
+        make_buffer: builds one shard's buffer (``ReplayBuffer`` uniform or prioritized,
+            frame-stack storage, ``NStepReplay`` or ``SequenceReplay`` over one); called in
+            each actor (pickled by Ray: a function or a lambda, not a buffer).
+        num_shards: number of shard actors ``S``.
+        name: actors are named ``<name>/<i>`` in the namespace ``"rlstore"``; checkpoint files
+            are prefixed ``<name>_<i>_``. Letters, digits, ``_ . -``.
+        checkpoint_dir: folder of the shards' periodic checkpoints (``None``: none). Shards
+            restore from it when it holds their checkpoint (a restart, or resuming a run).
+        checkpoint_every_s: seconds between a shard's background checkpoints.
+        rate_limiter: a :class:`SampleToInsertRatio`; each shard enforces a copy of it on
+            its own inserts and samples.
+        timeout_s: deadline of every remote call (the rate limiter waits at most half of it).
+        num_cpus: CPUs each actor reserves (0: never blocks scheduling on small machines).
+        max_restarts: restarts Ray grants each shard actor (-1: unlimited).
+        seed: seed of the split of batches over shards.
+
+    Example::
+
+        start_ray()
+        shards = ReplayShards(lambda: ReplayBuffer(100_000, num_envs=8), num_shards=2)
+        shards.add(fragment, route=collector_id)  # extend() kwargs, (T, 8, ...)
+        batches = shards.sample_many(4, 256, prefetch=1)
+        shards.close()
+    """
+
+    def __init__(
+        self,
+        make_buffer: Callable[[], Any],
+        num_shards: int = 1,
+        *,
+        name: str = "replay",
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every_s: float = 60.0,
+        rate_limiter: SampleToInsertRatio | None = None,
+        timeout_s: float = 60.0,
+        num_cpus: float = 0.0,
+        max_restarts: int = 3,
+        seed: int | np.random.Generator | None = None,
+    ):
+        if not callable(make_buffer):
+            raise ConfigError(f"make_buffer: expected a callable building a buffer, got "
+                              f"{make_buffer!r}")  # fmt: skip
+        self.num_shards = check_count("num_shards", num_shards, error=ConfigError)
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ConfigError(f"name: expected letters, digits, '_', '.', '-', got {name!r}")
+        every = real_number("checkpoint_every_s", checkpoint_every_s, 0.0)
+        self.timeout_s = real_number("timeout_s", timeout_s, 0.0)
+        cpus = real_number("num_cpus", num_cpus, 0.0, expected="a number >= 0")
+        if every <= 0 or self.timeout_s <= 0:
+            raise ConfigError(
+                f"checkpoint_every_s, timeout_s: expected numbers > 0, got {checkpoint_every_s!r}"
+                f", {timeout_s!r}"
+            )
+        restarts = check_count("max_restarts", max_restarts, minimum=-1, error=ConfigError)
+        if rate_limiter is not None and not isinstance(rate_limiter, SampleToInsertRatio):
+            raise ConfigError(f"rate_limiter: expected a SampleToInsertRatio, got {rate_limiter!r}")
+        self.name = name
+        self._rng = make_rng(seed)
+        ray = require_ray()
+        start_ray()  # a no-op when Ray runs (start it yourself for other settings)
+        names = [f"{name}/{i}" for i in range(self.num_shards)]
+        for actor_name in names:
+            try:
+                ray.get_actor(actor_name, namespace=NAMESPACE)
+            except ValueError:
+                continue
+            raise ConfigError(
+                f"name: a shard actor {actor_name!r} exists already; close() the other "
+                "ReplayShards or pick another name"
+            )
+        remote = ray.remote(ReplayShard)
+        self._actors = [
+            remote.options(
+                name=actor_name, namespace=NAMESPACE, max_restarts=restarts,
+                max_task_retries=0, num_cpus=cpus, max_concurrency=8,
+            ).remote(
+                make_buffer, shard=i, name=name, checkpoint_dir=checkpoint_dir,
+                checkpoint_every_s=every, wait_s=self.timeout_s / 2,
+                rate_limiter=None if rate_limiter is None else rate_limiter.config(),
+            )
+            for i, actor_name in enumerate(names)
+        ]  # fmt: skip
+        self._stats: list[dict[str, Any]] = []
+        self._pending: deque[tuple[tuple[Any, ...], _Request]] = deque()
+        try:
+            self._refresh()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ remote calls
+    def _where(self, s: int) -> str:
+        return f"shard {self.name}/{s}"
+
+    def _get(self, s: int, ref: Any, method: str, args: tuple, deadline: float) -> Any:
+        """The result of ``ref`` (a call of ``method(*args)`` on shard ``s``), re-sent to the
+        re-resolved actor after an actor failure, until ``deadline``."""
+        ray = require_ray()
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        while True:
+            try:
+                return ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except GetTimeoutError:
+                raise ReplayTimeoutError(
+                    f"{self._where(s)}: {method} got no answer within {self.timeout_s} s "
+                    "(timeout_s)"
+                ) from None
+            except RayActorError as exc:
+                log.warning(
+                    "%s: %s failed (%s); re-resolving the actor and sending it again%s",
+                    self._where(s), method, type(exc).__name__,
+                    " (the fragment may be applied twice, or lost with data since the "
+                    "shard's last checkpoint)" if method == "add" else "",
+                )  # fmt: skip
+                self._actors[s] = self._resolve(s, exc)
+                if time.monotonic() > deadline:
+                    raise ReplayTimeoutError(
+                        f"{self._where(s)}: {method} did not succeed within {self.timeout_s} s "
+                        f"(the actor failed: {type(exc).__name__})"
+                    ) from exc
+                time.sleep(0.05)
+                ref = getattr(self._actors[s], method).remote(*args)
+
+    def _resolve(self, s: int, exc: BaseException) -> Any:
+        ray = require_ray()
+        try:
+            return ray.get_actor(f"{self.name}/{s}", namespace=NAMESPACE)
+        except ValueError:
+            raise ShardUnavailableError(
+                f"{self._where(s)}: the actor is gone for good (restarts exhausted or killed "
+                f"without restart): {exc}"
+            ) from exc
+
+    def _call_all(self, method: str, args_of: Callable[[int], tuple]) -> list[Any]:
+        deadline = time.monotonic() + self.timeout_s
+        refs = [getattr(a, method).remote(*args_of(s)) for s, a in enumerate(self._actors)]
+        return [self._get(s, ref, method, args_of(s), deadline) for s, ref in enumerate(refs)]
+
+    def _refresh(self) -> None:
+        self._stats = self._call_all("stats", lambda s: ())
+
+    # ------------------------------------------------------------------ adding
+    def _route(self, route: int) -> int:
+        return check_count("route", route, minimum=0, error=ConfigError) % self.num_shards
+
+    def add(self, fragment: Mapping[str, Any], *, route: int = 0) -> None:
+        """Add one fragment to shard ``route % num_shards`` and wait until it is stored.
+
+        Args:
+            fragment: the keyword arguments of ``buffer.extend`` (``obs, action, reward,
+                next_obs, terminated, truncated`` + extras, each ``(T, num_envs, ...)``), numpy
+                arrays or ObjectRefs of them (or one ObjectRef of the whole dict); optional
+                ``priorities`` ``(T, num_envs)``: the initial priorities (prioritized shards).
+            route: e.g. the collector's index.
+
+        Raises:
+            SpecError: what the shard's ``extend`` rejects (nothing is stored then).
+            ReplayTimeoutError: no answer within ``timeout_s`` (the rate limiter held it).
+        """
+        s = self._route(route)
+        frag = _checked_fragment(fragment)
+        deadline = time.monotonic() + self.timeout_s
+        ref = self._actors[s].add.remote(frag)
+        self._stats[s] = self._get(s, ref, "add", (frag,), deadline)
+
+    def add_async(self, fragment: Mapping[str, Any], *, route: int = 0) -> Any:
+        """Send one fragment (as :meth:`add`) and return the call's ``ObjectRef`` at once.
+
+        Cap the calls in flight (e.g. 2 per collector) and ``ray.get`` the finished refs: a
+        failed add (a rejected fragment, a dead shard) shows only there; this call does not
+        retry.
+        """
+        return self._actors[self._route(route)].add.remote(_checked_fragment(fragment))
+
+    # ------------------------------------------------------------------ sampling
+    def _issue(self, k: int, batch_size: int, beta: float | None) -> _Request:
+        masses = np.array([st["mass"] for st in self._stats], dtype=np.float64)
+        if not masses.sum() > 0:
+            self._refresh()
+            masses = np.array([st["mass"] for st in self._stats], dtype=np.float64)
+        if not masses.sum() > 0:
+            raise EmptyBufferError(
+                f"sample: the shards {self.name}/0..{self.num_shards - 1} hold no sampleable "
+                "item yet (add first)"
+            )
+        size = sum(st["size"] for st in self._stats)
+        if batch_size > size:
+            raise EmptyBufferError(
+                f"batch_size: expected <= stored items={size} over all shards, got {batch_size}"
+            )
+        counts = self._rng.multinomial(batch_size, masses / masses.sum(), size=k)
+        refs = [
+            a.sample_many.remote(counts[:, s].tolist(), beta) if counts[:, s].any() else None
+            for s, a in enumerate(self._actors)
+        ]
+        return _Request(counts, beta, refs)
+
+    def _collect(self, req: _Request, k: int, batch_size: int) -> list[ShardBatch]:
+        deadline = time.monotonic() + self.timeout_s
+        parts: list[list[dict[str, Any] | None]] = []
+        for s, ref in enumerate(req.refs):
+            if ref is None:
+                parts.append([None] * len(req.counts))
+                continue
+            args = (req.counts[:, s].tolist(), req.beta)
+            got, self._stats[s] = self._get(s, ref, "sample_many", args, deadline)
+            parts.append(got)
+        live = [st["pmin"] for st in self._stats if st["size"]]
+        pmin = min(live) if live else 1.0
+        return [self._assemble([p[j] for p in parts], pmin) for j in range(len(req.counts))]
+
+    def _assemble(self, parts: list[dict[str, Any] | None], pmin: float) -> ShardBatch:
+        have = [(s, p) for s, p in enumerate(parts) if p is not None]
+        beta = have[0][1]["beta"]
+        ids = _cat([p["ids"] * self.num_shards + s for s, p in have])
+        w = [
+            (pmin / self._stats[s]["pmin"] * p["ratio"].astype(np.float64)) ** beta for s, p in have
+        ]
+        first = have[0][1]
+        extras = {k: _cat([p["extras"][k] for _, p in have]) for k in first.get("extras", {})}
+        extras.update({k: _cat([p[k] for _, p in have]) for k in first if k not in _NOT_EXTRA})
+        core = {k: _cat([p[k] for _, p in have]) for k in _CORE}
+        disc = _cat([p["discount"] for _, p in have]) if "discount" in first else None
+        return ShardBatch(
+            **core, extras=extras, ids=ids, weights=_cat(w).astype(np.float32), discount=disc
+        )
+
+    def sample_many(
+        self, k: int, batch_size: int, beta: float | None = None, *, prefetch: int = 0
+    ) -> list[ShardBatch]:
+        """``k`` batches of ``batch_size`` items across the shards, one call per shard.
+
+        Args:
+            k: number of batches.
+            batch_size: items per batch.
+            beta: importance exponent (prioritized shards); ``None``: the shards' own.
+            prefetch: requests of this shape kept in flight after this one (0: none).
+
+        Raises:
+            EmptyBufferError: no shard holds a sampleable item.
+            ReplayTimeoutError, ShardUnavailableError: see the module docstring.
+        """
+        k = check_count("k", k)
+        batch_size = check_count("batch_size", batch_size)
+        if beta is not None:
+            beta = real_number("beta", beta, 0.0, expected="a number >= 0 or None")
+        depth = check_count("prefetch", prefetch, minimum=0, error=ConfigError)
+        key = (k, batch_size, beta)
+        req = None
+        while self._pending and req is None:  # requests of another shape are dropped
+            shape, pending = self._pending.popleft()
+            req = pending if shape == key else None
+        for attempt in range(3):
+            if req is None:
+                req = self._issue(k, batch_size, beta)
+            while len(self._pending) < depth:
+                self._pending.append((key, self._issue(k, batch_size, beta)))
+            try:
+                return self._collect(req, k, batch_size)
+            except EmptyBufferError:  # a shard shrank (restarted) since its last answer
+                if attempt == 2:
+                    raise
+                self._pending.clear()
+                self._refresh()
+                req = None
+        raise AssertionError("unreachable")
+
+    def sample(
+        self, batch_size: int, beta: float | None = None, *, prefetch: int = 0
+    ) -> ShardBatch:
+        """One batch: ``sample_many(1, batch_size, beta, prefetch=prefetch)[0]``."""
+        return self.sample_many(1, batch_size, beta, prefetch=prefetch)[0]
+
+    def update_priorities(self, ids: Any, priorities: Any) -> None:
+        """Send ``priorities`` (``(B,)``, or ``(B, T)`` TD errors for sequence shards) of the
+        items ``ids`` (from :attr:`ShardBatch.ids`) to their shards.
+
+        Raises:
+            SpecError: ids not a 1-D array of ints >= 0, priorities not finite or not of
+                length ``len(ids)`` (nothing is sent); what a shard rejects.
+        """
+        idx = np.asarray(ids)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu" or (idx.size and idx.min() < 0):
+            raise SpecError(f"ids: expected a 1-D array of ints >= 0, got {idx.dtype} "
+                            f"{idx.shape}")  # fmt: skip
+        pri = real_array("priorities", priorities)
+        if pri.ndim < 1 or pri.shape[0] != idx.shape[0] or not np.isfinite(pri).all():
+            raise SpecError(
+                f"priorities: expected finite numbers of leading length {len(idx)} like ids, "
+                f"got shape {pri.shape}"
+            )
+        idx = idx.astype(np.int64)
+        shard, local = idx % self.num_shards, idx // self.num_shards
+        deadline = time.monotonic() + self.timeout_s
+        sent = []
+        for s, actor in enumerate(self._actors):
+            mine = shard == s
+            if mine.any():
+                args = (local[mine], pri[mine])
+                sent.append((s, actor.update_priorities.remote(*args), args))
+        for s, ref, args in sent:
+            self._get(s, ref, "update_priorities", args, deadline)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def stats(self) -> list[dict[str, Any]]:
+        """Each shard's statistics now (``size``, ``mass``, ``pmin``, ``beta``, ``added``,
+        ``restored``)."""
+        self._refresh()
+        return [dict(st) for st in self._stats]
+
+    def size(self) -> int:
+        """Sampleable items over all shards now."""
+        return int(sum(st["size"] for st in self.stats()))
+
+    def checkpoint(self) -> None:
+        """Every shard saves now (atomic; needs ``checkpoint_dir``)."""
+        self._call_all("checkpoint", lambda s: ())
+
+    def actors(self) -> list[Any]:
+        """The shard actors' handles (e.g. for ``ray.kill`` in fault tests)."""
+        return list(self._actors)
+
+    def close(self) -> None:
+        """Kill the shard actors (their checkpoints stay on disk)."""
+        ray = require_ray()
+        self._pending.clear()
+        for actor in self._actors:
+            ray.kill(actor, no_restart=True)
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy for a collector: no requests in flight
+        state = dict(self.__dict__)
+        state["_pending"] = deque()
+        return state
+
+
+def _checked_fragment(fragment: Any) -> Any:
+    if type(fragment).__name__ == "ObjectRef":
+        return fragment
+    if not isinstance(fragment, Mapping):
+        raise SpecError(f"fragment: expected a dict of extend() arguments, got {fragment!r}")
+    return dict(fragment)
+
+
+def _cat(values: list[Any]) -> Any:
+    """Concatenate arrays (or dicts of arrays) along axis 0; always a fresh, writable copy."""
+    if isinstance(values[0], dict):
+        return {k: _cat([v[k] for v in values]) for k in values[0]}
+    return np.concatenate(values)
