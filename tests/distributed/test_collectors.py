@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
@@ -22,19 +19,6 @@ from rlstore.distributed.collector import (  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
 T, N = 8, 2
-
-
-@pytest.fixture(scope="module")
-def ray_session():  # TODO(rayagents): replaced by raycore's conftest fixture after the merge
-    for k, v in (("RAY_USAGE_STATS_ENABLED", "0"), ("RAY_AUTH_MODE", "disabled"),
-                 ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")):  # fmt: skip
-        os.environ.setdefault(k, v)
-    tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             object_store_memory=128 * 1024**2, _temp_dir=tmp)  # fmt: skip
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _pool(queue, num_collectors=1, run_dir=None):

@@ -29,11 +29,36 @@ def test_ray_flags_reach_the_distributed_configs() -> None:
 
 @pytest.mark.parametrize(
     ("algo", "flag"),
-    [("dqn", "--num-collectors"), ("ppo", "--address"), ("sac", "--num-shards"),
-     ("impala", "--num-shards"), ("apex", "--num-steps")],  # fmt: skip
+    [
+        ("dqn", "--num-collectors"),
+        ("ppo", "--address"),
+        ("sac", "--num-shards"),
+        ("impala", "--num-shards"),
+        ("apex", "--num-steps"),
+    ],  # fmt: skip
 )
 def test_flags_that_do_not_apply_are_refused(tmp_path, capsys, algo, flag) -> None:
     argv = ["train", "--algo", algo, flag, "2", *QUIET, "--runs-dir", str(tmp_path)]
     assert main(argv) == 2
     assert f"{flag}: not an option of --algo {algo}" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.xdist_group("ray")
+@pytest.mark.parametrize("algo", ["impala", "apex"])
+def test_short_distributed_run_from_the_cli(ray_session, tmp_path, capsys, algo) -> None:
+    small = {"impala": ["--set", "impala.fragments_per_batch=1"],
+             "apex": ["--set", "apex.learning_starts=64", "--set", "apex.batches_per_call=2",
+                      "--set", "apex.hidden_sizes=[16]", "--num-shards", "2"]}[algo]  # fmt: skip
+    argv = ["train", "--algo", algo, "--total-steps", "2048", "--num-collectors", "2",
+            "--num-envs", "2", "--exp-name", "r", "--runs-dir", str(tmp_path), *QUIET, *small,
+            "--set", f"{algo}.checkpoint_interval=1024"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "env steps       " in out and "episodes" in out
+    run = tmp_path / "r"
+    assert {"config.yaml", "learning_curve.png", "checkpoints"} <= {p.name for p in run.iterdir()}
+    assert len(list((run / "checkpoints").iterdir())) >= 1
+    # the run continues from its latest checkpoint (weights, optimizer, counters)
+    assert main(["train", "--resume", str(run), "--total-steps", "4096"]) == 0
+    assert "env steps       " in capsys.readouterr().out

@@ -234,11 +234,11 @@ def initial_priorities(agent: DQNAgent, fragment: dict[str, Any], ac: ApexConfig
 
 
 def make_replay(ac: ApexConfig, seed: int) -> NStepReplay:
-    """One shard's buffer: n-step view over a prioritized ring of ``buffer_size / S``."""
-    sampler = {"kind": "prioritized", "alpha": ac.per_alpha, "beta": ac.per_beta,
-               "eps": ac.per_eps, "seed": seed}  # fmt: skip
-    buffer = ReplayBuffer(max(ac.buffer_size // ac.num_shards, ac.num_envs * ac.fragment_length),
-                          num_envs=ac.num_envs, sampler=sampler)  # fmt: skip
+    """One shard's buffer: n-step view over a prioritized ring of ``buffer_size / S``
+    (the learner passes ``beta``)."""
+    sampler = {"kind": "prioritized", "alpha": ac.per_alpha, "eps": ac.per_eps}
+    capacity = max(ac.buffer_size // ac.num_shards, ac.num_envs * ac.fragment_length)
+    buffer = ReplayBuffer(capacity, num_envs=ac.num_envs, seed=seed, sampler=sampler)
     return NStepReplay(buffer, n=ac.n_step, gamma=ac.gamma)
 
 
