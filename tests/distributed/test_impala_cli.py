@@ -59,6 +59,8 @@ def test_short_distributed_run_from_the_cli(ray_session, tmp_path, capsys, algo)
     run = tmp_path / "r"
     assert {"config.yaml", "learning_curve.png", "checkpoints"} <= {p.name for p in run.iterdir()}
     assert len(list((run / "checkpoints").iterdir())) >= 1
-    # the run continues from its latest checkpoint (weights, optimizer, counters)
-    assert main(["train", "--resume", str(run), "--total-steps", "4096"]) == 0
-    assert "env steps       " in capsys.readouterr().out
+    if algo == "impala":  # (one resume is enough: both learners checkpoint through async_run)
+        # the run continues from its latest checkpoint (weights, optimizer, counters, history)
+        assert main(["train", "--resume", str(run), "--total-steps", "4096"]) == 0
+        steps = int(capsys.readouterr().out.split("env steps")[1].split()[0])
+        assert steps >= 4096

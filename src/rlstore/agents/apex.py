@@ -110,19 +110,19 @@ class ApexConfig(BaseConfig):
     """Replay capacity in transitions, over all shards."""
     learning_starts: int = Field(1000, ge=1)
     """Transitions a shard holds before the learner samples from it."""
-    samples_per_insert: float = Field(8.0, gt=0)
+    samples_per_insert: float = Field(16.0, gt=0)
     """Target sampled transitions per inserted one (rate limiter)."""
     batch_size: int = Field(64, ge=1)
     """Transitions per gradient step."""
     batches_per_call: int = Field(8, ge=1)
     """Batches drawn per call to the shards (one gradient step each)."""
-    learning_rate: float = Field(1e-3, gt=0)
+    learning_rate: float = Field(5e-4, gt=0)
     """Adam learning rate (constant)."""
     gamma: float = Field(0.99, ge=0, le=1)
     """Discount factor."""
     n_step: int = Field(3, ge=1)
     """n-step returns."""
-    target_update_interval: int = Field(250, ge=1)
+    target_update_interval: int = Field(500, ge=1)
     """Learner steps between target-network copies."""
     publish_interval: int = Field(16, ge=1)
     """Learner steps between weight publications to the collectors."""

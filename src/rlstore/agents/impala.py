@@ -91,7 +91,7 @@ class ImpalaConfig(BaseConfig):
 
     model_config = ConfigDict(**BaseConfig.model_config, strict=True)
 
-    total_timesteps: int = Field(200_000, ge=1)
+    total_timesteps: int = Field(250_000, ge=1)
     """Env steps collected by all collectors together."""
     num_collectors: int = Field(2, ge=1)
     """Collector actors (K)."""
@@ -121,11 +121,12 @@ class ImpalaConfig(BaseConfig):
     """Entropy bonus coefficient."""
     vf_coef: float = Field(0.5, ge=0)
     """Value-loss coefficient."""
-    max_grad_norm: float = Field(0.5, gt=0)
-    """Global gradient-norm clip."""
+    max_grad_norm: float = Field(40.0, gt=0)
+    """Global gradient-norm clip (IMPALA's 40: a tight clip lets the critic's large gradients
+    scale the actor's down, which made CartPole runs collapse)."""
     num_minibatches: int = Field(1, ge=1)
     """Gradient steps per update (minibatches of the batch, each step once)."""
-    advantage_normalization: Literal["none", "batch", "minibatch"] = "none"
+    advantage_normalization: Literal["none", "batch", "minibatch"] = "batch"
     """Normalization of the policy-gradient advantages (``RolloutBuffer`` semantics)."""
     hidden_size: int = Field(64, ge=1)
     """Width of the actor's and the critic's two tanh layers."""
