@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 os.environ.pop("RAY_ADDRESS", None)
@@ -25,3 +26,23 @@ def ray_session():
 
     yield ray
     stop_ray()
+
+
+def _fragment(t: int, n: int, start: int) -> dict[str, np.ndarray]:
+    """``t`` steps of ``n`` envs; ``obs[..., 0]`` a unique counter from ``start``,
+    ``next_obs = obs + 0.5``, every step truncated (its successor kept aside, exactly)."""
+    obs = np.arange(start, start + t * n, dtype=np.float32).reshape(t, n, 1) * np.ones(3, "f4")
+    return dict(
+        obs=obs,
+        action=np.arange(t * n, dtype=np.int64).reshape(t, n),
+        reward=obs[..., 0] / 2,
+        next_obs=obs + 0.5,
+        terminated=np.zeros((t, n), bool),
+        truncated=np.ones((t, n), bool),
+    )
+
+
+@pytest.fixture(scope="session")
+def fragment():
+    """``fragment(t, n, start)``: the kwargs of ``extend`` for ``t`` steps of ``n`` envs."""
+    return _fragment

@@ -56,6 +56,8 @@ from rlstore.samplers import make_rng
 
 __all__ = ["ReplayShards", "ShardBatch", "ShardUnavailableError"]
 
+STARTUP_TIMEOUT_S = 120.0
+"""Longest wait for new shard actors to answer (process start, imports, checkpoint restore)."""
 _CORE = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NOT_EXTRA = {*_CORE, "ids", "ratio", "beta", "discount", "extras"}
 
@@ -102,7 +104,8 @@ class ReplayShards:
     Args:
         make_buffer: builds one shard's buffer (``ReplayBuffer`` uniform or prioritized,
             frame-stack storage, ``NStepReplay`` or ``SequenceReplay`` over one); called in
-            each actor (pickled by Ray: a function or a lambda, not a buffer).
+            each actor (pickled by Ray: a function or a lambda, not a buffer), with the shard
+            index when it requires one argument: give each shard its own sampler seed.
         num_shards: number of shard actors ``S``.
         name: actors are named ``<name>/<i>`` in the namespace ``"rlstore"``; checkpoint files
             are prefixed ``<name>_<i>_``. Letters, digits, ``_ . -``.
@@ -111,7 +114,8 @@ class ReplayShards:
         checkpoint_every_s: seconds between a shard's background checkpoints.
         rate_limiter: a :class:`SampleToInsertRatio`; each shard enforces a copy of it on
             its own inserts and samples.
-        timeout_s: deadline of every remote call (the rate limiter waits at most half of it).
+        timeout_s: deadline of every remote call (the rate limiter waits at most half of it;
+            the first answer of new actors may take up to ``max(timeout_s, 120)`` s).
         num_cpus: CPUs each actor reserves (0: never blocks scheduling on small machines).
         max_restarts: restarts Ray grants each shard actor (-1: unlimited).
         seed: seed of the split of batches over shards.
@@ -182,10 +186,11 @@ class ReplayShards:
             )
             for i, actor_name in enumerate(names)
         ]  # fmt: skip
+        self._owners = list(self._actors)  # the creator's handles keep the actors alive
         self._stats: list[dict[str, Any]] = []
         self._pending: deque[tuple[tuple[Any, ...], _Request]] = deque()
-        try:
-            self._refresh()
+        try:  # the actors' processes start (and restore their checkpoints) first
+            self._refresh(max(self.timeout_s, STARTUP_TIMEOUT_S))
         except BaseException:
             self.close()
             raise
@@ -234,13 +239,15 @@ class ReplayShards:
                 f"without restart): {exc}"
             ) from exc
 
-    def _call_all(self, method: str, args_of: Callable[[int], tuple]) -> list[Any]:
-        deadline = time.monotonic() + self.timeout_s
+    def _call_all(
+        self, method: str, args_of: Callable[[int], tuple], timeout_s: float | None = None
+    ) -> list[Any]:
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
         refs = [getattr(a, method).remote(*args_of(s)) for s, a in enumerate(self._actors)]
         return [self._get(s, ref, method, args_of(s), deadline) for s, ref in enumerate(refs)]
 
-    def _refresh(self) -> None:
-        self._stats = self._call_all("stats", lambda s: ())
+    def _refresh(self, timeout_s: float | None = None) -> None:
+        self._stats = self._call_all("stats", lambda s: (), timeout_s)
 
     # ------------------------------------------------------------------ adding
     def _route(self, route: int) -> int:
@@ -418,6 +425,12 @@ class ReplayShards:
     def checkpoint(self) -> None:
         """Every shard saves now (atomic; needs ``checkpoint_dir``)."""
         self._call_all("checkpoint", lambda s: ())
+
+    def clear(self) -> None:
+        """Empty every shard (a fresh buffer from ``make_buffer``; requests in flight dropped)."""
+        self._pending.clear()
+        self._call_all("clear", lambda s: ())
+        self._refresh()
 
     def actors(self) -> list[Any]:
         """The shard actors' handles (e.g. for ``ray.kill`` in fault tests)."""

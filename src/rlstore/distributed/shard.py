@@ -29,6 +29,7 @@ one lock.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -56,7 +57,9 @@ class ReplayShard:
     """A replay buffer served to a :class:`~rlstore.distributed.ReplayShards` client.
 
     Args:
-        make_buffer: builds the buffer (or n-step / sequence view) this shard serves.
+        make_buffer: builds the buffer (or n-step / sequence view) this shard serves; called
+            with the shard index when it requires one argument (e.g. to seed each shard's
+            sampler differently), else with none.
         shard: index of this shard; ``name``: the client's name (used in messages and files).
         checkpoint_dir: folder of the periodic checkpoints (``None``: none; restores from it
             when it holds this shard's checkpoint).
@@ -76,22 +79,10 @@ class ReplayShard:
         rate_limiter: Mapping[str, Any] | None = None,
         wait_s: float = 30.0,
     ):
-        self.view = make_buffer()
-        store: Any = self.view if callable(getattr(self.view, "extend", None)) else None
-        if store is None:
-            store = getattr(self.view, "buffer", None)
-        if not callable(getattr(store, "extend", None)) or not callable(
-            getattr(self.view, "sample", None)
-        ):
-            raise ConfigError(
-                "make_buffer: expected a replay buffer with extend() and sample() (or a view "
-                f"such as NStepReplay over one), got {type(self.view).__name__}"
-            )
-        self.store: Any = store
+        self._make_buffer = make_buffer
+        self._shard_arg = (shard,) if _takes_shard(make_buffer) else ()
         self.where = f"shard {name}/{shard}: "
-        sampler = getattr(getattr(self.view, "sampler", None), "prio", None)  # SequenceReplay
-        sampler = sampler or getattr(store, "_sampler", None)
-        self.prio = sampler if isinstance(sampler, PrioritizedSampler) else None
+        self._build()
         self.limiter = None if rate_limiter is None else SampleToInsertRatio(**rate_limiter)
         self.wait_s = wait_s
         self.added = 0  # transitions added, restored ones included
@@ -105,6 +96,34 @@ class ReplayShard:
             self.dir.mkdir(parents=True, exist_ok=True)
             loop = threading.Thread(target=self._loop, args=(checkpoint_every_s,), daemon=True)
             loop.start()
+
+    def _build(self) -> None:
+        """A fresh buffer from ``make_buffer``, and what the shard needs to know about it."""
+        view = self._make_buffer(*self._shard_arg)
+        store: Any = view if callable(getattr(view, "extend", None)) else None
+        if store is None:
+            store = getattr(view, "buffer", None)
+        if not callable(getattr(store, "extend", None)) or not callable(
+            getattr(view, "sample", None)
+        ):
+            raise ConfigError(
+                "make_buffer: expected a replay buffer with extend() and sample() (or a view "
+                f"such as NStepReplay over one), got {type(view).__name__}"
+            )
+        sampler = getattr(getattr(view, "sampler", None), "prio", None)  # SequenceReplay
+        if sampler is None:  # (not `or`: an empty sampler is falsy)
+            sampler = getattr(store, "_sampler", None)
+        self.view, self.store = view, store
+        self.prio = sampler if isinstance(sampler, PrioritizedSampler) else None
+
+    def clear(self) -> None:
+        """Replace the buffer by a fresh one from ``make_buffer`` (and zero the rate limiter's
+        and ``added`` counters); checkpoints on disk stay until the next save."""
+        with self._lock:
+            self._build()
+            self.added = 0
+            if self.limiter is not None:
+                self.limiter.load_state_dict({"inserts": 0, "samples": 0})
 
     # ------------------------------------------------------------------ writing
     def add(self, fragment: Mapping[str, Any]) -> dict[str, Any]:
@@ -271,6 +290,24 @@ class ReplayShard:
     def close(self) -> None:
         """Stop the checkpoint thread (the actor is killed by the client)."""
         self._stop.set()
+
+
+def _takes_shard(make_buffer: Callable[..., Any]) -> bool:
+    """Whether ``make_buffer`` must be called with the shard index (one required argument)."""
+    try:
+        sig = inspect.signature(make_buffer)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind()
+        return False
+    except TypeError:
+        pass
+    try:
+        sig.bind(0)
+        return True
+    except TypeError:
+        return False
 
 
 def _has_state(view: Any) -> bool:
