@@ -150,6 +150,9 @@ class ApexConfig(BaseConfig):
     """Ray CPUs reserved per collector and per shard (0: no reservation)."""
     timeout_s: float = Field(120.0, gt=0)
     """Deadline of every remote call (a blocked rate limiter waits at most half of it)."""
+    replay_checkpoint_s: float = Field(60.0, gt=0)
+    """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
+    resumed run, restores from them)."""
     eval_interval: int = Field(0, ge=0)
     """Env steps between greedy evaluations (also one at the end); 0: none."""
     eval_episodes: int = Field(20, ge=1)
@@ -233,12 +236,12 @@ def initial_priorities(agent: DQNAgent, fragment: dict[str, Any], ac: ApexConfig
     return np.abs(g - q.numpy()).astype(np.float64)
 
 
-def make_replay(ac: ApexConfig, seed: int) -> NStepReplay:
-    """One shard's buffer: n-step view over a prioritized ring of ``buffer_size / S``
-    (the learner passes ``beta``)."""
+def make_replay(ac: ApexConfig, seed: int, shard: int) -> NStepReplay:
+    """Shard ``shard``'s buffer: an n-step view over a prioritized ring of ``buffer_size / S``
+    (sampler seed ``seed + shard``; the learner passes ``beta``)."""
     sampler = {"kind": "prioritized", "alpha": ac.per_alpha, "eps": ac.per_eps}
     capacity = max(ac.buffer_size // ac.num_shards, ac.num_envs * ac.fragment_length)
-    buffer = ReplayBuffer(capacity, num_envs=ac.num_envs, seed=seed, sampler=sampler)
+    buffer = ReplayBuffer(capacity, num_envs=ac.num_envs, seed=seed + shard, sampler=sampler)
     return NStepReplay(buffer, n=ac.n_step, gamma=ac.gamma)
 
 
@@ -267,9 +270,9 @@ def train_apex(
 
     Args:
         cfg: the run's config. run_dir: run folder (TensorBoard, ``faults.log``, checkpoints,
-            ``learning_curve.png``); None writes nothing. resume: continue from the latest
-            checkpoint there (networks, optimizer, counters, history; fresh collectors and
-            replay).
+            ``learning_curve.png``, the shards' checkpoints in ``replay/``); None writes nothing.
+            resume: continue from the latest checkpoint there (networks, optimizer, counters,
+            history; the replay from its shards' last checkpoints; fresh collectors).
     """
     from rlstore.distributed import ReplayShards, SampleToInsertRatio, start_ray
     from rlstore.distributed.collector import CollectorPool, module_weights
@@ -310,7 +313,9 @@ def train_apex(
                                           * ac.batches_per_call, 1.0) * 2)  # fmt: skip
         shards = ReplayShards(functools.partial(make_replay, ac, rc.seed), ac.num_shards,
                               name=f"apex-{safe_name(rc.exp_name)}", rate_limiter=limiter,
-                              timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus)  # fmt: skip
+                              timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus,
+                              checkpoint_dir=None if run_dir is None else Path(run_dir) / "replay",
+                              checkpoint_every_s=ac.replay_checkpoint_s)  # fmt: skip
         args = {"make_policy": functools.partial(ApexPolicy, ac=ac),
                 "environment": cfg.environment, "num_envs": ac.num_envs,
                 "fragment_length": ac.fragment_length, "seed": rc.seed + c["version"]}  # fmt: skip

@@ -4,8 +4,8 @@ from the collectors, the periodic evaluation and the learner checkpoints.
 A learner checkpoint (``run_dir/checkpoints/checkpoint_NNNN/``, :func:`rlstore.checkpoint.
 save_state`, no pickle) holds the networks, the optimizer, the counters and the episode history.
 Collectors and the environments they run are not saved: a resumed run starts fresh collectors
-(new episodes) from the saved weights, and Ape-X's replay starts empty (or from its shards' own
-checkpoints); the loss is bounded by what was collected since the checkpoint.
+(new episodes) from the saved weights; Ape-X's replay comes back from its shards' own periodic
+checkpoints (``<run>/replay``). What is lost is bounded by what was collected since them.
 """
 
 from __future__ import annotations
