@@ -39,7 +39,7 @@ def _weights(bias: float) -> dict:
     return w
 
 
-def _take(queue, pool, pred, limit=200):
+def _take(queue, pool, pred, limit=5000):
     for _ in range(limit):
         frag = queue.get(timeout_s=1.0)
         pool.check()
@@ -87,16 +87,17 @@ def test_killed_collectors_are_restarted_and_logged(ray_session, tmp_path) -> No
         for _ in range(300):  # the run goes on meanwhile (collector 2 keeps pushing)
             pool.check()
             pool.drain()
-            if pool.restarts[0] >= 1 and pool.restarts[1] >= 2:
+            if pool.restarts[0] >= 1 and pool.restarts[1] >= 1:
                 break
             queue.get(timeout_s=0.2)
-        assert pool.restarts[0] >= 1 and pool.restarts[1] >= 2 and pool.restarts[2] == 0
+        assert pool.restarts == [1, 1, 0]
         pool.publish(1, _weights(0.0))
         for i in (0, 1):
             _take(queue, pool, lambda f, i=i: f["collector"] == i and f["version"] == 1)
         text = (tmp_path / "faults.log").read_text()
         assert "collector 0 died" in text and "collector 1 died" in text
-        assert "on a new actor" in text
+        assert "collector 1: Ray did not restart it; started a new actor" in text
+        assert "collector 0: Ray did not restart" not in text
     finally:
         pool.close()
         queue.close()

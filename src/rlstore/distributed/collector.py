@@ -129,6 +129,10 @@ class Coordinator:
         r.episodes = []
         return out
 
+    def syncs(self) -> list[int]:
+        """Syncs so far per collector (how the pool tells a new death from a restarting one)."""
+        return list(self.reports.syncs)
+
     def stop(self) -> None:
         """Tell every collector to return from its loop at its next sync."""
         self.stopped = True
@@ -302,7 +306,6 @@ class CollectorPool:
         self.actors = [self._spawn(i) for i in range(num_collectors)]
         self.runs = [self._run(a) for a in self.actors]
         self.restarts = [0] * num_collectors
-        self._syncs = [0] * num_collectors
         self._synced_at_restart = [-1] * num_collectors
         self.lost = 0
 
@@ -319,33 +322,40 @@ class CollectorPool:
     def drain(self) -> tuple[int, list[tuple[int, float, int, int]]]:
         """``(env steps collected so far, new episodes (collector, return, length, step))``."""
         r = ray.get(self._coord.drain.remote(), timeout=self.timeout_s)
-        self._syncs, self.lost = r.syncs, r.lost
+        self.lost = r.lost
         return r.steps, r.episodes
 
     def check(self) -> int:
-        """Restart the collectors whose loop ended with an error; returns how many."""
+        """Restart the collectors whose loop ended with an error; returns how many died since
+        the last check (one death counts once, however many re-submissions it takes)."""
         ready, _ = ray.wait(self.runs, num_returns=len(self.runs), timeout=0)
-        restarted = 0
+        failed: list[tuple[int, BaseException]] = []
         for ref in ready:
-            i = self.runs.index(ref)
             try:
-                ray.get(ref)
-                continue  # a loop that returned: stopped on purpose
+                ray.get(ref)  # a loop that returned was stopped on purpose
             except ray.exceptions.RayError as err:
-                cause = f"{type(err).__name__}: {str(err).splitlines()[0]}"
-            # a loop re-submitted after the last failure that never synced: Ray will not bring
-            # this actor back (killed with no_restart, restarts exhausted): start a fresh one
-            fresh = self._synced_at_restart[i] >= 0 and self._syncs[i] <= self._synced_at_restart[i]
-            if fresh:
+                failed.append((self.runs.index(ref), err))
+        if not failed:
+            return 0
+        syncs = ray.get(self._coord.syncs.remote(), timeout=self.timeout_s)
+        new = 0
+        for i, error in failed:
+            # no sync since the last re-submission: the same death (the actor is still
+            # restarting, or Ray will not bring it back: killed with no_restart, restarts used up)
+            same = syncs[i] <= self._synced_at_restart[i]
+            if same and isinstance(error, ray.exceptions.ActorDiedError):
                 ray.kill(self.actors[i], no_restart=True)
                 self.actors[i] = self._spawn(i)
+                self._record(f"collector {i}: Ray did not restart it; started a new actor")
+            elif not same:
+                new += 1
+                self.restarts[i] += 1
+                cause = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                self._record(f"collector {i} died ({cause}); restart {self.restarts[i]}: "
+                             "its loop is re-submitted")  # fmt: skip
+            self._synced_at_restart[i] = syncs[i]
             self.runs[i] = self._run(self.actors[i])
-            self.restarts[i] += 1
-            self._synced_at_restart[i] = self._syncs[i]
-            restarted += 1
-            how = "on a new actor" if fresh else "re-submitted its loop"
-            self._record(f"collector {i} died ({cause}); restart {self.restarts[i]}: {how}")
-        return restarted
+        return new
 
     def _record(self, message: str) -> None:
         log.warning(message)
