@@ -83,6 +83,7 @@ __all__ = [
     "QNetwork",
     "load_config",
     "runner",
+    "td_step",
     "td_targets",
     "train_dqn",
 ]
@@ -408,6 +409,26 @@ def train_dqn(
     return agent, stats
 
 
+def td_step(
+    agent: DQNAgent,
+    optimizer: torch.optim.Optimizer,
+    batch: NStepBatch,
+    double_q: bool,
+    max_grad_norm: float,
+) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """One gradient step of the importance-weighted Huber TD loss on an n-step batch (DQN's
+    and Ape-X's learner); returns the loss, the mean Q-value and ``|y - Q(s, a)|`` ``(B,)``
+    (the new priorities)."""
+    target = td_targets(agent, batch, double_q)
+    q = agent.q(batch.obs).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
+    loss = (batch.weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(agent.q.parameters(), max_grad_norm)
+    optimizer.step()
+    return loss.detach(), q.detach().mean(), (q - target).abs().detach().cpu().numpy()
+
+
 def _train(
     agent: DQNAgent, optimizer: torch.optim.Optimizer, replay: NStepReplay, dc: DQNConfig
 ) -> dict[str, float]:
@@ -415,17 +436,9 @@ def _train(
     losses, qs = torch.zeros(dc.gradient_steps), torch.zeros(dc.gradient_steps)
     for i in range(dc.gradient_steps):
         batch = replay.sample(dc.batch_size)
-        target = td_targets(agent, batch, dc.double_q)
-        q = agent.q(batch.obs).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
-        loss = (batch.weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(agent.q.parameters(), dc.max_grad_norm)
-        optimizer.step()
+        losses[i], qs[i], td = td_step(agent, optimizer, batch, dc.double_q, dc.max_grad_norm)
         if dc.prioritized:
-            td = (q - target).abs().detach().cpu().numpy()
             replay.buffer.update_priorities(batch.indices.cpu().numpy(), td)
-        losses[i], qs[i] = loss.detach(), q.detach().mean()
     return {"td_loss": losses.mean().item(), "q_values": qs.mean().item()}
 
 

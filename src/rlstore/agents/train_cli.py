@@ -17,6 +17,8 @@ Examples::
     rlstore train --resume runs/CartPole-v1-fc-s1 --total-steps 80000   # extend its budget
     rlstore train --algo dqn                        # DQN on CartPole-v1 (RL-Zoo + PER, 3-step)
     rlstore train --algo sac                        # SAC on Pendulum-v1 (RL-Zoo settings)
+    rlstore train --algo impala --num-collectors 2  # IMPALA on a local Ray instance
+    rlstore train --algo apex --num-shards 2 --address 10.0.0.5:6379   # Ape-X on a cluster
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ ALGORITHMS: dict[str, str] = {
     "ppo": "rlstore.agents.ppo.trainer",
     "dqn": "rlstore.agents.dqn",
     "sac": "rlstore.agents.sac",
+    "impala": "rlstore.agents.impala",
+    "apex": "rlstore.agents.apex",
 }
 """``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
 optionally ``CLI_KEYS``, flag -> config key or None (the flag does not apply), overriding
 :data:`FLAG_KEYS`)."""
 
-FLAG_KEYS: dict[str, str] = {
+FLAG_KEYS: dict[str, str | None] = {
     "env": "environment.env_id",
     "agent": "agent",
     "seed": "run.seed",
@@ -59,8 +63,12 @@ FLAG_KEYS: dict[str, str] = {
     "ent_coef": "online.ent_coef",
     "eval_episodes": "run.eval_episodes",
     "eval_every": "run.eval_every",
+    "num_collectors": None,  # Ray flags: only the distributed algorithms take them
+    "num_shards": None,
+    "address": None,
 }
-"""Named flag (argparse dest) -> the config key it sets."""
+"""Named flag (argparse dest) -> the config key it sets (None: refused unless the algorithm's
+``CLI_KEYS`` maps it)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ent-coef", type=float, metavar="C", help="entropy bonus coefficient")
     add("--eval-episodes", type=int, metavar="N", help="deterministic evaluation episodes (0: off)")
     add("--eval-every", type=int, metavar="U", help="evaluate every U updates (0: at the end)")
+    add("--num-collectors", type=int, metavar="K", help="collector actors (impala, apex)")
+    add("--num-shards", type=int, metavar="S", help="replay shard actors (apex)")
+    add("--address", metavar="ADDR", help="join this Ray cluster (impala, apex; default: a "
+        "local instance on 127.0.0.1)")  # fmt: skip
     add("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
         help="set a config key, e.g. online.clip_coef=0.1 (repeatable; YAML value)")  # fmt: skip
     add("--exp-name", help="run name (default: <env>-<agent>-s<seed>)")

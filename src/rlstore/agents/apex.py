@@ -1,0 +1,390 @@
+"""Ape-X-style DQN on Ray (Horgan et al. 2018): distributed prioritized replay, one learner.
+
+``K`` collectors (:mod:`rlstore.distributed.collector`) act epsilon-greedily with a CPU copy of
+the Q-networks, collector ``i`` with its own fixed exploration rate (Ape-X, section 4)::
+
+    eps_i = eps_base ** (1 + eps_alpha * i / (K - 1))        # 0.4 ** (1 + 7 i / (K - 1))
+
+Each computes the initial priorities of its fragment, ``|G_t - Q(s_t, a_t)|`` with the n-step
+return ``G_t`` of :func:`rlstore.returns.nstep` (windows cut at episode ends and at the
+fragment's end, bootstrapped with the double-DQN value of the successor), and pushes the
+fragment with them to :class:`~rlstore.distributed.ReplayShards`: ``S`` shards, each an
+:class:`~rlstore.NStepReplay` over a prioritized :class:`~rlstore.ReplayBuffer`. A
+:class:`~rlstore.distributed.SampleToInsertRatio` rate limiter keeps the learner's samples per
+inserted transition near ``samples_per_insert`` (the faster side waits).
+
+The learner (this process) draws ``batches_per_call`` prioritized batches per call across the
+shards (importance weights normalised over all shards, ``beta`` annealed to 1 over the run),
+takes one double-DQN step on each with :func:`rlstore.agents.dqn.td_step` (the networks and the
+loss are DQN's: :class:`~rlstore.agents.dqn.DQNAgent`), sends the new priorities back, copies
+the target network every ``target_update_interval`` learner steps and publishes its weights
+every ``publish_interval`` steps. Run folder, progress bar, curve, evaluation (greedy) and
+checkpoints are the shared ones (:mod:`rlstore.agents.run`, :mod:`rlstore.agents.async_run`).
+
+Example::
+
+    from rlstore.agents.apex import ApexTrainConfig, train_apex
+
+    cfg = ApexTrainConfig.from_dict({"run": {"track": False}, "apex": {"num_shards": 2}})
+    agent, stats = train_apex(cfg)       # starts a local Ray instance (loopback only)
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from pydantic import ConfigDict, Field
+
+from rlstore.agents.async_run import (
+    due,
+    evaluate_now,
+    record_episodes,
+    restore_learner,
+    save_learner,
+)
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
+from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
+from rlstore.agents.ppo.rollout import make_env, make_vector_env
+from rlstore.agents.run import (
+    RunLogger,
+    TrainStats,
+    adam,
+    plot_learning_curve,
+    safe_name,
+    set_global_seeds,
+)
+from rlstore.agents.run_checkpoint import checkpoint_path, latest_checkpoint
+from rlstore.buffers.nstep import NStepBatch, NStepReplay
+from rlstore.buffers.replay import ReplayBuffer
+from rlstore.config import PositiveInt, load_config_file
+from rlstore.errors import ConfigError
+from rlstore.returns import nstep
+from rlstore.samplers import LinearSchedule
+
+__all__ = [
+    "CLI_KEYS",
+    "DEFAULT_CONFIGS",
+    "ApexConfig",
+    "ApexTrainConfig",
+    "ApexPolicy",
+    "collector_epsilon",
+    "load_config",
+    "runner",
+    "train_apex",
+]
+
+DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "apex_CartPole-v1.yaml"}
+"""Env id -> packaged config file in ``rlstore/configs/``."""
+CLI_KEYS: dict[str, str | None] = {
+    **section_cli_keys("apex"),
+    "num_collectors": "apex.num_collectors",
+    "num_shards": "apex.num_shards",
+    "address": "apex.address",
+}
+"""``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
+PREFIX, FORMAT = "apex_", "rlstore.apex/1"
+
+
+class ApexConfig(BaseConfig):
+    """Ape-X hyper-parameters; strict types (no strings or bools for numbers)."""
+
+    model_config = ConfigDict(**BaseConfig.model_config, strict=True)
+
+    total_timesteps: int = Field(100_000, ge=1)
+    """Env steps collected by all collectors together."""
+    num_collectors: int = Field(2, ge=1)
+    """Collector actors (K)."""
+    num_envs: int = Field(4, ge=1)
+    """Vectorized envs per collector."""
+    fragment_length: int = Field(32, ge=1)
+    """Steps per env in one fragment (T)."""
+    num_shards: int = Field(1, ge=1)
+    """Replay shard actors (S)."""
+    buffer_size: int = Field(100_000, ge=1)
+    """Replay capacity in transitions, over all shards."""
+    learning_starts: int = Field(1000, ge=1)
+    """Transitions a shard holds before the learner samples from it."""
+    samples_per_insert: float = Field(16.0, gt=0)
+    """Target sampled transitions per inserted one (rate limiter)."""
+    batch_size: int = Field(64, ge=1)
+    """Transitions per gradient step."""
+    batches_per_call: int = Field(8, ge=1)
+    """Batches drawn per call to the shards (one gradient step each)."""
+    learning_rate: float = Field(5e-4, gt=0)
+    """Adam learning rate (constant)."""
+    gamma: float = Field(0.99, ge=0, le=1)
+    """Discount factor."""
+    n_step: int = Field(3, ge=1)
+    """n-step returns."""
+    target_update_interval: int = Field(500, ge=1)
+    """Learner steps between target-network copies."""
+    publish_interval: int = Field(16, ge=1)
+    """Learner steps between weight publications to the collectors."""
+    eps_base: float = Field(0.4, ge=0, le=1)
+    """Ape-X exploration: ``eps_i = eps_base ** (1 + eps_alpha * i / (K - 1))``."""
+    eps_alpha: float = Field(7.0, ge=0)
+    """Spread of the collectors' exploration rates."""
+    per_alpha: float = Field(0.6, ge=0)
+    """Priority exponent."""
+    per_beta: float = Field(0.4, ge=0, le=1)
+    """Initial importance exponent, annealed linearly to 1 over the run's env steps."""
+    per_eps: float = Field(1e-6, gt=0)
+    """Added to every ``|TD error|``."""
+    max_grad_norm: float = Field(10.0, gt=0)
+    """Global gradient-norm clip."""
+    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
+    """Widths of the Q-network's ReLU layers."""
+    dueling: bool = False
+    """Dueling head."""
+    double_q: bool = True
+    """Double DQN targets (learner and initial priorities)."""
+    address: str | None = None
+    """Ray cluster to join (``rlstore train --address``); None starts a local instance."""
+    collector_cpus: float = Field(0.0, ge=0)
+    """Ray CPUs reserved per collector and per shard (0: no reservation)."""
+    timeout_s: float = Field(120.0, gt=0)
+    """Deadline of every remote call (a blocked rate limiter waits at most half of it)."""
+    replay_checkpoint_s: float = Field(60.0, gt=0)
+    """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
+    resumed run, restores from them)."""
+    eval_interval: int = Field(0, ge=0)
+    """Env steps between greedy evaluations (also one at the end); 0: none."""
+    eval_episodes: int = Field(20, ge=1)
+    """Episodes per evaluation."""
+    checkpoint_interval: int = Field(0, ge=0)
+    """Env steps between learner checkpoints (also one at the end); 0: none."""
+
+    def dqn(self) -> DQNConfig:
+        """The :class:`DQNConfig` of the same networks (what :class:`DQNAgent` is built from)."""
+        return DQNConfig(hidden_sizes=self.hidden_sizes, dueling=self.dueling,
+                         double_q=self.double_q, gamma=self.gamma, n_step=self.n_step)  # fmt: skip
+
+
+class ApexTrainConfig(BaseConfig):
+    """A whole Ape-X run (the shape of ``configs/apex_*.yaml`` and of a run's config.yaml)."""
+
+    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="apex"))
+    """Run name, seed, logging."""
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    """Environment (Box observations, Discrete actions)."""
+    apex: ApexConfig = Field(default_factory=ApexConfig)
+    """Ape-X hyper-parameters."""
+
+
+def load_config(path: str | Path) -> ApexTrainConfig:
+    """An :class:`ApexTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
+    return ApexTrainConfig.from_dict(load_config_file(path))
+
+
+def collector_epsilon(index: int, num_collectors: int, base: float, alpha: float) -> float:
+    """Ape-X's exploration rate of collector ``index`` of ``num_collectors`` (``base`` for one)."""
+    return float(base ** (1 + alpha * index / max(num_collectors - 1, 1)))
+
+
+# ----------------------------------------------------------------- collector side
+
+
+def _agent(envs: Any, ac: ApexConfig) -> DQNAgent:
+    info = EnvInfo(None, envs.single_observation_space, envs.single_action_space)
+    return DQNAgent(info, ac.dqn())
+
+
+class ApexPolicy:
+    """The collectors' Q-networks: epsilon-greedy actions, initial n-step priorities."""
+
+    def __init__(self, index: int, envs: gym.vector.VectorEnv, ac: ApexConfig) -> None:
+        self.agent, self.ac = _agent(envs, ac), ac
+        self.epsilon = collector_epsilon(index, ac.num_collectors, ac.eps_base, ac.eps_alpha)
+        self.rng = torch.Generator().manual_seed(index)
+
+    def load(self, weights: dict[str, np.ndarray], version: int) -> None:
+        from rlstore.distributed.collector import load_weights
+
+        load_weights(self.agent, weights)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        greedy = self.agent.q(torch.as_tensor(obs)).argmax(1)
+        explore = torch.rand(len(obs), generator=self.rng) < self.epsilon
+        random = torch.randint(self.agent.num_actions, (len(obs),), generator=self.rng)
+        return torch.where(explore, random, greedy).numpy(), {}
+
+    @torch.no_grad()
+    def finish(self, fragment: dict[str, Any], last_obs: np.ndarray) -> dict[str, Any]:
+        return {**fragment, "priorities": initial_priorities(self.agent, fragment, self.ac)}
+
+
+@torch.no_grad()
+def initial_priorities(agent: DQNAgent, fragment: dict[str, Any], ac: ApexConfig) -> np.ndarray:
+    """``|G_t - Q(s_t, a_t)|`` ``(T, N)`` of a fragment (see the module docstring)."""
+    T, N = fragment["reward"].shape
+    flat = {k: torch.as_tensor(fragment[k]).reshape(T * N, *fragment[k].shape[2:])
+            for k in ("obs", "next_obs", "action")}  # fmt: skip
+    ones = torch.ones(T * N)
+    one_step = NStepBatch(flat["obs"], flat["action"], torch.zeros(T * N), flat["next_obs"],
+                          ones, ones.bool(), ones.bool(), ones.long(), {}, ones, ones)  # fmt: skip
+    next_v = td_targets(agent, one_step, ac.double_q).reshape(T, N).numpy()  # 0 + 1 * V(s')
+    g = nstep(fragment["reward"], next_v, fragment["terminated"], fragment["truncated"],
+              n=ac.n_step, gamma=ac.gamma)  # fmt: skip
+    q = agent.q(flat["obs"]).gather(1, flat["action"].long().view(-1, 1)).reshape(T, N)
+    return np.abs(g - q.numpy()).astype(np.float64)
+
+
+def make_replay(ac: ApexConfig, seed: int, shard: int) -> NStepReplay:
+    """Shard ``shard``'s buffer: an n-step view over a prioritized ring of ``buffer_size / S``
+    (sampler seed ``seed + shard``; the learner passes ``beta``)."""
+    sampler = {"kind": "prioritized", "alpha": ac.per_alpha, "eps": ac.per_eps}
+    capacity = max(ac.buffer_size // ac.num_shards, ac.num_envs * ac.fragment_length)
+    buffer = ReplayBuffer(capacity, num_envs=ac.num_envs, seed=seed + shard, sampler=sampler)
+    return NStepReplay(buffer, n=ac.n_step, gamma=ac.gamma)
+
+
+def _batch(b: Any, device: torch.device) -> NStepBatch:
+    """A :class:`~rlstore.distributed.ShardBatch` as the torch :class:`NStepBatch` of DQN."""
+
+    def t(x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x), device=device)
+
+    disc = t(b.discount).float()
+    zero = torch.zeros_like(disc)
+    return NStepBatch(t(b.obs), t(b.action), t(b.reward).float(), t(b.next_obs), disc,
+                      t(b.terminated), t(b.truncated), zero.long(), {}, zero.long(),
+                      t(b.weights).float())  # fmt: skip
+
+
+# ----------------------------------------------------------------- training
+
+
+def train_apex(
+    cfg: ApexTrainConfig, *, run_dir: str | Path | None = None, resume: bool = False
+) -> tuple[DQNAgent, TrainStats]:
+    """Train Ape-X DQN on Ray; returns ``(agent, stats)`` (``stats.global_step``: env steps
+    collected, ``num_updates``: learner gradient steps; training episodes of every collector,
+    whatever its epsilon: judge the policy by the greedy evaluations).
+
+    Args:
+        cfg: the run's config. run_dir: run folder (TensorBoard, ``faults.log``, checkpoints,
+            ``learning_curve.png``, the shards' checkpoints in ``replay/``); None writes nothing.
+            resume: continue from the latest checkpoint there (networks, optimizer, counters,
+            history; the replay from its shards' last checkpoints; fresh collectors).
+    """
+    from rlstore.distributed import ReplayShards, SampleToInsertRatio, start_ray
+    from rlstore.distributed.collector import CollectorPool, module_weights
+
+    rc, ac = cfg.run, cfg.apex
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(rc.torch_threads)
+    set_global_seeds(rc.seed)
+    probe = make_vector_env(cfg.environment, 1)
+    try:
+        agent = _agent(probe, ac).to(rc.device)
+    finally:
+        probe.close()
+    optimizer = adam(agent.q.parameters(), ac.learning_rate)
+    beta = LinearSchedule(ac.per_beta, 1.0, ac.total_timesteps)
+    stats = TrainStats(run_dir=None if run_dir is None else Path(run_dir))
+    ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
+    c = {"global_step": 0, "num_updates": 0, "version": 0, "checkpoint_num": 0}
+    if resume:
+        if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
+            raise ConfigError(f"resume: no Ape-X checkpoint found under {ckpt_dir}")
+        c = restore_learner(path, PREFIX, FORMAT, cfg.to_dict(), ("environment", "apex"),
+                            agent, optimizer, stats)  # fmt: skip
+        c["checkpoint_num"] += 1
+    logger = RunLogger(
+        run_dir, total_steps=ac.total_timesteps, initial_step=c["global_step"],
+        desc=f"Ape-X {cfg.environment.env_id}", track=rc.track, progress_bar=rc.progress_bar,
+        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
+        exp_name=rc.exp_name, config=cfg.to_dict(),
+    )  # fmt: skip
+    start_ray(ac.address)
+    shards = pool = None
+    base, step, t0 = c["global_step"], c["global_step"], time.perf_counter()
+    try:
+        per_shard = max(ac.learning_starts // ac.num_shards, 1)
+        limiter = SampleToInsertRatio(ac.samples_per_insert, per_shard,
+                                      max(ac.samples_per_insert * ac.batch_size
+                                          * ac.batches_per_call, 1.0) * 2)  # fmt: skip
+        shards = ReplayShards(functools.partial(make_replay, ac, rc.seed), ac.num_shards,
+                              name=f"apex-{safe_name(rc.exp_name)}", rate_limiter=limiter,
+                              timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus,
+                              checkpoint_dir=None if run_dir is None else Path(run_dir) / "replay",
+                              checkpoint_every_s=ac.replay_checkpoint_s)  # fmt: skip
+        args = {"make_policy": functools.partial(ApexPolicy, ac=ac),
+                "environment": cfg.environment, "num_envs": ac.num_envs,
+                "fragment_length": ac.fragment_length, "seed": rc.seed + c["version"]}  # fmt: skip
+        pool = CollectorPool(ac.num_collectors, lambda i: args, shards, num_cpus=ac.collector_cpus,
+                             run_dir=run_dir, timeout_s=ac.timeout_s)  # fmt: skip
+        pool.publish(c["version"], module_weights(agent))
+        row: dict[str, float] = {}
+        while step < ac.total_timesteps:
+            before, (collected, episodes) = step, pool.drain()
+            step = base + collected
+            record_episodes(stats, logger, episodes, base)
+            pool.check()
+            if shards.size() < ac.learning_starts:
+                time.sleep(0.1)
+                continue
+            losses, qs, ids, tds = [], [], [], []
+            for b in shards.sample_many(ac.batches_per_call, ac.batch_size, beta(step)):
+                loss, q, td = td_step(agent, optimizer, _batch(b, agent.device), ac.double_q,
+                                      ac.max_grad_norm)  # fmt: skip
+                losses.append(loss)
+                qs.append(q)
+                ids.append(b.ids)
+                tds.append(td)
+                c["num_updates"] += 1
+                if c["num_updates"] % ac.target_update_interval == 0:
+                    agent.update_target(1.0)
+                if c["num_updates"] % ac.publish_interval == 0:
+                    c["version"] += 1
+                    pool.publish(c["version"], module_weights(agent))
+            shards.update_priorities(np.concatenate(ids), np.concatenate(tds))
+            sps = (step - base) / max(time.perf_counter() - t0, 1e-9)
+            row = {"td_loss": torch.stack(losses).mean().item(),
+                   "q_values": torch.stack(qs).mean().item(), "global_step": float(step),
+                   "sps": sps, "lost_adds": float(pool.lost)}  # fmt: skip
+            stats.updates.append(row)
+            logger.scalars({"losses/td_loss": row["td_loss"], "losses/q_values": row["q_values"],
+                            "charts/SPS": sps, "charts/beta": beta(step)}, step)  # fmt: skip
+            recent = stats.episode_returns[-20:]
+            logger.progress(min(step, ac.total_timesteps), sps=f"{sps:.0f}",
+                            ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
+            last = step >= ac.total_timesteps
+            if ac.eval_interval and (due(step, before, ac.eval_interval) or last):
+                evaluate_now(stats, logger, agent.act, lambda: make_env(cfg.environment),
+                             ac.eval_episodes, rc.seed + 100_000, step)  # fmt: skip
+            if ckpt_dir is not None and ac.checkpoint_interval and (
+                    due(step, before, ac.checkpoint_interval) or last):  # fmt: skip
+                c["global_step"] = step
+                save_learner(checkpoint_path(ckpt_dir, c["checkpoint_num"]), PREFIX, FORMAT,
+                             cfg.to_dict(), c, agent, optimizer, stats)  # fmt: skip
+                c["checkpoint_num"] += 1
+    finally:
+        stats.wall_time = time.perf_counter() - t0
+        if pool is not None:
+            pool.close()
+        if shards is not None:
+            shards.close()
+        logger.close()
+        torch.set_num_threads(threads_before)
+    stats.global_step, stats.num_updates = step, c["num_updates"]
+    stats.steps_per_second = (step - base) / max(stats.wall_time, 1e-9)
+    if run_dir is not None:
+        title = (f"Ape-X DQN ({ac.num_collectors} collectors, {ac.num_shards} shards) on "
+                 f"{cfg.environment.env_id}, seed {rc.seed}")  # fmt: skip
+        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", title)
+    return agent, stats
+
+
+def runner(cfg: ApexTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgent, TrainStats]:
+    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml``, TensorBoard logs,
+    ``faults.log`` (collector restarts), checkpoints and ``learning_curve.png``."""
+    cfg.to_yaml(Path(run_dir, "config.yaml"))
+    return train_apex(cfg, run_dir=run_dir, resume=resume)

@@ -1,0 +1,382 @@
+"""IMPALA-style asynchronous actor-learner on Ray (Espeholt et al. 2018), readable top to bottom.
+
+``K`` collectors (:mod:`rlstore.distributed.collector`) each run ``num_envs`` envs with a CPU
+snapshot of the policy and push fragments of ``fragment_length`` steps, with the behaviour
+log-probs ``log mu(a_t|x_t)`` and the policy version that acted, into a bounded
+:class:`~rlstore.distributed.collector.FragmentQueue` (full: the collectors wait). The learner
+(this process) repeatedly:
+
+1. takes ``fragments_per_batch`` fragments in arrival order and lays them side by side in a
+   :class:`~rlstore.buffers.rollout.RolloutBuffer` of ``T x (fragments * num_envs)`` steps
+   (truncated steps keep their true final observation);
+2. corrects the policy lag with V-trace: :meth:`RolloutBuffer.compute_vtrace` re-evaluates the
+   stored steps with the current networks and calls :func:`rlstore.returns.vtrace`
+   (``rho_t = min(rho_bar, pi/mu)``, ``c_t = lam * min(c_bar, pi/mu)``);
+3. takes gradient steps on the actor-critic loss over its minibatches::
+
+       loss = -mean(pg_adv * log pi(a|x)) + vf_coef * 0.5 * mean((vs - V(x))**2)
+              - ent_coef * mean(entropy(pi(.|x)))
+
+   (``pg_adv``, ``vs`` constants), gradients clipped to ``max_grad_norm``, Adam with a learning
+   rate decaying linearly over the run's env steps;
+4. publishes the new weights (one ``ray.put``, versioned) that the collectors pull before their
+   next fragment, restarts dead collectors, logs the finished episodes.
+
+The networks are the PPO FC agent's (:class:`rlstore.agents.ppo.models.FCAgent`: separate tanh
+MLPs for actor and critic); Discrete actions. Run folder, progress bar, curve, evaluation and
+checkpoints are the shared ones (:mod:`rlstore.agents.run`, :mod:`rlstore.agents.async_run`).
+
+Example::
+
+    from rlstore.agents.impala import ImpalaTrainConfig, train_impala
+
+    cfg = ImpalaTrainConfig.from_dict({"run": {"track": False}, "impala": {"num_collectors": 2}})
+    agent, stats = train_impala(cfg)     # starts a local Ray instance (loopback only)
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from pydantic import ConfigDict, Field
+
+from rlstore.agents.async_run import (
+    due,
+    evaluate_now,
+    record_episodes,
+    restore_learner,
+    save_learner,
+)
+from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
+from rlstore.agents.ppo.models import FCAgent
+from rlstore.agents.ppo.rollout import make_env, make_vector_env
+from rlstore.agents.run import RunLogger, TrainStats, adam, plot_learning_curve, set_global_seeds
+from rlstore.agents.run_checkpoint import checkpoint_path, latest_checkpoint
+from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.config import load_config_file
+from rlstore.errors import ConfigError, RLStoreError
+
+__all__ = [
+    "CLI_KEYS",
+    "DEFAULT_CONFIGS",
+    "ImpalaConfig",
+    "ImpalaTrainConfig",
+    "ImpalaPolicy",
+    "load_config",
+    "runner",
+    "train_impala",
+    "vtrace_update",
+]
+
+DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "impala_CartPole-v1.yaml"}
+"""Env id -> packaged config file in ``rlstore/configs/``."""
+CLI_KEYS: dict[str, str | None] = {
+    **section_cli_keys("impala"),
+    "num_collectors": "impala.num_collectors",
+    "address": "impala.address",
+    "num_shards": None,  # fragments go through a queue, not replay shards
+}
+"""``rlstore train`` flags -> keys of this config (None: refused for IMPALA)."""
+PREFIX, FORMAT = "impala_", "rlstore.impala/1"
+
+
+class ImpalaConfig(BaseConfig):
+    """IMPALA hyper-parameters; strict types (no strings or bools for numbers)."""
+
+    model_config = ConfigDict(**BaseConfig.model_config, strict=True)
+
+    total_timesteps: int = Field(250_000, ge=1)
+    """Env steps collected by all collectors together."""
+    num_collectors: int = Field(2, ge=1)
+    """Collector actors (K)."""
+    num_envs: int = Field(4, ge=1)
+    """Vectorized envs per collector."""
+    fragment_length: int = Field(32, ge=1)
+    """Steps per env in one fragment (T)."""
+    fragments_per_batch: int = Field(2, ge=1)
+    """Fragments per learner update (laid side by side)."""
+    queue_size: int = Field(4, ge=1)
+    """Fragments the queue holds before collectors wait (bounds the policy lag)."""
+    learning_rate: float = Field(1e-3, gt=0)
+    """Initial Adam learning rate."""
+    end_learning_rate: float = Field(0.0, ge=0)
+    """Learning rate at the end of the run (linear decay over env steps)."""
+    gamma: float = Field(0.99, ge=0, le=1)
+    """Discount factor."""
+    vtrace_lambda: float = Field(1.0, ge=0, le=1)
+    """V-trace trace lambda (multiplies c)."""
+    rho_bar: float = Field(1.0, gt=0)
+    """Clip of the importance weights in the value targets."""
+    c_bar: float = Field(1.0, gt=0)
+    """Clip of the trace-cutting weights."""
+    pg_rho_bar: float = Field(1.0, gt=0)
+    """Clip of the importance weights in the policy-gradient advantages."""
+    ent_coef: float = Field(0.01, ge=0)
+    """Entropy bonus coefficient."""
+    vf_coef: float = Field(0.5, ge=0)
+    """Value-loss coefficient."""
+    max_grad_norm: float = Field(40.0, gt=0)
+    """Global gradient-norm clip (IMPALA's 40: a tight clip lets the critic's large gradients
+    scale the actor's down, which made CartPole runs collapse)."""
+    num_minibatches: int = Field(1, ge=1)
+    """Gradient steps per update (minibatches of the batch, each step once)."""
+    advantage_normalization: Literal["none", "batch", "minibatch"] = "batch"
+    """Normalization of the policy-gradient advantages (``RolloutBuffer`` semantics)."""
+    hidden_size: int = Field(64, ge=1)
+    """Width of the actor's and the critic's two tanh layers."""
+    address: str | None = None
+    """Ray cluster to join (``rlstore train --address``); None starts a local instance."""
+    collector_cpus: float = Field(0.0, ge=0)
+    """Ray CPUs reserved per collector (0: no reservation, fine on small machines)."""
+    timeout_s: float = Field(120.0, gt=0)
+    """Longest wait for a fragment or a remote call before the run fails with an error."""
+    eval_interval: int = Field(0, ge=0)
+    """Env steps between deterministic evaluations (also one at the end); 0: none."""
+    eval_episodes: int = Field(10, ge=1)
+    """Episodes per evaluation."""
+    checkpoint_interval: int = Field(0, ge=0)
+    """Env steps between learner checkpoints (also one at the end); 0: none."""
+
+
+class ImpalaTrainConfig(BaseConfig):
+    """A whole IMPALA run (the shape of ``configs/impala_*.yaml`` and of a run's config.yaml)."""
+
+    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="impala"))
+    """Run name, seed, logging."""
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    """Environment (Discrete actions)."""
+    impala: ImpalaConfig = Field(default_factory=ImpalaConfig)
+    """IMPALA hyper-parameters."""
+
+
+def load_config(path: str | Path) -> ImpalaTrainConfig:
+    """An :class:`ImpalaTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
+    return ImpalaTrainConfig.from_dict(load_config_file(path))
+
+
+# ----------------------------------------------------------------- collector side
+
+
+def _heads(agent: FCAgent, obs: Any) -> tuple[Any, torch.Tensor]:
+    """``(pi(.|obs), V(obs))`` for preprocessed observations with any leading axes."""
+    x = obs.reshape(-1, agent.obs_dim)
+    lead = obs.shape[: obs.dim() - len(agent.obs_shape)]
+    return agent.distribution(agent.actor(x).reshape(*lead, -1)), agent.critic(x).reshape(lead)
+
+
+class ImpalaPolicy:
+    """The collectors' CPU policy snapshot: samples actions from pi and records ``logp``."""
+
+    def __init__(self, index: int, envs: gym.vector.VectorEnv, hidden_size: int) -> None:
+        self.agent, self.index, self.version = FCAgent(envs, hidden_dim=hidden_size), index, -1
+
+    def load(self, weights: dict[str, np.ndarray], version: int) -> None:
+        from rlstore.distributed.collector import load_weights
+
+        load_weights(self.agent, weights)
+        self.version = version
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        x = self.agent.preprocess(obs, self.agent.device)
+        dist = self.agent.distribution(self.agent.actor(x.reshape(len(x), -1)))
+        action = dist.sample()
+        return self.agent.env_action(action), {"logp": dist.log_prob(action).numpy()}
+
+    def finish(self, fragment: dict[str, Any], last_obs: np.ndarray) -> dict[str, Any]:
+        return {**fragment, "last_obs": last_obs.copy(), "version": self.version,
+                "collector": self.index}  # fmt: skip
+
+
+# ----------------------------------------------------------------- learner step
+
+
+def vtrace_update(
+    agent: FCAgent,
+    optimizer: torch.optim.Optimizer,
+    buffer: RolloutBuffer,
+    fragments: list[dict[str, Any]],
+    ic: ImpalaConfig,
+) -> dict[str, float]:
+    """One learner update on ``fragments`` (each ``(T, N, ...)``, see the module docstring);
+    ``buffer`` is a ``RolloutBuffer(T, len(fragments) * N)``. Returns the mean losses."""
+
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate([f[key] for f in fragments], axis=1)
+
+    prep = functools.partial(agent.preprocess, device=agent.device)
+    obs, nxt, action, logp = cat("obs"), cat("next_obs"), cat("action"), cat("logp")
+    reward, term, trunc = cat("reward"), cat("terminated"), cat("truncated")
+    zeros = torch.zeros(obs.shape[1], device=agent.device)
+    buffer.reset()
+    actions = torch.as_tensor(action, device=agent.device)
+    for t in range(len(obs)):  # values / final values: unused by V-trace, which re-evaluates
+        buffer.add(prep(obs[t]), actions[t], logp[t], zeros, reward[t], term[t], trunc[t],
+                   final_value=zeros, final_obs=prep(nxt[t]))  # fmt: skip
+
+    def current(o: Any, a: torch.Tensor, _hidden: Any) -> tuple[Any, Any]:
+        dist, value = _heads(agent, o)
+        return dist.log_prob(a), value
+
+    with torch.no_grad():
+        last_obs = np.concatenate([f["last_obs"] for f in fragments])
+        last_value = _heads(agent, prep(last_obs))[1]
+    buffer.compute_vtrace(current, last_value, lam=ic.vtrace_lambda, rho_bar=ic.rho_bar,
+                          c_bar=ic.c_bar, pg_rho_bar=ic.pg_rho_bar)  # fmt: skip
+    sums = np.zeros(4)
+    for mb in buffer.minibatches(num_minibatches=ic.num_minibatches):
+        dist, value = _heads(agent, mb.obs)
+        pg_loss = -(mb.advantages * dist.log_prob(mb.actions)).mean()
+        v_loss = 0.5 * ((mb.returns - value) ** 2).mean()
+        entropy = dist.entropy().mean()
+        loss = pg_loss + ic.vf_coef * v_loss - ic.ent_coef * entropy
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), ic.max_grad_norm)
+        optimizer.step()
+        sums += [x.item() for x in (loss, pg_loss, v_loss, entropy)]
+    means = sums / ic.num_minibatches
+    return dict(zip(("loss", "pg_loss", "v_loss", "entropy"), means.tolist(), strict=True))
+
+
+# ----------------------------------------------------------------- training
+
+
+def train_impala(
+    cfg: ImpalaTrainConfig, *, run_dir: str | Path | None = None, resume: bool = False
+) -> tuple[FCAgent, TrainStats]:
+    """Train IMPALA on Ray; returns ``(agent, stats)`` (``stats.global_step``: env steps
+    collected, ``num_updates``: learner updates).
+
+    Args:
+        cfg: the run's config. run_dir: run folder (TensorBoard, ``faults.log``, checkpoints,
+            ``learning_curve.png``); None writes nothing. resume: continue from the latest
+            checkpoint there (weights, optimizer, counters, history; fresh collectors).
+    """
+    from rlstore.distributed import start_ray
+    from rlstore.distributed.collector import CollectorPool, FragmentQueue, module_weights
+
+    rc, ic = cfg.run, cfg.impala
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(rc.torch_threads)
+    set_global_seeds(rc.seed)
+    probe = make_vector_env(cfg.environment, 1)
+    if not isinstance(probe.single_action_space, gym.spaces.Discrete):
+        probe.close()
+        raise ConfigError(f"environment: IMPALA needs Discrete actions, got "
+                          f"{probe.single_action_space}")  # fmt: skip
+    agent = FCAgent(probe, cfg.environment, device=rc.device, hidden_dim=ic.hidden_size)
+    probe.close()
+    optimizer = adam(agent.parameters(), ic.learning_rate)
+    width = ic.fragments_per_batch * ic.num_envs
+    buffer = RolloutBuffer(ic.fragment_length, width, gamma=ic.gamma,
+                           advantage_normalization=ic.advantage_normalization,
+                           device=rc.device, seed=rc.seed)  # fmt: skip
+    stats = TrainStats(run_dir=None if run_dir is None else Path(run_dir))
+    ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
+    c = {"global_step": 0, "num_updates": 0, "version": 0, "checkpoint_num": 0}
+    if resume:
+        if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
+            raise ConfigError(f"resume: no IMPALA checkpoint found under {ckpt_dir}")
+        c = restore_learner(path, PREFIX, FORMAT, cfg.to_dict(), ("environment", "impala"),
+                            agent, optimizer, stats)  # fmt: skip
+        c["checkpoint_num"] += 1
+    logger = RunLogger(
+        run_dir, total_steps=ic.total_timesteps, initial_step=c["global_step"],
+        desc=f"IMPALA {cfg.environment.env_id}", track=rc.track, progress_bar=rc.progress_bar,
+        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
+        exp_name=rc.exp_name, config=cfg.to_dict(),
+    )  # fmt: skip
+    start_ray(ic.address)
+    queue = FragmentQueue(ic.queue_size)
+    make_policy = functools.partial(ImpalaPolicy, hidden_size=ic.hidden_size)
+    args = {
+        "make_policy": make_policy,
+        "environment": cfg.environment,
+        "num_envs": ic.num_envs,
+        "fragment_length": ic.fragment_length,
+        "seed": rc.seed + c["version"],
+    }
+    pool = None
+    base, step, t0 = c["global_step"], c["global_step"], time.perf_counter()
+    try:
+        pool = CollectorPool(ic.num_collectors, lambda i: args, queue, num_cpus=ic.collector_cpus,
+                             run_dir=run_dir, timeout_s=ic.timeout_s)  # fmt: skip
+        pool.publish(c["version"], module_weights(agent))
+        while step < ic.total_timesteps:
+            fragments: list[dict[str, Any]] = []
+            waited = time.perf_counter()
+            while len(fragments) < ic.fragments_per_batch:
+                fragment = queue.get(timeout_s=1.0)
+                if fragment is not None:
+                    fragments.append(fragment)
+                elif pool.check() == 0 and time.perf_counter() - waited > ic.timeout_s:
+                    where = pool.log_path or "the log"
+                    raise RLStoreError(f"impala: no fragment arrived in {ic.timeout_s} s "
+                                       f"(timeout_s); see {where}")  # fmt: skip
+            frac = min(step / ic.total_timesteps, 1.0)
+            for group in optimizer.param_groups:
+                group["lr"] = ic.learning_rate + frac * (ic.end_learning_rate - ic.learning_rate)
+            row = vtrace_update(agent, optimizer, buffer, fragments, ic)
+            c["num_updates"] += 1
+            c["version"] += 1
+            pool.publish(c["version"], module_weights(agent))
+            lag = np.mean([c["version"] - 1 - f["version"] for f in fragments])
+            before, (collected, episodes) = step, pool.drain()
+            step = base + collected
+            record_episodes(stats, logger, episodes, base)
+            pool.check()
+            sps = (step - base) / max(time.perf_counter() - t0, 1e-9)
+            row.update(global_step=float(step), sps=sps, policy_lag=float(lag))
+            stats.updates.append(row)
+            logger.scalars({f"losses/{k}": row[k] for k in ("loss", "pg_loss", "v_loss",
+                            "entropy")}, step)  # fmt: skip
+            logger.scalars({"charts/SPS": sps, "charts/policy_lag": float(lag)}, step)
+            recent = stats.episode_returns[-20:]
+            logger.progress(min(step, ic.total_timesteps), sps=f"{sps:.0f}",
+                            ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
+            last = step >= ic.total_timesteps
+            if ic.eval_interval and (due(step, before, ic.eval_interval) or last):
+                evaluate_now(stats, logger, lambda o: _greedy(agent, o),
+                             lambda: make_env(cfg.environment), ic.eval_episodes,
+                             rc.seed + 100_000, step)  # fmt: skip
+            if ckpt_dir is not None and ic.checkpoint_interval and (
+                    due(step, before, ic.checkpoint_interval) or last):  # fmt: skip
+                c["global_step"] = step
+                save_learner(checkpoint_path(ckpt_dir, c["checkpoint_num"]), PREFIX, FORMAT,
+                             cfg.to_dict(), c, agent, optimizer, stats)  # fmt: skip
+                c["checkpoint_num"] += 1
+    finally:
+        stats.wall_time = time.perf_counter() - t0
+        if pool is not None:
+            pool.close()
+        queue.close()
+        logger.close()
+        torch.set_num_threads(threads_before)
+    stats.global_step, stats.num_updates = step, c["num_updates"]
+    stats.steps_per_second = (step - base) / max(stats.wall_time, 1e-9)
+    if run_dir is not None:
+        env_id, k = cfg.environment.env_id, ic.num_collectors
+        title = f"IMPALA ({k} collectors) on {env_id}, seed {rc.seed}"
+        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", title)
+    return agent, stats
+
+
+@torch.no_grad()
+def _greedy(agent: FCAgent, obs: np.ndarray) -> np.ndarray:
+    """The most likely action for ONE observation (evaluation)."""
+    logits = agent.actor(agent.preprocess(obs[None], agent.device).reshape(1, -1))
+    return agent.env_action(logits.argmax(-1))[0]
+
+
+def runner(cfg: ImpalaTrainConfig, *, run_dir: Path, resume: bool) -> tuple[FCAgent, TrainStats]:
+    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml``, TensorBoard logs,
+    ``faults.log`` (collector restarts), checkpoints and ``learning_curve.png``."""
+    cfg.to_yaml(Path(run_dir, "config.yaml"))
+    return train_impala(cfg, run_dir=run_dir, resume=resume)
