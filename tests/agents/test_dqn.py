@@ -297,12 +297,6 @@ def test_velora_warm_fills_a_buffer_with_the_agent() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="issue 12's target; the shipped config (RL-Zoo's settings + prioritized 3-step "
-    "replay) reaches it on seeds 2 and 3 but not 1 (ends at 440); uniform one-step replay, and "
-    "Stable-Baselines3 with the same settings, on none (benchmarks/results/dqn.md)",
-    strict=False,
-)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_dqn_learns_cartpole_within_50k_steps(seed: int) -> None:
     cfg = load_config(CONFIGS / DEFAULT_CONFIGS["CartPole-v1"])

@@ -307,6 +307,7 @@ class CollectorPool:
         self.runs = [self._run(a) for a in self.actors]
         self.restarts = [0] * num_collectors
         self._synced_at_restart = [-1] * num_collectors
+        self._counted: list[Any] = [None] * num_collectors  # the actor whose death was counted
         self.lost = 0
 
     def _spawn(self, i: int) -> Any:
@@ -342,14 +343,20 @@ class CollectorPool:
         for i, error in failed:
             # no sync since the last re-submission: the same death (the actor is still
             # restarting, or Ray will not bring it back: killed with no_restart, restarts used up)
-            same = syncs[i] <= self._synced_at_restart[i]
-            if same and isinstance(error, ray.exceptions.ActorDiedError):
+            # (or a permanent death of the very actor whose death was already counted: under
+            # load a last sync of a killed actor can land after the check that counted it)
+            died = isinstance(error, ray.exceptions.ActorDiedError)
+            same = syncs[i] <= self._synced_at_restart[i] or (
+                died and self._counted[i] is self.actors[i]
+            )
+            if same and died:
                 ray.kill(self.actors[i], no_restart=True)
                 self.actors[i] = self._spawn(i)
                 self._record(f"collector {i}: Ray did not restart it; started a new actor")
             elif not same:
                 new += 1
                 self.restarts[i] += 1
+                self._counted[i] = self.actors[i]
                 cause = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                 self._record(f"collector {i} died ({cause}); restart {self.restarts[i]}: "
                              "its loop is re-submitted")  # fmt: skip
