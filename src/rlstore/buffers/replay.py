@@ -49,7 +49,7 @@ import torch
 
 from rlstore._checks import as_device, check_count
 from rlstore.buffers._replay_state import checked_state, side_specs, stored_specs
-from rlstore.buffers._replay_write import ReplayWriter, field_plan
+from rlstore.buffers._replay_write import ReplayWriter, WritePlan
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
@@ -157,6 +157,7 @@ class ReplayBuffer(ReplayWriter):
         self._side: SideStore | None = None  # final observations of ended episodes
         self._disc: SideStore | None = None  # next_obs of discontinuous (non-done) rows
         self._pending: list[bytes] | None = None
+        self._plan: WritePlan | None = None
         self._prev_open = np.zeros(self.num_envs, dtype=bool)
         self._prev_open_any = self._prev_all = False
         parsed = TransitionSchema.parse(specs)
@@ -177,7 +178,8 @@ class ReplayBuffer(ReplayWriter):
         self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
         self._extra_names = schema.extra_names
         self._storage, self._side, self._disc = storage, side, disc
-        self._plan = field_plan(schema, self.num_envs, self.allow_nonfinite)
+        self._plan = WritePlan(schema, self.num_envs, self.allow_nonfinite,
+                               self.store_next_obs_once, list(storage.specs))  # fmt: skip
         self._pending = None
 
     # ------------------------------------------------------------------ reading
@@ -440,7 +442,7 @@ class ReplayBuffer(ReplayWriter):
             storage = self._layout.adopt(storage, self._storage)
         if storage is None:
             self.specs = self._schema = self._storage = self._side = self._disc = None
-            self._pending = None
+            self._pending = self._plan = None
         else:
             self._allocate(specs, storage)
             self._side, self._disc = side, disc
