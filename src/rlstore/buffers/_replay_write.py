@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from operator import itemgetter
+from operator import call, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -289,7 +289,7 @@ class ReplayWriter:
         else:
             args = (obs, next_obs, *core)
         if t is None:
-            return [row(v) for row, v in zip(plan.rows, args, strict=True)]
+            return list(map(call, plan.rows, args))  # one check per argument (same order)
         lead = (t, self.num_envs)
         return [f.cast(v, lead) for f, v in zip(plan.fields, args, strict=True)]
 
@@ -364,8 +364,12 @@ class ReplayWriter:
             self._keep(self._disc, keys, prev, self._min_live_key(st))
         st.write_row(plan.stored(vals))
         no = vals[k : 2 * k]
-        st.put_row(st.cursor, dict(zip(plan.names, no, strict=True)))
-        self._pending = [v.tobytes() for v in no]
+        if k == 1:
+            st.put_row(st.cursor, {plan.names[0]: no[0]})
+            self._pending = [no[0].tobytes()]
+        else:
+            st.put_row(st.cursor, dict(zip(plan.names, no, strict=True)))
+            self._pending = [v.tobytes() for v in no]
         if done is not None:
             cols = np.flatnonzero(done)
             ended = {
