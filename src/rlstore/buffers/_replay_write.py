@@ -73,12 +73,14 @@ class _Field:
 
     __slots__ = ("name", "spec", "item", "single", "fin", "row")
 
-    def __init__(self, name: str, spec: FieldSpec, n: int, allow_nonfinite: bool, defer: bool):
+    def __init__(
+        self, name: str, spec: FieldSpec, n: int, allow_nonfinite: bool, obs: bool, defer: bool
+    ):
         self.name, self.spec = name, spec
         self.item = (n, *spec.shape)
         self.single = spec.shape if n == 1 else None  # a single add may leave the env out
         self.fin = spec.is_float and not allow_nonfinite
-        self.row = _row_check(self, n == 1 and not spec.shape, defer)
+        self.row = _row_check(self, n == 1 and not spec.shape, obs, defer)
 
     def cast(self, v: Any, lead: tuple[int, ...] | None = None) -> np.ndarray:
         """The general conversion of ``v`` to a row (``lead=None``) or a ``lead`` block."""
@@ -86,8 +88,9 @@ class _Field:
         return _cast(self.name, v, self.spec, lead or self.item[:1], single, self.fin)
 
 
-def _row_check(f: _Field, scalar: bool, defer: bool) -> Callable[[Any], Any]:
-    """The ``row`` check of field ``f`` (``scalar``: one env, a scalar field: a record item)."""
+def _row_check(f: _Field, scalar: bool, obs: bool, defer: bool) -> Callable[[Any], Any]:
+    """The ``row`` check of field ``f`` (``scalar``: one env, a scalar field: a record item;
+    ``obs``: an observation, kept as bytes: arrays only)."""
     dt, item, single, fin = f.spec.dtype, f.item, f.single, f.fin and not defer
     isfinite, nd = np.isfinite, _NDARRAY
 
@@ -108,8 +111,8 @@ def _row_check(f: _Field, scalar: bool, defer: bool) -> Callable[[Any], Any]:
 
         return row
 
-    sctype, f32, flag = dt.type, dt == _F32 and not defer, dt.kind == "b" and not defer
-    info = np.iinfo(dt) if dt.kind in "iu" and not defer else None
+    sctype, f32, flag = dt.type, dt == _F32, dt.kind == "b"
+    info = np.iinfo(dt) if dt.kind in "iu" else None
     lo, hi = (int(info.min), int(info.max)) if info is not None else (1, 0)
     check = math.isfinite if fin else None
 
@@ -120,7 +123,7 @@ def _row_check(f: _Field, scalar: bool, defer: bool) -> Callable[[Any], Any]:
                 x = v[0] if v.shape else v[()]
                 if check is None or check(x):
                     return x
-        elif defer:  # obs: arrays only (they are kept aside as bytes)
+        elif obs:  # arrays only (kept as bytes)
             pass
         elif t is sctype:
             if check is None or check(v):
@@ -151,9 +154,9 @@ class WritePlan:
         self.schema, self.k = schema, len(schema.obs_names)
         obs = [(k, schema.specs[k]) for k in schema.obs_names]
         self.fields = [
-            *(_Field(k, s, n, allow_nonfinite, once) for k, s in obs),
-            *(_Field("next_" + k, s, n, allow_nonfinite, False) for k, s in obs),
-            *(_Field(k, s, n, allow_nonfinite, False) for k, s in schema.nonobs),
+            *(_Field(k, s, n, allow_nonfinite, True, once) for k, s in obs),
+            *(_Field("next_" + k, s, n, allow_nonfinite, True, False) for k, s in obs),
+            *(_Field(k, s, n, allow_nonfinite, False, False) for k, s in schema.nonobs),
         ]
         self.obs, self.names = self.fields[: self.k], schema.obs_names
         self.rows = [f.row for f in self.fields]
