@@ -342,7 +342,7 @@ class ReplayWriter:
                 if k == 1
                 else [v.tobytes() for v in vals[:k]] != pend
             ):
-                jump = slice(None) if n == 1 else self._jumps(plan, vals[:k], pend)
+                jump = ... if n == 1 else self._jumps(plan, vals[:k], pend)
             else:
                 check = not self._prev_all
         if check:
@@ -360,7 +360,7 @@ class ReplayWriter:
         g0 = st.rows_written
         if jump is not None:  # keep the pending next_obs of those columns
             prev = {
-                f.spec.name: _from_bytes(p, f.spec, n)[jump]
+                f.spec.name: _from_bytes(p, f.spec, n)[jump]  # (one env: ``...`` keeps the view)
                 for f, p in zip(plan.obs, pend, strict=True)
             }
             keys = [g0 - 1] if n == 1 else (g0 - 1) * n + jump
