@@ -321,7 +321,7 @@ class ReplayWriter:
             rows, cap, names = len(vals[plan.term]), self.capacity_per_env, plan.fields
             for a in range(0, rows, cap):
                 block = {f.name: v[a : a + cap] for f, v in zip(names, vals, strict=True)}
-                self._write_block(block, min(cap, rows - a), st)
+                self._write_block(plan, block, min(cap, rows - a), st)
         n, rw = self.num_envs, st.rows_written
         rows = st.size if st.size <= self.capacity_per_env else self.capacity_per_env
         self._sampler.on_write((rw - rows) * n, rw * n)
@@ -342,7 +342,7 @@ class ReplayWriter:
                 if k == 1
                 else [v.tobytes() for v in vals[:k]] != pend
             ):
-                jump = ... if n == 1 else self._jumps(plan, vals[:k], pend)
+                jump = ... if n == 1 else self._jumps(plan, vals[:k], pend)  # (``...``: all)
             else:
                 check = not self._prev_all
         if check:
@@ -358,13 +358,8 @@ class ReplayWriter:
             done = None
         # everything is checked: write
         g0 = st.rows_written
-        if jump is not None:  # keep the pending next_obs of those columns
-            prev = {
-                f.spec.name: _from_bytes(p, f.spec, n)[jump]  # (one env: ``...`` keeps the view)
-                for f, p in zip(plan.obs, pend, strict=True)
-            }
-            keys = [g0 - 1] if n == 1 else (g0 - 1) * n + jump
-            self._keep(self._disc, keys, prev, self._min_live_key(st))
+        if jump is not None:
+            self._keep_pending(plan, pend, jump, st)
         st.write_row(plan.stored(vals))
         no = vals[k : 2 * k]
         if k == 1:
@@ -390,7 +385,18 @@ class ReplayWriter:
         cols = np.flatnonzero(jump & self._prev_open)
         return cols if len(cols) else None
 
-    def _write_block(self, vals: dict[str, np.ndarray], t: int, st: Storage) -> None:
+    def _keep_pending(self, plan: WritePlan, pend: list[bytes], cols: Any, st: Storage) -> None:
+        """Keep the pending ``next_obs`` of the columns ``cols`` (``...``: one env), whose next
+        ``obs`` jumped, in ``disc`` under the keys of the newest stored row."""
+        n, g = self.num_envs, st.rows_written - 1
+        prev = {f.spec.name: _from_bytes(p, f.spec, n)[cols]
+                for f, p in zip(plan.obs, pend, strict=True)}  # fmt: skip
+        keys = [g] if cols is ... else g * n + cols
+        self._keep(self._disc, keys, prev, self._min_live_key(st))
+
+    def _write_block(
+        self, plan: WritePlan, vals: dict[str, np.ndarray], t: int, st: Storage
+    ) -> None:
         """Write ``t <= capacity_per_env`` validated rows (``extend``)."""
         if not self.store_next_obs_once:
             st.write_block(vals)
@@ -403,16 +409,11 @@ class ReplayWriter:
         done = te | tr if te.tobytes() != zero or tr.tobytes() != zero else None
         g0, lo = st.rows_written, self._min_live_key(st)
         if self._prev_open_any:  # is obs[0] the pending next_obs of its column?
-            pend = self._pending or self._pending_bytes(st)
-            if any(o[k][0].tobytes() != p for k, p in zip(names, pend, strict=True)):
-                prev = {k: _from_bytes(p, st.specs[k], n) for k, p in zip(names, pend, strict=True)}
-                jump = np.zeros(n, dtype=bool)
-                for k in names:
-                    jump |= _differ(o[k][0], prev[k], n)
-                cols = np.flatnonzero(jump & self._prev_open)
-                self._keep(
-                    self._disc, (g0 - 1) * n + cols, {k: v[cols] for k, v in prev.items()}, lo
-                )
+            pend, first = self._pending or self._pending_bytes(st), [o[k][0] for k in names]
+            if [v.tobytes() for v in first] != pend:
+                cols = self._jumps(plan, first, pend)
+                if cols is not None:
+                    self._keep_pending(plan, pend, cols, st)
         if t > 1:  # jumps inside the block
             inner = np.zeros((t - 1, n), dtype=bool)
             for k in names:
