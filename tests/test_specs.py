@@ -114,6 +114,9 @@ def test_all_finite_matches_isfinite(dtype, size: int) -> None:
             x[rng.integers(size)] = rng.choice([np.nan, np.inf, -np.inf])
         assert all_finite(x) == bool(np.isfinite(x).all())
         assert all_finite(x.reshape(1, -1)) == bool(np.isfinite(x).all())
+        assert all_finite(x[::3]) == bool(np.isfinite(x[::3]).all())  # a strided view
+        assert all_finite(x[0]) == bool(np.isfinite(x[0]))  # a numpy scalar
+    assert all_finite(np.zeros(0, dtype))
 
 
 def test_validate_batch_names_missing_and_extra_keys() -> None:

@@ -232,3 +232,47 @@ def test_storage_layout_is_json_and_checked(tmp_path) -> None:
     for bad, match in bad_layouts:
         with pytest.raises(ConfigError, match=match):
             StorageLayout.parse(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("kind", ["packed", "plain", "memmap", "frames"])
+def test_write_row_equals_a_one_row_block(tmp_path, n: int, kind: str) -> None:
+    """``write_row`` (values in spec order; with one env also item-shaped or scalar) stores what
+    ``write_block`` of the same row stores, across wrap-around, on every storage."""
+    from rlstore.storage import FrameStackStorage
+
+    specs = {
+        "obs": FieldSpec("obs", (4, 2, 2), np.uint8),
+        "action": FieldSpec("action", (3,), np.float32),
+        "terminated": FieldSpec("terminated", (), np.bool_),
+    }
+
+    def make(sub: str):
+        if kind == "memmap":
+            return MemmapStorage(5, n, specs, directory=tmp_path / sub)
+        if kind == "frames":
+            return FrameStackStorage(5, n, specs)
+        return RingStorage(5, n, specs, packed=kind == "packed")
+
+    rng = np.random.default_rng(n)
+    by_row, by_block = make("a"), make("b")
+    for step in range(12):
+        row = {
+            "obs": rng.integers(0, 4, (n, 4, 2, 2), dtype=np.uint8),
+            "action": rng.standard_normal((n, 3)).astype(np.float32),
+            "terminated": rng.random(n) < 0.5,
+        }
+        values = [row[k] for k in specs]
+        if n == 1 and step % 2:  # one env: items and scalars
+            values = [row["obs"][0], row["action"][0], bool(row["terminated"][0])]
+        by_row.write_row(tuple(values))
+        by_block.write_block({k: v[None] for k, v in row.items()})
+        assert (by_row.cursor, by_row.size, by_row.rows_written) == (
+            by_block.cursor,
+            by_block.size,
+            by_block.rows_written,
+        )
+        idx = np.arange(5 * n)[: by_row.size * n]
+        a, b = by_row.gather(idx), by_block.gather(idx)
+        for k in specs:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=f"{k} at step {step}")

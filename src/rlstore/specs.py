@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -158,16 +157,9 @@ def _infer_one(
 
 
 def all_finite(arr: np.ndarray) -> bool:
-    """True when a float array holds no NaN/inf (cheap for the small arrays of a single add).
-
-    Arrays of up to 64 items are summed as Python floats (any NaN/inf makes the sum non-finite;
-    float32 and float16 sums cannot overflow a double), several times faster than a numpy
-    reduction at that size; a non-finite sum is confirmed with the exact ``np.isfinite`` check,
-    which also covers float64 overflow. Larger arrays use ``np.isfinite`` directly.
-    """
-    if arr.size <= 64 and math.isfinite(sum(arr.reshape(-1).tolist())):
-        return True
-    return bool(np.isfinite(arr).all())
+    """True when a float array holds no NaN/inf: one ``np.isfinite`` and a byte search of its
+    mask (several times faster than ``.all()`` for the small arrays of an add)."""
+    return 0 not in np.isfinite(arr).tobytes()
 
 
 def cast_to_spec(

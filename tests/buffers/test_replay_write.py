@@ -270,3 +270,50 @@ def test_observations_of_many_dims() -> None:
     for _ in range(3):
         buf.add(obs, np.float32(0), 1.0, obs, False, False)
     assert len(buf) == 3
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_nonfinite_reset_obs_beside_continuing_columns_is_rejected(value: float) -> None:
+    """An obs continuing its column byte for byte is not checked again, but a column whose
+    episode ended starts from a new obs: NaN/inf there is rejected, nothing changes."""
+    buf, stream = _buffer(3)
+    row = stream.row()
+    row["terminated"][:] = [True, False, False]  # env 0 ends: its next obs is a reset
+    row["truncated"][:] = False
+    buf.add(**row)
+    nxt = {k: v.copy() for k, v in stream.row().items()}
+    nxt["obs"][1:] = row["next_obs"][1:]  # envs 1, 2 continue exactly
+    nxt["obs"][0, 2] = value
+    before = flat_state(buf)
+    with pytest.raises(SpecError, match="obs: expected finite"):
+        buf.add(**nxt)
+    assert flat_state(buf) == before
+    nxt["obs"][0, 2] = 0.5  # the same add, finite: accepted
+    buf.add(**nxt)
+    assert flat_state(buf) != before
+
+
+def test_scalar_observations_of_one_env_in_every_form() -> None:
+    """One env with scalar obs and actions: numpy scalars, 0-d and (1,) arrays store the bytes
+    of converted input (the record item of a scalar field is a scalar); NaN obs are rejected
+    in every form, continuing or not."""
+    specs = {"obs": FieldSpec("obs", (), np.float32), "action": FieldSpec("action", (), np.int64)}
+    typed, converted = ReplayBuffer(5, specs=specs, seed=0), ReplayBuffer(5, specs=specs, seed=0)
+    rng = np.random.default_rng(0)
+    obs = np.float32(0.0)
+    forms = [lambda x: x, lambda x: np.asarray(x), lambda x: np.asarray(x).reshape(1)]
+    for step in range(14):
+        nxt = np.float32(rng.standard_normal()) if step % 4 else np.float32(-0.0)
+        done, act = bool(step % 5 == 4), np.int64(step % 3)
+        if step % 7 == 6:
+            obs = np.float32(rng.standard_normal())  # a discontinuity
+        form = forms[step % 3]
+        typed.add(form(obs), form(act), np.float32(1.0), form(nxt), done, False)
+        converted.add(float(obs), int(act), 1.0, float(nxt), int(done), 0)
+        assert flat_state(typed) == flat_state(converted), f"step {step}"
+        obs = np.float32(rng.standard_normal()) if done else nxt
+        for form in forms:
+            before = flat_state(typed)
+            with pytest.raises(SpecError, match="obs: expected finite"):
+                typed.add(form(np.float32(np.nan)), act, 1.0, nxt, False, False)
+            assert flat_state(typed) == before

@@ -1,6 +1,7 @@
-"""Checks of a loaded :class:`~rlstore.buffers.replay.ReplayBuffer` state, all made before the
-buffer changes (:meth:`ReplayBuffer.load_state_dict` commits what :func:`checked_state`
-returns).
+"""Saving and loading a :class:`~rlstore.buffers.replay.ReplayBuffer` (the :class:`ReplayState`
+mixin: ``state_dict``, ``load_state_dict``, and ``flush`` / ``open`` of a memory-mapped buffer),
+and the checks of a loaded state, all made before the buffer changes
+(:meth:`ReplayState.load_state_dict` commits what :func:`checked_state` returns).
 
 A state with valid checksums can still be inconsistent (a file written by other code, or a
 state dict edited in memory); the checks accept exactly the states that adds can produce, as
@@ -12,22 +13,146 @@ transition, the pending-observation flags, and finite floats unless ``allow_nonf
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlstore._trees import flat_items
-from rlstore.errors import CheckpointError, SpecError
+from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import RingStorage, Storage, StorageLayout
 from rlstore.storage.frames import newest_frame_specs
 from rlstore.storage.ring import SideStore, _checked_array
 
 if TYPE_CHECKING:
-    from rlstore.buffers.replay import ReplayBuffer
+    from typing_extensions import Self
+
+    from rlstore.samplers import Sampler
 
 
-def checked_state(buf: ReplayBuffer, sd: Mapping[str, Any]) -> dict[str, Any]:
+class ReplayState:
+    """Mixin: the state of a ``ReplayBuffer`` (attributes and methods set by the buffer)."""
+
+    capacity: int
+    num_envs: int
+    capacity_per_env: int
+    store_next_obs_once: bool
+    allow_nonfinite: bool
+    specs: dict[str, FieldSpec] | None
+    _schema: TransitionSchema | None
+    _pending: list[bytes] | None
+    _plan: Any
+    _storage: Storage | None
+    _side: SideStore | None
+    _disc: SideStore | None
+    _prev_open: np.ndarray
+    _sampler: Sampler
+    _layout: StorageLayout
+
+    def config(self) -> dict[str, Any]:
+        raise NotImplementedError  # provided by ReplayBuffer
+
+    def _allocate(self, specs: dict[str, FieldSpec], storage: Any = None) -> None:
+        raise NotImplementedError  # provided by ReplayBuffer
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nested dict of numpy arrays and JSON-able scalars restoring this buffer exactly
+        (contents, cursor, size, pending observations, sampler state)."""
+        return self._state(None if self._storage is None else self._storage.state_dict())
+
+    def _state(self, storage: Any) -> dict[str, Any]:
+        return {
+            "config": self.config(),
+            "storage": storage,
+            "side": None if self._side is None else self._side.state_dict(),
+            "disc": None if self._disc is None else self._disc.state_dict(),
+            "prev_open": self._prev_open.copy(),
+            "sampler": self._sampler.state_dict(),
+        }
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; later samples equal the original's.
+
+        The whole state is checked before the buffer changes (all or nothing): the config
+        (capacity, num_envs, layout, ``allow_nonfinite``, specs), the ring's arrays and
+        counters, the side stores (sorted keys, none from the future, every stored done
+        transition's final observation present), the pending-observation flags, finiteness
+        of float fields unless ``allow_nonfinite``, and the sampler's state.
+
+        Raises:
+            CheckpointError: naming the first entry that is missing or wrong; the buffer is
+                unchanged then.
+        """
+        new = checked_state(self, sd)
+        specs, storage, side, disc = (new.pop(k) for k in ("specs", "storage", "side", "disc"))
+        n = self.num_envs
+        rows = 0 if storage is None else min(storage.size, self.capacity_per_env)
+        written = 0 if storage is None else storage.rows_written
+        window = ((written - rows) * n, written * n)
+        self._sampler.load_state_dict(sd["sampler"], window=window)  # checked before it changes
+        if storage is not None and storage is not sd["storage"]:  # a copy: into this layout
+            storage = self._layout.adopt(storage, self._storage)
+        if storage is None:
+            self.specs = self._schema = self._storage = self._side = self._disc = None
+            self._pending = self._plan = None
+        else:
+            self._allocate(specs, storage)
+            self._side, self._disc = side, disc
+        self.__dict__.update(new)
+
+    # ------------------------------------------------------------------ memory-mapped files
+    def flush(self) -> None:
+        """Write a memory-mapped buffer's pages and everything else it needs to reopen
+        (:meth:`open`) into its folder.
+
+        Raises:
+            ConfigError: the buffer is not memory-mapped.
+        """
+        from rlstore.checkpoint import save_state
+
+        if self._layout.kind != "memmap":
+            raise ConfigError("flush: only a memory-mapped buffer (StorageLayout.memmap) flushes")
+        st = self._storage
+        if st is not None:
+            st.flush()  # type: ignore[attr-defined]
+        counters = None if st is None else st.counters()  # type: ignore[attr-defined]
+        save_state(str(self._layout.directory), self._state(counters), prefix=_MMAP_PREFIX)
+
+    @classmethod
+    def open(cls, directory: str | Path, *, device: str | None = None) -> Self:
+        """Reopen a memory-mapped buffer from its folder after :meth:`flush`, mapping its
+        files (no copy); later adds and samples continue exactly.
+
+        Raises:
+            CheckpointError: the folder holds no flushed buffer, or files that do not match.
+        """
+        from rlstore.checkpoint import load_state
+        from rlstore.storage import MemmapStorage
+
+        sd = dict(load_state(str(directory), prefix=_MMAP_PREFIX))
+        cfg = sd.get("config")
+        if not isinstance(cfg, Mapping) or not isinstance(cfg.get("storage"), Mapping):
+            raise CheckpointError(f"{directory}: expected a flushed memory-mapped ReplayBuffer")
+        layout = StorageLayout.memmap(directory, keep=bool(cfg["storage"].get("keep", True)))
+        kwargs = {**cfg, "specs": None, "storage": layout}
+        if device is not None:
+            kwargs["device"] = device
+        try:
+            buf = cls(**kwargs)  # type: ignore[call-arg]  # ReplayBuffer's constructor
+        except (TypeError, RLStoreError) as exc:
+            raise CheckpointError(f"{directory}: config does not fit ReplayBuffer ({exc})") from exc
+        if sd["storage"] is not None:
+            sd["storage"] = MemmapStorage.open(directory, sd["storage"], keep=layout.keep)
+        buf.load_state_dict(sd)
+        return buf
+
+
+_MMAP_PREFIX = "replay_"
+"""File prefix of the state a memory-mapped buffer's :meth:`ReplayState.flush` writes."""
+
+
+def checked_state(buf: ReplayState, sd: Mapping[str, Any]) -> dict[str, Any]:
     """Check a :meth:`ReplayBuffer.state_dict` whole; return the buffer's new attributes
     (``specs``, ``storage``, ``side``, ``disc`` and the rest), leaving ``buf`` untouched.
     The sampler state is checked by its own setter."""

@@ -1,143 +1,172 @@
 """The one write path of :class:`~rlstore.buffers.replay.ReplayBuffer`: ``add`` and ``extend``.
 
-Both go through :meth:`ReplayWriter._write`, which validates the whole batch (one step of
-``num_envs`` envs, or a block of ``T`` steps) against the schema before anything changes, then
-writes it with vectorized numpy through the storage protocol (``write_block`` / ``put_row``):
+Both go through :meth:`ReplayWriter._write`: it validates the whole input (one row of
+``num_envs`` envs, or a block of ``T`` rows) against the schema before anything changes, then
+writes it through the storage protocol (``write_row`` / ``write_block``, ``put_row``):
 
-* each field is cast by :func:`_cast`: input already of the stored dtype and shape passes as is
-  (a view, no copy), Python scalars of a single add convert exactly, anything else goes through
-  :func:`~rlstore.specs.cast_to_spec` (safe casts only, named errors);
+* each argument is checked by its :class:`_Field`, built once per layout: a value already of
+  the stored dtype and shape passes as is (no copy, no shape inference), Python scalars of a
+  single add convert exactly, anything else goes through
+  :func:`~rlstore.specs.cast_to_spec` (safe casts only, errors naming the field);
 * the observation-stored-once layout writes ``obs`` in the ring and the newest ``next_obs`` in
   the spare row after the cursor; the final observations of ended episodes go to ``side``;
 * a stream is *discontinuous* where an ``obs`` differs (in any byte) from the previous
   ``next_obs`` of its env column although no episode ended (an offline dataset, relabelled
-  goals): the true successor then goes to ``disc``. The previous pending ``next_obs`` is kept as
-  bytes, so that the common continuing case costs one bytes comparison.
+  goals): the previous ``next_obs`` then goes to ``disc``. The pending ``next_obs`` is kept as
+  bytes, so that the continuing case costs one bytes comparison, and an ``obs`` equal to it
+  byte for byte is not checked for NaN/inf again (it was, as that ``next_obs``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from operator import call, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec, TransitionSchema, all_finite, cast_to_spec
-from rlstore.storage import StorageLayout
 from rlstore.storage.frames import check_shared_frames, newest_frame
 
 if TYPE_CHECKING:
     from rlstore.samplers import Sampler
-    from rlstore.storage import Storage
+    from rlstore.storage import Storage, StorageLayout
     from rlstore.storage.ring import SideStore
 
-__all__ = ["ReplayWriter", "field_plan"]
+__all__ = ["ReplayWriter", "WritePlan"]
 
 _F32 = np.dtype(np.float32)
 _F32_MAX = float(np.finfo(np.float32).max)
 _NDARRAY = np.ndarray
 
 
-def _cast(name: str, value: Any, spec: FieldSpec, lead: tuple[int, ...],
-          inner: tuple[int, ...], single: bool, check_finite: bool) -> np.ndarray:  # fmt: skip
+def _cast(name: str, value: Any, spec: FieldSpec, lead: tuple[int, ...], single: bool,
+          check_finite: bool) -> np.ndarray:  # fmt: skip
     """``value`` as an array ``(*lead, *spec.shape)`` of the spec's dtype, or a SpecError.
 
-    ``lead`` is the block shape written, ``(T, num_envs)``; ``inner`` the shape the caller
-    passes (``(num_envs,)`` for an add); ``single``: a single add (``num_envs == 1``) whose
-    values may leave the env axis out.
+    ``lead`` is ``(T, num_envs)`` for a block, ``(num_envs,)`` for an add; ``single``: a
+    single add (``num_envs == 1``) whose values may leave the env axis out.
     """
-    dt = spec.dtype
-    if type(value) is _NDARRAY and (value.dtype is dt or value.dtype == dt):
-        shape = value.shape
-        if shape == lead + spec.shape or (single and shape == spec.shape):
-            arr = value.reshape(lead + spec.shape) if shape != lead + spec.shape else value
-            if check_finite and not all_finite(arr):  # raises the named error
-                cast_to_spec(name, arr, spec, lead, allow_nonfinite=False)
-            return arr
-    elif single and not spec.shape:  # Python scalars of a single add: exact conversions only
-        t = type(value)
-        if t is float and dt is _F32 and abs(value) <= _F32_MAX:  # NaN / inf / overflow fail
-            return np.float32(value).reshape(lead)
-        if (t is bool and dt.kind == "b") or (t is int and dt.kind in "iu" and _fits(value, dt)):
-            return dt.type(value).reshape(lead)
-    if single:  # num_envs == 1: the env axis may be left out
+    inner = lead
+    if single:
         try:
             if np.ndim(value) == len(spec.shape):
                 inner = ()
         except (TypeError, ValueError, RuntimeError):  # ragged: cast_to_spec names the field
             pass
     arr = cast_to_spec(name, value, spec, inner, allow_nonfinite=not check_finite)
-    return arr.reshape(lead + spec.shape)
-
-
-def _fits(value: int, dt: np.dtype) -> bool:
-    info = np.iinfo(dt)
-    return bool(info.min <= value <= info.max)
+    return arr if inner == lead else arr.reshape(lead + spec.shape)
 
 
 class _Field:
-    """What one field of an add is checked against, computed once per buffer layout: the
-    stored dtype, the row shape ``(1, num_envs, *shape)``, the item shape a single add may pass
+    """How one argument of an add is checked, computed once per buffer layout: the stored
+    dtype, the row shape ``(num_envs, *shape)``, the item shape a single add may pass
     (``num_envs == 1``), whether NaN/inf are refused, and the exact scalar conversions.
 
-    A Python or numpy scalar of a single add is stored into ``scratch``, a preallocated
-    ``(1, 1)`` row (measured: ~0.2 us, against ~1.7 us for ``np.float32(v).reshape(1, 1)``);
-    the row is written into the storage before the next add reuses it.
+    ``row(v)`` returns the value to write: the input array itself when its dtype and shape are
+    the stored ones (NaN/inf checked unless ``defer``: the writer checks those), a checked
+    Python or numpy scalar of a single add, or else the result of :meth:`cast` (which raises
+    the named error). ``row`` is a closure over the field's constants (no attribute lookups).
     """
 
-    __slots__ = ("spec", "dt", "row", "item", "single", "fin", "f32", "flag", "ints", "sctype",
-                 "scratch")  # fmt: skip
+    __slots__ = ("name", "spec", "item", "single", "fin", "row")
 
-    def __init__(self, spec: FieldSpec, n: int, allow_nonfinite: bool, obs: bool):
-        self.spec, self.dt = spec, spec.dtype
-        self.row = (1, n, *spec.shape)
-        self.item = (n, *spec.shape)  # an add's shape; a single add may leave the env out:
-        self.single = spec.shape if n == 1 else None
+    def __init__(
+        self, name: str, spec: FieldSpec, n: int, allow_nonfinite: bool, obs: bool, defer: bool
+    ):
+        self.name, self.spec = name, spec
+        self.item = (n, *spec.shape)
+        self.single = spec.shape if n == 1 else None  # a single add may leave the env out
         self.fin = spec.is_float and not allow_nonfinite
-        scalar = n == 1 and not spec.shape and not obs  # obs and next_obs would share scratch
-        self.scratch = np.zeros(self.row, spec.dtype) if scalar else None
-        self.f32 = scalar and spec.dtype == _F32
-        self.flag = scalar and spec.dtype.kind == "b"
-        info = np.iinfo(spec.dtype) if spec.dtype.kind in "iu" else None
-        self.ints = (int(info.min), int(info.max)) if scalar and info is not None else None
-        self.sctype = spec.dtype.type if scalar else None
+        self.row = _row_check(self, n == 1 and not spec.shape, obs, defer)
 
-    def take(self, v: Any) -> np.ndarray | None:
-        """``v`` as the row written when it converts exactly (else None: :func:`_cast`)."""
+    def cast(self, v: Any, lead: tuple[int, ...] | None = None) -> np.ndarray:
+        """The general conversion of ``v`` to a row (``lead=None``) or a ``lead`` block."""
+        single = lead is None and self.single is not None
+        return _cast(self.name, v, self.spec, lead or self.item[:1], single, self.fin)
+
+
+def _row_check(f: _Field, scalar: bool, obs: bool, defer: bool) -> Callable[[Any], Any]:
+    """The ``row`` check of field ``f`` (``scalar``: one env, a scalar field: a record item;
+    ``obs``: an observation, kept as bytes: arrays only)."""
+    dt, item, single, fin = f.spec.dtype, f.item, f.single, f.fin and not defer
+    isfinite, nd = np.isfinite, _NDARRAY
+
+    def slow(v: Any) -> Any:
+        arr = f.cast(v)
+        return arr[0] if scalar else arr
+
+    if not scalar:
+
+        def row(v: Any) -> Any:
+            if type(v) is nd and (v.dtype is dt or v.dtype == dt):
+                shape = v.shape
+                if (shape == item or shape == single) and (
+                    not fin or 0 not in isfinite(v).tobytes()
+                ):
+                    return v
+            return slow(v)
+
+        return row
+
+    sctype, f32, flag = dt.type, dt == _F32, dt.kind == "b"
+    info = np.iinfo(dt) if dt.kind in "iu" else None
+    lo, hi = (int(info.min), int(info.max)) if info is not None else (1, 0)
+    check = math.isfinite if fin else None
+
+    def row_scalar(v: Any) -> Any:
         t = type(v)
-        if t is _NDARRAY:
-            if v.dtype is not self.dt and v.dtype != self.dt:
-                return None
-            if v.shape != self.item and v.shape != self.single:
-                return None
-            if self.fin:  # small 1-D rows: one Python sum (NaN/inf make it non-finite)
-                ok = math.isfinite(sum(v.tolist())) if v.ndim == 1 and v.size <= 64 else None
-                if not (ok or all_finite(v)):
-                    return None
-            return v.reshape(self.row)
-        sc = self.scratch
-        if sc is None:
-            return None
-        if t is float:
-            ok = self.f32 and -_F32_MAX <= v <= _F32_MAX  # NaN, inf and overflow fail
+        if t is nd:
+            if (v.dtype is dt or v.dtype == dt) and (v.shape == () or v.shape == (1,)):
+                x = v[0] if v.shape else v[()]
+                if check is None or check(x):
+                    return x
+        elif obs:  # arrays only (kept as bytes)
+            pass
+        elif t is sctype:
+            if check is None or check(v):
+                return v
+        elif t is float:
+            if f32 and -_F32_MAX <= v <= _F32_MAX:  # NaN, inf and overflow fail
+                return v
         elif t is bool:
-            ok = self.flag
-        elif t is int:
-            ok = self.ints is not None and self.ints[0] <= v <= self.ints[1]
-        else:
-            ok = t is self.sctype and (not self.fin or math.isfinite(v))
-        if not ok:
-            return None
-        sc[0, 0] = v
-        return sc
+            if flag:
+                return v
+        elif t is int and lo <= v <= hi:
+            return v
+        return slow(v)
+
+    return row_scalar
 
 
-def field_plan(schema: TransitionSchema, n: int, allow_nonfinite: bool) -> dict[str, _Field]:
-    """The :class:`_Field` of every stored field of ``schema`` (``ReplayBuffer._allocate``)."""
-    obs = set(schema.obs_names)
-    return {k: _Field(s, n, allow_nonfinite, k in obs) for k, s in schema.specs.items()}
+class WritePlan:
+    """Everything an add checks and writes, computed once per layout
+    (``ReplayBuffer._allocate``): one :class:`_Field` per argument in the order
+    ``obs fields, next_obs fields, action, reward, terminated, truncated, extras``, and which
+    of them the storage's ``write_row`` takes, in its field order. Pickled as its arguments
+    (the checks are closures)."""
+
+    def __init__(self, schema: TransitionSchema, n: int, allow_nonfinite: bool, once: bool,
+                 stored: list[str]):  # fmt: skip
+        self.args = (schema, n, allow_nonfinite, once, stored)
+        self.schema, self.k = schema, len(schema.obs_names)
+        obs = [(k, schema.specs[k]) for k in schema.obs_names]
+        self.fields = [
+            *(_Field(k, s, n, allow_nonfinite, True, once) for k, s in obs),
+            *(_Field("next_" + k, s, n, allow_nonfinite, True, False) for k, s in obs),
+            *(_Field(k, s, n, allow_nonfinite, False, False) for k, s in schema.nonobs),
+        ]
+        self.obs, self.names = self.fields[: self.k], schema.obs_names
+        self.rows = [f.row for f in self.fields]
+        pos = {f.name: i for i, f in enumerate(self.fields)}
+        order = [pos[k] for k in stored] or [0, 0]  # (the plan of a first add writes nothing)
+        self.stored = itemgetter(*order) if len(order) > 1 else lambda v: (v[order[0]],)
+        self.term, self.trunc = pos["terminated"], pos["truncated"]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return WritePlan, self.args
 
 
 class ReplayWriter:
@@ -153,16 +182,14 @@ class ReplayWriter:
     _side: SideStore | None
     _disc: SideStore | None
     _sampler: Sampler
+    _layout: StorageLayout
     _prev_open: np.ndarray
     _prev_open_any: bool
     _prev_all: bool
     _pending: list[bytes] | None  # bytes of the pending next_obs row per obs field
-    _plan: dict[str, _Field]  # per-field checks of an add (field_plan)
+    _plan: WritePlan | None  # per-argument checks of an add
 
     def _allocate(self, specs: dict[str, FieldSpec], storage: Any = None) -> None:
-        raise NotImplementedError  # provided by ReplayBuffer
-
-    def _window(self) -> tuple[int, int]:
         raise NotImplementedError  # provided by ReplayBuffer
 
     def add(
@@ -229,8 +256,8 @@ class ReplayWriter:
         self._write(t, obs, action, reward, next_obs, terminated, truncated, extra)
 
     # ------------------------------------------------------------------ validation
-    def _infer(self, t: int | None, obs: Any, action: Any, reward: Any, extra: Any) -> Any:
-        """The schema of a first add, inferred from its values (nothing allocated yet)."""
+    def _infer(self, obs: Any, action: Any, reward: Any, extra: Any, t: int | None) -> WritePlan:
+        """The plan of a first add, its schema inferred from the values (nothing allocated)."""
         n = self.num_envs
         lead = (n,) if t is None else (t, n)
         if t is None and n == 1:  # a scalar reward marks a single add
@@ -241,164 +268,210 @@ class ReplayWriter:
             raise SpecError(f"reward: expected shape {lead} (one per env), got "
                             f"{np.shape(reward)}")  # fmt: skip
         specs = TransitionSchema.infer(lead_ndim, obs, action, reward, extra)
-        return TransitionSchema(specs, allow_nonfinite=self.allow_nonfinite)
+        schema = TransitionSchema(specs, allow_nonfinite=self.allow_nonfinite)
+        return WritePlan(schema, n, self.allow_nonfinite, False, [])  # obs checked whole
 
-    def _validate(
-        self, schema: TransitionSchema, t: int | None, obs: Any, next_obs: Any,
-        core: tuple[Any, Any, Any, Any], extra: Mapping[str, Any],
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:  # fmt: skip
-        """``(obs, next_obs, other fields)``, each ``{name: (T, num_envs, *shape)}``."""
-        if (extra or schema.extra_names) and sorted(extra) != sorted(schema.extra_names):
-            raise SpecError(f"extras: expected {sorted(schema.extra_names)}, got {sorted(extra)}")
-        n, fin = self.num_envs, not self.allow_nonfinite
-        lead, inner = ((1, n), (n,)) if t is None else ((t, n), (t, n))
-        single = t is None and n == 1
-        plan = self._plan if t is None and self._schema is schema else None
-        values = (*core, *(extra[k] for k in schema.extra_names)) if extra else core
-        vals = {}
-        for (k, s), v in zip(schema.nonobs, values, strict=True):
-            arr = None if plan is None else plan[k].take(v)
-            vals[k] = (
-                _cast(k, v, s, lead, inner, single, fin and s.is_float) if arr is None else arr
-            )
-        specs = schema.specs
+    def _validate(self, plan: WritePlan, t: int | None, obs: Any, next_obs: Any,
+                  core: tuple[Any, ...], extra: Mapping[str, Any]) -> list[Any]:  # fmt: skip
+        """Every argument checked and converted, in the plan's order: rows for an add
+        (``t is None``), ``(T, num_envs, *shape)`` blocks for ``extend``."""
+        schema = plan.schema
+        if extra or schema.extra_names:
+            if sorted(extra) != sorted(schema.extra_names):
+                raise SpecError(
+                    f"extras: expected {sorted(schema.extra_names)}, got {sorted(extra)}"
+                )
+            core = (*core, *(extra[k] for k in schema.extra_names))
         if (
             schema.dict_obs
             or not (type(obs) is _NDARRAY and type(next_obs) is _NDARRAY)
             and (isinstance(obs, Mapping) or isinstance(next_obs, Mapping))
         ):
-            flat_o = schema.flatten_obs("obs", obs)
-            flat_no = schema.flatten_obs("next_obs", next_obs)
+            fo, fno = schema.flatten_obs("obs", obs), schema.flatten_obs("next_obs", next_obs)
+            args = (*(fo[k] for k in schema.obs_names), *(fno[k] for k in schema.obs_names), *core)
         else:
-            flat_o, flat_no = {"obs": obs}, {"obs": next_obs}
-        o, no = {}, {}
-        for k in schema.obs_names:
-            s = specs[k]
-            arr = None if plan is None else plan[k].take(flat_o[k])
-            o[k] = (
-                _cast(k, flat_o[k], s, lead, inner, single, fin and s.is_float)
-                if arr is None
-                else arr
-            )
-            arr = None if plan is None else plan[k].take(flat_no[k])
-            no[k] = (_cast("next_" + k, flat_no[k], s, lead, inner, single, fin and s.is_float)
-                     if arr is None else arr)  # fmt: skip
-        return o, no, vals
+            args = (obs, next_obs, *core)
+        if t is None:
+            return list(map(call, plan.rows, args))  # one check per argument (same order)
+        lead = (t, self.num_envs)
+        return [f.cast(v, lead) for f, v in zip(plan.fields, args, strict=True)]
 
     # ------------------------------------------------------------------ writing
     def _write(self, t: int | None, obs: Any, action: Any, reward: Any, next_obs: Any,
                terminated: Any, truncated: Any, extra: Mapping[str, Any]) -> None:  # fmt: skip
-        """Validate the whole batch (``t is None``: one add), then write it in blocks of at
-        most ``capacity_per_env`` rows."""
-        schema = self._schema
-        if schema is None:
-            schema = self._infer(t, obs, action, reward, extra)
-        core = (action, reward, terminated, truncated)
-        o, no, vals = self._validate(schema, t, obs, next_obs, core, extra)
+        """Validate the whole input (``t is None``: one add), then write it (blocks of at
+        most ``capacity_per_env`` rows)."""
+        plan = self._plan or self._infer(obs, action, reward, extra, t)
+        vals = self._validate(plan, t, obs, next_obs, (action, reward, terminated, truncated),
+                              extra)  # fmt: skip
         if self._layout.kind == "frames":  # stacks must share frames as the layout declares
-            check_shared_frames(schema.specs, self._layout.stack_axis, o, no)
-        if self._schema is None:  # first add: allocate only once everything passed
-            self._allocate(schema.specs)
-        rows = len(vals["reward"])
-        cap = self.capacity_per_env
-        if rows <= cap:
-            self._write_block(o, no, vals, rows)
-        else:
-            for a in range(0, rows, cap):
-                b = min(a + cap, rows)
-                self._write_block({k: v[a:b] for k, v in o.items()},
-                                  {k: v[a:b] for k, v in no.items()},
-                                  {k: v[a:b] for k, v in vals.items()}, b - a)  # fmt: skip
-        st = self._storage
-        if st is not None:
-            n, rw = self.num_envs, st.rows_written
-            rows = st.size if st.size <= self.capacity_per_env else self.capacity_per_env
-            self._sampler.on_write((rw - rows) * n, rw * n)
-
-    def _write_block(self, o: dict[str, np.ndarray], no: dict[str, np.ndarray],
-                     vals: dict[str, np.ndarray], t: int) -> None:  # fmt: skip
-        """Write ``t <= capacity_per_env`` validated rows."""
-        st, side, disc_store = self._storage, self._side, self._disc
-        if st is None or side is None or disc_store is None:  # _allocate sets all three
+            k, lead = plan.k, (1, self.num_envs) if t is None else ()
+            o, no = ({f.spec.name: np.reshape(v, lead + f.item[1:]) if lead else v
+                      for f, v in zip(plan.fields[a : a + k], vals[a : a + k], strict=True)}
+                     for a in (0, k))  # fmt: skip
+            check_shared_frames(plan.schema.specs, self._layout.stack_axis, o, no)
+        if self._plan is None:  # first add: allocate only once everything passed
+            self._allocate(plan.schema.specs)
+        st, plan = self._storage, self._plan or plan
+        if st is None:  # _allocate sets it
             raise SpecError("specs: storage missing after validation")
-        n = self.num_envs
+        if t is None:
+            self._write_row(plan, vals, st)
+        else:
+            rows, cap, names = len(vals[plan.term]), self.capacity_per_env, plan.fields
+            for a in range(0, rows, cap):
+                block = {f.name: v[a : a + cap] for f, v in zip(names, vals, strict=True)}
+                self._write_block(plan, block, min(cap, rows - a), st)
+        n, rw = self.num_envs, st.rows_written
+        rows = st.size if st.size <= self.capacity_per_env else self.capacity_per_env
+        self._sampler.on_write((rw - rows) * n, rw * n)
+
+    def _write_row(self, plan: WritePlan, vals: list[Any], st: Storage) -> None:
+        """Write one validated row (an add); its obs is checked for NaN/inf here unless it
+        continues every column's pending next_obs byte for byte."""
         if not self.store_next_obs_once:
-            vals.update(o)
-            vals.update({"next_" + k: v for k, v in no.items()})
+            st.write_row(plan.stored(vals))
+            return
+        n, k = self.num_envs, plan.k
+        jump: Any = None  # columns whose obs jumped (all of them for one env)
+        check = True
+        if self._prev_open_any:  # is obs the pending next_obs of its column?
+            pend = self._pending or self._pending_bytes(st)
+            if (
+                (vals[0].tobytes() != pend[0])
+                if k == 1
+                else [v.tobytes() for v in vals[:k]] != pend
+            ):
+                jump = ... if n == 1 else self._jumps(plan, vals[:k], pend)  # (``...``: all)
+            else:
+                check = not self._prev_all
+        if check:
+            for f, v in zip(plan.obs, vals, strict=False):
+                if f.fin and not all_finite(v):
+                    f.cast(v)  # raises the named error
+        te, tr = vals[plan.term], vals[plan.trunc]
+        if n == 1:
+            done = _ONE if te or tr else None
+        elif te.tobytes() != bytes(n) or tr.tobytes() != bytes(n):  # bools are 0/1 bytes
+            done = te | tr
+        else:
+            done = None
+        # everything is checked: write
+        g0 = st.rows_written
+        if jump is not None:
+            self._keep_pending(plan, pend, jump, st)
+        st.write_row(plan.stored(vals))
+        no = vals[k : 2 * k]
+        if k == 1:
+            st.put_row(st.cursor, {plan.names[0]: no[0]})
+            self._pending = [no[0].tobytes()]
+        else:
+            st.put_row(st.cursor, dict(zip(plan.names, no, strict=True)))
+            self._pending = [v.tobytes() for v in no]
+        if done is not None:
+            cols = np.flatnonzero(done)
+            ended = {
+                f.spec.name: np.reshape(v, f.item)[cols] for f, v in zip(plan.obs, no, strict=True)
+            }
+            self._keep(self._side, g0 * n + cols, ended, self._min_live_key(st))
+        if done is not None or not self._prev_all:
+            self._close(done)
+
+    def _jumps(self, plan: WritePlan, obs: list[Any], pend: list[bytes]) -> np.ndarray | None:
+        """Columns whose ``obs`` differs from their open pending ``next_obs`` (None: none)."""
+        n, jump = self.num_envs, np.zeros(self.num_envs, dtype=bool)
+        for a, p, f in zip(obs, pend, plan.obs, strict=True):
+            jump |= _differ(a, _from_bytes(p, f.spec, n), n)
+        cols = np.flatnonzero(jump & self._prev_open)
+        return cols if len(cols) else None
+
+    def _keep_pending(self, plan: WritePlan, pend: list[bytes], cols: Any, st: Storage) -> None:
+        """Keep the pending ``next_obs`` of the columns ``cols`` (``...``: one env), whose next
+        ``obs`` jumped, in ``disc`` under the keys of the newest stored row."""
+        n, g = self.num_envs, st.rows_written - 1
+        prev = {f.spec.name: _from_bytes(p, f.spec, n)[cols]
+                for f, p in zip(plan.obs, pend, strict=True)}  # fmt: skip
+        keys = [g] if cols is ... else g * n + cols
+        self._keep(self._disc, keys, prev, self._min_live_key(st))
+
+    def _write_block(
+        self, plan: WritePlan, vals: dict[str, np.ndarray], t: int, st: Storage
+    ) -> None:
+        """Write ``t <= capacity_per_env`` validated rows (``extend``)."""
+        if not self.store_next_obs_once:
             st.write_block(vals)
             return
+        n, names = self.num_envs, self._obs_names
+        o = {k: vals.pop(k) for k in names}
+        no = {k: vals.pop("next_" + k) for k in names}
         te, tr = vals["terminated"], vals["truncated"]
         zero = bytes(te.size)  # bool bytes are 0/1: all-zero bytes <=> no episode ended
         done = te | tr if te.tobytes() != zero or tr.tobytes() != zero else None
-        c, g0 = st.cursor, st.rows_written
+        g0, lo = st.rows_written, self._min_live_key(st)
         if self._prev_open_any:  # is obs[0] the pending next_obs of its column?
-            pend = self._pending or self._pending_bytes(st, c)
-            changed = [k for k, p in zip(o, pend, strict=True) if o[k][0].tobytes() != p]
-            if changed:  # a discontinuity: keep the pending next_obs of those columns
-                prev = {k: _from_bytes(pend[i], st.specs[k], n) for i, k in enumerate(o)}
-                if n == 1:
-                    jump = self._prev_open
-                else:
-                    jump = np.zeros(n, dtype=bool)
-                    for k in changed:
-                        jump |= _differ(o[k][0], prev[k], n)
-                    jump &= self._prev_open
-                if n == 1 or jump.any():
-                    cols = np.flatnonzero(jump)
-                    kept = self._aside({k: v[cols] for k, v in prev.items()})
-                    disc_store.append((g0 - 1) * n + cols, kept, self._min_live_key())
+            pend, first = self._pending or self._pending_bytes(st), [o[k][0] for k in names]
+            if [v.tobytes() for v in first] != pend:
+                cols = self._jumps(plan, first, pend)
+                if cols is not None:
+                    self._keep_pending(plan, pend, cols, st)
         if t > 1:  # jumps inside the block
-            jump = np.zeros((t - 1, n), dtype=bool)
-            for k in o:
-                jump |= _differ(no[k][:-1], o[k][1:], (t - 1, n))
+            inner = np.zeros((t - 1, n), dtype=bool)
+            for k in names:
+                inner |= _differ(no[k][:-1], o[k][1:], (t - 1, n))
             if done is not None:
-                jump &= ~done[:-1]
-        vals.update(o)
-        st.write_block(vals)
-        last = {k: v[-1] for k, v in no.items()}
-        st.put_row(st.cursor, last)
-        self._pending = [v.tobytes() for v in last.values()]
+                inner &= ~done[:-1]
+        st.write_block({**o, **vals})
+        st.put_row(st.cursor, {k: v[-1] for k, v in no.items()})
+        self._pending = [v[-1].tobytes() for v in no.values()]
         if done is not None:
             ti, ni = np.nonzero(done)
-            kept = self._aside({k: v[ti, ni] for k, v in no.items()})
-            side.append((g0 + ti) * n + ni, kept, self._min_live_key())
-        if t > 1 and jump.any():
-            ti, ni = np.nonzero(jump)
-            kept = self._aside({k: v[ti, ni] for k, v in no.items()})
-            disc_store.append((g0 + ti) * n + ni, kept, self._min_live_key())
+            self._keep(self._side, (g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()}, lo)
+        if t > 1 and inner.any():
+            ti, ni = np.nonzero(inner)
+            self._keep(self._disc, (g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()}, lo)
+        self._close(None if done is None else done[-1])
+
+    def _close(self, done: np.ndarray | None) -> None:
+        """Remember which columns' newest row did not end (their next obs must continue)."""
         po = self._prev_open
         if done is not None:
-            np.logical_not(done[-1], out=po)
+            np.logical_not(done, out=po)
             b = po.tobytes()
-            self._prev_open_any, self._prev_all = b != bytes(n), b == b"\x01" * n
+            self._prev_open_any, self._prev_all = b != bytes(len(b)), b == b"\x01" * len(b)
         elif not self._prev_all:  # every episode goes on
             po[:] = True
             self._prev_open_any = self._prev_all = True
 
-    def _aside(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``next_obs`` items as the side stores keep them: whole, or their newest frame on the
-        frames layout (the rest of the stack is its ``obs``'s, rebuilt by ``_patch``)."""
-        store, specs = self._side, self.specs
-        if self._layout.kind != "frames" or store is None or specs is None:
-            return values
-        ax, kept = self._layout.stack_axis, store.specs
-        return {k: v if kept[k] == specs[k] else newest_frame(v, ax, len(kept[k].shape))
-                for k, v in values.items()}  # fmt: skip
+    def _keep(self, store: SideStore | None, keys: Any, values: dict[str, np.ndarray],
+              lo: int) -> None:  # fmt: skip
+        """Append ``next_obs`` items to a side store: whole, or their newest frame on the
+        frames layout (the rest of the stack is its ``obs``'s, rebuilt on reading)."""
+        if store is None or not len(keys):
+            return
+        specs = self.specs
+        if self._layout.kind == "frames" and specs is not None:
+            ax, kept = self._layout.stack_axis, store.specs
+            values = {k: v if kept[k] == specs[k] else newest_frame(v, ax, len(kept[k].shape))
+                      for k, v in values.items()}  # fmt: skip
+        store.append(keys, values, lo)
 
-    def _pending_bytes(self, st: Storage, row: int) -> list[bytes]:
+    def _pending_bytes(self, st: Storage) -> list[bytes]:
         """Bytes of the pending ``next_obs`` row (read from the storage after a load)."""
         if self._pending is None:
             n = self.num_envs
-            got = st.gather(row * n + np.arange(n), list(self._obs_names))
+            got = st.gather(st.cursor * n + np.arange(n), list(self._obs_names))
             self._pending = [got[k].tobytes() for k in self._obs_names]
         return self._pending
 
     _obs_names: list[str]
-    _layout: StorageLayout
 
-    def _min_live_key(self) -> int:
+    def _min_live_key(self, st: Storage) -> int:
         """Smallest side-store key still referenced by a stored transition."""
-        return self._window()[0]
+        cap = self.capacity_per_env
+        return (st.rows_written - (st.size if st.size <= cap else cap)) * self.num_envs
+
+
+_ONE = np.ones(1, dtype=bool)
 
 
 def _differ(a: np.ndarray, b: np.ndarray, lead: Any) -> np.ndarray:

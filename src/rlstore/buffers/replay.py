@@ -22,8 +22,8 @@ protocol; the sampler is any :class:`~rlstore.samplers.Sampler` (``sampler=``: u
 default, or :class:`~rlstore.samplers.PrioritizedSampler`). Transition ids are
 ``global_row * num_envs + env`` (``global_row`` counts every row ever written), so they stay
 valid while the transition is stored and tell when it was overwritten. The one write path
-(``add`` / ``extend``: validation, discontinuity detection) is ``_replay_write.py``; the checks
-of a loaded state are ``_replay_state.py``.
+(``add`` / ``extend``: validation, discontinuity detection) is ``_replay_write.py``; saving,
+loading (checked whole) and the memory-mapped ``flush`` / ``open`` are ``_replay_state.py``.
 
 Example:
     >>> import numpy as np
@@ -41,21 +41,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from rlstore._checks import as_device, check_count
-from rlstore.buffers._replay_state import checked_state, side_specs, stored_specs
-from rlstore.buffers._replay_write import ReplayWriter, field_plan
+from rlstore.buffers._replay_state import ReplayState, side_specs, stored_specs
+from rlstore.buffers._replay_write import ReplayWriter, WritePlan
 from rlstore.errors import (
     CapacityError,
-    CheckpointError,
     ConfigError,
     EmptyBufferError,
-    RLStoreError,
     SpecError,
 )
 from rlstore.samplers import SampledIds, Sampler, make_sampler
@@ -94,7 +91,7 @@ class ReplayBatch(NamedTuple):
     weights: torch.Tensor
 
 
-class ReplayBuffer(ReplayWriter):
+class ReplayBuffer(ReplayWriter, ReplayState):
     """FIFO ring of transitions, sampled uniformly (default) or by priority, with replacement.
 
     Args:
@@ -157,6 +154,7 @@ class ReplayBuffer(ReplayWriter):
         self._side: SideStore | None = None  # final observations of ended episodes
         self._disc: SideStore | None = None  # next_obs of discontinuous (non-done) rows
         self._pending: list[bytes] | None = None
+        self._plan: WritePlan | None = None
         self._prev_open = np.zeros(self.num_envs, dtype=bool)
         self._prev_open_any = self._prev_all = False
         parsed = TransitionSchema.parse(specs)
@@ -177,7 +175,8 @@ class ReplayBuffer(ReplayWriter):
         self._obs_names, self._dict_obs = schema.obs_names, schema.dict_obs
         self._extra_names = schema.extra_names
         self._storage, self._side, self._disc = storage, side, disc
-        self._plan = field_plan(schema, self.num_envs, self.allow_nonfinite)
+        self._plan = WritePlan(schema, self.num_envs, self.allow_nonfinite,
+                               self.store_next_obs_once, list(storage.specs))  # fmt: skip
         self._pending = None
 
     # ------------------------------------------------------------------ reading
@@ -400,101 +399,6 @@ class ReplayBuffer(ReplayWriter):
             "discontinuities": 0 if self._disc is None else self._disc.n,
             "rows_written": 0 if self._storage is None else self._storage.rows_written,
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        """Nested dict of numpy arrays and JSON-able scalars restoring this buffer exactly
-        (contents, cursor, size, pending observations, sampler state)."""
-        return self._state(None if self._storage is None else self._storage.state_dict())
-
-    def _state(self, storage: Any) -> dict[str, Any]:
-        return {
-            "config": self.config(),
-            "storage": storage,
-            "side": None if self._side is None else self._side.state_dict(),
-            "disc": None if self._disc is None else self._disc.state_dict(),
-            "prev_open": self._prev_open.copy(),
-            "sampler": self._sampler.state_dict(),
-        }
-
-    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; later samples equal the original's.
-
-        The whole state is checked before the buffer changes (all or nothing): the config
-        (capacity, num_envs, layout, ``allow_nonfinite``, specs), the ring's arrays and
-        counters, the side stores (sorted keys, none from the future, every stored done
-        transition's final observation present), the pending-observation flags, finiteness
-        of float fields unless ``allow_nonfinite``, and the sampler's state.
-
-        Raises:
-            CheckpointError: naming the first entry that is missing or wrong; the buffer is
-                unchanged then.
-        """
-        new = checked_state(self, sd)
-        specs, storage, side, disc = (new.pop(k) for k in ("specs", "storage", "side", "disc"))
-        n = self.num_envs
-        rows = 0 if storage is None else min(storage.size, self.capacity_per_env)
-        written = 0 if storage is None else storage.rows_written
-        window = ((written - rows) * n, written * n)
-        self._sampler.load_state_dict(sd["sampler"], window=window)  # checked before it changes
-        if storage is not None and storage is not sd["storage"]:  # a copy: into this layout
-            storage = self._layout.adopt(storage, self._storage)
-        if storage is None:
-            self.specs = self._schema = self._storage = self._side = self._disc = None
-            self._pending = None
-        else:
-            self._allocate(specs, storage)
-            self._side, self._disc = side, disc
-        self.__dict__.update(new)
-
-    # ------------------------------------------------------------------ memory-mapped files
-    def flush(self) -> None:
-        """Write a memory-mapped buffer's pages and everything else it needs to reopen
-        (:meth:`open`) into its folder.
-
-        Raises:
-            ConfigError: the buffer is not memory-mapped.
-        """
-        from rlstore.checkpoint import save_state
-
-        if self._layout.kind != "memmap":
-            raise ConfigError("flush: only a memory-mapped buffer (StorageLayout.memmap) flushes")
-        st = self._storage
-        if st is not None:
-            st.flush()  # type: ignore[attr-defined]
-        counters = None if st is None else st.counters()  # type: ignore[attr-defined]
-        save_state(str(self._layout.directory), self._state(counters), prefix=_MMAP_PREFIX)
-
-    @classmethod
-    def open(cls, directory: str | Path, *, device: str | None = None) -> ReplayBuffer:
-        """Reopen a memory-mapped buffer from its folder after :meth:`flush`, mapping its
-        files (no copy); later adds and samples continue exactly.
-
-        Raises:
-            CheckpointError: the folder holds no flushed buffer, or files that do not match.
-        """
-        from rlstore.checkpoint import load_state
-        from rlstore.storage import MemmapStorage
-
-        sd = dict(load_state(str(directory), prefix=_MMAP_PREFIX))
-        cfg = sd.get("config")
-        if not isinstance(cfg, Mapping) or not isinstance(cfg.get("storage"), Mapping):
-            raise CheckpointError(f"{directory}: expected a flushed memory-mapped ReplayBuffer")
-        layout = StorageLayout.memmap(directory, keep=bool(cfg["storage"].get("keep", True)))
-        kwargs = {**cfg, "specs": None, "storage": layout}
-        if device is not None:
-            kwargs["device"] = device
-        try:
-            buf = cls(**kwargs)
-        except (TypeError, RLStoreError) as exc:
-            raise CheckpointError(f"{directory}: config does not fit ReplayBuffer ({exc})") from exc
-        if sd["storage"] is not None:
-            sd["storage"] = MemmapStorage.open(directory, sd["storage"], keep=layout.keep)
-        buf.load_state_dict(sd)
-        return buf
-
-
-_MMAP_PREFIX = "replay_"
-"""File prefix of the state a memory-mapped buffer's :meth:`ReplayBuffer.flush` writes."""
 
 
 def _check_indices(indices: Any) -> np.ndarray:

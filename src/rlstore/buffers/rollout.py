@@ -13,7 +13,8 @@ rejected :meth:`RolloutBuffer.add` changes nothing), target computation
 ``next_values`` (``values[t+1]``, ``final_value`` on truncation, ``last_value`` at the last
 stored step) and calls :func:`rlstore.returns.gae`, :meth:`RolloutBuffer.compute_vtrace`
 re-evaluates the stored data through the caller's networks and calls
-:func:`rlstore.returns.vtrace`) and minibatch generation (:mod:`rlstore.minibatches`).
+:func:`rlstore.returns.vtrace`) and minibatch generation (:mod:`rlstore.buffers.rollout_minibatches`
+over :mod:`rlstore.minibatches`).
 
 Intrinsic stream (RND, Burda et al. 2018), enabled by an :class:`IntrinsicConfig` (defined in
 :mod:`rlstore.buffers.rollout_targets`, re-exported here): intrinsic rewards are divided by the
@@ -34,8 +35,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -55,20 +56,15 @@ from rlstore.buffers.rollout_checks import (
     check_rollout_args,
     stage_rollout_state,
 )
+from rlstore.buffers.rollout_minibatches import RolloutMinibatches
 from rlstore.buffers.rollout_targets import IntrinsicConfig, gae_targets, vtrace_targets
 from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import (
     Hidden,
-    Minibatch,
     Obs,
     RolloutBatch,
-    TrajectoryMinibatch,
-    flat_minibatches,
-    recurrent_minibatches,
-    trajectory_minibatches,
 )
 from rlstore.normalize import DiscountedReturnNormalizer
-from rlstore.returns import normalize_advantages
 from rlstore.samplers import rng_state, set_rng_state
 
 __all__ = ["RolloutBuffer", "RolloutBatch", "IntrinsicConfig"]
@@ -77,7 +73,7 @@ _FLOATS = ("logprobs", "values", "rewards", "final_values")
 _INT_FLOATS = ("int_rewards", "int_values")
 
 
-class RolloutBuffer:
+class RolloutBuffer(RolloutMinibatches):
     """Fixed-size ``(num_steps, num_envs)`` on-policy storage (see the module docstring).
 
     Args:
@@ -433,94 +429,6 @@ class RolloutBuffer:
         ``advantages`` are raw (unnormalized); do not modify the tensors.
         """
         return self._view(self._require_steps("get"))
-
-    def _training_batch(self, what: str) -> tuple[RolloutBatch, bool]:
-        """The batch minibatches are cut from, and whether to normalize per minibatch."""
-        batch = self._view(self._require_steps(what))
-        if batch.advantages is None:
-            raise EmptyBufferError(
-                f"{what}: advantages not computed; call compute_returns(last_value) or "
-                "compute_vtrace(...) first"
-            )
-        if self.advantage_normalization == "batch" and batch.advantages.numel() > 1:
-            batch = replace(batch, advantages=normalize_advantages(batch.advantages))
-        return batch, self.advantage_normalization == "minibatch"
-
-    def minibatches(
-        self,
-        *,
-        num_minibatches: int | None = None,
-        mini_batch_size: int | None = None,
-        num_epochs: int = 1,
-        shuffle: bool = True,
-    ) -> Iterator[Minibatch]:
-        """Flat shuffled minibatches ``(B, ...)``; every stored step once per epoch.
-
-        Give ``num_minibatches`` or ``mini_batch_size`` (both only if they agree; neither: one
-        minibatch of the whole rollout); the size must divide ``pos * num_envs``
-        (:class:`ConfigError` otherwise). See :func:`rlstore.minibatches.flat_minibatches`.
-        """
-        batch, norm = self._training_batch("minibatches")
-        return flat_minibatches(
-            batch,
-            num_minibatches=num_minibatches,
-            mini_batch_size=mini_batch_size,
-            num_epochs=num_epochs,
-            shuffle=shuffle,
-            normalize=norm,
-            rng=self._rng,
-        )
-
-    def recurrent_minibatches(
-        self,
-        *,
-        num_minibatches: int,
-        num_epochs: int = 1,
-        seq_len: int | None = None,
-        shuffle: bool = True,
-    ) -> Iterator[Minibatch]:
-        """Time-major ``(L, B, ...)`` sequence minibatches with initial hidden state and mask.
-
-        ``seq_len=None``: whole env columns (``num_minibatches`` must divide ``num_envs``);
-        otherwise chunks of at most ``seq_len`` steps that never cross an env column or an
-        episode boundary. See :func:`rlstore.minibatches.recurrent_minibatches`.
-        """
-        batch, norm = self._training_batch("recurrent_minibatches")
-        n_mb, rng = num_minibatches, self._rng
-        return recurrent_minibatches(
-            batch,
-            num_minibatches=n_mb,
-            num_epochs=num_epochs,
-            seq_len=seq_len,
-            shuffle=shuffle,
-            normalize=norm,
-            rng=rng,
-        )
-
-    def trajectory_minibatches(
-        self,
-        *,
-        timesteps: int,
-        mini_batch_size: int,
-        num_epochs: int = 1,
-        prob_go_from_end: float = 0.0,
-    ) -> Iterator[TrajectoryMinibatch]:
-        """Left-padded windows of up to ``timesteps`` past steps of the same episode.
-
-        The semantics of DecisionTransformerInterpretability's
-        ``Memory.get_trajectory_minibatches``; with ``prob_go_from_end = 0`` every step is a target
-        once per epoch. See :func:`rlstore.minibatches.trajectory_minibatches`.
-        """
-        batch, norm = self._training_batch("trajectory_minibatches")
-        sizes = {
-            "timesteps": timesteps,
-            "mini_batch_size": mini_batch_size,
-            "num_epochs": num_epochs,
-        }
-        p_end = prob_go_from_end
-        return trajectory_minibatches(
-            batch, **sizes, prob_go_from_end=p_end, normalize=norm, rng=self._rng
-        )
 
     # ------------------------------------------------------------------ checkpointing
 

@@ -67,6 +67,10 @@ class Storage(Protocol):
         """Every field ``(k, num_envs, *shape)`` written at ``cursor``; it advances ``k`` rows."""
         ...
 
+    def write_row(self, values: Sequence[Any]) -> None:
+        """One row at ``cursor``, one value per field in ``specs`` order; it advances one row."""
+        ...
+
     def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some fields ``(num_envs, *shape)`` of one physical row; cursor unchanged."""
         ...

@@ -267,6 +267,13 @@ class FrameStackStorage:
         for f, x, kind, sides in plan:
             f.commit(x, kind, sides)
 
+    def write_row(self, values: Sequence[Any]) -> None:
+        """One row at ``cursor`` (one value per field in ``specs`` order, each
+        ``(num_envs, *shape)``, or ``shape`` with one env): :meth:`write_block` of one row."""
+        n, specs = self.num_envs, self.specs.items()
+        self.write_block({k: np.reshape(v, (1, n, *s.shape)) if np.shape(v) == s.shape else v[None]
+                          for (k, s), v in zip(specs, values, strict=True)})  # fmt: skip
+
     def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some fields ``(num_envs, *shape)`` of physical ``row``; cursor unchanged.
 
@@ -279,6 +286,9 @@ class FrameStackStorage:
         """
         if not isinstance(row, (int, np.integer)) or not 0 <= row < self.rows:
             raise CapacityError(f"row: expected an int in [0, {self.rows}), got {row!r}")
+        if self.num_envs == 1:  # one env: an item of the field's shape is its row
+            shapes = {k: s.shape for k, s in self.specs.items()}
+            values = {k: v[None] if np.shape(v) == shapes.get(k) else v for k, v in values.items()}
         plan = self._plan(values, (self.num_envs,))
         if plan and row != self.cursor:
             raise SpecError(f"row: frame fields {[f for f in values if f in self.frames]} can "

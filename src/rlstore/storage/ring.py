@@ -106,11 +106,12 @@ class RingStorage:
             self.arrays = {k: self.records[k] for k in self.specs}
             self._flat_records = self.records.reshape(n)
         self.flat = {k: a.reshape(n, *a.shape[2:]) for k, a in self.arrays.items()}
+        self._row_arrays = [self.arrays[k] for k in self.specs]
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the records once: field views would otherwise come back as copies."""
         state = dict(self.__dict__)
-        del state["flat"], state["_flat_records"], state["_rec1"]
+        del state["flat"], state["_flat_records"], state["_rec1"], state["_row_arrays"]
         if self.records is not None:
             del state["arrays"]
         return state
@@ -155,6 +156,20 @@ class RingStorage:
         for k, v in values.items():
             arrays[k][row] = v
 
+    def write_row(self, values: Sequence[Any]) -> None:
+        """Write one row at ``cursor`` and advance it: one value per field in ``specs`` order,
+        each ``(num_envs, *shape)`` (with one env also ``shape``, or a scalar)."""
+        c = self.cursor
+        if self._rec1 is not None:  # one env, packed: one tuple assignment of the record
+            self._rec1[c] = values if type(values) is tuple else tuple(values)
+        else:
+            for arr, v in zip(self._row_arrays, values, strict=True):
+                arr[c] = v
+        self.cursor = c + 1 if c + 1 < self.rows else 0
+        self.rows_written += 1
+        if self.size < self.rows:
+            self.size += 1
+
     def write_block(self, values: Mapping[str, np.ndarray]) -> None:
         """Write ``k`` consecutive rows starting at ``cursor`` (wrapping) and advance it.
 
@@ -171,9 +186,7 @@ class RingStorage:
         if t > self.rows:
             raise CapacityError(f"block: expected at most rows={self.rows} rows, got {t}")
         c, arrays = self.cursor, self.arrays
-        if t == 1 and self._rec1 is not None:  # one item: one tuple assignment of the record
-            self._rec1[c] = tuple([values[k][0, 0] for k in self.specs])
-        elif c + t <= self.rows:
+        if c + t <= self.rows:
             for k, v in values.items():
                 arrays[k][c : c + t] = v
         else:
@@ -347,11 +360,13 @@ class SideStore:
         """Bytes allocated (keys and items, whole capacity)."""
         return self.keys.nbytes + sum(a.nbytes for a in self.arrays.values())
 
-    def append(self, keys: np.ndarray, values: Mapping[str, np.ndarray], min_live_key: int) -> None:
+    def append(
+        self, keys: np.ndarray | list[int], values: Mapping[str, np.ndarray], min_live_key: int
+    ) -> None:
         """Add entries; any order of ``keys`` is accepted (kept sorted internally).
 
         Args:
-            keys: int64 ``(k,)``, distinct from the live keys.
+            keys: int64 ``(k,)`` (or a list of ints), distinct from the live keys.
             values: ``{name: (k, *shape)}`` for every spec.
             min_live_key: entries with smaller keys are dead and may be dropped.
         """
