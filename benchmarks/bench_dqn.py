@@ -1,10 +1,10 @@
 """DQN on CartPole-v1: rlstore's trainer vs Stable-Baselines3, and prioritized + n-step replay.
 
-Every implementation runs RL-Zoo's DQN CartPole-v1 hyper-parameters (rlstore's shipped
-``configs/dqn_CartPole-v1.yaml``: lr 2.3e-3, batch 64, buffer 100k, learning_starts 1000,
-gamma 0.99, target_update_interval 10, train_freq 256, gradient_steps 128, exploration_fraction
-0.16, final eps 0.04, two 256-unit ReLU layers, Huber loss, max grad norm 10, one env), the same
-seeds, one torch thread each:
+Every implementation runs rlstore's shipped ``configs/dqn_CartPole-v1.yaml`` (RL-Zoo's DQN
+CartPole-v1 hyper-parameters with lr 1e-3 and final eps 0.01: batch 64, buffer 100k,
+learning_starts 1000, gamma 0.99, target_update_interval 10, train_freq 256, gradient_steps
+128, exploration_fraction 0.16, two 256-unit ReLU layers, Huber loss, max grad norm 10, one
+env), the same seeds, one torch thread each:
 
 * ``rlstore uniform``: double DQN, uniform one-step replay (SB3's settings plus double DQN);
 * ``rlstore vanilla``: double DQN off, uniform one-step replay: the algorithm SB3's ``DQN`` runs;
