@@ -126,10 +126,15 @@ _LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl",
 
 
 def _log_update(
-    logger: RunLogger, update: int, state: RolloutState, info: dict[str, float], n_logged: int
+    logger: RunLogger,
+    update: int,
+    state: RolloutState,
+    info: dict[str, float],
+    n_logged: int,
+    **progress: str,
 ) -> int:
-    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics;
-    returns the number of episodes logged so far."""
+    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics
+    (``progress``: more fields for the bar); returns the number of episodes logged so far."""
     for i in range(n_logged, len(state.episode_returns)):
         logger.episode(state.episode_returns[i], state.episode_lengths[i],
                        state.episode_end_steps[i])  # fmt: skip
@@ -140,7 +145,7 @@ def _log_update(
     logger.scalars(values, state.global_step)
     recent = state.episode_returns[-20:]
     ret = f"{np.mean(recent):.1f}" if recent else "-"
-    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update)
+    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update, **progress)
     return len(state.episode_returns)
 
 
