@@ -217,22 +217,33 @@ class DemoRollout:
     def poll_supplementary(self) -> int:
         """Add the new ``.npz`` demos of the supplementary folder; returns how many."""
         d = self.cfg.supplementary_demos_dir
-        new = [] if d is None else [p for p in sorted(Path(d).glob("*.npz")) if p.name not in self.seen]
+        new = (
+            []
+            if d is None
+            else [p for p in sorted(Path(d).glob("*.npz")) if p.name not in self.seen]
+        )
         for p in new:
             self.store.add_bonus(load_npz_demo(p, self.cfg.frame_skip))
             self.seen.add(p.name)
         return len(new)
 
     def save_demos(self) -> list[Path]:
-        """Write the top agent reward demos as ``reward_demo_NNN.npz`` into the target folder."""
+        """Write the top agent reward demos as ``reward_demo_NNN.npz`` (best first) into the
+        target folder, replacing those of the previous save; returns the paths."""
         if self.target_dir is None:
             return []
         top = self.store.top_demos("reward", self.cfg.num_agent_demos_to_save)
-        return [
+        if not top:
+            return []
+        self.target_dir.mkdir(parents=True, exist_ok=True)
+        paths = [
             save_npz_demo(self.target_dir / f"reward_demo_{k:03d}.npz", d.observations,
                           d.actions, d.rewards, self.cfg.frame_skip)
             for k, d in enumerate(top)
         ]  # fmt: skip
+        for old in set(self.target_dir.glob("reward_demo_*.npz")) - set(paths):
+            old.unlink()
+        return paths
 
     def progress(self) -> dict[str, str]:
         """Progress-bar fields: rho, phi, reward threshold, reward / value demos."""

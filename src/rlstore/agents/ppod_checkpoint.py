@@ -22,7 +22,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.checkpoint import latest_checkpoint, restore_training, store_model_checkpoint
+from rlstore.agents.ppo.checkpoint import (
+    latest_checkpoint,
+    restore_training,
+    store_model_checkpoint,
+)
 from rlstore.agents.run_checkpoint import checkpoint_path
 from rlstore.checkpoint import load_state, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError

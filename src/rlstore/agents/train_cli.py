@@ -17,6 +17,7 @@ Examples::
     rlstore train --resume runs/CartPole-v1-fc-s1 --total-steps 80000   # extend its budget
     rlstore train --algo dqn                        # DQN on CartPole-v1 (RL-Zoo + PER, 3-step)
     rlstore train --algo sac                        # SAC on Pendulum-v1 (RL-Zoo settings)
+    rlstore train --algo ppod --env rlstore/KeyDoor-v0   # PPO+D from the shipped demo
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ ALGORITHMS: dict[str, str] = {
     "ppo": "rlstore.agents.ppo.trainer",
     "dqn": "rlstore.agents.dqn",
     "sac": "rlstore.agents.sac",
+    "ppod": "rlstore.agents.ppod",
 }
 """``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
 optionally ``CLI_KEYS``, flag -> config key or None (the flag does not apply), overriding
 :data:`FLAG_KEYS`)."""
 
-FLAG_KEYS: dict[str, str] = {
+FLAG_KEYS: dict[str, str | None] = {
     "env": "environment.env_id",
     "agent": "agent",
     "seed": "run.seed",
@@ -59,8 +61,10 @@ FLAG_KEYS: dict[str, str] = {
     "ent_coef": "online.ent_coef",
     "eval_episodes": "run.eval_episodes",
     "eval_every": "run.eval_every",
+    "demos": None,
 }
-"""Named flag (argparse dest) -> the config key it sets."""
+"""Named flag (argparse dest) -> the config key it sets (None: set by an algorithm's
+``CLI_KEYS`` only, e.g. PPO+D's ``--demos``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ent-coef", type=float, metavar="C", help="entropy bonus coefficient")
     add("--eval-episodes", type=int, metavar="N", help="deterministic evaluation episodes (0: off)")
     add("--eval-every", type=int, metavar="U", help="evaluate every U updates (0: at the end)")
+    add("--demos", metavar="DIR", help="--algo ppod: folder of .npz demos (default: the "
+        "shipped demo of rlstore/KeyDoor-v0)")  # fmt: skip
     add("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
         help="set a config key, e.g. online.clip_coef=0.1 (repeatable; YAML value)")  # fmt: skip
     add("--exp-name", help="run name (default: <env>-<agent>-s<seed>)")
@@ -132,16 +138,20 @@ def default_config(
     """The packaged config file for ``env_id`` and ``agent`` (``--config`` not given), and
     whether it is the fallback tuned for another env.
 
-    Looks for ``<algo>_<agent>_<env>.yaml``, then the algorithm's ``DEFAULT_CONFIGS[env]``
+    Looks for ``<algo>_<agent>_<env>.yaml`` (``<env>`` the id made a file name by
+    :func:`~rlstore.agents.run.safe_name`: ``rlstore/KeyDoor-v0`` -> ``rlstore_KeyDoor-v0``),
+    then the algorithm's ``DEFAULT_CONFIGS[env]``
     (PPO: the env's ``ppo_fc_<env>.yaml``, else its lstm / transformer one; the agent is then
     replaced by ``agent``), else falls back to the algorithm's default config (the first of
     ``DEFAULT_CONFIGS``, CartPole-v1's for PPO), which ``rlstore train`` announces with a
     warning.
     """
+    from rlstore.agents.run import safe_name
+
     defaults: dict[str, str] = module.DEFAULT_CONFIGS
     first = next(iter(defaults))
     env = env_id or first
-    names = [f"{algo}_{agent}_{env}.yaml"] if agent else []
+    names = [f"{algo}_{agent}_{safe_name(env)}.yaml"] if agent else []
     names += [defaults[env]] if env in defaults else []
     for name in names:
         if _packaged(name).is_file():
