@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -85,6 +86,7 @@ __all__ = [
     "load_config",
     "DEFAULT_CONFIGS",
     "evaluate_agent",
+    "deterministic_policy",
     "train_config_from_parts",
 ]
 
@@ -409,19 +411,13 @@ EVAL_SEED_OFFSET = 1_000_000
 """Evaluation episode i resets with seed ``run.seed + EVAL_SEED_OFFSET + i``."""
 
 
-def evaluate_agent(
+def deterministic_policy(
     agent: PPOAgent,
-    environment_config: EnvironmentConfig,
-    episodes: int,
-    seed: int,
-    *,
-    video_dir: str | Path | None = None,
-) -> list[float]:
-    """Returns of ``episodes`` deterministic episodes of ``agent`` (greedy action for discrete
-    spaces, the mean for continuous ones; ``eval()`` mode, so observation statistics are frozen;
-    recurrent memory reset at each episode start) on one env built like the training envs, via
-    :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
-    records them)."""
+) -> tuple[Callable[[], None], Callable[[np.ndarray], np.ndarray]]:
+    """``(begin_episode, act)`` of ``agent``'s deterministic policy on one env: the greedy
+    action (discrete) or the mean (continuous) of one raw observation; ``begin_episode``
+    resets the recurrent memory (used by :func:`evaluate_agent` and ``rlstore demo-record
+    --run``; call ``agent.eval()`` first to freeze observation statistics)."""
     carry: dict[str, Any] = {}
 
     def begin() -> None:
@@ -435,6 +431,23 @@ def evaluate_agent(
         carry["t"] = carry["t"] + 1
         return agent.env_action(params.argmax(-1) if agent.discrete else params)[0]
 
+    return begin, act
+
+
+def evaluate_agent(
+    agent: PPOAgent,
+    environment_config: EnvironmentConfig,
+    episodes: int,
+    seed: int,
+    *,
+    video_dir: str | Path | None = None,
+) -> list[float]:
+    """Returns of ``episodes`` deterministic episodes of ``agent`` (greedy action for discrete
+    spaces, the mean for continuous ones; ``eval()`` mode, so observation statistics are frozen;
+    recurrent memory reset at each episode start) on one env built like the training envs, via
+    :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
+    records them)."""
+    begin, act = deterministic_policy(agent)
     render = None if video_dir is None else "rgb_array"
     was_training = agent.training
     agent.eval()
