@@ -320,7 +320,7 @@ class DemoMixer:
                 demos[int(key)] = known.get(d.demo_id, d)
             rows = hist["rows"]
             ok = isinstance(rows, dict) and all(isinstance(r, np.ndarray) for r in rows.values())
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, SpecError) as exc:
             raise CheckpointError(f"DemoMixer state: missing or bad entry ({exc})") from exc
         bad = [k for k, a in arrays.items() if a.shape != (n,) or a.dtype != getattr(self, k).dtype]
         if bad or obs.shape[:1] != (n,) or not ok or t < 0:
