@@ -54,9 +54,9 @@ from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollou
 from rlstore.agents.ppo.trainer import (
     EVAL_SEED_OFFSET,
     TrainResult,
-    _evaluates,
-    _log_update,
     evaluate_agent,
+    evaluates,
+    log_update,
 )
 from rlstore.agents.run import RunLogger, TrainStats, plot_learning_curve, set_global_seeds
 from rlstore.agents.run_checkpoint import checkpoint_schedule
@@ -324,14 +324,14 @@ def train_ppod(
                 info.update(global_step=float(state.global_step),
                             sps=(state.global_step - step0) / max(elapsed, 1e-9),
                             **mix.scalars())  # fmt: skip
-                if _evaluates(rc, update + 1, num_updates):
+                if evaluates(rc, update + 1, num_updates):
                     returns = evaluate_agent(agent, cfg.environment, rc.eval_episodes,
                                              rc.seed + EVAL_SEED_OFFSET)  # fmt: skip
                     info["eval/mean_return"] = float(np.mean(returns))
                 stats.updates.append(info)
                 logger.scalars({k: v for k, v in info.items() if k.startswith("ppod/")},
                                state.global_step)  # fmt: skip
-                n_logged = _log_update(logger, update + 1, state, info, n_logged,
+                n_logged = log_update(logger, update + 1, state, info, n_logged,
                                        **mix.progress())  # fmt: skip
                 if ckpt_dir is not None and update + 1 in ckpt_at:
                     ckpt_num = save(ckpt_dir, ckpt_num, cfg, agent, optimizer, scheduler, buffer,

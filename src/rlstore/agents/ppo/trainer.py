@@ -87,6 +87,8 @@ __all__ = [
     "DEFAULT_CONFIGS",
     "evaluate_agent",
     "deterministic_policy",
+    "evaluates",
+    "log_update",
     "train_config_from_parts",
 ]
 
@@ -127,7 +129,7 @@ _LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl",
            "explained_variance")  # fmt: skip
 
 
-def _log_update(
+def log_update(
     logger: RunLogger,
     update: int,
     state: RolloutState,
@@ -151,7 +153,7 @@ def _log_update(
     return len(state.episode_returns)
 
 
-def _evaluates(rc: RunConfig, update: int, num_updates: int) -> bool:
+def evaluates(rc: RunConfig, update: int, num_updates: int) -> bool:
     """Whether evaluation episodes run after ``update`` (1-based)."""
     every = rc.eval_every and update % rc.eval_every == 0
     return rc.eval_episodes > 0 and (update == num_updates or bool(every))
@@ -290,14 +292,14 @@ def _train(
             elapsed = time.perf_counter() - t0
             info.update(global_step=float(state.global_step),
                         sps=(state.global_step - step0) / max(elapsed, 1e-9))  # fmt: skip
-            if _evaluates(rc, update + 1, num_updates):
+            if evaluates(rc, update + 1, num_updates):
                 video = None if not rc.video or run_dir is None else (
                     run_dir / "videos" / f"step_{state.global_step}")  # fmt: skip
                 returns = evaluate_agent(agent, environment_config, rc.eval_episodes,
                                          rc.seed + EVAL_SEED_OFFSET, video_dir=video)  # fmt: skip
                 info["eval/mean_return"] = float(np.mean(returns))
             stats.updates.append(info)
-            n_logged = _log_update(logger, update + 1, state, info, n_logged)
+            n_logged = log_update(logger, update + 1, state, info, n_logged)
             if ckpt_dir is not None and update + 1 in ckpt_at:
                 ckpt_num = store_model_checkpoint(
                     agent, oc, run_config, ckpt_num, ckpt_dir, config=cfg, optimizer=optimizer,
