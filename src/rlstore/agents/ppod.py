@@ -15,6 +15,9 @@ the real env (reset when a demo ends). On demo steps
   own forward pass gives it), and GAE runs over demo and env steps alike (the demo's last
   step is terminal).
 
+The logged ``approx_kl`` and ``clipfrac`` include the demo steps (stored log-prob 0), so they
+are large by design and ``online.target_kl`` would stop updates early: leave it None.
+
 Every finished env episode is offered to the store (cut after its last positive reward): a
 reward demo if its return reaches the reward threshold, else a value demo ranked by its max
 ``V``. The human demos come from ``ppod.demos_dir`` (``rlstore train --algo ppod --demos DIR``;
