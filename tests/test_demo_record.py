@@ -101,3 +101,42 @@ def test_unreadable_or_inconsistent_files(tmp_path: Path) -> None:
              Reward=np.zeros(2))  # fmt: skip
     with pytest.raises(CheckpointError, match="short.npz: observations"):
         load_npz_demo(tmp_path / "short.npz")
+
+
+def test_frame_skip_repeats_each_action(tmp_path: Path) -> None:
+    demo = load_npz_demo(record(KEYDOOR_ID, tmp_path / "fs.npz", actions="1,2", frame_skip=3), 3)
+    env = gym.make(KEYDOOR_ID)
+    obs, _ = env.reset(seed=0)
+    for a in (1, 1, 1):
+        obs, *_ = env.step(a)
+    np.testing.assert_array_equal(demo.observations[1], obs)  # after the 3 steps of action 1
+    assert demo.actions.tolist() == [1, 2]
+
+
+def test_record_from_a_trained_run_plays_its_deterministic_policy(tmp_path: Path) -> None:
+    from rlstore.agents.ppo.checkpoint import load_saved_checkpoint
+    from rlstore.agents.ppo.trainer import deterministic_policy
+    from rlstore.agents.ppod import PPODTrainConfig, train_ppod
+
+    cfg = PPODTrainConfig.from_dict({
+        "run": {"track": False, "eval_episodes": 0}, "environment": {"env_id": KEYDOOR_ID},
+        "online": {"total_timesteps": 256, "num_envs": 2, "num_steps": 64, "num_checkpoints": 1},
+    })  # fmt: skip
+    train_ppod(cfg, run_dir=tmp_path / "run")
+    assert main(["demo-record", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "r.npz"),
+                 "--seed", "5"]) == 0  # fmt: skip
+    demo = load_npz_demo(tmp_path / "r.npz")
+    agent = load_saved_checkpoint(tmp_path / "run" / "checkpoints" / "checkpoint_0000").eval()
+    begin, act = deterministic_policy(agent)
+    begin()
+    env = gym.make(KEYDOOR_ID)
+    obs, _ = env.reset(seed=5)
+    for j, a in enumerate(demo.actions):
+        np.testing.assert_array_equal(obs, demo.observations[j])
+        assert int(act(obs)) == int(a)
+        obs, *_ = env.step(int(a))
+    assert demo.length == 100 or demo.total_reward == 1.0  # the time limit or the goal
+    with pytest.raises(ConfigError, match="env: expected the run's 'rlstore/KeyDoor-v0'"):
+        record("CartPole-v1", tmp_path / "x.npz", run=tmp_path / "run")
+    with pytest.raises(ConfigError, match="run: expected a run folder"):
+        record(None, tmp_path / "x.npz", run=tmp_path)

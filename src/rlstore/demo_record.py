@@ -2,20 +2,25 @@
 
     rlstore demo-record --env rlstore/KeyDoor-v0 --policy scripted --out keydoor.npz
     rlstore demo-record --env rlstore/KeyDoor-v0 --actions 2,2,2,1 --out part.npz
+    rlstore demo-record --run runs/keydoor-ppod --out agent.npz   # a trained run's policy
 
-The actions (an action list for a discrete task, or the env's scripted policy: a
-``scripted_actions()`` method of the unwrapped env) are replayed from ``reset(seed=--seed)``;
-the file holds ``Observation`` (``L + 1`` rows: the final observation included), ``Action``,
-``Reward`` and ``FrameSkip`` (``--frame-skip``: the frame skip the env applies, recorded so that
-loading into an env with another one is refused). Every action is checked before the env is
-stepped; nothing is written when one is refused or when the episode ends before the list does.
-Exit status 0 on success, 2 on bad arguments.
+The actions (an action list for a discrete task, the env's scripted policy: a
+``scripted_actions()`` method of the unwrapped env, or the deterministic policy of a trained
+run's latest checkpoint, as in its evaluation episodes, in an env built from the run's config)
+are played from ``reset(seed=--seed)``; the file holds ``Observation`` (``L + 1`` rows: the
+final observation included), ``Action``, ``Reward`` and ``FrameSkip``. With ``--frame-skip k``
+each action is repeated ``k`` env steps (rewards summed, the observation after the last one
+kept; the episode may end inside), so the demo is what an agent acting every ``k`` frames
+sees; ``k`` is recorded so that loading into an env with another frame skip is refused. Every
+action of a list is checked before the env is stepped; nothing is written when one is refused
+or when the episode ends before the list does. Exit status 0 on success, 2 on bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +35,25 @@ __all__ = ["add_arguments", "run", "record", "parse_actions"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``rlstore demo-record`` options on ``parser``."""
-    parser.add_argument("--env", required=True, help="gymnasium env id, e.g. rlstore/KeyDoor-v0")
+    parser.add_argument(
+        "--env", help="gymnasium env id, e.g. rlstore/KeyDoor-v0 (with --run: the run's)"
+    )
     parser.add_argument("--out", required=True, type=Path, help="the .npz file to write")
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--actions", help="comma-separated discrete actions, e.g. 0,1,2")
     src.add_argument("--policy", choices=["scripted"], help="the env's scripted policy")
+    src.add_argument(
+        "--run",
+        type=Path,
+        help="a PPO / PPO+D run folder: its latest checkpoint's deterministic policy",
+    )
     parser.add_argument("--seed", type=int, default=0, help="reset seed (0)")
-    parser.add_argument("--frame-skip", type=int, default=1, help="the env's frame skip (1)")
+    parser.add_argument(
+        "--frame-skip",
+        type=int,
+        default=1,
+        help="repeat each action this many env steps, recorded as FrameSkip (1)",
+    )
 
 
 def parse_actions(text: str, n: int) -> list[int]:
@@ -64,22 +81,28 @@ def _make(env_id: str) -> gym.Env[Any, Any]:
 
 
 def record(
-    env_id: str,
+    env_id: str | None,
     out: str | Path,
     *,
     actions: str | list[int] | None = None,
     policy: str | None = None,
+    run: str | Path | None = None,
     seed: int = 0,
     frame_skip: int = 1,
 ) -> Path:
-    """Replay ``actions`` (or ``policy="scripted"``) in ``env_id`` and write the ``.npz``."""
+    """Play ``actions``, ``policy="scripted"`` or the policy of the run folder ``run`` in
+    ``env_id`` (None with ``run``: the run's env) and write the ``.npz``."""
     out = Path(out)
     if out.suffix != ".npz":
         raise ConfigError(f"out: expected a path ending in .npz, got {str(out)!r}")
     if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
         raise ConfigError(f"frame_skip: expected an int >= 1, got {frame_skip!r}")
-    if (actions is None) == (policy is None):
-        raise ConfigError("actions/policy: expected exactly one of them")
+    if sum(x is not None for x in (actions, policy, run)) != 1:
+        raise ConfigError("actions/policy/run: expected exactly one of them")
+    if run is not None:
+        return _record_run(Path(run), env_id, out, seed, frame_skip)
+    if env_id is None:
+        raise ConfigError("env: expected a gymnasium env id, got None")
     env = _make(env_id)
     try:
         space = env.action_space
@@ -91,20 +114,64 @@ def record(
                 raise ConfigError(f"policy: {env_id} has no {policy!r} policy")
             actions = [int(a) for a in scripted()]
         text = actions if isinstance(actions, str) else ",".join(map(str, actions or []))
-        actions = parse_actions(text, int(space.n))
-        obs, _ = env.reset(seed=seed)
-        observations, rewards = [obs], np.zeros(len(actions), np.float32)
-        for t, a in enumerate(actions):
-            obs, r, terminated, truncated, _ = env.step(a)
-            observations.append(obs)
-            rewards[t] = r
-            if (terminated or truncated) and t < len(actions) - 1:
-                raise ConfigError(
-                    f"actions: the episode ended after {t + 1} of {len(actions)} actions"
-                )
+        action_list = parse_actions(text, int(space.n))
+        it = iter(action_list)
+        obs, rew, acts = _play(env, lambda _obs: next(it), len(action_list), seed, frame_skip)
+        if len(acts) < len(action_list):
+            raise ConfigError(
+                f"actions: the episode ended after {len(acts)} of {len(action_list)} actions"
+            )
     finally:
         env.close()
-    return save_npz_demo(out, np.stack(observations), np.array(actions), rewards, frame_skip)
+    return save_npz_demo(out, obs, np.array(acts), rew, frame_skip)
+
+
+def _play(
+    env: gym.Env[Any, Any], act: Callable[[Any], Any], limit: int | None, seed: int, skip: int
+) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """One episode from ``reset(seed)``: ``act(obs)`` repeated ``skip`` env steps per action,
+    until it ends or ``limit`` actions; ``(observations (L + 1), rewards (L,), actions)``."""
+    obs, _ = env.reset(seed=seed)
+    observations, rewards, actions = [obs], [], []  # type: list[Any], list[float], list[Any]
+    done = False
+    while not done and (limit is None or len(actions) < limit):
+        a = act(obs)
+        total = 0.0
+        for _ in range(skip):
+            obs, r, terminated, truncated, _ = env.step(a)
+            total += float(r)
+            done = bool(terminated or truncated)
+            if done:
+                break
+        observations.append(obs)
+        rewards.append(total)
+        actions.append(a)
+    return np.stack(observations), np.array(rewards, np.float32), actions
+
+
+def _record_run(run_dir: Path, env_id: str | None, out: Path, seed: int, skip: int) -> Path:
+    """The deterministic policy of ``run_dir``'s latest checkpoint, in an env built from the
+    run's config (``env_id``, if given, must be the run's)."""
+    from rlstore.agents.ppo.checkpoint import latest_checkpoint, load_saved_checkpoint
+    from rlstore.agents.ppo.rollout import make_env
+    from rlstore.agents.ppo.trainer import deterministic_policy
+
+    path = latest_checkpoint(run_dir / "checkpoints")
+    if path is None:
+        raise ConfigError(f"run: expected a run folder with checkpoints, got {str(run_dir)!r}")
+    agent = load_saved_checkpoint(path, num_envs=1)
+    cfg = agent.train_config
+    assert cfg is not None  # set by load_saved_checkpoint (type narrowing only)
+    if env_id is not None and env_id != cfg.environment.env_id:
+        raise ConfigError(f"env: expected the run's {cfg.environment.env_id!r}, got {env_id!r}")
+    begin, act = deterministic_policy(agent.eval())
+    begin()
+    env = make_env(cfg.environment)
+    try:
+        obs, rew, acts = _play(env, act, None, seed, skip)
+    finally:
+        env.close()
+    return save_npz_demo(out, obs, np.stack(acts), rew, skip)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             args.out,
             actions=args.actions,
             policy=args.policy,
+            run=args.run,
             seed=args.seed,
             frame_skip=args.frame_skip,
         )

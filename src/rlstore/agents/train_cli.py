@@ -19,6 +19,7 @@ Examples::
     rlstore train --algo sac                        # SAC on Pendulum-v1 (RL-Zoo settings)
     rlstore train --algo impala --num-collectors 2  # IMPALA on a local Ray instance
     rlstore train --algo apex --num-shards 2 --address 10.0.0.5:6379   # Ape-X on a cluster
+    rlstore train --algo ppod --env rlstore/KeyDoor-v0   # PPO+D from the shipped demo
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ ALGORITHMS: dict[str, str] = {
     "sac": "rlstore.agents.sac",
     "impala": "rlstore.agents.impala",
     "apex": "rlstore.agents.apex",
+    "ppod": "rlstore.agents.ppod",
 }
 """``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
 optionally ``CLI_KEYS``, flag -> config key or None (the flag does not apply), overriding
@@ -66,9 +68,10 @@ FLAG_KEYS: dict[str, str | None] = {
     "num_collectors": None,  # Ray flags: only the distributed algorithms take them
     "num_shards": None,
     "address": None,
+    "demos": None,
 }
 """Named flag (argparse dest) -> the config key it sets (None: refused unless the algorithm's
-``CLI_KEYS`` maps it)."""
+``CLI_KEYS`` maps it, e.g. PPO+D's ``--demos``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--num-shards", type=int, metavar="S", help="replay shard actors (apex)")
     add("--address", metavar="ADDR", help="join this Ray cluster (impala, apex; default: a "
         "local instance on 127.0.0.1)")  # fmt: skip
+    add("--demos", metavar="DIR", help="--algo ppod: folder of .npz demos (default: the "
+        "shipped demo of rlstore/KeyDoor-v0)")  # fmt: skip
     add("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
         help="set a config key, e.g. online.clip_coef=0.1 (repeatable; YAML value)")  # fmt: skip
     add("--exp-name", help="run name (default: <env>-<agent>-s<seed>)")
@@ -144,16 +149,20 @@ def default_config(
     """The packaged config file for ``env_id`` and ``agent`` (``--config`` not given), and
     whether it is the fallback tuned for another env.
 
-    Looks for ``<algo>_<agent>_<env>.yaml``, then the algorithm's ``DEFAULT_CONFIGS[env]``
+    Looks for ``<algo>_<agent>_<env>.yaml`` (``<env>`` the id made a file name by
+    :func:`~rlstore.agents.run.safe_name`: ``rlstore/KeyDoor-v0`` -> ``rlstore_KeyDoor-v0``),
+    then the algorithm's ``DEFAULT_CONFIGS[env]``
     (PPO: the env's ``ppo_fc_<env>.yaml``, else its lstm / transformer one; the agent is then
     replaced by ``agent``), else falls back to the algorithm's default config (the first of
     ``DEFAULT_CONFIGS``, CartPole-v1's for PPO), which ``rlstore train`` announces with a
     warning.
     """
+    from rlstore.agents.run import safe_name
+
     defaults: dict[str, str] = module.DEFAULT_CONFIGS
     first = next(iter(defaults))
     env = env_id or first
-    names = [f"{algo}_{agent}_{env}.yaml"] if agent else []
+    names = [f"{algo}_{agent}_{safe_name(env)}.yaml"] if agent else []
     names += [defaults[env]] if env in defaults else []
     for name in names:
         if _packaged(name).is_file():

@@ -44,7 +44,7 @@ import numpy as np
 
 from rlstore._checks import check_count
 from rlstore._trees import flag_array, real_array
-from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 
 if TYPE_CHECKING:
     from rlstore.buffers.demos import Demo, DemoStore
@@ -197,6 +197,20 @@ class _StepHistory:
         s, e = self._start + start - self.base, self._start + self._count
         return tuple(a[s:e, i].copy() for a in self._arrays)
 
+    def state(self) -> dict[str, Any]:
+        """The held rows (copies) and ``base``, for :meth:`DemoMixer.state_dict`."""
+        s, e = self._start, self._start + self._count
+        return {
+            "base": self.base,
+            "rows": {str(k): a[s:e].copy() for k, a in enumerate(self._arrays)},
+        }
+
+    def load(self, sd: dict[str, Any]) -> None:
+        """Inverse of :meth:`state` (checked by the caller)."""
+        rows = [np.array(sd["rows"][str(k)]) for k in range(len(sd["rows"]))]
+        self.base, self._start, self._count = int(sd["base"]), 0, len(rows[0]) if rows else 0
+        self._arrays = [np.concatenate([r, np.empty_like(r)]) for r in rows] if self._count else []
+
     def trim(self, keep_from: int) -> None:
         """Drop the rows of global steps before ``keep_from``."""
         drop = min(max(0, keep_from - self.base), self._count)
@@ -271,6 +285,54 @@ class DemoMixer:
         self._ep_start = np.zeros(n, dtype=np.int64)  # _NEVER while replaying
         self._ep_max = np.full(n, -np.inf)
         self._checked_upto = -1
+
+    _SLOT_ARRAYS = ("_replaying", "_kind", "_pos", "_len", "_rmax", "_ep_start", "_ep_max")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The slots' replays and open env episodes (arrays, copies) and the step counter.
+
+        The demos being replayed are stored whole (``demos/<slot>``): they may have left the
+        store. The store itself is saved on its own (:meth:`DemoStore.state_dict`).
+        """
+        if self._obs is None:
+            raise EmptyBufferError("state_dict: call reset(obs) first")
+        return {
+            "obs": self._obs.copy(),
+            "t": self._t,
+            **{k[1:]: getattr(self, k).copy() for k in self._SLOT_ARRAYS},
+            "demos": {str(i): d.state() for i, d in enumerate(self._demos) if d is not None},
+            "hist": self._hist.state(),
+        }
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (after the store's own state): the mixer then
+        emits what the original would. A replayed demo still in the store is shared with it."""
+        from rlstore.buffers.demos import Demo
+
+        n = self.num_envs
+        try:
+            obs, t, hist = real_array("obs", sd["obs"]), int(sd["t"]), sd["hist"]
+            arrays = {k: np.asarray(sd[k[1:]]) for k in self._SLOT_ARRAYS}
+            demos: list[Demo | None] = [None] * n
+            known = {d.demo_id: d for d in (*self.store.reward_demos, *self.store.value_demos)}
+            for key, d_sd in sd["demos"].items():
+                d = Demo.from_state(d_sd)
+                demos[int(key)] = known.get(d.demo_id, d)
+            rows = hist["rows"]
+            ok = isinstance(rows, dict) and all(isinstance(r, np.ndarray) for r in rows.values())
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, SpecError) as exc:
+            raise CheckpointError(f"DemoMixer state: missing or bad entry ({exc})") from exc
+        bad = [k for k, a in arrays.items() if a.shape != (n,) or a.dtype != getattr(self, k).dtype]
+        if bad or obs.shape[:1] != (n,) or not ok or t < 0:
+            raise CheckpointError(
+                f"DemoMixer state: expected ({n},) slot arrays like this mixer's, an obs of {n} "
+                f"rows and history arrays, got bad {bad or 'obs/hist/t'}"
+            )
+        self.reset_tracking()
+        self._obs, self._t, self._demos = obs.copy(), t, demos
+        for k, a in arrays.items():
+            setattr(self, k, a.copy())
+        self._hist.load(hist)
 
     def _frames(self, obs: np.ndarray) -> np.ndarray:
         """Last frame of each stacked observation, ``(N, C, ...)``."""

@@ -297,6 +297,8 @@ def run_rollout(
     trajectory_writer: Any = None,
     sampling_method: str = "basic",
     sampling_kwargs: dict[str, Any] | None = None,
+    *,
+    mix: Any = None,
 ) -> RolloutState:
     """Collect ``num_steps`` steps of every env into ``buffer`` and compute GAE returns.
 
@@ -307,10 +309,15 @@ def run_rollout(
 
     With ``agent.normalizer`` on, observations (what the agent sees and what is stored) and the
     stored rewards are normalized; its statistics are updated only when ``agent.training``.
+
+    ``mix`` (PPO+D, :mod:`rlstore.agents.ppod`): called after every env step as ``mix(action,
+    logp, value, reward, terminated, truncated, next_raw)``, it returns them with demo replays
+    mixed in plus ``from_demo`` ``(N,)`` bool; demo steps count in no episode statistics.
     """
     kwargs = sampling_kwargs or {}
     obs, memory, ep_time = state.next_obs, state.memory, state.episode_time
     n = envs.num_envs
+    no_demo = np.zeros(n, dtype=bool)
     for _ in range(num_steps):
         with torch.no_grad():
             params, value, hidden, new_memory = agent._step(obs, memory, ep_time)
@@ -319,6 +326,11 @@ def run_rollout(
             logp = dist.log_prob(action)
         env_action = agent.env_action(action)
         next_raw, reward, terminated, truncated, info = envs.step(env_action)
+        from_demo = no_demo
+        if mix is not None:
+            action, logp, reward, terminated, truncated, next_raw, from_demo = mix(
+                action, logp, value, reward, terminated, truncated, next_raw
+            )
         norm = agent.normalizer  # statistics updated in train() mode, frozen in eval()
         next_obs = norm.obs(agent.preprocess(next_raw, agent.device), agent.training)
         done = terminated | truncated
@@ -340,11 +352,11 @@ def run_rollout(
             trajectory_writer.accumulate_trajectory(
                 next_raw, reward, terminated, truncated, env_action, info
             )
-        state.episode_return += reward  # raw rewards: episode statistics are never scaled
+        state.episode_return += np.where(from_demo, 0.0, reward)  # raw rewards, never scaled
         state.global_step += n
         ep_time = ep_time + 1
         if done.any():
-            for i in np.flatnonzero(done):
+            for i in np.flatnonzero(done & ~from_demo):
                 state.episode_returns.append(float(state.episode_return[i]))
                 state.episode_lengths.append(int(ep_time[i]))
                 state.episode_end_steps.append(state.global_step)

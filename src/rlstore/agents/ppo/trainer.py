@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -85,6 +86,9 @@ __all__ = [
     "load_config",
     "DEFAULT_CONFIGS",
     "evaluate_agent",
+    "deterministic_policy",
+    "evaluates",
+    "log_update",
     "train_config_from_parts",
 ]
 
@@ -125,11 +129,16 @@ _LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl",
            "explained_variance")  # fmt: skip
 
 
-def _log_update(
-    logger: RunLogger, update: int, state: RolloutState, info: dict[str, float], n_logged: int
+def log_update(
+    logger: RunLogger,
+    update: int,
+    state: RolloutState,
+    info: dict[str, float],
+    n_logged: int,
+    **progress: str,
 ) -> int:
-    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics;
-    returns the number of episodes logged so far."""
+    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics
+    (``progress``: more fields for the bar); returns the number of episodes logged so far."""
     for i in range(n_logged, len(state.episode_returns)):
         logger.episode(state.episode_returns[i], state.episode_lengths[i],
                        state.episode_end_steps[i])  # fmt: skip
@@ -140,11 +149,11 @@ def _log_update(
     logger.scalars(values, state.global_step)
     recent = state.episode_returns[-20:]
     ret = f"{np.mean(recent):.1f}" if recent else "-"
-    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update)
+    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update, **progress)
     return len(state.episode_returns)
 
 
-def _evaluates(rc: RunConfig, update: int, num_updates: int) -> bool:
+def evaluates(rc: RunConfig, update: int, num_updates: int) -> bool:
     """Whether evaluation episodes run after ``update`` (1-based)."""
     every = rc.eval_every and update % rc.eval_every == 0
     return rc.eval_episodes > 0 and (update == num_updates or bool(every))
@@ -283,14 +292,14 @@ def _train(
             elapsed = time.perf_counter() - t0
             info.update(global_step=float(state.global_step),
                         sps=(state.global_step - step0) / max(elapsed, 1e-9))  # fmt: skip
-            if _evaluates(rc, update + 1, num_updates):
+            if evaluates(rc, update + 1, num_updates):
                 video = None if not rc.video or run_dir is None else (
                     run_dir / "videos" / f"step_{state.global_step}")  # fmt: skip
                 returns = evaluate_agent(agent, environment_config, rc.eval_episodes,
                                          rc.seed + EVAL_SEED_OFFSET, video_dir=video)  # fmt: skip
                 info["eval/mean_return"] = float(np.mean(returns))
             stats.updates.append(info)
-            n_logged = _log_update(logger, update + 1, state, info, n_logged)
+            n_logged = log_update(logger, update + 1, state, info, n_logged)
             if ckpt_dir is not None and update + 1 in ckpt_at:
                 ckpt_num = store_model_checkpoint(
                     agent, oc, run_config, ckpt_num, ckpt_dir, config=cfg, optimizer=optimizer,
@@ -404,19 +413,13 @@ EVAL_SEED_OFFSET = 1_000_000
 """Evaluation episode i resets with seed ``run.seed + EVAL_SEED_OFFSET + i``."""
 
 
-def evaluate_agent(
+def deterministic_policy(
     agent: PPOAgent,
-    environment_config: EnvironmentConfig,
-    episodes: int,
-    seed: int,
-    *,
-    video_dir: str | Path | None = None,
-) -> list[float]:
-    """Returns of ``episodes`` deterministic episodes of ``agent`` (greedy action for discrete
-    spaces, the mean for continuous ones; ``eval()`` mode, so observation statistics are frozen;
-    recurrent memory reset at each episode start) on one env built like the training envs, via
-    :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
-    records them)."""
+) -> tuple[Callable[[], None], Callable[[np.ndarray], np.ndarray]]:
+    """``(begin_episode, act)`` of ``agent``'s deterministic policy on one env: the greedy
+    action (discrete) or the mean (continuous) of one raw observation; ``begin_episode``
+    resets the recurrent memory (used by :func:`evaluate_agent` and ``rlstore demo-record
+    --run``; call ``agent.eval()`` first to freeze observation statistics)."""
     carry: dict[str, Any] = {}
 
     def begin() -> None:
@@ -430,6 +433,23 @@ def evaluate_agent(
         carry["t"] = carry["t"] + 1
         return agent.env_action(params.argmax(-1) if agent.discrete else params)[0]
 
+    return begin, act
+
+
+def evaluate_agent(
+    agent: PPOAgent,
+    environment_config: EnvironmentConfig,
+    episodes: int,
+    seed: int,
+    *,
+    video_dir: str | Path | None = None,
+) -> list[float]:
+    """Returns of ``episodes`` deterministic episodes of ``agent`` (greedy action for discrete
+    spaces, the mean for continuous ones; ``eval()`` mode, so observation statistics are frozen;
+    recurrent memory reset at each episode start) on one env built like the training envs, via
+    :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
+    records them)."""
+    begin, act = deterministic_policy(agent)
     render = None if video_dir is None else "rgb_array"
     was_training = agent.training
     agent.eval()

@@ -1,0 +1,225 @@
+"""PPO+D trainer (rlstore.agents.ppod): demo steps in the rollout, the demo folders, exact
+resume with the demo pools, the CLI, and the KeyDoor learning check (PPO+D solves it from the
+single shipped demo, plain PPO with the same budget and settings does not)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import rlstore.envs  # noqa: F401  (registers rlstore/KeyDoor-v0)
+from rlstore.agents.ppo.models import get_agent
+from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
+from rlstore.agents.ppo.trainer import train_ppo
+from rlstore.agents.ppod import (
+    DEFAULT_CONFIGS,
+    DemoRollout,
+    PPODTrainConfig,
+    human_demos,
+    load_config,
+    runner,
+    train_ppod,
+)
+from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
+from rlstore.buffers.demos import DemoStore
+from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.checkpoint import load_state
+from rlstore.envs.keydoor import DEMO_FILE, KEYDOOR_ID, optimal_actions
+from rlstore.errors import CheckpointError, ConfigError
+
+CONFIGS = Path(__file__).resolve().parents[2] / "src" / "rlstore" / "configs"
+
+
+def _cfg(**ppod: Any) -> PPODTrainConfig:
+    return PPODTrainConfig.from_dict(
+        {
+            "run": {"track": False, "seed": 2, "eval_episodes": 1},
+            "environment": {"env_id": KEYDOOR_ID, "max_steps": 30},
+            "online": {
+                "total_timesteps": 1024,
+                "num_envs": 2,
+                "num_steps": 64,
+                "num_checkpoints": 0,
+            },  # fmt: skip
+            "ppod": {"rho": 0.4, "phi": 0.3, "capacity": 6, **ppod},
+        }
+    )
+
+
+def test_demo_steps_store_the_demo_action_reward_and_logp_zero() -> None:
+    cfg = _cfg(rho=1.0, phi=0.0)
+    envs = make_vector_env(cfg.environment, 2)
+    agent = get_agent(None, envs, cfg.environment, cfg.online)
+    store = DemoStore(4, rho=1.0, phi=0.0, seed=0)
+    store.add_initial(human_demos(cfg)[0])
+    obs, _ = envs.reset(seed=0)
+    state = RolloutState.start(agent, envs, 0)
+    mix = DemoRollout(store, agent, envs, obs, cfg.ppod, None)
+    buffer = RolloutBuffer(64, 2, gamma=0.99, lam=0.95, seed=0)
+    run_rollout(agent, buffer, 64, envs, state, mix=mix)
+    envs.close()
+    b = buffer.get()
+    # the first episode of each slot is a real one (ended by the 30-step limit or the goal);
+    # from then on rho = 1: every step replays the 24-step demo
+    demo = optimal_actions()
+    for i in range(2):
+        start = int(np.flatnonzero(b.truncated[:, i].numpy() | b.terminated[:, i].numpy())[0]) + 1
+        rows = slice(start, start + len(demo))
+        assert b.actions[rows, i].tolist() == demo
+        assert torch.all(b.logprobs[rows, i] == 0)
+        assert b.rewards[rows, i].tolist() == [0.0] * 23 + [1.0]
+        assert b.terminated[start + len(demo) - 1, i] and not b.terminated[start:, i][:23].any()
+        assert torch.all(b.logprobs[:start, i] < 0)  # the agent's own steps
+    assert state.episode_returns == [0.0, 0.0]  # demo replays count in no episode statistic
+
+
+def test_human_demos_default_folder_and_frame_skip(tmp_path: Path) -> None:
+    assert len(human_demos(_cfg())) == 1
+    with pytest.raises(ConfigError, match="FrameSkip 1 differs"):
+        human_demos(_cfg(frame_skip=2))
+    with pytest.raises(ConfigError, match="ppod.demos_dir: expected .npz demos"):
+        human_demos(_cfg(demos_dir=str(tmp_path)))
+    other = PPODTrainConfig.from_dict({"environment": {"env_id": "CartPole-v1"}})
+    with pytest.raises(ConfigError, match="ppod.demos_dir: expected a folder"):
+        human_demos(other)
+
+
+def test_supplementary_demos_are_added_once_and_top_demos_saved(tmp_path: Path) -> None:
+    sup, target = tmp_path / "sup", tmp_path / "out"
+    sup.mkdir()
+    cfg = _cfg(supplementary_demos_dir=str(sup), target_demos_dir=str(target))
+    envs = make_vector_env(cfg.environment, 2)
+    agent = get_agent(None, envs, cfg.environment, cfg.online)
+    store = DemoStore(4, rho=0.5, phi=0.0, seed=0)
+    store.add_initial(human_demos(cfg)[0])
+    mix = DemoRollout(store, agent, envs, envs.reset(seed=0)[0], cfg.ppod, target)
+    envs.close()
+    assert mix.poll_supplementary() == 0 and mix.save_demos() == []  # human demos: not saved
+    shutil.copy(DEMO_FILE, sup / "a.npz")
+    assert mix.poll_supplementary() == 1 and mix.poll_supplementary() == 0
+    assert [d.human for d in store.reward_demos] == [True, False]
+    (saved,) = mix.save_demos()
+    assert saved == target / "reward_demo_000.npz"
+    assert load_npz_demo(saved).actions.tolist() == optimal_actions()
+
+
+def test_resume_continues_the_run_exactly_demo_pools_included(tmp_path: Path) -> None:
+    sup = tmp_path / "sup"
+    sup.mkdir()
+    demo = load_npz_demo(DEMO_FILE)
+    save_npz_demo(sup / "short.npz", demo.observations[:5], demo.actions[:5], demo.rewards[:5])
+    cfg = _cfg(supplementary_demos_dir=str(sup), save_demos_every=2)
+    cfg = cfg.model_copy(update={"online": cfg.online.model_copy(update={"num_checkpoints": 4})})
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    agent_a, stats_a = runner(cfg, run_dir=a_dir, resume=False)
+    assert {"config.yaml", "learning_curve.png", "checkpoints"} <= {p.name for p in a_dir.iterdir()}
+    assert load_config(a_dir / "config.yaml") == cfg
+    mid = a_dir / "checkpoints" / "checkpoint_0001"
+    sd_mid = load_state(mid, prefix="ppod_")
+    assert sd_mid["mixer"]["replaying"].any()  # a replay in progress is carried over
+    assert sd_mid["store"]["num_value"] > 0 and sd_mid["seen"] == ["short.npz"]
+    shutil.copytree(a_dir, b_dir)
+    for k in (2, 3):
+        shutil.rmtree(b_dir / "checkpoints" / f"checkpoint_000{k}")  # resume from the middle
+    agent_b, stats_b = runner(cfg, run_dir=b_dir, resume=True)
+    sd_a, sd_b = agent_a.state_dict(), agent_b.state_dict()
+    assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
+    assert stats_b.episode_returns == stats_a.episode_returns
+    assert stats_b.episode_end_steps == stats_a.episode_end_steps
+    drop = ("sps",)
+    assert [{k: v for k, v in u.items() if k not in drop} for u in stats_b.updates] == [
+        {k: v for k, v in u.items() if k not in drop} for u in stats_a.updates
+    ]
+    last_a = load_state(a_dir / "checkpoints" / "checkpoint_0003", prefix="ppod_")
+    last_b = load_state(b_dir / "checkpoints" / "checkpoint_0003", prefix="ppod_")
+    _assert_same_tree(last_a, last_b)
+    assert sorted(p.name for p in (b_dir / "demos").iterdir()) == sorted(
+        p.name for p in (a_dir / "demos").iterdir()
+    )
+
+
+def _assert_same_tree(a: Any, b: Any, where: str = "") -> None:
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            _assert_same_tree(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    else:
+        assert a == b, where
+
+
+def test_resume_refuses_another_ppod_config(tmp_path: Path) -> None:
+    cfg = _cfg()
+    cfg = cfg.model_copy(update={"online": cfg.online.model_copy(update={"num_checkpoints": 1})})
+    train_ppod(cfg, run_dir=tmp_path)
+    other = cfg.model_copy(update={"ppod": cfg.ppod.model_copy(update={"rho": 0.2})})
+    with pytest.raises(CheckpointError, match="ppod: a resumed run keeps its config"):
+        train_ppod(other, run_dir=tmp_path, resume=True)
+    with pytest.raises(ConfigError, match="resume"):
+        train_ppod(cfg, run_dir=tmp_path / "empty", resume=True)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return subprocess.run(
+        [sys.executable, "-m", "rlstore.cli", "train", *args], cwd=cwd, capture_output=True,
+        text=True, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}, timeout=300,
+    )  # fmt: skip
+
+
+def test_cli_trains_ppod_from_the_packaged_config_and_refuses_demos_elsewhere(
+    tmp_path: Path,
+) -> None:
+    assert DEFAULT_CONFIGS == {KEYDOOR_ID: "ppod_fc_rlstore_KeyDoor-v0.yaml"}
+    assert load_config(CONFIGS / DEFAULT_CONFIGS[KEYDOOR_ID]).environment.env_id == KEYDOOR_ID
+    demos = tmp_path / "demos"
+    demos.mkdir()
+    shutil.copy(DEMO_FILE, demos / "human.npz")
+    out = _cli("--algo", "ppod", "--env", KEYDOOR_ID, "--agent", "fc", "--demos", str(demos),
+               "--total-steps", "1024", "--no-progress", "--no-tensorboard",
+               "--set", "online.num_checkpoints=1", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "runs" / "rlstore_KeyDoor-v0-fc-s1"
+    cfg = load_config(run / "config.yaml")
+    assert cfg.ppod.demos_dir == str(demos) and cfg.ppod.rho == 0.3  # the packaged config's
+    resumed = _cli("--resume", str(run), "--total-steps", "2048", "--no-progress",
+                   "--no-tensorboard", cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "env steps       2048" in resumed.stdout
+    for algo in ("ppo", "dqn"):
+        bad = _cli("--algo", algo, "--demos", str(demos), cwd=tmp_path)
+        assert bad.returncode == 2
+        assert f"--demos: not an option of --algo {algo}" in bad.stderr
+
+
+# ----------------------------------------------------------------- learning (KeyDoor)
+
+
+def _keydoor(seed: int) -> PPODTrainConfig:
+    cfg = load_config(CONFIGS / DEFAULT_CONFIGS[KEYDOOR_ID])
+    run = cfg.run.model_copy(update={"seed": seed, "track": False})
+    online = cfg.online.model_copy(update={"num_checkpoints": 0})
+    return cfg.model_copy(update={"run": run, "online": online})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppod_solves_keydoor_from_one_demo_and_plain_ppo_does_not(seed: int) -> None:
+    cfg = _keydoor(seed)
+    _, stats = train_ppod(cfg)
+    success_ppod = stats.evaluations[-1][1]  # reward 1 on reaching the goal: success rate
+    c = cfg.ppo_config()
+    _, stats_ppo = train_ppo(c.run, c.online, c.environment, None)
+    success_ppo = stats_ppo.evaluations[-1][1]
+    assert success_ppod > 0.9, stats.evaluations
+    assert success_ppo < 0.1, stats_ppo.evaluations
