@@ -4,7 +4,9 @@
 observed (``FullyObsWrapper``) with the grid one-hot encoded (object type, 11, and state, 4,
 per cell) plus the agent's direction (4), as a flat float32 vector; MiniGrid's own reward
 ``1 - 0.9 * steps / max_steps`` at the goal, 0 otherwise. The layout (key, door, wall) is drawn
-anew each episode, so one demo shows the task on one layout only.
+anew each episode, so one demo shows the task on one layout only. With ``--layout fixed``
+(``rlstore/FlatDoorKeyFixed-<size>-v0``) every reset builds the demo's layout (``reset(seed=0)``
+whatever the seed): a deterministic hard-exploration task like ``rlstore/KeyDoor-v0``.
 
 The demonstration is recorded on the layout of ``reset(seed=0)`` by a scripted policy: a
 breadth-first search over the env's own dynamics (copies of the env) for the shortest action
@@ -18,6 +20,7 @@ training episodes and the times.
 Run::
 
     python benchmarks/bench_ppod_minigrid.py --size 5x5 --seeds 0 --total-steps 300000
+    python benchmarks/bench_ppod_minigrid.py --size 8x8 --layout fixed --seeds 0,1
 
 Writes ``benchmarks/results/ppod_minigrid.md``. Nothing here asserts on timings.
 """
@@ -64,17 +67,25 @@ class FlatOneHot(gym.ObservationWrapper):
         return np.concatenate([objects, states, direction])
 
 
-def _make(size: str, **kwargs: Any) -> gym.Env:
+class FixedLayout(gym.Wrapper):
+    """Every reset builds the layout of ``reset(seed=0)``."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return self.env.reset(seed=0, options=options)
+
+
+def _make(size: str, fixed: bool = False, **kwargs: Any) -> gym.Env:
     import minigrid  # noqa: F401  (registers the MiniGrid ids)
 
-    return FlatOneHot(gym.make(f"MiniGrid-DoorKey-{size}-v0", **kwargs))
+    env = FlatOneHot(gym.make(f"MiniGrid-DoorKey-{size}-v0", **kwargs))
+    return FixedLayout(env) if fixed else env
 
 
-def register(size: str) -> str:
-    """Register ``rlstore/FlatDoorKey-<size>-v0`` (idempotent); returns the id."""
-    env_id = f"rlstore/FlatDoorKey-{size}-v0"
+def register(size: str, fixed: bool = False) -> str:
+    """Register ``rlstore/FlatDoorKey[Fixed]-<size>-v0`` (idempotent); returns the id."""
+    env_id = f"rlstore/FlatDoorKey{'Fixed' if fixed else ''}-{size}-v0"
     if env_id not in gym.registry:
-        gym.register(id=env_id, entry_point=lambda **kw: _make(size, **kw))
+        gym.register(id=env_id, entry_point=lambda **kw: _make(size, fixed, **kw))
     return env_id
 
 
@@ -103,25 +114,26 @@ def scripted_actions(env: gym.Env, seed: int) -> list[int]:
     raise RuntimeError("no path to the goal")
 
 
-def record_demo(size: str, folder: Path, seed: int = 0) -> Path:
+def record_demo(size: str, folder: Path, seed: int = 0, fixed: bool = False) -> Path:
     """Record the scripted demo of ``reset(seed)`` as ``folder/doorkey.npz``."""
     from rlstore.demo_record import record
 
-    register(size)
     env = _make(size)
     actions = scripted_actions(env, seed)
     env.close()
-    return record(register(size), folder / "doorkey.npz", actions=actions, seed=seed)
+    return record(register(size, fixed), folder / "doorkey.npz", actions=actions, seed=seed)
 
 
-def run_one(algo: str, seed: int, size: str, steps: int, demos: str) -> dict[str, Any]:
+def run_one(
+    algo: str, seed: int, size: str, steps: int, demos: str, fixed: bool = False
+) -> dict[str, Any]:
     limit_threads(1)
     from rlstore.agents.ppo.trainer import train_ppo
     from rlstore.agents.ppod import PPODTrainConfig, train_ppod
 
     cfg = PPODTrainConfig.from_dict({
         "run": {"track": False, "seed": seed, "eval_episodes": 10, "eval_every": 20},
-        "environment": {"env_id": register(size)},
+        "environment": {"env_id": register(size, fixed)},
         "online": {"total_timesteps": steps, "num_envs": 8, "num_steps": 128,
                    "ent_coef": 0.01, "num_checkpoints": 0},
         "ppod": {"rho": 0.3, "phi": 0.0, "demos_dir": demos},
@@ -148,11 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0")
     p.add_argument("--total-steps", type=int, default=300_000)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--layout", default="random", choices=["random", "fixed"])
     p.add_argument("--out", default=str(HERE / "results" / "ppod_minigrid.md"))
     args = p.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="ppod_minigrid_"))
-    demo = record_demo(args.size, folder)
-    tasks = [(a, int(s), args.size, args.total_steps, str(folder))
+    fixed = args.layout == "fixed"
+    demo = record_demo(args.size, folder, fixed=fixed)
+    tasks = [(a, int(s), args.size, args.total_steps, str(folder), fixed)
              for s in args.seeds.split(",") for a in ("ppo+d", "ppo")]  # fmt: skip
     if args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
@@ -169,9 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     from rlstore.buffers.demo_files import load_npz_demo
 
-    note = f"One demo, {load_npz_demo(demo).length} actions, layout of reset(seed=0)."
+    note = (
+        f"One demo, {load_npz_demo(demo).length} actions, layout of reset(seed=0); "
+        f"episodes on {'that layout only' if fixed else 'fresh layouts'}."
+    )
     write_markdown(
-        args.out, f"PPO+D vs PPO on MiniGrid DoorKey-{args.size} (one scripted demo)",
+        args.out, f"PPO+D vs PPO on MiniGrid DoorKey-{args.size}, {args.layout} layout "
+        "(one scripted demo)",
         [("Returns", f"{note}\n\n{table}")],
         versions=library_versions(["torch", "gymnasium", "minigrid"]),
         command="python benchmarks/bench_ppod_minigrid.py " + " ".join(argv or sys.argv[1:]),
