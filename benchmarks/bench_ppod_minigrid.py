@@ -120,7 +120,8 @@ def run_one(algo: str, seed: int, size: str, steps: int, demos: str) -> dict[str
     from rlstore.agents.ppod import PPODTrainConfig, train_ppod
 
     cfg = PPODTrainConfig.from_dict({
-        "run": {"track": False, "seed": seed, "eval_episodes": 10, "eval_every": 20},
+        "run": {"track": False, "seed": seed, "eval_episodes": 10,
+                "eval_interval": 20 * 8 * 128},
         "environment": {"env_id": register(size)},
         "online": {"total_timesteps": steps, "num_envs": 8, "num_steps": 128,
                    "ent_coef": 0.01, "num_checkpoints": 0},
