@@ -76,8 +76,9 @@ def run_rlstore(hp: dict[str, Any], seed: int, variant: dict[str, Any]) -> dict[
     """rlstore's ``train_dqn`` (no logging, checkpoints or evaluation)."""
     from rlstore.agents.dqn import DQNTrainConfig, train_dqn
 
-    dqn = {**hp, **variant, "num_checkpoints": 0, "eval_interval": 0}
-    cfg = DQNTrainConfig.from_dict({"run": {"seed": seed, "track": False}, "dqn": dqn})
+    dqn = {**hp, **variant, "num_checkpoints": 0}
+    run = {"seed": seed, "track": False, "eval_episodes": 0}
+    cfg = DQNTrainConfig.from_dict({"run": run, "dqn": dqn})
     cpu0 = time.process_time()
     _, stats = train_dqn(cfg)
     return {

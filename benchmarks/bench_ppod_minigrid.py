@@ -132,7 +132,8 @@ def run_one(
     from rlstore.agents.ppod import PPODTrainConfig, train_ppod
 
     cfg = PPODTrainConfig.from_dict({
-        "run": {"track": False, "seed": seed, "eval_episodes": 10, "eval_every": 20},
+        "run": {"track": False, "seed": seed, "eval_episodes": 10,
+                "eval_interval": 20 * 8 * 128},
         "environment": {"env_id": register(size, fixed)},
         "online": {"total_timesteps": steps, "num_envs": 8, "num_steps": 128,
                    "ent_coef": 0.01, "num_checkpoints": 0},

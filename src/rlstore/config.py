@@ -31,7 +31,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 import yaml
@@ -107,6 +107,10 @@ class StrictModel(BaseModel):
         extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False
     )
 
+    moved_keys: ClassVar[dict[str, str]] = {}
+    """Keys this model no longer has -> where they went (``"moved to run.eval_interval"``): a
+    mapping that still names one is refused with that hint, never silently ignored."""
+
     def __init__(self, /, **data: Any) -> None:
         try:
             super().__init__(**data)
@@ -123,9 +127,11 @@ class StrictModel(BaseModel):
     @classmethod
     def _no_bools_as_numbers(cls, data: Any) -> Any:
         """``True`` is not 1 and ``False`` is not 0.0: a bool given to a field that does not
-        admit bools is refused (pydantic's lax mode would coerce it)."""
+        admit bools is refused (pydantic's lax mode would coerce it); so is a moved key."""
         if isinstance(data, Mapping):
             for key, value in data.items():
+                if isinstance(key, str) and key in cls.moved_keys:
+                    raise ValueError(f"{key}: {cls.moved_keys[key]}, got {value!r}")
                 field = cls.model_fields.get(key) if isinstance(key, str) else None
                 if isinstance(value, (bool, np.bool_)) and field and _lax_number(field):
                     raise ValueError(f"{key}: expected a number, got {value!r} (a bool)")

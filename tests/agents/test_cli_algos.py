@@ -59,7 +59,7 @@ def test_dqn_named_flags_reach_its_config(tmp_path) -> None:
 def test_sac_runs_and_extends_from_the_cli(tmp_path, capsys) -> None:
     run = tmp_path / "s"
     argv = ["train", "--algo", "sac", "--total-steps", "300", *QUIET, "--exp-name", "s"]
-    tiny = ["--set", "sac.eval_episodes=1", "--set", "sac.batch_size=32", "--set",
+    tiny = ["--eval-episodes", "1", "--set", "sac.batch_size=32", "--set",
             "sac.learning_starts=100"]  # fmt: skip
     assert main([*argv, "--runs-dir", str(tmp_path), *tiny]) == 0
     assert "env steps       300" in capsys.readouterr().out

@@ -65,12 +65,13 @@ if COUNT_ID not in gym.registry:
     gym.register(COUNT_ID, entry_point=CountEnv)
 
 
-def _cfg(env_id: str = "CartPole-v1", **dqn: Any) -> DQNTrainConfig:
+def _cfg(env_id: str = "CartPole-v1", run: dict[str, Any] | None = None, **dqn: Any
+         ) -> DQNTrainConfig:  # fmt: skip
     base = {"total_timesteps": 400, "learning_starts": 64, "batch_size": 16, "train_freq": 50,
             "gradient_steps": 4, "hidden_sizes": [32], "num_checkpoints": 0}  # fmt: skip
     return DQNTrainConfig.from_dict(
         {
-            "run": {"track": False, "seed": 3},
+            "run": {"track": False, "seed": 3, "eval_episodes": 0, **(run or {})},
             "environment": {"env_id": env_id},
             "dqn": {**base, **dqn},
         }  # fmt: skip
@@ -188,7 +189,8 @@ def test_prioritized_n_step_run_changes_priorities_end_to_end(tmp_path: Path) ->
 
 @pytest.mark.parametrize("extra", [{}, {"prioritized": True, "n_step": 2, "dueling": True}])
 def test_resume_continues_the_run_exactly(tmp_path: Path, extra: dict[str, Any]) -> None:
-    cfg = _cfg(num_envs=2, num_checkpoints=2, eval_interval=200, eval_episodes=1, **extra)
+    cfg = _cfg(num_envs=2, num_checkpoints=2, run={"eval_interval": 200, "eval_episodes": 1},
+               **extra)  # fmt: skip
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     a_dir.mkdir()
     agent_a, stats_a = runner(cfg, run_dir=a_dir, resume=False)
@@ -202,6 +204,7 @@ def test_resume_continues_the_run_exactly(tmp_path: Path, extra: dict[str, Any])
     assert stats_b.episode_returns == stats_a.episode_returns
     assert stats_b.episode_end_steps == stats_a.episode_end_steps
     assert stats_b.evaluations == stats_a.evaluations
+    assert [s for s, _ in stats_a.evaluations] == [200, 400]  # periods of 100 steps
     drop = ("sps",)
     assert [{k: v for k, v in u.items() if k not in drop} for u in stats_b.updates] == [
         {k: v for k, v in u.items() if k not in drop} for u in stats_a.updates
@@ -301,8 +304,8 @@ def test_velora_warm_fills_a_buffer_with_the_agent() -> None:
 def test_dqn_learns_cartpole_within_50k_steps(seed: int) -> None:
     cfg = load_config(CONFIGS / DEFAULT_CONFIGS["CartPole-v1"])
     d = cfg.to_dict()
-    d["run"].update(seed=seed, track=False)
-    d["dqn"].update(num_checkpoints=0, eval_interval=0)
+    d["run"].update(seed=seed, track=False, eval_episodes=0)
+    d["dqn"].update(num_checkpoints=0)
     _, stats = train_dqn(DQNTrainConfig.from_dict(d))
     reached = stats.first_step_reaching(475.0)
     assert reached is not None and reached <= 50_000, stats.episode_returns[-20:]

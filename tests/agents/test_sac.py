@@ -69,11 +69,11 @@ if COUNT_ID not in gym.registry:
 def tiny(**sac) -> SACTrainConfig:
     """A small, fast Pendulum run (episodes of 50 steps)."""
     base = {"total_timesteps": 400, "batch_size": 32, "hidden_sizes": [32, 32],
-            "buffer_size": 1000, "eval_freq": 100, "eval_episodes": 1, "log_freq": 100,
-            "num_checkpoints": 3, "learning_starts": 50}  # fmt: skip
+            "buffer_size": 1000, "log_freq": 100, "num_checkpoints": 3,
+            "learning_starts": 50}  # fmt: skip
     return SACTrainConfig.from_dict(
         {
-            "run": {"seed": 1, "track": False},
+            "run": {"seed": 1, "track": False, "eval_interval": 100, "eval_episodes": 1},
             "environment": {"env_id": "Pendulum-v1", "max_steps": 50},
             "sac": {**base, **sac},
         }  # fmt: skip
@@ -176,11 +176,11 @@ def test_td_targets_of_a_constructed_episode(tmp_path, terminate_at, max_steps, 
     1.5 + 0.9 * 3 = 4.2; 2.5 + 0.9 * 5 = 7.0; the end (above); 1.5 + 0.9 * 3 = 4.2.
     Bootstrapping a truncation from the reset obs 0.5 instead would give 3.5 + 0.9 = 4.4."""
     cfg = SACTrainConfig.from_dict({
-        "run": {"seed": 0, "track": False},
+        "run": {"seed": 0, "track": False, "eval_episodes": 1},
         "environment": {"env_id": COUNT_ID, "env_kwargs": {"terminate_at": terminate_at},
                         "max_steps": max_steps},
         "sac": {"total_timesteps": 4, "learning_starts": 1000, "batch_size": 1,
-                "buffer_size": 16, "hidden_sizes": [4], "eval_episodes": 1, "num_checkpoints": 1},
+                "buffer_size": 16, "hidden_sizes": [4], "num_checkpoints": 1},
     })  # fmt: skip
     train_sac(cfg, run_dir=tmp_path)
     buf = checkpoint.load(tmp_path / "checkpoints" / "checkpoint_0000", prefix="buffer_")

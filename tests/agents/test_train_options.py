@@ -266,7 +266,7 @@ def test_evaluation_does_not_change_the_run(tmp_path, model) -> None:
     plain_agent, plain = train_ppo(RunConfig(seed=5, track=False, eval_episodes=0), oc, env, model)
     torch.manual_seed(0)
     agent, stats = train_ppo(
-        RunConfig(seed=5, track=False, eval_episodes=2, eval_every=1), oc, env, model
+        RunConfig(seed=5, track=False, eval_episodes=2, eval_interval=64), oc, env, model
     )
     for p, q in zip(plain_agent.state_dict().values(), agent.state_dict().values(), strict=True):
         assert torch.equal(p, q)  # same computations in the same order
@@ -282,7 +282,7 @@ def test_evaluation_does_not_change_the_run(tmp_path, model) -> None:
 def test_evaluation_is_logged_and_printed(tmp_path, capsys) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    rc = main(["train", "--total-steps", "512", "--no-progress", "--eval-every", "1",
+    rc = main(["train", "--total-steps", "512", "--no-progress", "--eval-interval", "256",
                "--eval-episodes", "2", "--runs-dir", str(tmp_path)])  # fmt: skip
     assert rc == 0
     out = capsys.readouterr().out

@@ -32,5 +32,5 @@ def test_apex_dqn_solves_cartpole(ray_session) -> None:
     cfg = load_config(_packaged("apex_CartPole-v1.yaml"))
     cfg = type(cfg).from_dict({**cfg.to_dict(), "run": {**cfg.run.to_dict(), "track": False}})
     _, stats = train_apex(cfg)
-    assert cfg.apex.eval_episodes == 20
+    assert cfg.run.eval_episodes == 20
     assert stats.evaluations[-1][1] > 475.0  # 20 greedy episodes at the end

@@ -41,21 +41,25 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field
 
-from rlstore.agents.async_run import (
-    due,
-    evaluate_now,
-    record_episodes,
-    restore_learner,
-    save_learner,
+from rlstore.agents.async_run import record_episodes, restore_learner, save_learner
+from rlstore.agents.config import (
+    EVAL_KEYS_MOVED,
+    BaseConfig,
+    EnvironmentConfig,
+    RunConfig,
+    section_cli_keys,
 )
-from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
 from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
     adam,
+    check_video_support,
+    due,
+    evaluation_due,
     plot_learning_curve,
+    run_evaluation,
     safe_name,
     set_global_seeds,
 )
@@ -153,12 +157,10 @@ class ApexConfig(BaseConfig):
     replay_checkpoint_s: float = Field(60.0, gt=0)
     """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
     resumed run, restores from them)."""
-    eval_interval: int = Field(0, ge=0)
-    """Env steps between greedy evaluations (also one at the end); 0: none."""
-    eval_episodes: int = Field(20, ge=1)
-    """Episodes per evaluation."""
     checkpoint_interval: int = Field(0, ge=0)
     """Env steps between learner checkpoints (also one at the end); 0: none."""
+
+    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
 
     def dqn(self) -> DQNConfig:
         """The :class:`DQNConfig` of the same networks (what :class:`DQNAgent` is built from)."""
@@ -278,6 +280,8 @@ def train_apex(
     from rlstore.distributed.collector import CollectorPool, module_weights
 
     rc, ac = cfg.run, cfg.apex
+    if rc.video and run_dir is not None:
+        check_video_support()  # before the run, not after it
     threads_before = torch.get_num_threads()
     torch.set_num_threads(rc.torch_threads)
     set_global_seeds(rc.seed)
@@ -357,9 +361,9 @@ def train_apex(
             logger.progress(min(step, ac.total_timesteps), sps=f"{sps:.0f}",
                             ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
             last = step >= ac.total_timesteps
-            if ac.eval_interval and (due(step, before, ac.eval_interval) or last):
-                evaluate_now(stats, logger, agent.act, lambda: make_env(cfg.environment),
-                             ac.eval_episodes, rc.seed + 100_000, step)  # fmt: skip
+            if evaluation_due(rc, step, before, last):
+                run_evaluation(rc, stats, logger, step, agent.act,
+                               lambda render: make_env(cfg.environment, render))  # fmt: skip
             if ckpt_dir is not None and ac.checkpoint_interval and (
                     due(step, before, ac.checkpoint_interval) or last):  # fmt: skip
                 c["global_step"] = step

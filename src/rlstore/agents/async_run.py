@@ -1,5 +1,6 @@
 """What the asynchronous learners (IMPALA, Ape-X) share around their update: episode records
-from the collectors, the periodic evaluation and the learner checkpoints.
+from the collectors and the learner checkpoints (their evaluation is every trainer's:
+:func:`rlstore.agents.run.run_evaluation`).
 
 A learner checkpoint (``run_dir/checkpoints/checkpoint_NNNN/``, :func:`rlstore.checkpoint.
 save_state`, no pickle) holds the networks, the optimizer, the counters and the episode history.
@@ -10,14 +11,12 @@ checkpoints (``<run>/replay``). What is lost is bounded by what was collected si
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from rlstore.agents.run import RunLogger, TrainStats, evaluate
+from rlstore.agents.run import RunLogger, TrainStats
 from rlstore.agents.run_checkpoint import (
     check_module_state,
     check_optimizer_state,
@@ -27,7 +26,7 @@ from rlstore.agents.run_checkpoint import (
 from rlstore.checkpoint import load_state, save_state
 from rlstore.errors import CheckpointError
 
-__all__ = ["record_episodes", "due", "evaluate_now", "save_learner", "restore_learner"]
+__all__ = ["record_episodes", "save_learner", "restore_learner"]
 
 COUNTERS = ("global_step", "num_updates", "version", "checkpoint_num")
 _HISTORY = ("episode_returns", "episode_lengths", "episode_end_steps", "evaluations")
@@ -43,21 +42,6 @@ def record_episodes(
         stats.episode_lengths.append(length)
         stats.episode_end_steps.append(base + step)
         logger.episode(ret, length, base + step)
-
-
-def due(step: int, before: int, every: int) -> bool:
-    """True when ``step`` crossed a multiple of ``every`` since ``before`` (``every`` 0: never)."""
-    return every > 0 and step // every > before // every
-
-
-def evaluate_now(
-    stats: TrainStats, logger: RunLogger, act: Callable[[np.ndarray], Any],
-    make_env: Callable[[], Any], episodes: int, seed: int, step: int,
-) -> None:  # fmt: skip
-    """Run the deterministic evaluation episodes and record their mean at ``step``."""
-    mean = float(np.mean(evaluate(act, make_env, episodes, seed=seed)))
-    stats.evaluations.append((step, mean))
-    logger.scalars({"charts/eval_return": mean}, step)
 
 
 def save_learner(

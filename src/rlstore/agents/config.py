@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import Field, model_validator
@@ -24,7 +24,7 @@ from typing_extensions import Self
 from rlstore.checkpoint import write_text_atomic
 from rlstore.config import StrictModel
 
-__all__ = ["BaseConfig", "RunConfig", "EnvironmentConfig", "section_cli_keys"]
+__all__ = ["BaseConfig", "RunConfig", "EnvironmentConfig", "section_cli_keys", "EVAL_KEYS_MOVED"]
 
 
 _ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
@@ -76,14 +76,23 @@ class RunConfig(BaseConfig):
     eval_episodes: int = Field(5, ge=0)
     """Deterministic evaluation episodes (greedy / mean action, observation statistics frozen)
     run at each evaluation on one separate env, episode i reset with seed ``seed + 1_000_000 +
-    i`` (the same episodes every time); their mean is logged as ``eval/mean_return``. They draw
-    nothing from the training RNGs: a run with evaluation is the same run as without. 0: off."""
-    eval_every: int = Field(0, ge=0)
-    """Evaluate after every ``eval_every`` updates (logging periods for other algorithms) and
-    after the last one; 0: only after the last one."""
+    i`` (the same episodes every time); their mean is logged as ``eval/mean_return`` and kept
+    in ``TrainStats.evaluations``. They draw nothing from the training RNGs: a run with
+    evaluation is the same run as without. 0: off. Every algorithm reads it."""
+    eval_interval: int = Field(0, ge=0)
+    """Env steps (summed over envs) between evaluations, for every algorithm: one runs after
+    the update (period, learner step) in which the step count crosses a multiple of it, and one
+    after the last; 0: only after the last. A PPO update is ``online.num_envs *
+    online.num_steps`` env steps."""
     video: bool = False
     """Record the evaluation episodes as MP4 files under ``<run folder>/videos/step_N/``
     (gymnasium ``RecordVideo``; needs the moviepy package)."""
+
+    moved_keys: ClassVar[dict[str, str]] = {
+        "eval_every": "replaced by run.eval_interval (rlstore train --eval-interval), counted "
+        "in env steps, not PPO updates (one update is online.num_envs * online.num_steps env "
+        "steps)",
+    }
 
 
 class EnvironmentConfig(BaseConfig):
@@ -117,11 +126,20 @@ class EnvironmentConfig(BaseConfig):
 def section_cli_keys(section: str) -> dict[str, str | None]:
     """``rlstore train``'s named flags -> the keys of an algorithm whose hyper-parameters are
     one config section (DQN's ``dqn``, SAC's ``sac``); None: the flag does not apply (no
-    agent choice, no rollout length, no entropy coefficient; their evaluation interval counts
-    env steps, set with ``--set``)."""
-    keys = ("total_timesteps", "num_envs", "learning_rate", "gamma", "eval_episodes")
-    flags = ("total_steps", "num_envs", "lr", "gamma", "eval_episodes")
+    agent choice, no rollout length, no entropy coefficient). The evaluation flags set
+    ``run.*`` for every algorithm."""
+    keys = ("total_timesteps", "num_envs", "learning_rate", "gamma")
+    flags = ("total_steps", "num_envs", "lr", "gamma")
     return {
         **{flag: f"{section}.{key}" for flag, key in zip(flags, keys, strict=True)},
-        **dict.fromkeys(("agent", "num_steps", "ent_coef", "eval_every")),
+        **dict.fromkeys(("agent", "num_steps", "ent_coef")),
     }
+
+
+EVAL_KEYS_MOVED: dict[str, str] = {
+    "eval_interval": "moved to run.eval_interval (env steps between evaluations, as before)",
+    "eval_freq": "moved to run.eval_interval (env steps between evaluations, as before)",
+    "eval_episodes": "moved to run.eval_episodes",
+}
+"""``moved_keys`` of the algorithm sections (``dqn``, ``sac``, ``impala``, ``apex``) whose
+evaluation settings moved to ``run``."""

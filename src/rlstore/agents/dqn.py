@@ -55,15 +55,23 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
-from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
+from rlstore.agents.config import (
+    EVAL_KEYS_MOVED,
+    BaseConfig,
+    EnvironmentConfig,
+    RunConfig,
+    section_cli_keys,
+)
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
     adam,
-    evaluate,
+    check_video_support,
+    evaluation_due,
     plot_learning_curve,
+    run_evaluation,
     set_global_seeds,
 )
 from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
@@ -150,12 +158,10 @@ class DQNConfig(BaseConfig):
     """Initial importance exponent, annealed linearly to 1 over the run (prioritized only)."""
     per_eps: float = Field(1e-6, gt=0)
     """Added to every ``|TD error|`` so that no transition gets probability 0."""
-    eval_interval: int = Field(0, ge=0)
-    """Env steps between greedy evaluations (also one at the end); 0: none."""
-    eval_episodes: int = Field(10, ge=1)
-    """Episodes per evaluation."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced periods, the last included); 0: none."""
+
+    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
 
     @model_validator(mode="after")
     def _check(self) -> DQNConfig:
@@ -303,6 +309,8 @@ def train_dqn(
             optimizer, replay buffer with its sampler, counters, RNGs, env episodes).
     """
     rc, dc = cfg.run, cfg.dqn
+    if rc.video and run_dir is not None:
+        check_video_support()  # before the run, not after it
     threads_before = torch.get_num_threads()
     torch.set_num_threads(rc.torch_threads)
     set_global_seeds(rc.seed)
@@ -383,14 +391,9 @@ def train_dqn(
             logger.progress(step, sps=f"{info_row['sps']:.0f}",
                             ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
             # ---- evaluate and checkpoint
-            before = step - dc.train_freq * n
-            if dc.eval_interval and (
-                step // dc.eval_interval > before // dc.eval_interval or period + 1 == num_periods
-            ):
-                rets = evaluate(agent.act, lambda: make_env(cfg.environment),
-                                dc.eval_episodes, seed=rc.seed + 100_000)  # fmt: skip
-                stats.evaluations.append((step, float(np.mean(rets))))
-                logger.scalars({"charts/eval_return": stats.evaluations[-1][1]}, step)
+            if evaluation_due(rc, step, step - dc.train_freq * n, period + 1 == num_periods):
+                run_evaluation(rc, stats, logger, step, agent.act,
+                               lambda render: make_env(cfg.environment, render))  # fmt: skip
             if ckpt_dir is not None and period + 1 in ckpt_at:
                 prog = Progress(period + 1, step, updates, ckpt_num, obs, ep_ret, ep_len)
                 save_checkpoint(checkpoint_path(ckpt_dir, ckpt_num), cfg, prog, agent, optimizer,

@@ -46,17 +46,27 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field
 
-from rlstore.agents.async_run import (
-    due,
-    evaluate_now,
-    record_episodes,
-    restore_learner,
-    save_learner,
+from rlstore.agents.async_run import record_episodes, restore_learner, save_learner
+from rlstore.agents.config import (
+    EVAL_KEYS_MOVED,
+    BaseConfig,
+    EnvironmentConfig,
+    RunConfig,
+    section_cli_keys,
 )
-from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
 from rlstore.agents.ppo.models import FCAgent
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
-from rlstore.agents.run import RunLogger, TrainStats, adam, plot_learning_curve, set_global_seeds
+from rlstore.agents.run import (
+    RunLogger,
+    TrainStats,
+    adam,
+    check_video_support,
+    due,
+    evaluation_due,
+    plot_learning_curve,
+    run_evaluation,
+    set_global_seeds,
+)
 from rlstore.agents.run_checkpoint import checkpoint_path, latest_checkpoint
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.config import load_config_file
@@ -136,12 +146,10 @@ class ImpalaConfig(BaseConfig):
     """Ray CPUs reserved per collector (0: no reservation, fine on small machines)."""
     timeout_s: float = Field(120.0, gt=0)
     """Longest wait for a fragment or a remote call before the run fails with an error."""
-    eval_interval: int = Field(0, ge=0)
-    """Env steps between deterministic evaluations (also one at the end); 0: none."""
-    eval_episodes: int = Field(10, ge=1)
-    """Episodes per evaluation."""
     checkpoint_interval: int = Field(0, ge=0)
     """Env steps between learner checkpoints (also one at the end); 0: none."""
+
+    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
 
 
 class ImpalaTrainConfig(BaseConfig):
@@ -263,6 +271,8 @@ def train_impala(
     from rlstore.distributed.collector import CollectorPool, FragmentQueue, module_weights
 
     rc, ic = cfg.run, cfg.impala
+    if rc.video and run_dir is not None:
+        check_video_support()  # before the run, not after it
     threads_before = torch.get_num_threads()
     torch.set_num_threads(rc.torch_threads)
     set_global_seeds(rc.seed)
@@ -342,10 +352,9 @@ def train_impala(
             logger.progress(min(step, ic.total_timesteps), sps=f"{sps:.0f}",
                             ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
             last = step >= ic.total_timesteps
-            if ic.eval_interval and (due(step, before, ic.eval_interval) or last):
-                evaluate_now(stats, logger, lambda o: _greedy(agent, o),
-                             lambda: make_env(cfg.environment), ic.eval_episodes,
-                             rc.seed + 100_000, step)  # fmt: skip
+            if evaluation_due(rc, step, before, last):
+                run_evaluation(rc, stats, logger, step, lambda o: _greedy(agent, o),
+                               lambda render: make_env(cfg.environment, render))  # fmt: skip
             if ckpt_dir is not None and ic.checkpoint_interval and (
                     due(step, before, ic.checkpoint_interval) or last):  # fmt: skip
                 c["global_step"] = step

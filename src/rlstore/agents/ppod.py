@@ -54,14 +54,15 @@ from rlstore.agents.config import BaseConfig
 from rlstore.agents.ppo.config import TrainConfig
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
-from rlstore.agents.ppo.trainer import (
-    EVAL_SEED_OFFSET,
-    TrainResult,
-    evaluate_agent,
-    evaluates,
-    log_update,
+from rlstore.agents.ppo.trainer import TrainResult, evaluate_in_run, log_update
+from rlstore.agents.run import (
+    RunLogger,
+    TrainStats,
+    check_video_support,
+    evaluation_due,
+    plot_learning_curve,
+    set_global_seeds,
 )
-from rlstore.agents.run import RunLogger, TrainStats, plot_learning_curve, set_global_seeds
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
 from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
@@ -275,6 +276,8 @@ def train_ppod(
     run_dir = None if run_dir is None else Path(run_dir)
     stats = TrainStats(run_dir=run_dir)
     demos = human_demos(cfg)
+    if rc.video and run_dir is not None:
+        check_video_support()  # before the run, not after it
     threads_before = torch.get_num_threads()
     torch.set_num_threads(rc.torch_threads)
     set_global_seeds(rc.seed)
@@ -327,10 +330,10 @@ def train_ppod(
                 info.update(global_step=float(state.global_step),
                             sps=(state.global_step - step0) / max(elapsed, 1e-9),
                             **mix.scalars())  # fmt: skip
-                if evaluates(rc, update + 1, num_updates):
-                    returns = evaluate_agent(agent, cfg.environment, rc.eval_episodes,
-                                             rc.seed + EVAL_SEED_OFFSET)  # fmt: skip
-                    info["eval/mean_return"] = float(np.mean(returns))
+                step = state.global_step
+                if evaluation_due(rc, step, step - oc.batch_size, update + 1 == num_updates):
+                    info["eval/mean_return"] = evaluate_in_run(agent, cfg.environment, rc,
+                                                               stats, logger, step)  # fmt: skip
                 stats.updates.append(info)
                 logger.scalars({k: v for k, v in info.items() if k.startswith("ppod/")},
                                state.global_step)  # fmt: skip

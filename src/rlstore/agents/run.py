@@ -6,7 +6,9 @@ trainer (``rlstore.agents.ppo``; SAC and DQN the same way) imports from here:
 * :func:`set_global_seeds`;
 * the run folder: :func:`safe_name`, :func:`create_run_dir`;
 * :class:`RunLogger` (TensorBoard ``run_dir/tb``, offline W&B, the tqdm bar),
-  :func:`plot_learning_curve` and :func:`evaluate` (deterministic episodes, optional video).
+  :func:`plot_learning_curve` and :func:`evaluate` (deterministic episodes, optional video);
+* the evaluation schedule every trainer follows (``run.eval_episodes``, ``run.eval_interval``
+  in env steps, ``run.video``): :func:`evaluation_due` and :func:`run_evaluation`.
 
 Optional packages (tensorboard, wandb, tqdm, matplotlib, moviepy) are imported only when a run
 asks for them. Nothing here imports an algorithm module."""
@@ -26,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstore.agents.config import RunConfig
 from rlstore.errors import ConfigError
 
 __all__ = [
@@ -38,6 +41,10 @@ __all__ = [
     "plot_learning_curve",
     "check_video_support",
     "evaluate",
+    "EVAL_SEED_OFFSET",
+    "due",
+    "evaluation_due",
+    "run_evaluation",
 ]
 
 
@@ -361,3 +368,45 @@ def evaluate(
         return returns
     finally:
         env.close()
+
+
+EVAL_SEED_OFFSET = 1_000_000
+"""Evaluation episode i of every trainer resets with seed ``run.seed + EVAL_SEED_OFFSET + i``."""
+
+
+def due(step: int, before: int, every: int) -> bool:
+    """True when ``step`` crossed a multiple of ``every`` since ``before`` (``every`` 0: never)."""
+    return every > 0 and step // every > before // every
+
+
+def evaluation_due(rc: RunConfig, step: int, before: int, last: bool) -> bool:
+    """Whether a trainer evaluates now, at env step ``step`` (``before``: the step count at
+    its previous check; ``last``: the run's last update): ``rc.eval_episodes`` > 0 and the
+    count crossed a multiple of ``rc.eval_interval``, or the run ends."""
+    return rc.eval_episodes > 0 and (last or due(step, before, rc.eval_interval))
+
+
+def run_evaluation(
+    rc: RunConfig,
+    stats: TrainStats,
+    logger: RunLogger,
+    step: int,
+    act: Callable[[np.ndarray], Any],
+    make_env: Callable[[str | None], gym.Env],
+    *,
+    begin_episode: Callable[[], None] | None = None,
+) -> float:
+    """The run's evaluation at env step ``step`` (every trainer's): :func:`evaluate` of
+    ``rc.eval_episodes`` episodes from seed ``rc.seed + EVAL_SEED_OFFSET``, recorded under
+    ``<run folder>/videos/step_<step>/`` with ``rc.video`` (and a run folder); the mean is
+    appended to ``stats.evaluations``, logged as ``eval/mean_return`` and returned.
+    ``make_env(render_mode)`` builds the env (``"rgb_array"`` when recording, else None)."""
+    video = None if not rc.video or stats.run_dir is None else (
+        stats.run_dir / "videos" / f"step_{step}")  # fmt: skip
+    returns = evaluate(act, lambda: make_env(None if video is None else "rgb_array"),
+                       rc.eval_episodes, rc.seed + EVAL_SEED_OFFSET, video_dir=video,
+                       begin_episode=begin_episode)  # fmt: skip
+    mean = float(np.mean(returns))
+    stats.evaluations.append((step, mean))
+    logger.scalars({"eval/mean_return": mean}, step)
+    return mean

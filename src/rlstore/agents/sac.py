@@ -49,7 +49,13 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from rlstore.agents import run
-from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig, section_cli_keys
+from rlstore.agents.config import (
+    EVAL_KEYS_MOVED,
+    BaseConfig,
+    EnvironmentConfig,
+    RunConfig,
+    section_cli_keys,
+)
 from rlstore.agents.ppo.rollout import check_env_id, make_env, make_vector_env
 from rlstore.agents.run import RunLogger, TrainStats
 from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
@@ -111,14 +117,12 @@ class SACConfig(BaseConfig):
     """Target entropy of the policy; ``"auto"`` is ``-|A|`` (minus the action dimension)."""
     hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
     """Hidden layer widths of the actor and of each critic."""
-    eval_freq: int = Field(5_000, ge=0)
-    """Env steps between evaluations (deterministic mean action); 0: only at the end."""
-    eval_episodes: int = Field(10, ge=1)
-    """Episodes per evaluation."""
     log_freq: int = Field(1_000, ge=1)
     """Env steps between logged update diagnostics (losses, alpha, steps/s)."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced, the last at the end); 0: none."""
+
+    moved_keys = EVAL_KEYS_MOVED  # mean-action evaluation: run.eval_episodes, run.eval_interval
 
     @model_validator(mode="after")
     def _check(self) -> SACConfig:
@@ -379,6 +383,8 @@ def train_sac(
     rc, sc, n = cfg.run, cfg.sac, cfg.sac.num_envs
     run_dir = None if run_dir is None else Path(run_dir)
     ckpt_dir = None if run_dir is None else run_dir / "checkpoints"
+    if rc.video and run_dir is not None:
+        run.check_video_support()  # before the run, not after it
     threads_before = torch.get_num_threads()
     torch.set_num_threads(rc.torch_threads)
     run.set_global_seeds(rc.seed)
@@ -399,7 +405,6 @@ def train_sac(
             restore_checkpoint(path, cfg, agent, opts, buffer, envs, state, stats)
         num_iters = math.ceil(sc.total_timesteps / n)
         ckpt_at = checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
-        eval_every = max(1, sc.eval_freq // n) if sc.eval_freq else num_iters
         log_every = max(1, sc.log_freq // n)
         # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch
         learn_after = max(sc.learning_starts, sc.batch_size - 1)
@@ -446,13 +451,10 @@ def train_sac(
                     {**{f"losses/{k}": v for k, v in row.items()}, "charts/SPS": sps}, step
                 )
                 logger.progress(step, sps=f"{sps:.0f}", ret=f"{stats.mean_return():.1f}")
-            if (it + 1) % eval_every == 0 or last:
-                returns = run.evaluate(
-                    lambda o: agent.act(o[None], deterministic=True)[0],
-                    lambda: make_env(cfg.environment), sc.eval_episodes, rc.seed + 10_000,
-                )  # fmt: skip
-                stats.evaluations.append((step, float(np.mean(returns))))
-                logger.scalars({"eval/mean_return": stats.evaluations[-1][1]}, step)
+            if run.evaluation_due(rc, step, step - n, last):
+                run.run_evaluation(rc, stats, logger, step,
+                                   lambda o: agent.act(o[None], deterministic=True)[0],
+                                   lambda render: make_env(cfg.environment, render))  # fmt: skip
             if ckpt_dir is not None and it + 1 in ckpt_at:
                 save_checkpoint(ckpt_dir, cfg, agent, opts, buffer, envs, state, stats)
         stats.wall_time = time.perf_counter() - t0

@@ -13,6 +13,7 @@ Examples::
     rlstore train                                   # CartPole-v1, FC agent, tuned config
     rlstore train --agent lstm --env CartPoleNoVel-v1 --seed 3
     rlstore train --env Acrobot-v1 --lr 3e-4 --set online.ent_coef=0.01
+    rlstore train --algo dqn --eval-interval 10000 --eval-episodes 10 --video
     rlstore train --resume runs/CartPole-v1-fc-s1   # continue from the latest checkpoint
     rlstore train --resume runs/CartPole-v1-fc-s1 --total-steps 80000   # extend its budget
     rlstore train --algo dqn                        # DQN on CartPole-v1 (RL-Zoo + PER, 3-step)
@@ -64,7 +65,8 @@ FLAG_KEYS: dict[str, str | None] = {
     "gamma": "online.gamma",
     "ent_coef": "online.ent_coef",
     "eval_episodes": "run.eval_episodes",
-    "eval_every": "run.eval_every",
+    "eval_interval": "run.eval_interval",
+    "eval_every": "run.eval_every",  # removed: the config's error names run.eval_interval
     "num_collectors": None,  # Ray flags: only the distributed algorithms take them
     "num_shards": None,
     "address": None,
@@ -92,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--gamma", type=float, help="discount factor")
     add("--ent-coef", type=float, metavar="C", help="entropy bonus coefficient")
     add("--eval-episodes", type=int, metavar="N", help="deterministic evaluation episodes (0: off)")
-    add("--eval-every", type=int, metavar="U", help="evaluate every U updates (0: at the end)")
+    add("--eval-interval", type=int, metavar="STEPS", help="evaluate every STEPS env steps "
+        "(0: at the end)")  # fmt: skip
+    add("--eval-every", type=int, help=argparse.SUPPRESS)  # removed: refused, naming the above
     add("--num-collectors", type=int, metavar="K", help="collector actors (impala, apex)")
     add("--num-shards", type=int, metavar="S", help="replay shard actors (apex)")
     add("--address", metavar="ADDR", help="join this Ray cluster (impala, apex; default: a "

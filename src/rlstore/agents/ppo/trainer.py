@@ -30,7 +30,8 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -58,12 +59,15 @@ from rlstore.agents.ppo.rollout import (
     run_rollout,
 )
 from rlstore.agents.run import (
+    EVAL_SEED_OFFSET,
     RunLogger,
     TrainStats,
     check_video_support,
     create_run_dir,
     evaluate,
+    evaluation_due,
     plot_learning_curve,
+    run_evaluation,
     set_global_seeds,
 )
 from rlstore.agents.run_checkpoint import checkpoint_schedule
@@ -87,7 +91,8 @@ __all__ = [
     "DEFAULT_CONFIGS",
     "evaluate_agent",
     "deterministic_policy",
-    "evaluates",
+    "evaluate_in_run",
+    "EVAL_SEED_OFFSET",
     "log_update",
     "train_config_from_parts",
 ]
@@ -144,19 +149,11 @@ def log_update(
                        state.episode_end_steps[i])  # fmt: skip
     values = {f"losses/{k}": info[k] for k in _LOSSES if k in info}
     values.update({"charts/learning_rate": info["lr"], "charts/SPS": info["sps"]})
-    if "eval/mean_return" in info:
-        values["eval/mean_return"] = info["eval/mean_return"]
     logger.scalars(values, state.global_step)
     recent = state.episode_returns[-20:]
     ret = f"{np.mean(recent):.1f}" if recent else "-"
     logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update, **progress)
     return len(state.episode_returns)
-
-
-def evaluates(rc: RunConfig, update: int, num_updates: int) -> bool:
-    """Whether evaluation episodes run after ``update`` (1-based)."""
-    every = rc.eval_every and update % rc.eval_every == 0
-    return rc.eval_episodes > 0 and (update == num_updates or bool(every))
 
 
 def _title(cfg: TrainConfig) -> str:
@@ -199,11 +196,12 @@ def train_ppo(
         discard_unstarted: remove ``run_dir`` when training fails before its first update
             (for a run folder created for this run, see :func:`runner`).
 
-    Evaluation: with ``run_config.eval_episodes > 0``, :func:`evaluate_agent` runs that many
-    deterministic episodes after every ``run_config.eval_every`` updates and after the last one
-    (video under ``run_dir/videos/`` with ``run_config.video``); the mean is logged as
-    ``eval/mean_return``, stored in the update's entry of ``stats.updates`` and in
-    ``stats.evaluations``. It draws nothing from the training RNGs.
+    Evaluation: with ``run_config.eval_episodes > 0``, :func:`evaluate_in_run` runs that many
+    deterministic episodes after the update in which the env step count crosses a multiple of
+    ``run_config.eval_interval`` and after the last one (video under ``run_dir/videos/`` with
+    ``run_config.video``); the mean is logged as ``eval/mean_return``, stored in the update's
+    entry of ``stats.updates`` and in ``stats.evaluations``. It draws nothing from the
+    training RNGs.
 
     Returns:
         :class:`TrainResult` ``(agent, stats)``.
@@ -292,12 +290,11 @@ def _train(
             elapsed = time.perf_counter() - t0
             info.update(global_step=float(state.global_step),
                         sps=(state.global_step - step0) / max(elapsed, 1e-9))  # fmt: skip
-            if evaluates(rc, update + 1, num_updates):
-                video = None if not rc.video or run_dir is None else (
-                    run_dir / "videos" / f"step_{state.global_step}")  # fmt: skip
-                returns = evaluate_agent(agent, environment_config, rc.eval_episodes,
-                                         rc.seed + EVAL_SEED_OFFSET, video_dir=video)  # fmt: skip
-                info["eval/mean_return"] = float(np.mean(returns))
+            step = state.global_step
+            if evaluation_due(rc, step, step - oc.batch_size, update + 1 == num_updates):
+                info["eval/mean_return"] = evaluate_in_run(
+                    agent, environment_config, rc, stats, logger, step
+                )
             stats.updates.append(info)
             n_logged = log_update(logger, update + 1, state, info, n_logged)
             if ckpt_dir is not None and update + 1 in ckpt_at:
@@ -409,17 +406,14 @@ def ppo_runner(
     return runner(cfg, run_dir=run_dir, resume=False)
 
 
-EVAL_SEED_OFFSET = 1_000_000
-"""Evaluation episode i resets with seed ``run.seed + EVAL_SEED_OFFSET + i``."""
-
-
 def deterministic_policy(
     agent: PPOAgent,
 ) -> tuple[Callable[[], None], Callable[[np.ndarray], np.ndarray]]:
     """``(begin_episode, act)`` of ``agent``'s deterministic policy on one env: the greedy
     action (discrete) or the mean (continuous) of one raw observation; ``begin_episode``
-    resets the recurrent memory (used by :func:`evaluate_agent` and ``rlstore demo-record
-    --run``; call ``agent.eval()`` first to freeze observation statistics)."""
+    resets the recurrent memory (used by :func:`evaluate_agent`, :func:`evaluate_in_run` and
+    ``rlstore demo-record --run``; call ``agent.eval()`` first to freeze observation
+    statistics)."""
     carry: dict[str, Any] = {}
 
     def begin() -> None:
@@ -436,6 +430,18 @@ def deterministic_policy(
     return begin, act
 
 
+@contextmanager
+def _frozen(agent: PPOAgent) -> Iterator[tuple[Callable[[], None], Callable[[np.ndarray], Any]]]:
+    """:func:`deterministic_policy` of ``agent`` in ``eval()`` mode (observation statistics
+    frozen), its training mode restored on exit."""
+    was_training = agent.training
+    agent.eval()
+    try:
+        yield deterministic_policy(agent)
+    finally:
+        agent.train(was_training)
+
+
 def evaluate_agent(
     agent: PPOAgent,
     environment_config: EnvironmentConfig,
@@ -449,12 +455,24 @@ def evaluate_agent(
     recurrent memory reset at each episode start) on one env built like the training envs, via
     :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
     records them)."""
-    begin, act = deterministic_policy(agent)
     render = None if video_dir is None else "rgb_array"
-    was_training = agent.training
-    agent.eval()
-    try:
+    with _frozen(agent) as (begin, act):
         return evaluate(act, lambda: make_env(environment_config, render), episodes, seed,
                         video_dir=video_dir, begin_episode=begin)  # fmt: skip
-    finally:
-        agent.train(was_training)
+
+
+def evaluate_in_run(
+    agent: PPOAgent,
+    environment_config: EnvironmentConfig,
+    rc: RunConfig,
+    stats: TrainStats,
+    logger: RunLogger,
+    step: int,
+) -> float:
+    """The run's evaluation of ``agent`` at env step ``step`` (PPO's and PPO+D's):
+    :func:`rlstore.agents.run.run_evaluation` of the deterministic policy, as
+    :func:`evaluate_agent` plays it; returns the mean return."""
+    with _frozen(agent) as (begin, act):
+        return run_evaluation(rc, stats, logger, step, act,
+                              lambda render: make_env(environment_config, render),
+                              begin_episode=begin)  # fmt: skip
