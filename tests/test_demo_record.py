@@ -140,3 +140,32 @@ def test_record_from_a_trained_run_plays_its_deterministic_policy(tmp_path: Path
         record("CartPole-v1", tmp_path / "x.npz", run=tmp_path / "run")
     with pytest.raises(ConfigError, match="run: expected a run folder"):
         record(None, tmp_path / "x.npz", run=tmp_path)
+
+
+def test_keyboard_input_records_the_typed_episode(tmp_path: Path, monkeypatch) -> None:
+    import io
+
+    typed = ["x", "9", ""] + [str(a) for a in optimal_actions()]  # two bad lines, then the path
+    lines = "\n".join(typed[:2] + typed[3:]) + "\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+    out = tmp_path / "typed.npz"
+    assert main(["demo-record", "--env", KEYDOOR_ID, "--keyboard", "--out", str(out)]) == 0
+    want = tmp_path / "listed.npz"
+    record(KEYDOOR_ID, want, actions=list(optimal_actions()))
+    got, ref = read_npz(out), read_npz(want)
+    assert set(got) == set(ref)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+    assert float(got["Reward"].sum()) == 1.0
+
+
+@pytest.mark.parametrize("lines", ["1\n2\nq\n", "1\n2\n"])  # q, or the input ends
+def test_keyboard_stop_before_the_end_writes_nothing(tmp_path: Path, lines: str) -> None:
+    import io
+
+    out = tmp_path / "stopped.npz"
+    with pytest.raises(ConfigError, match="keyboard: stopped after 2 actions"):
+        record(KEYDOOR_ID, out, keyboard=True, stdin=io.StringIO(lines), stdout=io.StringIO())
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="exactly one"):
+        record(KEYDOOR_ID, out, keyboard=True, actions=[1])

@@ -3,8 +3,10 @@
     rlstore demo-record --env rlstore/KeyDoor-v0 --policy scripted --out keydoor.npz
     rlstore demo-record --env rlstore/KeyDoor-v0 --actions 2,2,2,1 --out part.npz
     rlstore demo-record --run runs/keydoor-ppod --out agent.npz   # a trained run's policy
+    rlstore demo-record --env rlstore/KeyDoor-v0 --keyboard --out mine.npz   # type the actions
 
-The actions (an action list for a discrete task, the env's scripted policy: a
+The actions (an action list for a discrete task, actions typed one per line with
+``--keyboard`` until the episode ends (``q`` stops without writing), the env's scripted policy: a
 ``scripted_actions()`` method of the unwrapped env, or the deterministic policy of a trained
 run's latest checkpoint, as in its evaluation episodes, in an env built from the run's config)
 are played from ``reset(seed=--seed)``; the file holds ``Observation`` (``L + 1`` rows: the
@@ -22,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import gymnasium as gym
 import numpy as np
@@ -30,7 +32,7 @@ import numpy as np
 from rlstore.buffers.demo_files import save_npz_demo
 from rlstore.errors import ConfigError, RLStoreError
 
-__all__ = ["add_arguments", "run", "record", "parse_actions"]
+__all__ = ["add_arguments", "run", "record", "parse_actions", "keyboard_policy"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--actions", help="comma-separated discrete actions, e.g. 0,1,2")
     src.add_argument("--policy", choices=["scripted"], help="the env's scripted policy")
+    src.add_argument(
+        "--keyboard",
+        action="store_true",
+        help="type the discrete actions one per line until the episode ends (q stops)",
+    )
     src.add_argument(
         "--run",
         type=Path,
@@ -71,6 +78,33 @@ def parse_actions(text: str, n: int) -> list[int]:
     return out
 
 
+def keyboard_policy(n: int, stdin: TextIO, stdout: TextIO) -> Callable[[Any], int]:
+    """An ``act(obs)`` that reads one action in ``0..n-1`` per line of ``stdin``, asking again
+    after a bad line; ``q`` or the end of input stop the recording (ConfigError)."""
+    step = 0
+
+    def act(_obs: Any) -> int:
+        nonlocal step
+        while True:
+            stdout.write(f"step {step}: action 0..{n - 1} (q stops): ")
+            stdout.flush()
+            line = stdin.readline()
+            if not line or line.strip().lower() == "q":
+                raise ConfigError(
+                    f"keyboard: stopped after {step} actions, before the episode ended; "
+                    "nothing written"
+                )
+            try:
+                (a,) = parse_actions(line.strip(), n)
+            except (ConfigError, ValueError) as exc:
+                stdout.write(f"{exc}\n")
+                continue
+            step += 1
+            return a
+
+    return act
+
+
 def _make(env_id: str) -> gym.Env[Any, Any]:
     import rlstore.envs  # noqa: F401  (registers rlstore's envs)
 
@@ -87,18 +121,22 @@ def record(
     actions: str | list[int] | None = None,
     policy: str | None = None,
     run: str | Path | None = None,
+    keyboard: bool = False,
     seed: int = 0,
     frame_skip: int = 1,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
 ) -> Path:
-    """Play ``actions``, ``policy="scripted"`` or the policy of the run folder ``run`` in
-    ``env_id`` (None with ``run``: the run's env) and write the ``.npz``."""
+    """Play ``actions``, ``policy="scripted"``, the policy of the run folder ``run`` or the
+    actions typed on ``stdin`` (``keyboard``) in ``env_id`` (None with ``run``: the run's env)
+    and write the ``.npz``."""
     out = Path(out)
     if out.suffix != ".npz":
         raise ConfigError(f"out: expected a path ending in .npz, got {str(out)!r}")
     if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
         raise ConfigError(f"frame_skip: expected an int >= 1, got {frame_skip!r}")
-    if sum(x is not None for x in (actions, policy, run)) != 1:
-        raise ConfigError("actions/policy/run: expected exactly one of them")
+    if sum(x is not None for x in (actions, policy, run)) + bool(keyboard) != 1:
+        raise ConfigError("actions/policy/run/keyboard: expected exactly one of them")
     if run is not None:
         return _record_run(Path(run), env_id, out, seed, frame_skip)
     if env_id is None:
@@ -108,6 +146,10 @@ def record(
         space = env.action_space
         if not isinstance(space, gym.spaces.Discrete) or space.start != 0:
             raise ConfigError(f"env: expected a Discrete(n) action space, got {space}")
+        if keyboard:
+            act = keyboard_policy(int(space.n), stdin or sys.stdin, stdout or sys.stdout)
+            obs, rew, acts = _play(env, act, None, seed, frame_skip)
+            return save_npz_demo(out, obs, np.array(acts), rew, frame_skip)
         if policy is not None:
             scripted = getattr(env.unwrapped, "scripted_actions", None)
             if policy != "scripted" or scripted is None:
@@ -183,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
             actions=args.actions,
             policy=args.policy,
             run=args.run,
+            keyboard=args.keyboard,
             seed=args.seed,
             frame_skip=args.frame_skip,
         )
