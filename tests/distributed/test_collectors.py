@@ -13,6 +13,7 @@ from rlstore.agents.config import EnvironmentConfig  # noqa: E402
 from rlstore.agents.impala import ImpalaPolicy  # noqa: E402
 from rlstore.distributed.collector import (  # noqa: E402
     CollectorPool,
+    Coordinator,
     FragmentQueue,
     module_weights,
 )
@@ -46,6 +47,17 @@ def _take(queue, pool, pred, limit=5000):
         if frag is not None and pred(frag):
             return frag
     raise AssertionError("no matching fragment arrived")
+
+
+def test_a_late_sync_of_a_dead_run_does_not_count_as_the_new_runs() -> None:
+    coord = Coordinator(2)  # a plain object: no Ray needed
+    assert coord.synced_attempts() == [-1, -1]
+    coord.sync(0, -1, 16, [], 0, attempt=1)  # collector 0's re-submitted loop synced
+    coord.sync(0, -1, 16, [], 0, attempt=0)  # a sync of its dead first run, landing late
+    coord.sync(1, -1, 16, [(9.0, 9)], 0)
+    assert coord.synced_attempts() == [1, 0]
+    r = coord.drain()
+    assert (r.steps, r.episodes) == (48, [(1, 9.0, 9, 48)])
 
 
 def test_fragments_are_whole_and_continuous_and_weights_sync_by_version(ray_session) -> None:

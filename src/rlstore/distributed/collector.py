@@ -92,7 +92,6 @@ class _Reports:
     steps: int = 0
     lost: int = 0
     episodes: list[tuple[int, float, int, int]] = field(default_factory=list)
-    syncs: list[int] = field(default_factory=list)
 
 
 class Coordinator:
@@ -103,7 +102,8 @@ class Coordinator:
     def __init__(self, num_collectors: int) -> None:
         self.version, self.stopped = -1, False
         self.weights: list[Any] | None = None
-        self.reports = _Reports(syncs=[0] * num_collectors)
+        self.reports = _Reports()
+        self.attempts = [-1] * num_collectors  # per collector: the newest run that synced
 
     def publish(self, version: int, weights: list[Any]) -> None:
         """Make ``weights[0]`` (an ObjectRef, wrapped in a list so Ray does not resolve it)
@@ -111,13 +111,20 @@ class Coordinator:
         self.version, self.weights = version, weights
 
     def sync(
-        self, index: int, version: int, steps: int, episodes: list[tuple[float, int]], lost: int
+        self,
+        index: int,
+        version: int,
+        steps: int,
+        episodes: list[tuple[float, int]],
+        lost: int,
+        attempt: int = 0,
     ) -> tuple[int, list[Any] | None, bool]:
-        """A collector's report; returns ``(version, [ref] or None if not newer, stop)``."""
+        """A collector's report from its run number ``attempt``; returns ``(version, [ref] or
+        None if not newer, stop)``."""
         r = self.reports
         r.steps += steps
         r.lost += lost
-        r.syncs[index] += 1
+        self.attempts[index] = max(self.attempts[index], attempt)
         r.episodes += [(index, float(ret), int(length), r.steps) for ret, length in episodes]
         newer = self.weights if self.version > version else None
         return self.version, newer, self.stopped
@@ -125,13 +132,15 @@ class Coordinator:
     def drain(self) -> _Reports:
         """The reports since the last drain (steps and lost adds are running totals)."""
         r = self.reports
-        out = _Reports(r.steps, r.lost, r.episodes, list(r.syncs))
+        out = _Reports(r.steps, r.lost, r.episodes)
         r.episodes = []
         return out
 
-    def syncs(self) -> list[int]:
-        """Syncs so far per collector (how the pool tells a new death from a restarting one)."""
-        return list(self.reports.syncs)
+    def synced_attempts(self) -> list[int]:
+        """Per collector, the newest run number that synced (-1: none). A late sync of a run
+        that has since died carries its own, older number, so the pool tells a new death (the
+        current run synced) from the same death seen again (it did not)."""
+        return list(self.attempts)
 
     def stop(self) -> None:
         """Tell every collector to return from its loop at its next sync."""
@@ -168,6 +177,7 @@ class Collector:
         self.index, self.T = index, fragment_length
         self.sink: Any = None
         self.coordinator: Any = None
+        self.attempt = 0
         self.envs = make_vector_env(environment, num_envs)
         self.adapter = TransitionAdapter.from_env(self.envs)
         self.policy = make_policy(index, self.envs)
@@ -180,7 +190,7 @@ class Collector:
     def sync(self, timeout_s: float = 60.0) -> None:
         """Report to the coordinator and load newer weights if there are any."""
         call = self.coordinator.sync.remote(
-            self.index, self.version, self.steps, self.episodes, self.lost
+            self.index, self.version, self.steps, self.episodes, self.lost, self.attempt
         )
         version, weights, self.stopped = ray.get(call, timeout=timeout_s)
         self.steps, self.lost, self.episodes = 0, 0, []
@@ -211,11 +221,17 @@ class Collector:
         return self.policy.finish(fragment, self.obs)
 
     def run(
-        self, sink: Any, coordinator: Any, max_fragments: int | None = None, timeout_s: float = 60.0
+        self,
+        sink: Any,
+        coordinator: Any,
+        max_fragments: int | None = None,
+        timeout_s: float = 60.0,
+        attempt: int = 0,
     ) -> int:
         """Sync with ``coordinator``, collect, push to ``sink`` until stopped (or
-        ``max_fragments``); returns the fragments pushed."""
-        self.sink, self.coordinator = sink, coordinator
+        ``max_fragments``); returns the fragments pushed. ``attempt``: how many times the pool
+        has re-submitted this collector's loop (sent with every sync)."""
+        self.sink, self.coordinator, self.attempt = sink, coordinator, attempt
         in_flight: list[Any] = []
         pushed = 0
         while max_fragments is None or pushed < max_fragments:
@@ -304,17 +320,18 @@ class CollectorPool:
         self._coord: Any = ray.remote(Coordinator).options(num_cpus=0).remote(num_collectors)
         self._remote = ray.remote(Collector).options(**opts)  # type: ignore[arg-type]
         self.actors = [self._spawn(i) for i in range(num_collectors)]
-        self.runs = [self._run(a) for a in self.actors]
+        self.attempts = [0] * num_collectors  # re-submissions of each collector's loop
+        self.runs = [self._run(i) for i in range(num_collectors)]
         self.restarts = [0] * num_collectors
-        self._synced_at_restart = [-1] * num_collectors
-        self._counted: list[Any] = [None] * num_collectors  # the actor whose death was counted
         self.lost = 0
 
     def _spawn(self, i: int) -> Any:
         return self._remote.remote(index=i, **self.args(i))
 
-    def _run(self, actor: Any) -> Any:
-        return actor.run.remote(self.sink, self._coord, None, self.timeout_s)
+    def _run(self, i: int) -> Any:
+        return self.actors[i].run.remote(
+            self.sink, self._coord, None, self.timeout_s, self.attempts[i]
+        )
 
     def publish(self, version: int, weights: dict[str, np.ndarray]) -> None:
         """Put ``weights`` in the object store once and hand the reference to the collectors."""
@@ -338,30 +355,24 @@ class CollectorPool:
                 failed.append((self.runs.index(ref), err))
         if not failed:
             return 0
-        syncs = ray.get(self._coord.syncs.remote(), timeout=self.timeout_s)
+        synced = ray.get(self._coord.synced_attempts.remote(), timeout=self.timeout_s)
         new = 0
         for i, error in failed:
-            # no sync since the last re-submission: the same death (the actor is still
+            # a re-submitted loop that never synced: the same death (the actor is still
             # restarting, or Ray will not bring it back: killed with no_restart, restarts used up)
-            # (or a permanent death of the very actor whose death was already counted: under
-            # load a last sync of a killed actor can land after the check that counted it)
-            died = isinstance(error, ray.exceptions.ActorDiedError)
-            same = syncs[i] <= self._synced_at_restart[i] or (
-                died and self._counted[i] is self.actors[i]
-            )
-            if same and died:
+            same = self.attempts[i] > 0 and synced[i] < self.attempts[i]
+            if same and isinstance(error, ray.exceptions.ActorDiedError):
                 ray.kill(self.actors[i], no_restart=True)
                 self.actors[i] = self._spawn(i)
                 self._record(f"collector {i}: Ray did not restart it; started a new actor")
             elif not same:
                 new += 1
                 self.restarts[i] += 1
-                self._counted[i] = self.actors[i]
                 cause = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                 self._record(f"collector {i} died ({cause}); restart {self.restarts[i]}: "
                              "its loop is re-submitted")  # fmt: skip
-            self._synced_at_restart[i] = syncs[i]
-            self.runs[i] = self._run(self.actors[i])
+            self.attempts[i] += 1
+            self.runs[i] = self._run(i)
         return new
 
     def _record(self, message: str) -> None:
