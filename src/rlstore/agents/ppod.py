@@ -54,7 +54,7 @@ from rlstore.agents.config import BaseConfig
 from rlstore.agents.ppo.config import TrainConfig
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
-from rlstore.agents.ppo.trainer import TrainResult, evaluate_in_run, log_update
+from rlstore.agents.ppo.trainer import TrainResult, evaluate_in_run, finish_stats, log_update
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
@@ -348,13 +348,7 @@ def train_ppod(
     finally:
         torch.set_num_threads(threads_before)
         envs.close()
-    stats.global_step, stats.num_updates = state.global_step, num_updates
-    stats.episode_returns = list(state.episode_returns)
-    stats.episode_lengths = list(state.episode_lengths)
-    stats.episode_end_steps = list(state.episode_end_steps)
-    stats.steps_per_second = (state.global_step - step0) / max(stats.wall_time, 1e-9)
-    stats.evaluations = [(int(u["global_step"]), u["eval/mean_return"])
-                         for u in stats.updates if "eval/mean_return" in u]  # fmt: skip
+    finish_stats(stats, state, num_updates, step0)
     if run_dir is not None:
         title = f"PPO+D ({cfg.agent}) on {cfg.environment.env_id}, seed {rc.seed}"
         plot_learning_curve(stats, run_dir / "learning_curve.png", title)

@@ -309,6 +309,16 @@ def _train(
         torch.set_num_threads(threads_before)
         if own_envs:
             envs.close()
+    finish_stats(stats, state, num_updates, step0)
+    if run_dir is not None:
+        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", _title(cfg))
+    return TrainResult(agent, stats)
+
+
+def finish_stats(stats: TrainStats, state: RolloutState, num_updates: int, step0: int) -> None:
+    """Fill ``stats`` at the end of a PPO-style run from the rollout ``state`` (whose episode
+    history spans a resumed run's earlier part); the evaluations are read back from
+    ``stats.updates``, which a resumed run restores from its checkpoint."""
     stats.global_step, stats.num_updates = state.global_step, num_updates
     stats.episode_returns = list(state.episode_returns)
     stats.episode_lengths = list(state.episode_lengths)
@@ -316,9 +326,6 @@ def _train(
     stats.steps_per_second = (state.global_step - step0) / max(stats.wall_time, 1e-9)
     stats.evaluations = [(int(u["global_step"]), u["eval/mean_return"])
                          for u in stats.updates if "eval/mean_return" in u]  # fmt: skip
-    if run_dir is not None:
-        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", _title(cfg))
-    return TrainResult(agent, stats)
 
 
 def _packaged_configs() -> dict[str, str]:
