@@ -353,3 +353,29 @@ def test_empty_yaml_file_reads_as_an_empty_mapping(tmp_path: Path) -> None:
     assert load_config_file(path) == {}
     with pytest.raises(ConfigError, match="type: missing required key"):
         build_buffer(path)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "text"),
+    [
+        (".yaml", "run:\n  seed: 1\ndqn:\n  lr: 1\nrun:\n  seed: 2\n"),
+        (".yaml", "run:\n  seed: 1\n  seed: 2\n"),
+        (".json", '{"run": {"seed": 1}, "run": {"seed": 2}}'),
+    ],
+)
+def test_load_config_file_refuses_a_key_given_twice(tmp_path, suffix, text):
+    """PyYAML and json keep the last of two equal keys silently: a duplicated section dropped
+    the first one's settings (the shipped DQN config had a stray second ``run:`` line)."""
+    path = tmp_path / f"c{suffix}"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"'(run|seed)' given twice"):
+        load_config_file(path)
+
+
+def test_shipped_configs_have_no_duplicate_keys():
+    import rlstore
+
+    configs = sorted((Path(rlstore.__file__).parent / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        load_config_file(path)

@@ -365,6 +365,29 @@ def format_validation_error(
     return f"{where}: {len(lines)} invalid key(s):\n" + "\n".join(f"  {line}" for line in lines)
 
 
+class _UniqueKeysLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last
+    silently, so a duplicated section would drop the first one's settings)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                line = key_node.start_mark.line + 1
+                raise ConfigError(f"line {line}: key {key!r} given twice in one mapping")
+            seen.add(key if isinstance(key, (str, int, float, bool)) else id(key_node))
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_keys_json(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    for k in keys:
+        if keys.count(k) > 1:
+            raise ConfigError(f"key {k!r} given twice in one object")
+    return dict(pairs)
+
+
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file holding one mapping.
 
@@ -387,9 +410,14 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: expected a UTF-8 text file ({exc})") from None
     try:
-        data = yaml.safe_load(text) if suffix != ".json" else json.loads(text)
+        if suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_keys_json)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 (a SafeLoader)
         if data is None and suffix != ".json":  # an empty YAML file: every key takes its default
             data = {}
+    except ConfigError as exc:  # a duplicated key
+        raise ConfigError(f"{p}: {exc}") from None
     except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError(f"{p}: invalid {'JSON' if suffix == '.json' else 'YAML'}: {exc}") from exc
     except ValueError as exc:  # JSONDecodeError, or an int of more than 4300 digits
