@@ -307,3 +307,33 @@ def test_evaluate_video_without_moviepy_names_the_extra(tmp_path, monkeypatch) -
         evaluate(lambda o: 0, lambda: gym.make("CartPole-v1", render_mode="rgb_array"), 1,
                  seed=0, video_dir=tmp_path / "v")  # fmt: skip
     assert not (tmp_path / "v").exists()
+
+
+# ---------------------------------------------------------------- the training frame
+
+
+def _refused_runs(tmp_path):
+    """Trainer calls refused after the thread count was set (before TrainingRun, each of these
+    left torch at the run's thread count)."""
+    from rlstore.agents.impala import ImpalaTrainConfig, train_impala
+    from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, RunConfig
+    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.sac import SACTrainConfig, train_sac
+
+    oc = OnlineTrainConfig(total_timesteps=64, num_envs=2, num_steps=32)
+    rc = RunConfig(seed=1, track=False, progress_bar=False, torch_threads=3)
+    env = EnvironmentConfig(env_id="CartPole-v1")
+    yield "ppo: no checkpoint", lambda: train_ppo(rc, oc, env, run_dir=tmp_path, resume=True)
+    pend = {"env_id": "Pendulum-v1"}
+    impala = ImpalaTrainConfig.from_dict({"run": {"torch_threads": 3}, "environment": pend})
+    yield "impala: Box actions", lambda: train_impala(impala)
+    sac = SACTrainConfig.from_dict({"run": {"torch_threads": 3}, "environment": pend})
+    yield "sac: no checkpoint", lambda: train_sac(sac, run_dir=tmp_path, resume=True)
+
+
+def test_a_refused_run_leaves_the_thread_count_as_it_was(tmp_path) -> None:
+    before = torch.get_num_threads()
+    for what, call in _refused_runs(tmp_path):
+        with pytest.raises(ConfigError):
+            call()
+        assert torch.get_num_threads() == before, what

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlstore.agents import run as run_module
 from rlstore.agents import train_cli as cli_train
 from rlstore.agents.ppo import trainer
 from rlstore.agents.ppo.config import (
@@ -247,7 +248,7 @@ def test_unsafe_exp_name_is_refused_before_anything_is_written(tmp_path, capsys)
 
 def test_curve_is_titled(tmp_path, monkeypatch) -> None:
     titles = []
-    monkeypatch.setattr(trainer, "plot_learning_curve", lambda s, p, title: titles.append(title))
+    monkeypatch.setattr(run_module, "plot_learning_curve", lambda s, p, title: titles.append(title))
     oc = OnlineTrainConfig(total_timesteps=64, num_envs=2, num_steps=32, num_minibatches=2,
                            update_epochs=1)  # fmt: skip
     train_ppo(RunConfig(seed=4, track=False), oc, EnvironmentConfig(env_id="CartPoleNoVel-v1"),

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field
 
-from rlstore.agents.async_run import record_episodes, restore_learner, save_learner
+from rlstore.agents.async_run import LearnerRun
 from rlstore.agents.config import (
     EVAL_KEYS_MOVED,
     BaseConfig,
@@ -50,24 +50,11 @@ from rlstore.agents.config import (
     section_cli_keys,
 )
 from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
-from rlstore.agents.ppo.rollout import make_env, make_vector_env
-from rlstore.agents.run import (
-    RunLogger,
-    TrainStats,
-    adam,
-    check_video_support,
-    due,
-    evaluation_due,
-    plot_learning_curve,
-    run_evaluation,
-    safe_name,
-    set_global_seeds,
-)
-from rlstore.agents.run_checkpoint import checkpoint_path, latest_checkpoint
+from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.run import TrainingRun, TrainStats, adam, safe_name
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.config import PositiveInt, load_config_file
-from rlstore.errors import ConfigError
 from rlstore.returns import nstep
 from rlstore.samplers import LinearSchedule
 
@@ -92,7 +79,6 @@ CLI_KEYS: dict[str, str | None] = {
     "address": "apex.address",
 }
 """``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
-PREFIX, FORMAT = "apex_", "rlstore.apex/1"
 
 
 class ApexConfig(BaseConfig):
@@ -280,111 +266,72 @@ def train_apex(
     from rlstore.distributed.collector import CollectorPool, module_weights
 
     rc, ac = cfg.run, cfg.apex
-    if rc.video and run_dir is not None:
-        check_video_support()  # before the run, not after it
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(rc.torch_threads)
-    set_global_seeds(rc.seed)
-    probe = make_vector_env(cfg.environment, 1)
-    try:
-        agent = _agent(probe, ac).to(rc.device)
-    finally:
-        probe.close()
-    optimizer = adam(agent.q.parameters(), ac.learning_rate)
-    beta = LinearSchedule(ac.per_beta, 1.0, ac.total_timesteps)
-    stats = TrainStats(run_dir=None if run_dir is None else Path(run_dir))
-    ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
-    c = {"global_step": 0, "num_updates": 0, "version": 0, "checkpoint_num": 0}
-    if resume:
-        if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
-            raise ConfigError(f"resume: no Ape-X checkpoint found under {ckpt_dir}")
-        c = restore_learner(path, PREFIX, FORMAT, cfg.to_dict(), ("environment", "apex"),
-                            agent, optimizer, stats)  # fmt: skip
-        c["checkpoint_num"] += 1
-    logger = RunLogger(
-        run_dir, total_steps=ac.total_timesteps, initial_step=c["global_step"],
-        desc=f"Ape-X {cfg.environment.env_id}", track=rc.track, progress_bar=rc.progress_bar,
-        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
-        exp_name=rc.exp_name, config=cfg.to_dict(),
-    )  # fmt: skip
-    start_ray(ac.address)
-    shards = pool = None
-    base, step, t0 = c["global_step"], c["global_step"], time.perf_counter()
-    try:
-        per_shard = max(ac.learning_starts // ac.num_shards, 1)
-        limiter = SampleToInsertRatio(ac.samples_per_insert, per_shard,
-                                      max(ac.samples_per_insert * ac.batch_size
-                                          * ac.batches_per_call, 1.0) * 2)  # fmt: skip
-        shards = ReplayShards(functools.partial(make_replay, ac, rc.seed), ac.num_shards,
-                              name=f"apex-{safe_name(rc.exp_name)}", rate_limiter=limiter,
-                              timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus,
-                              checkpoint_dir=None if run_dir is None else Path(run_dir) / "replay",
-                              checkpoint_every_s=ac.replay_checkpoint_s)  # fmt: skip
-        args = {"make_policy": functools.partial(ApexPolicy, ac=ac),
-                "environment": cfg.environment, "num_envs": ac.num_envs,
-                "fragment_length": ac.fragment_length, "seed": rc.seed + c["version"]}  # fmt: skip
-        pool = CollectorPool(ac.num_collectors, lambda i: args, shards, num_cpus=ac.collector_cpus,
-                             run_dir=run_dir, timeout_s=ac.timeout_s)  # fmt: skip
-        pool.publish(c["version"], module_weights(agent))
-        row: dict[str, float] = {}
-        while step < ac.total_timesteps:
-            before, (collected, episodes) = step, pool.drain()
-            step = base + collected
-            record_episodes(stats, logger, episodes, base)
-            pool.check()
-            if shards.size() < ac.learning_starts:
-                time.sleep(0.1)
-                continue
-            losses, qs, ids, tds = [], [], [], []
-            for b in shards.sample_many(ac.batches_per_call, ac.batch_size, beta(step)):
-                loss, q, td = td_step(agent, optimizer, _batch(b, agent.device), ac.double_q,
-                                      ac.max_grad_norm)  # fmt: skip
-                losses.append(loss)
-                qs.append(q)
-                ids.append(b.ids)
-                tds.append(td)
-                c["num_updates"] += 1
-                if c["num_updates"] % ac.target_update_interval == 0:
-                    agent.update_target(1.0)
-                if c["num_updates"] % ac.publish_interval == 0:
-                    c["version"] += 1
-                    pool.publish(c["version"], module_weights(agent))
-            shards.update_priorities(np.concatenate(ids), np.concatenate(tds))
-            sps = (step - base) / max(time.perf_counter() - t0, 1e-9)
-            row = {"td_loss": torch.stack(losses).mean().item(),
-                   "q_values": torch.stack(qs).mean().item(), "global_step": float(step),
-                   "sps": sps, "lost_adds": float(pool.lost)}  # fmt: skip
-            stats.updates.append(row)
-            logger.scalars({"losses/td_loss": row["td_loss"], "losses/q_values": row["q_values"],
-                            "charts/SPS": sps, "charts/beta": beta(step)}, step)  # fmt: skip
-            recent = stats.episode_returns[-20:]
-            logger.progress(min(step, ac.total_timesteps), sps=f"{sps:.0f}",
-                            ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
-            last = step >= ac.total_timesteps
-            if evaluation_due(rc, step, before, last):
-                run_evaluation(rc, stats, logger, step, agent.act,
-                               lambda render: make_env(cfg.environment, render))  # fmt: skip
-            if ckpt_dir is not None and ac.checkpoint_interval and (
-                    due(step, before, ac.checkpoint_interval) or last):  # fmt: skip
-                c["global_step"] = step
-                save_learner(checkpoint_path(ckpt_dir, c["checkpoint_num"]), PREFIX, FORMAT,
-                             cfg.to_dict(), c, agent, optimizer, stats)  # fmt: skip
-                c["checkpoint_num"] += 1
-    finally:
-        stats.wall_time = time.perf_counter() - t0
-        if pool is not None:
-            pool.close()
-        if shards is not None:
-            shards.close()
-        logger.close()
-        torch.set_num_threads(threads_before)
-    stats.global_step, stats.num_updates = step, c["num_updates"]
-    stats.steps_per_second = (step - base) / max(stats.wall_time, 1e-9)
-    if run_dir is not None:
-        title = (f"Ape-X DQN ({ac.num_collectors} collectors, {ac.num_shards} shards) on "
-                 f"{cfg.environment.env_id}, seed {rc.seed}")  # fmt: skip
-        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", title)
-    return agent, stats
+    with TrainingRun(rc, run_dir) as run:
+        probe = make_vector_env(cfg.environment, 1)
+        try:
+            agent = _agent(probe, ac).to(rc.device)
+        finally:
+            probe.close()
+        optimizer = adam(agent.q.parameters(), ac.learning_rate)
+        beta = LinearSchedule(ac.per_beta, 1.0, ac.total_timesteps)
+        learner = LearnerRun(run, cfg, "apex", "Ape-X", agent, optimizer, resume)
+        c = learner.counters
+        start_ray(ac.address)
+        shards = pool = None
+        try:
+            per_shard = max(ac.learning_starts // ac.num_shards, 1)
+            limiter = SampleToInsertRatio(ac.samples_per_insert, per_shard,
+                                          max(ac.samples_per_insert * ac.batch_size
+                                              * ac.batches_per_call, 1.0) * 2)  # fmt: skip
+            replay_dir = None if run.run_dir is None else run.run_dir / "replay"
+            shards = ReplayShards(functools.partial(make_replay, ac, rc.seed), ac.num_shards,
+                                  name=f"apex-{safe_name(rc.exp_name)}", rate_limiter=limiter,
+                                  timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus,
+                                  checkpoint_dir=replay_dir,
+                                  checkpoint_every_s=ac.replay_checkpoint_s)  # fmt: skip
+            args = {"make_policy": functools.partial(ApexPolicy, ac=ac),
+                    "environment": cfg.environment, "num_envs": ac.num_envs,
+                    "fragment_length": ac.fragment_length,
+                    "seed": rc.seed + c["version"]}  # fmt: skip
+            pool = CollectorPool(ac.num_collectors, lambda i: args, shards,
+                                 num_cpus=ac.collector_cpus, run_dir=run_dir,
+                                 timeout_s=ac.timeout_s)  # fmt: skip
+            pool.publish(c["version"], module_weights(agent))
+            while not learner.done:
+                step = learner.collect(pool)
+                if shards.size() < ac.learning_starts:
+                    time.sleep(0.1)
+                    continue
+                losses, qs, ids, tds = [], [], [], []
+                for b in shards.sample_many(ac.batches_per_call, ac.batch_size, beta(step)):
+                    loss, q, td = td_step(agent, optimizer, _batch(b, agent.device), ac.double_q,
+                                          ac.max_grad_norm)  # fmt: skip
+                    losses.append(loss)
+                    qs.append(q)
+                    ids.append(b.ids)
+                    tds.append(td)
+                    c["num_updates"] += 1
+                    if c["num_updates"] % ac.target_update_interval == 0:
+                        agent.update_target(1.0)
+                    if c["num_updates"] % ac.publish_interval == 0:
+                        c["version"] += 1
+                        pool.publish(c["version"], module_weights(agent))
+                shards.update_priorities(np.concatenate(ids), np.concatenate(tds))
+                row = {"td_loss": torch.stack(losses).mean().item(),
+                       "q_values": torch.stack(qs).mean().item(), "global_step": float(step),
+                       "sps": run.sps(step), "lost_adds": float(pool.lost)}  # fmt: skip
+                scalars = {"losses/td_loss": row["td_loss"], "losses/q_values": row["q_values"],
+                           "charts/SPS": row["sps"], "charts/beta": beta(step)}  # fmt: skip
+                run.update(step, row, scalars)
+                learner.after_update(agent.act)
+        finally:
+            if pool is not None:
+                pool.close()
+            if shards is not None:
+                shards.close()
+    title = (f"Ape-X DQN ({ac.num_collectors} collectors, {ac.num_shards} shards) on "
+             f"{cfg.environment.env_id}, seed {rc.seed}")  # fmt: skip
+    return agent, run.finish(learner.step, c["num_updates"], title)
 
 
 def runner(cfg: ApexTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgent, TrainStats]:

@@ -1,6 +1,7 @@
-"""What the asynchronous learners (IMPALA, Ape-X) share around their update: episode records
-from the collectors and the learner checkpoints (their evaluation is every trainer's:
-:func:`rlstore.agents.run.run_evaluation`).
+"""What the asynchronous learners (IMPALA, Ape-X) share around their update: the counters,
+resume, the collectors' episode records, the evaluation and checkpoint schedules by env steps
+and the learner checkpoints (:class:`LearnerRun`, inside the :class:`~rlstore.agents.run.
+TrainingRun` frame every trainer has).
 
 A learner checkpoint (``run_dir/checkpoints/checkpoint_NNNN/``, :func:`rlstore.checkpoint.
 save_state`, no pickle) holds the networks, the optimizer, the counters and the episode history.
@@ -11,37 +12,95 @@ checkpoints (``<run>/replay``). What is lost is bounded by what was collected si
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from rlstore.agents.run import RunLogger, TrainStats
+from rlstore.agents.config import BaseConfig
+from rlstore.agents.ppo.rollout import make_env
+from rlstore.agents.run import TrainingRun, TrainStats, due, evaluation_due
 from rlstore.agents.run_checkpoint import (
     check_module_state,
     check_optimizer_state,
     check_resumed_config,
+    checkpoint_path,
+    latest_checkpoint,
     optimizer_state,
 )
 from rlstore.checkpoint import load_state, save_state
-from rlstore.errors import CheckpointError
+from rlstore.errors import CheckpointError, ConfigError
 
-__all__ = ["record_episodes", "save_learner", "restore_learner"]
+__all__ = ["LearnerRun", "save_learner", "restore_learner"]
 
 COUNTERS = ("global_step", "num_updates", "version", "checkpoint_num")
 _HISTORY = ("episode_returns", "episode_lengths", "episode_end_steps", "evaluations")
 
 
-def record_episodes(
-    stats: TrainStats, logger: RunLogger, episodes: list[tuple[int, float, int, int]], base: int
-) -> None:
-    """Append the collectors' finished episodes ``(collector, return, length, step)`` (``step``
-    counted from ``base``, the steps of the run before this process) and log them."""
-    for _, ret, length, step in episodes:
-        stats.episode_returns.append(ret)
-        stats.episode_lengths.append(length)
-        stats.episode_end_steps.append(base + step)
-        logger.episode(ret, length, base + step)
+class LearnerRun:
+    """One asynchronous learner's run inside ``run`` (a :class:`TrainingRun`): resumes from the
+    latest checkpoint (``resume``) and opens the run's logger.
+
+    ``cfg`` is the run's whole config, ``section`` the name of its algorithm section (with
+    ``total_timesteps`` and ``checkpoint_interval``: ``"impala"``, ``"apex"``), which also names
+    the checkpoint files (``<section>_*``, format ``rlstore.<section>/1``); ``label`` names the
+    algorithm in messages and on the bar. ``counters``: ``global_step`` (env steps of the whole
+    run), ``num_updates``, ``version`` (published weights), ``checkpoint_num``.
+    """
+
+    def __init__(
+        self, run: TrainingRun, cfg: BaseConfig, section: str, label: str,
+        model: torch.nn.Module, optimizer: torch.optim.Optimizer, resume: bool,
+    ) -> None:  # fmt: skip
+        self.run, self.cfg, self.sc = run, cfg, getattr(cfg, section)
+        self.model, self.optimizer = model, optimizer
+        self.prefix, self.format = f"{section}_", f"rlstore.{section}/1"
+        self.counters = {"global_step": 0, "num_updates": 0, "version": 0, "checkpoint_num": 0}
+        if resume:
+            path = None if run.ckpt_dir is None else latest_checkpoint(run.ckpt_dir, self.prefix)
+            if path is None:
+                raise ConfigError(f"resume: no {label} checkpoint found under {run.ckpt_dir}")
+            self.counters = restore_learner(path, self.prefix, self.format, cfg.to_dict(),
+                                            ("environment", section), model, optimizer,
+                                            run.stats)  # fmt: skip
+            self.counters["checkpoint_num"] += 1
+        env_id = cfg.environment.env_id  # type: ignore[attr-defined]
+        self.base = self.step = self.before = self.counters["global_step"]
+        run.start(self.sc.total_timesteps, self.base, f"{label} {env_id}", cfg.to_dict())
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has collected its ``total_timesteps``."""
+        return self.step >= self.sc.total_timesteps
+
+    def collect(self, pool: Any) -> int:
+        """Take the collectors' step count and finished episodes ``(collector, return, length,
+        step)`` from ``pool`` (a :class:`~rlstore.distributed.collector.CollectorPool`) into the
+        run, restart dead collectors; returns the run's env step."""
+        collected, episodes = pool.drain()
+        for _, ret, length, step in episodes:
+            self.run.episode(ret, length, self.base + step)
+        pool.check()
+        self.before, self.step = self.step, self.base + collected
+        return self.step
+
+    def after_update(self, act: Callable[[np.ndarray], Any]) -> None:
+        """The run's greedy evaluation (``act``: one observation -> its action) and learner
+        checkpoint when the env steps since the last :meth:`collect` crossed their interval, or
+        the run is done."""
+        run, rc, step, c = self.run, self.cfg.run, self.step, self.counters  # type: ignore[attr-defined]
+        if evaluation_due(rc, step, self.before, self.done):
+            env = self.cfg.environment  # type: ignore[attr-defined]
+            run.evaluate(step, act, lambda render: make_env(env, render))
+        every = self.sc.checkpoint_interval
+        if run.ckpt_dir is not None and every and (due(step, self.before, every) or self.done):
+            c["global_step"] = step
+            save_learner(checkpoint_path(run.ckpt_dir, c["checkpoint_num"]), self.prefix,
+                         self.format, self.cfg.to_dict(), c, self.model, self.optimizer,
+                         run.stats)  # fmt: skip
+            c["checkpoint_num"] += 1
 
 
 def save_learner(

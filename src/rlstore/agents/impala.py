@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field
 
-from rlstore.agents.async_run import record_episodes, restore_learner, save_learner
+from rlstore.agents.async_run import LearnerRun
 from rlstore.agents.config import (
     EVAL_KEYS_MOVED,
     BaseConfig,
@@ -55,19 +55,8 @@ from rlstore.agents.config import (
     section_cli_keys,
 )
 from rlstore.agents.ppo.models import FCAgent
-from rlstore.agents.ppo.rollout import make_env, make_vector_env
-from rlstore.agents.run import (
-    RunLogger,
-    TrainStats,
-    adam,
-    check_video_support,
-    due,
-    evaluation_due,
-    plot_learning_curve,
-    run_evaluation,
-    set_global_seeds,
-)
-from rlstore.agents.run_checkpoint import checkpoint_path, latest_checkpoint
+from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.run import TrainingRun, TrainStats, adam
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.config import load_config_file
 from rlstore.errors import ConfigError, RLStoreError
@@ -93,7 +82,6 @@ CLI_KEYS: dict[str, str | None] = {
     "num_shards": None,  # fragments go through a queue, not replay shards
 }
 """``rlstore train`` flags -> keys of this config (None: refused for IMPALA)."""
-PREFIX, FORMAT = "impala_", "rlstore.impala/1"
 
 
 class ImpalaConfig(BaseConfig):
@@ -271,110 +259,65 @@ def train_impala(
     from rlstore.distributed.collector import CollectorPool, FragmentQueue, module_weights
 
     rc, ic = cfg.run, cfg.impala
-    if rc.video and run_dir is not None:
-        check_video_support()  # before the run, not after it
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(rc.torch_threads)
-    set_global_seeds(rc.seed)
-    probe = make_vector_env(cfg.environment, 1)
-    if not isinstance(probe.single_action_space, gym.spaces.Discrete):
+    with TrainingRun(rc, run_dir) as run:
+        probe = make_vector_env(cfg.environment, 1)
+        if not isinstance(probe.single_action_space, gym.spaces.Discrete):
+            probe.close()
+            raise ConfigError(f"environment: IMPALA needs Discrete actions, got "
+                              f"{probe.single_action_space}")  # fmt: skip
+        agent = FCAgent(probe, cfg.environment, device=rc.device, hidden_dim=ic.hidden_size)
         probe.close()
-        raise ConfigError(f"environment: IMPALA needs Discrete actions, got "
-                          f"{probe.single_action_space}")  # fmt: skip
-    agent = FCAgent(probe, cfg.environment, device=rc.device, hidden_dim=ic.hidden_size)
-    probe.close()
-    optimizer = adam(agent.parameters(), ic.learning_rate)
-    width = ic.fragments_per_batch * ic.num_envs
-    buffer = RolloutBuffer(ic.fragment_length, width, gamma=ic.gamma,
-                           advantage_normalization=ic.advantage_normalization,
-                           device=rc.device, seed=rc.seed)  # fmt: skip
-    stats = TrainStats(run_dir=None if run_dir is None else Path(run_dir))
-    ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
-    c = {"global_step": 0, "num_updates": 0, "version": 0, "checkpoint_num": 0}
-    if resume:
-        if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
-            raise ConfigError(f"resume: no IMPALA checkpoint found under {ckpt_dir}")
-        c = restore_learner(path, PREFIX, FORMAT, cfg.to_dict(), ("environment", "impala"),
-                            agent, optimizer, stats)  # fmt: skip
-        c["checkpoint_num"] += 1
-    logger = RunLogger(
-        run_dir, total_steps=ic.total_timesteps, initial_step=c["global_step"],
-        desc=f"IMPALA {cfg.environment.env_id}", track=rc.track, progress_bar=rc.progress_bar,
-        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
-        exp_name=rc.exp_name, config=cfg.to_dict(),
-    )  # fmt: skip
-    start_ray(ic.address)
-    queue = FragmentQueue(ic.queue_size)
-    make_policy = functools.partial(ImpalaPolicy, hidden_size=ic.hidden_size)
-    args = {
-        "make_policy": make_policy,
-        "environment": cfg.environment,
-        "num_envs": ic.num_envs,
-        "fragment_length": ic.fragment_length,
-        "seed": rc.seed + c["version"],
-    }
-    pool = None
-    base, step, t0 = c["global_step"], c["global_step"], time.perf_counter()
-    try:
-        pool = CollectorPool(ic.num_collectors, lambda i: args, queue, num_cpus=ic.collector_cpus,
-                             run_dir=run_dir, timeout_s=ic.timeout_s)  # fmt: skip
-        pool.publish(c["version"], module_weights(agent))
-        while step < ic.total_timesteps:
-            fragments: list[dict[str, Any]] = []
-            waited = time.perf_counter()
-            while len(fragments) < ic.fragments_per_batch:
-                fragment = queue.get(timeout_s=1.0)
-                if fragment is not None:
-                    fragments.append(fragment)
-                elif pool.check() == 0 and time.perf_counter() - waited > ic.timeout_s:
-                    where = pool.log_path or "the log"
-                    raise RLStoreError(f"impala: no fragment arrived in {ic.timeout_s} s "
-                                       f"(timeout_s); see {where}")  # fmt: skip
-            frac = min(step / ic.total_timesteps, 1.0)
-            for group in optimizer.param_groups:
-                group["lr"] = ic.learning_rate + frac * (ic.end_learning_rate - ic.learning_rate)
-            row = vtrace_update(agent, optimizer, buffer, fragments, ic)
-            c["num_updates"] += 1
-            c["version"] += 1
+        optimizer = adam(agent.parameters(), ic.learning_rate)
+        buffer = RolloutBuffer(ic.fragment_length, ic.fragments_per_batch * ic.num_envs,
+                               gamma=ic.gamma, advantage_normalization=ic.advantage_normalization,
+                               device=rc.device, seed=rc.seed)  # fmt: skip
+        learner = LearnerRun(run, cfg, "impala", "IMPALA", agent, optimizer, resume)
+        c = learner.counters
+        start_ray(ic.address)
+        queue = FragmentQueue(ic.queue_size)
+        args = {"make_policy": functools.partial(ImpalaPolicy, hidden_size=ic.hidden_size),
+                "environment": cfg.environment, "num_envs": ic.num_envs,
+                "fragment_length": ic.fragment_length, "seed": rc.seed + c["version"]}  # fmt: skip
+        pool = None
+        try:
+            pool = CollectorPool(ic.num_collectors, lambda i: args, queue,
+                                 num_cpus=ic.collector_cpus, run_dir=run_dir,
+                                 timeout_s=ic.timeout_s)  # fmt: skip
             pool.publish(c["version"], module_weights(agent))
-            lag = np.mean([c["version"] - 1 - f["version"] for f in fragments])
-            before, (collected, episodes) = step, pool.drain()
-            step = base + collected
-            record_episodes(stats, logger, episodes, base)
-            pool.check()
-            sps = (step - base) / max(time.perf_counter() - t0, 1e-9)
-            row.update(global_step=float(step), sps=sps, policy_lag=float(lag))
-            stats.updates.append(row)
-            logger.scalars({f"losses/{k}": row[k] for k in ("loss", "pg_loss", "v_loss",
-                            "entropy")}, step)  # fmt: skip
-            logger.scalars({"charts/SPS": sps, "charts/policy_lag": float(lag)}, step)
-            recent = stats.episode_returns[-20:]
-            logger.progress(min(step, ic.total_timesteps), sps=f"{sps:.0f}",
-                            ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
-            last = step >= ic.total_timesteps
-            if evaluation_due(rc, step, before, last):
-                run_evaluation(rc, stats, logger, step, lambda o: _greedy(agent, o),
-                               lambda render: make_env(cfg.environment, render))  # fmt: skip
-            if ckpt_dir is not None and ic.checkpoint_interval and (
-                    due(step, before, ic.checkpoint_interval) or last):  # fmt: skip
-                c["global_step"] = step
-                save_learner(checkpoint_path(ckpt_dir, c["checkpoint_num"]), PREFIX, FORMAT,
-                             cfg.to_dict(), c, agent, optimizer, stats)  # fmt: skip
-                c["checkpoint_num"] += 1
-    finally:
-        stats.wall_time = time.perf_counter() - t0
-        if pool is not None:
-            pool.close()
-        queue.close()
-        logger.close()
-        torch.set_num_threads(threads_before)
-    stats.global_step, stats.num_updates = step, c["num_updates"]
-    stats.steps_per_second = (step - base) / max(stats.wall_time, 1e-9)
-    if run_dir is not None:
-        env_id, k = cfg.environment.env_id, ic.num_collectors
-        title = f"IMPALA ({k} collectors) on {env_id}, seed {rc.seed}"
-        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", title)
-    return agent, stats
+            while not learner.done:
+                fragments: list[dict[str, Any]] = []
+                waited = time.perf_counter()
+                while len(fragments) < ic.fragments_per_batch:
+                    fragment = queue.get(timeout_s=1.0)
+                    if fragment is not None:
+                        fragments.append(fragment)
+                    elif pool.check() == 0 and time.perf_counter() - waited > ic.timeout_s:
+                        where = pool.log_path or "the log"
+                        raise RLStoreError(f"impala: no fragment arrived in {ic.timeout_s} s "
+                                           f"(timeout_s); see {where}")  # fmt: skip
+                frac = min(learner.step / ic.total_timesteps, 1.0)
+                for group in optimizer.param_groups:
+                    group["lr"] = ic.learning_rate + frac * (
+                        ic.end_learning_rate - ic.learning_rate
+                    )
+                row = vtrace_update(agent, optimizer, buffer, fragments, ic)
+                c["num_updates"] += 1
+                c["version"] += 1
+                pool.publish(c["version"], module_weights(agent))
+                lag = float(np.mean([c["version"] - 1 - f["version"] for f in fragments]))
+                step = learner.collect(pool)
+                row.update(global_step=float(step), sps=run.sps(step), policy_lag=lag)
+                scalars = {f"losses/{k}": row[k] for k in ("loss", "pg_loss", "v_loss", "entropy")}
+                run.update(
+                    step, row, {**scalars, "charts/SPS": row["sps"], "charts/policy_lag": lag}
+                )
+                learner.after_update(lambda o: _greedy(agent, o))
+        finally:
+            if pool is not None:
+                pool.close()
+            queue.close()
+    title = f"IMPALA ({ic.num_collectors} collectors) on {cfg.environment.env_id}, seed {rc.seed}"
+    return agent, run.finish(learner.step, c["num_updates"], title)
 
 
 @torch.no_grad()

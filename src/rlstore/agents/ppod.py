@@ -42,7 +42,6 @@ Example::
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +54,7 @@ from rlstore.agents.ppo.config import TrainConfig
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
 from rlstore.agents.ppo.trainer import TrainResult, evaluate_in_run, finish_stats, log_update
-from rlstore.agents.run import (
-    RunLogger,
-    TrainStats,
-    check_video_support,
-    evaluation_due,
-    plot_learning_curve,
-    set_global_seeds,
-)
+from rlstore.agents.run import TrainingRun, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
 from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
@@ -273,52 +265,40 @@ def train_ppod(
     from rlstore.agents.ppod_checkpoint import restore, save
 
     oc, rc, pc = cfg.online, cfg.run, cfg.ppod
-    run_dir = None if run_dir is None else Path(run_dir)
-    stats = TrainStats(run_dir=run_dir)
     demos = human_demos(cfg)
-    if rc.video and run_dir is not None:
-        check_video_support()  # before the run, not after it
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(rc.torch_threads)
-    set_global_seeds(rc.seed)
-    envs = make_vector_env(cfg.environment, oc.num_envs)
-    try:
-        agent = get_agent(cfg.selected_model_config(), envs, cfg.environment, oc).to(rc.device)
-        agent.device = torch.device(rc.device)
-        num_updates = oc.num_updates
-        end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
-        optimizer, scheduler = agent.make_optimizer(num_updates, oc.learning_rate, end_lr,
-                                                    oc.adam_eps)  # fmt: skip
-        buffer = RolloutBuffer(
-            oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
-            advantage_normalization="none", device=rc.device, seed=rc.seed,
-        )  # fmt: skip
-        store = DemoStore(pc.capacity, rho=pc.rho, phi=pc.phi, alpha=pc.alpha,
-                          reward_threshold=pc.reward_threshold, seed=rc.seed)  # fmt: skip
-        for d in demos:
-            store.add_initial(d)
-        env_obs, _ = envs.reset(seed=rc.seed)  # RolloutState.start resets to the same
-        state = RolloutState.start(agent, envs, rc.seed)
-        target = Path(pc.target_demos_dir) if pc.target_demos_dir else None
-        if target is None and run_dir is not None:
-            target = run_dir / "demos"
-        mix = DemoRollout(store, agent, envs, env_obs, pc, target)
-        ckpt_dir = None if run_dir is None else run_dir / "checkpoints"
-        start_update, ckpt_num = 0, 0
-        if resume:
-            start_update, ckpt_num, stats.updates = restore(
-                ckpt_dir, cfg, agent, optimizer, scheduler, buffer, state, envs, mix
-            )
-        logger = RunLogger(
-            run_dir, total_steps=num_updates * oc.batch_size, initial_step=state.global_step,
-            desc=f"PPO+D {cfg.environment.env_id}", track=rc.track, progress_bar=rc.progress_bar,
-            wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
-            exp_name=rc.exp_name, config=cfg.to_dict(),
-        )  # fmt: skip
-        n_logged = len(state.episode_returns)
-        ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
-        t0, step0 = time.perf_counter(), state.global_step
+    with TrainingRun(rc, run_dir) as run:
+        stats, run_dir = run.stats, run.run_dir
+        envs = make_vector_env(cfg.environment, oc.num_envs)
         try:
+            agent = get_agent(cfg.selected_model_config(), envs, cfg.environment, oc).to(rc.device)
+            agent.device = torch.device(rc.device)
+            num_updates = oc.num_updates
+            end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
+            optimizer, scheduler = agent.make_optimizer(num_updates, oc.learning_rate, end_lr,
+                                                        oc.adam_eps)  # fmt: skip
+            buffer = RolloutBuffer(
+                oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
+                advantage_normalization="none", device=rc.device, seed=rc.seed,
+            )  # fmt: skip
+            store = DemoStore(pc.capacity, rho=pc.rho, phi=pc.phi, alpha=pc.alpha,
+                              reward_threshold=pc.reward_threshold, seed=rc.seed)  # fmt: skip
+            for d in demos:
+                store.add_initial(d)
+            env_obs, _ = envs.reset(seed=rc.seed)  # RolloutState.start resets to the same
+            state = RolloutState.start(agent, envs, rc.seed)
+            target = Path(pc.target_demos_dir) if pc.target_demos_dir else None
+            if target is None and run_dir is not None:
+                target = run_dir / "demos"
+            mix = DemoRollout(store, agent, envs, env_obs, pc, target)
+            ckpt_dir, start_update, ckpt_num = run.ckpt_dir, 0, 0
+            if resume:
+                start_update, ckpt_num, stats.updates = restore(
+                    ckpt_dir, cfg, agent, optimizer, scheduler, buffer, state, envs, mix
+                )
+            logger = run.start(num_updates * oc.batch_size, state.global_step,
+                               f"PPO+D {cfg.environment.env_id}", cfg.to_dict())  # fmt: skip
+            n_logged = len(state.episode_returns)
+            ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
             for update in range(start_update, num_updates):
                 run_rollout(agent, buffer, oc.num_steps, envs, state, mix=mix)
                 info = agent.learn(buffer, oc, optimizer, scheduler)
@@ -326,32 +306,22 @@ def train_ppod(
                 mix.poll_supplementary()
                 if (update + 1) % pc.save_demos_every == 0 or update + 1 == num_updates:
                     mix.save_demos()
-                elapsed = time.perf_counter() - t0
-                info.update(global_step=float(state.global_step),
-                            sps=(state.global_step - step0) / max(elapsed, 1e-9),
-                            **mix.scalars())  # fmt: skip
                 step = state.global_step
+                info.update(global_step=float(step), sps=run.sps(step), **mix.scalars())
                 if evaluation_due(rc, step, step - oc.batch_size, update + 1 == num_updates):
                     info["eval/mean_return"] = evaluate_in_run(agent, cfg.environment, rc,
                                                                stats, logger, step)  # fmt: skip
                 stats.updates.append(info)
-                logger.scalars({k: v for k, v in info.items() if k.startswith("ppod/")},
-                               state.global_step)  # fmt: skip
+                logger.scalars({k: v for k, v in info.items() if k.startswith("ppod/")}, step)
                 n_logged = log_update(logger, update + 1, state, info, n_logged,
-                                       **mix.progress())  # fmt: skip
+                                      **mix.progress())  # fmt: skip
                 if ckpt_dir is not None and update + 1 in ckpt_at:
                     ckpt_num = save(ckpt_dir, ckpt_num, cfg, agent, optimizer, scheduler, buffer,
                                     state, envs, mix, update + 1, stats.updates)  # fmt: skip
         finally:
-            stats.wall_time = time.perf_counter() - t0
-            logger.close()
-    finally:
-        torch.set_num_threads(threads_before)
-        envs.close()
-    finish_stats(stats, state, num_updates, step0)
-    if run_dir is not None:
-        title = f"PPO+D ({cfg.agent}) on {cfg.environment.env_id}, seed {rc.seed}"
-        plot_learning_curve(stats, run_dir / "learning_curve.png", title)
+            envs.close()
+    title = f"PPO+D ({cfg.agent}) on {cfg.environment.env_id}, seed {rc.seed}"
+    finish_stats(run, state, num_updates, title)
     return TrainResult(agent, stats)
 
 

@@ -2,6 +2,8 @@
 (the algorithm-agnostic pieces of checkpoints are in :mod:`rlstore.agents.run_checkpoint`). A
 trainer (``rlstore.agents.ppo``; SAC and DQN the same way) imports from here:
 
+* :class:`TrainingRun`, the frame every trainer runs in (threads, seeds, logger, clock, the
+  episode and update records, the final statistics and curve);
 * :class:`TrainStats`, what a run produced besides the agent;
 * :func:`set_global_seeds`;
 * the run folder: :func:`safe_name`, :func:`create_run_dir`;
@@ -18,6 +20,7 @@ from __future__ import annotations
 import random
 import re
 import sys
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ from rlstore.agents.config import RunConfig
 from rlstore.errors import ConfigError
 
 __all__ = [
+    "TrainingRun",
     "TrainStats",
     "set_global_seeds",
     "adam",
@@ -262,6 +266,113 @@ class RunLogger:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+class TrainingRun:
+    """The frame one training run runs in, shared by every trainer (a context manager).
+
+    Entering checks that evaluation videos can be recorded (``run.video`` with a run folder:
+    before any work, not after it), sets torch's thread count to ``run.torch_threads`` and
+    seeds the global RNGs with ``run.seed``. Leaving, however the run ends (a refused resume
+    included), records the wall time since :meth:`start`, closes the logger and restores the
+    thread count::
+
+        with TrainingRun(cfg.run, run_dir) as run:
+            ...  # envs, agent, buffer; on resume, restore into run.stats
+            run.start(total_steps, step0, "DQN CartPole-v1", cfg.to_dict())
+            for ...:
+                run.episode(ret, length, step)       # each finished episode
+                run.update(step, row, scalars)       # each update: stats, logs, progress bar
+        stats = run.finish(step, num_updates, "DQN on CartPole-v1, seed 1")
+
+    Attributes:
+        stats: the run's :class:`TrainStats`. logger: its :class:`RunLogger` (after
+            :meth:`start`). ckpt_dir: ``run_dir/checkpoints`` (None without a run folder).
+    """
+
+    def __init__(
+        self, rc: RunConfig, run_dir: str | Path | None, stats: TrainStats | None = None
+    ) -> None:
+        self.rc = rc
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.ckpt_dir = None if self.run_dir is None else self.run_dir / "checkpoints"
+        self.stats = TrainStats(run_dir=self.run_dir) if stats is None else stats
+        self.logger: RunLogger | None = None
+        self.total_steps, self.step0, self.t0 = 0, 0, 0.0
+        self._threads = torch.get_num_threads()
+
+    def __enter__(self) -> TrainingRun:
+        if self.rc.video and self.run_dir is not None:
+            check_video_support()
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(self.rc.torch_threads)
+        set_global_seeds(self.rc.seed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.logger is not None:
+            self.stats.wall_time = time.perf_counter() - self.t0
+            self.logger.close()
+        torch.set_num_threads(self._threads)
+
+    def start(
+        self, total_steps: int, initial_step: int, desc: str, config: dict[str, Any]
+    ) -> RunLogger:
+        """Open the logger (the bar runs from ``initial_step`` to ``total_steps``) and start the
+        clock that ``sps`` and the wall time count from; returns the logger."""
+        rc = self.rc
+        self.logger = RunLogger(
+            self.run_dir, total_steps=total_steps, initial_step=initial_step, desc=desc,
+            track=rc.track, progress_bar=rc.progress_bar, wandb=rc.wandb,
+            wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
+            exp_name=rc.exp_name, config=config,
+        )  # fmt: skip
+        self.total_steps, self.step0, self.t0 = total_steps, initial_step, time.perf_counter()
+        return self.logger
+
+    def sps(self, step: int) -> float:
+        """Env steps per second since :meth:`start`."""
+        return (step - self.step0) / max(time.perf_counter() - self.t0, 1e-9)
+
+    def episode(self, ret: float, length: int, step: int) -> None:
+        """Record one finished training episode (``stats`` and the logs)."""
+        self.stats.episode_returns.append(ret)
+        self.stats.episode_lengths.append(length)
+        self.stats.episode_end_steps.append(step)
+        assert self.logger is not None, "start() first"
+        self.logger.episode(ret, length, step)
+
+    def update(self, step: int, row: dict[str, float], scalars: Mapping[str, float]) -> None:
+        """Record one update: ``row`` (with ``global_step`` and ``sps``) into ``stats.updates``,
+        ``scalars`` into the logs, and the bar to ``step`` with the speed and the mean return of
+        the last 20 episodes."""
+        self.stats.updates.append(row)
+        assert self.logger is not None, "start() first"
+        self.logger.scalars(scalars, step)
+        recent = self.stats.episode_returns[-20:]
+        self.logger.progress(min(step, self.total_steps), sps=f"{row['sps']:.0f}",
+                             ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
+
+    def evaluate(
+        self,
+        step: int,
+        act: Callable[[np.ndarray], Any],
+        make_env: Callable[[str | None], gym.Env],
+        **kwargs: Any,
+    ) -> float:
+        """:func:`run_evaluation` of this run at env step ``step``; returns the mean return."""
+        assert self.logger is not None, "start() first"
+        return run_evaluation(self.rc, self.stats, self.logger, step, act, make_env, **kwargs)
+
+    def finish(self, step: int, num_updates: int, title: str) -> TrainStats:
+        """After the ``with`` block: fill the run's totals into ``stats`` and, with a run folder,
+        plot ``learning_curve.png`` titled ``title``; returns ``stats``."""
+        stats = self.stats
+        stats.global_step, stats.num_updates = step, num_updates
+        stats.steps_per_second = (step - self.step0) / max(stats.wall_time, 1e-9)
+        if self.run_dir is not None:
+            plot_learning_curve(stats, self.run_dir / "learning_curve.png", title)
+        return stats
 
 
 def plot_learning_curve(stats: TrainStats, path: str | Path, title: str) -> None:

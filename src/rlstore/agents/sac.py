@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -48,7 +47,6 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlstore.agents import run
 from rlstore.agents.config import (
     EVAL_KEYS_MOVED,
     BaseConfig,
@@ -57,7 +55,7 @@ from rlstore.agents.config import (
     section_cli_keys,
 )
 from rlstore.agents.ppo.rollout import check_env_id, make_env, make_vector_env
-from rlstore.agents.run import RunLogger, TrainStats
+from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
 from rlstore.agents.sac_checkpoint import PREFIX, LoopState, restore_checkpoint, save_checkpoint
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
@@ -359,10 +357,10 @@ def make_optimizers(agent: SACAgent, cfg: SACConfig) -> dict[str, torch.optim.Op
     """Adam (:func:`rlstore.agents.run.adam`, fused where torch has it) for the actor, for both
     critics (one step), and for ``log_alpha`` when tuned."""
     lr = cfg.learning_rate
-    opts = {"actor": run.adam(agent.actor.parameters(), lr),
-            "critic": run.adam(agent.critic.parameters(), lr)}  # fmt: skip
+    opts = {"actor": adam(agent.actor.parameters(), lr),
+            "critic": adam(agent.critic.parameters(), lr)}  # fmt: skip
     if agent.log_alpha.requires_grad:
-        opts["alpha"] = run.adam([agent.log_alpha], lr)
+        opts["alpha"] = adam([agent.log_alpha], lr)
     return opts
 
 
@@ -381,94 +379,68 @@ def train_sac(
         resume: continue from the latest checkpoint in ``run_dir/checkpoints``.
     """
     rc, sc, n = cfg.run, cfg.sac, cfg.sac.num_envs
-    run_dir = None if run_dir is None else Path(run_dir)
-    ckpt_dir = None if run_dir is None else run_dir / "checkpoints"
-    if rc.video and run_dir is not None:
-        run.check_video_support()  # before the run, not after it
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(rc.torch_threads)
-    run.set_global_seeds(rc.seed)
-    envs = make_vector_env(cfg.environment, n)
-    logger: RunLogger | None = None
-    try:
-        device = torch.device(rc.device)
-        obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        agent = SACAgent(obs_space, act_space, sc, cfg.environment.env_id).to(device)
-        opts = make_optimizers(agent, sc)
-        buffer = ReplayBuffer(sc.buffer_size, num_envs=n, seed=rc.seed, device=device)
-        adapter = TransitionAdapter.from_env(envs)
-        state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64))
-        stats = TrainStats(run_dir=run_dir)
-        if resume:
-            if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
-                raise ConfigError(f"resume: no SAC checkpoint found under {ckpt_dir}")
-            restore_checkpoint(path, cfg, agent, opts, buffer, envs, state, stats)
-        num_iters = math.ceil(sc.total_timesteps / n)
-        ckpt_at = checkpoint_schedule(num_iters, sc.num_checkpoints) if ckpt_dir else set()
-        log_every = max(1, sc.log_freq // n)
-        # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch
-        learn_after = max(sc.learning_starts, sc.batch_size - 1)
-        low, width = agent.actor.bias - agent.actor.scale, 2 * agent.actor.scale
-        step0 = state.iteration * n
-        logger = RunLogger(
-            run_dir, total_steps=num_iters * n, initial_step=step0, desc="SAC",
-            track=rc.track, progress_bar=rc.progress_bar, wandb=rc.wandb,
-            wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
-            exp_name=rc.exp_name, config=cfg.to_dict(),
-        )  # fmt: skip
-        diag: dict[str, torch.Tensor] = {}
-        t0 = time.perf_counter()
-        for it in range(state.iteration, num_iters):
-            if it * n < sc.learning_starts:  # uniform random actions (torch's global RNG)
-                action = (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
-            else:
-                action = agent.act(state.obs)
-            next_obs, reward, terminated, truncated, info = envs.step(action)
-            tr = adapter.step(state.obs, action, reward, terminated, truncated, info, next_obs)
-            buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
-            state.obs, state.iteration, step = next_obs, it + 1, (it + 1) * n
-            state.ep_return += reward
-            state.ep_length += 1
-            for i in np.flatnonzero(terminated | truncated):
-                ret, length = float(state.ep_return[i]), int(state.ep_length[i])
-                stats.episode_returns.append(ret)
-                stats.episode_lengths.append(length)
-                stats.episode_end_steps.append(step)
-                logger.episode(ret, length, step)
-                state.ep_return[i], state.ep_length[i] = 0.0, 0
-            if step > learn_after and (it + 1) % sc.train_freq == 0:
-                for _ in range(sc.gradient_steps):
-                    diag = sac_update(agent, buffer.sample(sc.batch_size), opts, sc)
-                    state.num_updates += 1
-                    if state.num_updates % sc.target_update_interval == 0:
-                        polyak_update(agent.critic_target, agent.critic, sc.tau)
-            last = it + 1 == num_iters
-            if (it + 1) % log_every == 0 or last:
-                sps = (step - step0) / max(time.perf_counter() - t0, 1e-9)
-                row = {k: float(v) for k, v in diag.items()}
-                stats.updates.append({"global_step": float(step), "sps": sps, **row})
-                logger.scalars(
-                    {**{f"losses/{k}": v for k, v in row.items()}, "charts/SPS": sps}, step
-                )
-                logger.progress(step, sps=f"{sps:.0f}", ret=f"{stats.mean_return():.1f}")
-            if run.evaluation_due(rc, step, step - n, last):
-                run.run_evaluation(rc, stats, logger, step,
-                                   lambda o: agent.act(o[None], deterministic=True)[0],
-                                   lambda render: make_env(cfg.environment, render))  # fmt: skip
-            if ckpt_dir is not None and it + 1 in ckpt_at:
-                save_checkpoint(ckpt_dir, cfg, agent, opts, buffer, envs, state, stats)
-        stats.wall_time = time.perf_counter() - t0
-        stats.global_step, stats.num_updates = state.iteration * n, state.num_updates
-        stats.steps_per_second = (stats.global_step - step0) / max(stats.wall_time, 1e-9)
-    finally:
-        if logger is not None:
-            logger.close()
-        envs.close()
-        torch.set_num_threads(threads_before)
-    if run_dir is not None:
-        title = f"SAC on {cfg.environment.env_id}, seed {rc.seed}"
-        run.plot_learning_curve(stats, run_dir / "learning_curve.png", title)
-    return agent, stats
+    with TrainingRun(rc, run_dir) as run:
+        envs = make_vector_env(cfg.environment, n)
+        try:
+            device = torch.device(rc.device)
+            obs_space, act_space = envs.single_observation_space, envs.single_action_space
+            agent = SACAgent(obs_space, act_space, sc, cfg.environment.env_id).to(device)
+            opts = make_optimizers(agent, sc)
+            buffer = ReplayBuffer(sc.buffer_size, num_envs=n, seed=rc.seed, device=device)
+            adapter = TransitionAdapter.from_env(envs)
+            state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64))
+            if resume:
+                path = None if run.ckpt_dir is None else latest_checkpoint(run.ckpt_dir, PREFIX)
+                if path is None:
+                    raise ConfigError(f"resume: no SAC checkpoint found under {run.ckpt_dir}")
+                restore_checkpoint(path, cfg, agent, opts, buffer, envs, state, run.stats)
+            num_iters = math.ceil(sc.total_timesteps / n)
+            ckpt_at = checkpoint_schedule(num_iters, sc.num_checkpoints) if run.ckpt_dir else set()
+            log_every = max(1, sc.log_freq // n)
+            # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch
+            learn_after = max(sc.learning_starts, sc.batch_size - 1)
+            low, width = agent.actor.bias - agent.actor.scale, 2 * agent.actor.scale
+            run.start(num_iters * n, state.iteration * n, "SAC", cfg.to_dict())
+            diag: dict[str, torch.Tensor] = {}
+            for it in range(state.iteration, num_iters):
+                if it * n < sc.learning_starts:  # uniform random actions (torch's global RNG)
+                    action = (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
+                else:
+                    action = agent.act(state.obs)
+                next_obs, reward, terminated, truncated, info = envs.step(action)
+                tr = adapter.step(state.obs, action, reward, terminated, truncated, info, next_obs)
+                buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated,
+                           tr.truncated)  # fmt: skip
+                state.obs, state.iteration, step = next_obs, it + 1, (it + 1) * n
+                state.ep_return += reward
+                state.ep_length += 1
+                for i in np.flatnonzero(terminated | truncated):
+                    run.episode(float(state.ep_return[i]), int(state.ep_length[i]), step)
+                    state.ep_return[i], state.ep_length[i] = 0.0, 0
+                if step > learn_after and (it + 1) % sc.train_freq == 0:
+                    for _ in range(sc.gradient_steps):
+                        diag = sac_update(agent, buffer.sample(sc.batch_size), opts, sc)
+                        state.num_updates += 1
+                        if state.num_updates % sc.target_update_interval == 0:
+                            polyak_update(agent.critic_target, agent.critic, sc.tau)
+                last = it + 1 == num_iters
+                if (it + 1) % log_every == 0 or last:
+                    row = {k: float(v) for k, v in diag.items()}
+                    scalars = {f"losses/{k}": v for k, v in row.items()}
+                    row = {"global_step": float(step), "sps": run.sps(step), **row}
+                    run.update(step, row, {**scalars, "charts/SPS": row["sps"]})
+                if evaluation_due(rc, step, step - n, last):
+                    run.evaluate(
+                        step,
+                        lambda o: agent.act(o[None], deterministic=True)[0],
+                        lambda render: make_env(cfg.environment, render),
+                    )
+                if run.ckpt_dir is not None and it + 1 in ckpt_at:
+                    save_checkpoint(run.ckpt_dir, cfg, agent, opts, buffer, envs, state, run.stats)
+        finally:
+            envs.close()
+    title = f"SAC on {cfg.environment.env_id}, seed {rc.seed}"
+    return agent, run.finish(state.iteration * n, state.num_updates, title)
 
 
 def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgent, TrainStats]:

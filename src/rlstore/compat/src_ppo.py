@@ -42,7 +42,7 @@ from rlstore.agents.ppo import PPOScheduler, RolloutState, sample_from_agents
 from rlstore.agents.ppo.checkpoint import checkpoint_path
 from rlstore.agents.ppo.config import ModelConfig
 from rlstore.agents.ppo.obs import get_obs_preprocessor, get_obs_shape, preprocess_images
-from rlstore.agents.ppo.trainer import set_global_seeds  # the one the trainer seeds with
+from rlstore.agents.run import set_global_seeds  # the one every trainer seeds with
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
 from rlstore.compat.src_ppo_memory import (
     Memory,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -61,14 +60,12 @@ from rlstore.agents.ppo.rollout import (
 from rlstore.agents.run import (
     EVAL_SEED_OFFSET,
     RunLogger,
+    TrainingRun,
     TrainStats,
-    check_video_support,
     create_run_dir,
     evaluate,
     evaluation_due,
-    plot_learning_curve,
     run_evaluation,
-    set_global_seeds,
 )
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.rollout import RolloutBuffer
@@ -235,97 +232,81 @@ def _train(
     )
 
     cfg = train_config_from_parts(run_config, online_config, environment_config, model_config)
-    oc, rc, run_dir = online_config, run_config, stats.run_dir
-    if rc.video and run_dir is not None:
-        check_video_support()  # before the run, not after it
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(run_config.torch_threads)
-    set_global_seeds(run_config.seed)
-    own_envs = envs is None
-    if envs is None:
-        envs = make_vector_env(environment_config, oc.num_envs)
-    if envs.num_envs != oc.num_envs:
-        raise ConfigError(
-            f"envs: expected online_config.num_envs = {oc.num_envs} envs, got {envs.num_envs}"
-        )
-    agent = get_agent(model_config, envs, environment_config, oc).to(run_config.device)
-    agent.device = torch.device(run_config.device)
-    num_updates = oc.num_updates
-    end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
-    optimizer, scheduler = agent.make_optimizer(num_updates, oc.learning_rate, end_lr, oc.adam_eps)
-    buffer = RolloutBuffer(
-        oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
-        advantage_normalization="none", device=run_config.device, seed=run_config.seed,
-    )  # fmt: skip
-    state = RolloutState.start(agent, envs, run_config.seed)
-    ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
-    start_update, ckpt_num = 0, 0
-    if resume:
-        if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir)) is None:
-            raise ConfigError(f"resume: no checkpoint found under {ckpt_dir}")
-        start_update, ckpt_num, stats.updates = restore_training(
-            path, agent, optimizer, scheduler, buffer, state, envs
-        )
-        if start_update > num_updates:
-            raise ConfigError(
-                f"online.total_timesteps: expected at least {start_update * oc.batch_size} "
-                f"(the {start_update} updates the run has done), got {oc.total_timesteps}"
-            )
-        if scheduler.num_updates != num_updates:  # an extended budget
-            scheduler.replan(num_updates)
-    logger = RunLogger(
-        run_dir, total_steps=num_updates * oc.batch_size, initial_step=state.global_step,
-        desc=environment_config.env_id, track=rc.track, progress_bar=rc.progress_bar,
-        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
-        exp_name=rc.exp_name, config=cfg.to_dict(),
-    )  # fmt: skip
-    n_logged = len(state.episode_returns)
-    ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
-    t0, step0 = time.perf_counter(), state.global_step
-    try:
-        for update in range(start_update, num_updates):
-            agent.rollout(buffer, oc.num_steps, envs, state, trajectory_writer)
-            info = agent.learn(buffer, oc, optimizer, scheduler)
-            buffer.reset()
-            elapsed = time.perf_counter() - t0
-            info.update(global_step=float(state.global_step),
-                        sps=(state.global_step - step0) / max(elapsed, 1e-9))  # fmt: skip
-            step = state.global_step
-            if evaluation_due(rc, step, step - oc.batch_size, update + 1 == num_updates):
-                info["eval/mean_return"] = evaluate_in_run(
-                    agent, environment_config, rc, stats, logger, step
+    oc, rc = online_config, run_config
+    with TrainingRun(rc, stats.run_dir, stats) as run:
+        own_envs = envs is None
+        if envs is None:
+            envs = make_vector_env(environment_config, oc.num_envs)
+        try:
+            if envs.num_envs != oc.num_envs:
+                raise ConfigError(f"envs: expected online_config.num_envs = {oc.num_envs} envs, "
+                                  f"got {envs.num_envs}")  # fmt: skip
+            agent = get_agent(model_config, envs, environment_config, oc).to(rc.device)
+            agent.device = torch.device(rc.device)
+            num_updates = oc.num_updates
+            end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
+            optimizer, scheduler = agent.make_optimizer(num_updates, oc.learning_rate, end_lr,
+                                                        oc.adam_eps)  # fmt: skip
+            buffer = RolloutBuffer(
+                oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
+                advantage_normalization="none", device=rc.device, seed=rc.seed,
+            )  # fmt: skip
+            state = RolloutState.start(agent, envs, rc.seed)
+            ckpt_dir, start_update, ckpt_num = run.ckpt_dir, 0, 0
+            if resume:
+                if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir)) is None:
+                    raise ConfigError(f"resume: no checkpoint found under {ckpt_dir}")
+                start_update, ckpt_num, stats.updates = restore_training(
+                    path, agent, optimizer, scheduler, buffer, state, envs
                 )
-            stats.updates.append(info)
-            n_logged = log_update(logger, update + 1, state, info, n_logged)
-            if ckpt_dir is not None and update + 1 in ckpt_at:
-                ckpt_num = store_model_checkpoint(
-                    agent, oc, run_config, ckpt_num, ckpt_dir, config=cfg, optimizer=optimizer,
-                    scheduler=scheduler, buffer=buffer, state=state, envs=envs, update=update + 1,
-                    updates_log=stats.updates,
-                )  # fmt: skip
-    finally:
-        stats.wall_time = time.perf_counter() - t0
-        logger.close()
-        torch.set_num_threads(threads_before)
-        if own_envs:
-            envs.close()
-    finish_stats(stats, state, num_updates, step0)
-    if run_dir is not None:
-        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", _title(cfg))
+                if start_update > num_updates:
+                    raise ConfigError(
+                        f"online.total_timesteps: expected at least "
+                        f"{start_update * oc.batch_size} (the {start_update} updates the run "
+                        f"has done), got {oc.total_timesteps}"
+                    )
+                if scheduler.num_updates != num_updates:  # an extended budget
+                    scheduler.replan(num_updates)
+            logger = run.start(num_updates * oc.batch_size, state.global_step,
+                               environment_config.env_id, cfg.to_dict())  # fmt: skip
+            n_logged = len(state.episode_returns)
+            ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
+            for update in range(start_update, num_updates):
+                agent.rollout(buffer, oc.num_steps, envs, state, trajectory_writer)
+                info = agent.learn(buffer, oc, optimizer, scheduler)
+                buffer.reset()
+                step = state.global_step
+                info.update(global_step=float(step), sps=run.sps(step))
+                if evaluation_due(rc, step, step - oc.batch_size, update + 1 == num_updates):
+                    info["eval/mean_return"] = evaluate_in_run(
+                        agent, environment_config, rc, stats, logger, step
+                    )
+                stats.updates.append(info)
+                n_logged = log_update(logger, update + 1, state, info, n_logged)
+                if ckpt_dir is not None and update + 1 in ckpt_at:
+                    ckpt_num = store_model_checkpoint(
+                        agent, oc, rc, ckpt_num, ckpt_dir, config=cfg, optimizer=optimizer,
+                        scheduler=scheduler, buffer=buffer, state=state, envs=envs,
+                        update=update + 1, updates_log=stats.updates,
+                    )  # fmt: skip
+        finally:
+            if own_envs:
+                envs.close()
+    finish_stats(run, state, num_updates, _title(cfg))
     return TrainResult(agent, stats)
 
 
-def finish_stats(stats: TrainStats, state: RolloutState, num_updates: int, step0: int) -> None:
-    """Fill ``stats`` at the end of a PPO-style run from the rollout ``state`` (whose episode
-    history spans a resumed run's earlier part); the evaluations are read back from
-    ``stats.updates``, which a resumed run restores from its checkpoint."""
-    stats.global_step, stats.num_updates = state.global_step, num_updates
+def finish_stats(run: TrainingRun, state: RolloutState, num_updates: int, title: str) -> None:
+    """Fill ``run.stats`` at the end of a PPO-style run from the rollout ``state`` (whose
+    episode history spans a resumed run's earlier part; the evaluations are read back from
+    ``stats.updates``, which a resumed run restores from its checkpoint) and plot the curve."""
+    stats = run.stats
     stats.episode_returns = list(state.episode_returns)
     stats.episode_lengths = list(state.episode_lengths)
     stats.episode_end_steps = list(state.episode_end_steps)
-    stats.steps_per_second = (state.global_step - step0) / max(stats.wall_time, 1e-9)
     stats.evaluations = [(int(u["global_step"]), u["eval/mean_return"])
                          for u in stats.updates if "eval/mean_return" in u]  # fmt: skip
+    run.finish(state.global_step, num_updates, title)
 
 
 def _packaged_configs() -> dict[str, str]:
