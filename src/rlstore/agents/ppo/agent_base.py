@@ -24,6 +24,7 @@ from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, Trai
 from rlstore.agents.ppo.loss import ppo_loss
 from rlstore.agents.ppo.normalization import RunNormalizer
 from rlstore.agents.ppo.obs import get_obs_preprocessor, get_obs_shape
+from rlstore.agents.ppo.rollout import run_rollout
 from rlstore.agents.ppo.schedule import PPOScheduler
 from rlstore.errors import ConfigError
 
@@ -217,8 +218,6 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         Returns:
             The updated state (also mutated in place).
         """
-        from rlstore.agents.ppo.rollout import run_rollout  # the loop is a module of its own
-
         return run_rollout(
             self,
             memory,

@@ -30,10 +30,15 @@ from typing import Any
 
 import torch
 
-from rlstore.agents.ppo.config import OnlineTrainConfig, RunConfig, TrainConfig
+from rlstore.agents.ppo.config import (
+    OnlineTrainConfig,
+    RunConfig,
+    TrainConfig,
+    train_config_from_parts,
+)
 from rlstore.agents.ppo.env_state import env_state, has_episode_logs, restore_envs
 from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.agents.ppo.rollout import check_like
+from rlstore.agents.ppo.rollout import check_like, make_vector_env
 from rlstore.agents.run_checkpoint import (
     check_global_rng_state,
     check_module_state,
@@ -97,8 +102,6 @@ def store_model_checkpoint(
         ``checkpoint_num + 1``, the number of the next checkpoint.
     """
     if config is None:
-        from rlstore.agents.ppo.trainer import train_config_from_parts
-
         env_cfg = agent.environment_config
         if env_cfg is None:
             raise CheckpointError("agent.environment_config: needed to rebuild the agent, got None")
@@ -181,8 +184,6 @@ def _config_of(payload: dict[str, Any]) -> TrainConfig:
 
 
 def _agent_from_payload(payload: dict[str, Any], num_envs: int) -> PPOAgent:
-    from rlstore.agents.ppo.trainer import make_vector_env
-
     cfg = _config_of(payload)
     envs = make_vector_env(cfg.environment, num_envs)
     try:

@@ -29,12 +29,13 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
 from rlstore.config import load_config_file
+from rlstore.errors import ConfigError
 
 __all__ = [
     "RunConfig",
@@ -45,6 +46,7 @@ __all__ = [
     "TrainConfig",
     "ModelConfig",
     "load_train_config",
+    "train_config_from_parts",
 ]
 
 
@@ -238,3 +240,28 @@ def load_train_config(path: str | Path) -> TrainConfig:
             or an invalid value (the message names ``section.field``).
     """
     return TrainConfig.from_dict(load_config_file(path))
+
+
+def train_config_from_parts(
+    run_config: RunConfig,
+    online_config: OnlineTrainConfig,
+    environment_config: EnvironmentConfig,
+    model_config: ModelConfig,
+) -> TrainConfig:
+    """Bundle the four configs (DecisionTransformerInterpretability's split) into a TrainConfig."""
+    parts: dict[str, Any] = {
+        "run": run_config,
+        "environment": environment_config,
+        "online": online_config,
+        "agent": "fc",
+    }
+    if isinstance(model_config, LSTMModelConfig):
+        parts.update(agent="lstm", lstm=model_config)
+    elif isinstance(model_config, TransformerModelConfig):
+        parts.update(agent="transformer", transformer=model_config)
+    elif model_config is not None:
+        raise ConfigError(
+            f"model_config: expected None, LSTMModelConfig or TransformerModelConfig, "
+            f"got {type(model_config).__name__}"
+        )
+    return TrainConfig.model_validate(parts)

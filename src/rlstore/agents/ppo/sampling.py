@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstore.agents.ppo.rollout import RolloutState, make_vector_env
+from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.checkpoint import load_state, read_metadata, save_state
 from rlstore.errors import CheckpointError, ConfigError
 from rlstore.minibatches import TimeMajor
@@ -260,9 +262,6 @@ def sample_from_agents(
         ConfigError: bad arguments, an agent without an environment config, or an action space
             the method does not support (``topk`` on continuous actions).
     """
-    from rlstore.agents.ppo.trainer import RolloutState, make_vector_env
-    from rlstore.buffers.rollout import RolloutBuffer
-
     kwargs = check_sampling_args(sampling_method, temperature, k)
     for name, value in (("rollout_length", rollout_length), ("num_envs", num_envs)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:

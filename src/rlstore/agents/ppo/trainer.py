@@ -39,15 +39,20 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstore.agents.ppo.checkpoint import (
+    latest_checkpoint,
+    read_checkpoint,
+    restore_training,
+    store_model_checkpoint,
+)
 from rlstore.agents.ppo.config import (
     EnvironmentConfig,
-    LSTMModelConfig,
     ModelConfig,
     OnlineTrainConfig,
     RunConfig,
     TrainConfig,
-    TransformerModelConfig,
     load_train_config,
+    train_config_from_parts,
 )
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import (
@@ -91,7 +96,6 @@ __all__ = [
     "evaluate_in_run",
     "EVAL_SEED_OFFSET",
     "log_update",
-    "train_config_from_parts",
 ]
 
 
@@ -100,31 +104,6 @@ class TrainResult(NamedTuple):
 
     agent: PPOAgent
     stats: TrainStats
-
-
-def train_config_from_parts(
-    run_config: RunConfig,
-    online_config: OnlineTrainConfig,
-    environment_config: EnvironmentConfig,
-    model_config: ModelConfig,
-) -> TrainConfig:
-    """Bundle the four configs (DecisionTransformerInterpretability's split) into a TrainConfig."""
-    parts: dict[str, Any] = {
-        "run": run_config,
-        "environment": environment_config,
-        "online": online_config,
-        "agent": "fc",
-    }
-    if isinstance(model_config, LSTMModelConfig):
-        parts.update(agent="lstm", lstm=model_config)
-    elif isinstance(model_config, TransformerModelConfig):
-        parts.update(agent="transformer", transformer=model_config)
-    elif model_config is not None:
-        raise ConfigError(
-            f"model_config: expected None, LSTMModelConfig or TransformerModelConfig, "
-            f"got {type(model_config).__name__}"
-        )
-    return TrainConfig.model_validate(parts)
 
 
 _LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
@@ -225,11 +204,6 @@ def _train(
     stats: TrainStats,
     resume: bool,
 ) -> TrainResult:
-    from rlstore.agents.ppo.checkpoint import (
-        latest_checkpoint,
-        restore_training,
-        store_model_checkpoint,
-    )
 
     cfg = train_config_from_parts(run_config, online_config, environment_config, model_config)
     oc, rc = online_config, run_config
@@ -350,8 +324,6 @@ def runner(cfg: TrainConfig, *, run_dir: Path, resume: bool) -> TrainResult:
                 "cfg: a resumed run keeps its config.yaml; only online.total_timesteps may change"
             )
         if cfg != saved:
-            from rlstore.agents.ppo.checkpoint import latest_checkpoint, read_checkpoint
-
             path = latest_checkpoint(run_dir / "checkpoints")
             done = 0 if path is None else read_checkpoint(path)["global_step"]
             if cfg.online.num_updates * cfg.online.batch_size < done:
