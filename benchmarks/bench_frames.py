@@ -79,7 +79,7 @@ def make_stream(envs: int, pool: int, seed: int) -> dict[str, Any]:
 
 def run_worker(lib: str, envs: int, capacity: int, repeats: int, seed: int) -> dict[str, Any]:
     """Build, fill and time one library; returns rates, bytes and a correctness flag."""
-    import torch
+    import torch  # noqa: F401 (imported before anything is timed)
 
     limit_threads(1)
     pool = 256 if envs > 1 else 1024
@@ -249,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Capacity {args.capacity:,} transitions of (4, 84, 84) uint8 stacks (one frame is "
         f"7,056 bytes), median of {args.repeats} repeats, 1 thread; rates by wall-clock and by "
         "process CPU time (steadier on a shared machine), ratios by CPU time. rlstore rows time "
-        "the whole ReplayBuffer (add with its checks, sample to torch tensors). Workers run with glibc MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_="
+        "the whole ReplayBuffer (add with its checks, sample to torch tensors). Workers run "
+        "with glibc MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_="
         "256 MiB (see MALLOC in the script): with the defaults, sampled batches may be "
         "page-faulted back in on every call, depending on each library's allocation order. "
         "SB3 returns torch tensors, cpprb numpy arrays; cpprb is one env only."

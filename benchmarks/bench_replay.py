@@ -308,7 +308,7 @@ def run_worker(lib: str, case: Case, repeats: int, seed: int, clock: str = "cpu"
 
     def single_indep() -> None:
         add = adapter.add_single
-        for inp in itertools.islice(indep, case.single_adds):
+        for inp in itertools.islice(indep, case.single_adds):  # noqa: F821 (run before the del)
             add(buf, inp)
 
     t = time_repeats(single_indep, items=case.single_adds, repeats=repeats)
@@ -526,7 +526,8 @@ def method_text(cases: list[Case], repeats: int, clock: str = "cpu", rounds: int
             f"- **{c.name}** ({c.shapes}): single add = {c.single_adds:,} one-transition calls "
             f"per repeat; batched add = {c.batched_steps:,} calls of 8 envs; sample = "
             f"{c.samples:,} batches of {BATCH_SIZE} from a buffer filled to capacity, converted "
-            "to torch tensors, each dropped when the next is drawn; memory = growth of anonymous resident memory (`RssAnon`) "
+            "to torch tensors, each dropped when the next is drawn; memory = growth of anonymous "
+            "resident memory (`RssAnon`) "
             "from before building the buffer to after filling it to capacity through the "
             "library's add path, / capacity; 'sum of arrays' adds `nbytes` of every "
             "array/tensor reachable from the buffer object (not visible for cpprb's C++ storage)."
