@@ -51,14 +51,19 @@ from pydantic import Field, model_validator
 
 from rlstore.agents.config import BaseConfig
 from rlstore.agents.ppo.config import TrainConfig
-from rlstore.agents.ppo.models import PPOAgent, get_agent
+from rlstore.agents.ppo.models import PPOAgent
 from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
-from rlstore.agents.ppo.trainer import TrainResult, evaluate_in_run, finish_stats, log_update
+from rlstore.agents.ppo.trainer import (
+    TrainResult,
+    build_learner,
+    evaluate_in_run,
+    finish_stats,
+    log_update,
+)
 from rlstore.agents.run import TrainingRun, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
 from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
-from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.config import load_config_file
 from rlstore.envs.keydoor import DEMO_FILE, KEYDOOR_ID
 from rlstore.errors import ConfigError
@@ -270,16 +275,8 @@ def train_ppod(
         stats, run_dir = run.stats, run.run_dir
         envs = make_vector_env(cfg.environment, oc.num_envs)
         try:
-            agent = get_agent(cfg.selected_model_config(), envs, cfg.environment, oc).to(rc.device)
-            agent.device = torch.device(rc.device)
+            agent, optimizer, scheduler, buffer = build_learner(cfg, envs)
             num_updates = oc.num_updates
-            end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
-            optimizer, scheduler = agent.make_optimizer(num_updates, oc.learning_rate, end_lr,
-                                                        oc.adam_eps)  # fmt: skip
-            buffer = RolloutBuffer(
-                oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
-                advantage_normalization="none", device=rc.device, seed=rc.seed,
-            )  # fmt: skip
             store = DemoStore(pc.capacity, rho=pc.rho, phi=pc.phi, alpha=pc.alpha,
                               reward_threshold=pc.reward_threshold, seed=rc.seed)  # fmt: skip
             for d in demos:

@@ -62,6 +62,7 @@ from rlstore.agents.ppo.rollout import (
     make_vector_env,
     run_rollout,
 )
+from rlstore.agents.ppo.schedule import PPOScheduler
 from rlstore.agents.run import (
     EVAL_SEED_OFFSET,
     RunLogger,
@@ -215,16 +216,8 @@ def _train(
             if envs.num_envs != oc.num_envs:
                 raise ConfigError(f"envs: expected online_config.num_envs = {oc.num_envs} envs, "
                                   f"got {envs.num_envs}")  # fmt: skip
-            agent = get_agent(model_config, envs, environment_config, oc).to(rc.device)
-            agent.device = torch.device(rc.device)
+            agent, optimizer, scheduler, buffer = build_learner(cfg, envs)
             num_updates = oc.num_updates
-            end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
-            optimizer, scheduler = agent.make_optimizer(num_updates, oc.learning_rate, end_lr,
-                                                        oc.adam_eps)  # fmt: skip
-            buffer = RolloutBuffer(
-                oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
-                advantage_normalization="none", device=rc.device, seed=rc.seed,
-            )  # fmt: skip
             state = RolloutState.start(agent, envs, rc.seed)
             ckpt_dir, start_update, ckpt_num = run.ckpt_dir, 0, 0
             if resume:
@@ -268,6 +261,24 @@ def _train(
                 envs.close()
     finish_stats(run, state, num_updates, _title(cfg))
     return TrainResult(agent, stats)
+
+
+def build_learner(
+    cfg: TrainConfig, envs: gym.vector.VectorEnv
+) -> tuple[PPOAgent, torch.optim.Optimizer, PPOScheduler, RolloutBuffer]:
+    """The agent of ``cfg`` for ``envs`` on ``cfg.run.device``, its Adam optimizer and learning
+    rate schedule over the run's updates, and the rollout buffer (GAE; the advantages are
+    normalized by the loss, per minibatch) that PPO and PPO+D train with."""
+    oc, rc = cfg.online, cfg.run
+    agent = get_agent(cfg.selected_model_config(), envs, cfg.environment, oc).to(rc.device)
+    agent.device = torch.device(rc.device)
+    end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
+    optimizer, scheduler = agent.make_optimizer(oc.num_updates, oc.learning_rate, end_lr,
+                                                oc.adam_eps)  # fmt: skip
+    buffer = RolloutBuffer(oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
+                           advantage_normalization="none", device=rc.device,
+                           seed=rc.seed)  # fmt: skip
+    return agent, optimizer, scheduler, buffer
 
 
 def finish_stats(run: TrainingRun, state: RolloutState, num_updates: int, title: str) -> None:
