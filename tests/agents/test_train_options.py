@@ -196,30 +196,26 @@ def test_failure_before_the_first_update_removes_the_folder(tmp_path, monkeypatc
     monkeypatch.undo()
     calls = []
 
-    def interrupt(self, *args, **kwargs):
+    def interrupt(*args, **kwargs):
         calls.append(1)
         raise KeyboardInterrupt
 
-    from rlstore.agents.ppo.agent_base import PPOAgent
-
-    monkeypatch.setattr(PPOAgent, "rollout", interrupt)
+    monkeypatch.setattr(trainer, "run_rollout", interrupt)
     with pytest.raises(KeyboardInterrupt):
         main(["train", *TINY, "--runs-dir", str(tmp_path / "runs")])
     assert calls and list((tmp_path / "runs").iterdir()) == []
 
 
 def test_failure_after_the_first_update_keeps_the_folder(tmp_path, monkeypatch) -> None:
-    from rlstore.agents.ppo.agent_base import PPOAgent
+    real_update, done = trainer.ppo_update, []
 
-    real_learn = PPOAgent.learn
-
-    def learn_once(self, *args, **kwargs):
-        if getattr(self, "_learned", False):
+    def update_once(*args, **kwargs):
+        if done:
             raise KeyboardInterrupt
-        self._learned = True
-        return real_learn(self, *args, **kwargs)
+        done.append(1)
+        return real_update(*args, **kwargs)
 
-    monkeypatch.setattr(PPOAgent, "learn", learn_once)
+    monkeypatch.setattr(trainer, "ppo_update", update_once)
     with pytest.raises(KeyboardInterrupt):
         main(["train", *TINY, "--runs-dir", str(tmp_path)])
     assert (tmp_path / "CartPole-v1-fc-s1" / "checkpoints" / "checkpoint_0000").is_dir()

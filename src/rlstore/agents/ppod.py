@@ -51,6 +51,7 @@ from pydantic import Field, model_validator
 
 from rlstore.agents.config import BaseConfig
 from rlstore.agents.ppo.config import TrainConfig
+from rlstore.agents.ppo.loss import ppo_update
 from rlstore.agents.ppo.models import PPOAgent
 from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
 from rlstore.agents.ppo.trainer import (
@@ -298,7 +299,7 @@ def train_ppod(
             ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
             for update in range(start_update, num_updates):
                 run_rollout(agent, buffer, oc.num_steps, envs, state, mix=mix)
-                info = agent.learn(buffer, oc, optimizer, scheduler)
+                info = ppo_update(agent, buffer, oc, optimizer, scheduler)
                 buffer.reset()
                 mix.poll_supplementary()
                 if (update + 1) % pc.save_demos_every == 0 or update + 1 == num_updates:

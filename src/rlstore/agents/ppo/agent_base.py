@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, TrainConfig
-from rlstore.agents.ppo.loss import ppo_loss
+from rlstore.agents.ppo.loss import ppo_update
 from rlstore.agents.ppo.normalization import RunNormalizer
 from rlstore.agents.ppo.obs import get_obs_preprocessor, get_obs_shape
 from rlstore.agents.ppo.rollout import run_rollout
@@ -237,76 +237,11 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         scheduler: PPOScheduler | None,
         track: bool = False,
     ) -> dict[str, float]:
-        """PPO update on the rollout in ``memory`` (returns already computed).
-
-        ``args.update_epochs`` epochs of minibatches; per minibatch the clipped loss of
-        :func:`rlstore.agents.ppo.loss.ppo_loss`, backprop, global grad-norm clip at
-        ``args.max_grad_norm``, Adam step. An epoch that ends with approx-KL above
-        ``args.target_kl`` stops the update. With ``args.anneal_clip`` the clip range of update
-        ``u`` (``u = scheduler.n_step_calls``) is ``clip_coef * (1 - u / num_updates)``. The
-        scheduler steps once at the end.
-
-        Returns:
-            Means over the minibatches of ``loss, pg_loss, v_loss, entropy, approx_kl,
-            old_approx_kl, clipfrac`` plus ``explained_variance``, ``lr`` and ``clip_coef`` (used),
-            ``epochs`` (run) and ``grad_steps``. ``track`` is accepted for
-            DecisionTransformerInterpretability's signature.
-        """
-        sums: dict[str, float] = {}
-        clip = args.clip_coef
-        if args.anneal_clip and scheduler is not None:
-            clip *= 1.0 - min(scheduler.n_step_calls, scheduler.num_updates) / scheduler.num_updates
-        grad_steps, epochs_run = 0, 0
-        lr = float(optimizer.param_groups[0]["lr"])
-        for _epoch in range(args.update_epochs):
-            epochs_run += 1
-            for mb in self.minibatches(memory, args):
-                params, new_values, mask = self._evaluate(mb)
-                dist = self.distribution(params)
-                out = ppo_loss(
-                    _flat(dist.log_prob(mb.actions)),
-                    _flat(mb.logprobs),
-                    _flat(mb.advantages),
-                    _flat(new_values),
-                    _flat(mb.values),
-                    _flat(mb.returns),
-                    _flat(dist.entropy()),
-                    clip_coef=clip,
-                    vf_coef=args.vf_coef,
-                    ent_coef=args.ent_coef,
-                    clip_vloss=args.clip_vloss,
-                    norm_adv=args.norm_adv,
-                    mask=None if mask is None else _flat(mask).to(torch.float32),
-                )
-                optimizer.zero_grad(set_to_none=True)
-                out.loss.backward()
-                nn.utils.clip_grad_norm_(self.parameters(), args.max_grad_norm)
-                optimizer.step()
-                grad_steps += 1
-                for k, v in out._asdict().items():
-                    sums[k] = sums.get(k, 0.0) + float(v.detach())
-            if args.target_kl is not None and float(out.approx_kl) > args.target_kl:
-                break
-        if scheduler is not None:
-            scheduler.step()
-        stats = {k: v / max(grad_steps, 1) for k, v in sums.items()}
-        stats.update(lr=lr, clip_coef=clip, epochs=float(epochs_run), grad_steps=float(grad_steps))
-        stats["explained_variance"] = _explained_variance(memory)
-        return stats
+        """PPO update on the rollout in ``memory`` (returns already computed): :func:`rlstore.
+        agents.ppo.loss.ppo_update`, which says what it does and returns; a method for
+        DecisionTransformerInterpretability's API (``track`` is accepted for its signature)."""
+        return ppo_update(self, memory, args, optimizer, scheduler)
 
     def minibatches(self, memory: Any, args: OnlineTrainConfig) -> Any:
         """One epoch of minibatches for this agent (flat shuffled steps by default)."""
         return memory.minibatches(num_minibatches=args.num_minibatches, num_epochs=1)
-
-
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    return x.reshape(-1)
-
-
-def _explained_variance(memory: Any) -> float:
-    batch = memory.get() if hasattr(memory, "get") else None
-    if batch is None or batch.returns is None:
-        return float("nan")
-    y, v = batch.returns.reshape(-1), batch.values.reshape(-1)
-    var_y = float(y.var()) if y.numel() > 1 else 0.0
-    return float("nan") if var_y == 0 else 1.0 - float((y - v).var()) / var_y

@@ -17,19 +17,27 @@ minibatch; ``mask`` marks real entries of padded recurrent minibatches):
   ``clipfrac = mean(|r - 1| > eps)``; all means are over the masked entries.
 
 :func:`ppo_loss` is vectorized; :func:`ppo_loss_reference` is its per-element loop twin.
+:func:`ppo_update` is the update that uses it: epochs of the agent's minibatches, one Adam step
+on each, early stop on approx-KL, the annealed clip range.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
+from torch import nn
 
 from rlstore.errors import SpecError
 from rlstore.returns import normalize_advantages
 
-__all__ = ["PPOLoss", "ppo_loss", "ppo_loss_reference"]
+if TYPE_CHECKING:
+    from rlstore.agents.ppo.agent_base import PPOAgent
+    from rlstore.agents.ppo.config import OnlineTrainConfig
+    from rlstore.agents.ppo.schedule import PPOScheduler
+
+__all__ = ["PPOLoss", "ppo_loss", "ppo_loss_reference", "ppo_update"]
 
 ADV_EPS = 1e-8
 
@@ -191,3 +199,81 @@ def ppo_loss_reference(
         "old_approx_kl": tot["okl"] / k,
         "clipfrac": tot["cf"] / k,
     }
+
+
+def ppo_update(
+    agent: PPOAgent,
+    memory: Any,
+    args: OnlineTrainConfig,
+    optimizer: torch.optim.Optimizer,
+    scheduler: PPOScheduler | None,
+) -> dict[str, float]:
+    """One PPO update of ``agent`` on the rollout in ``memory`` (returns already computed).
+
+    ``args.update_epochs`` epochs of the agent's minibatches (``agent.minibatches``: flat
+    shuffled steps, or sequences for the recurrent agents); per minibatch the clipped loss of
+    :func:`ppo_loss` on ``agent._evaluate``'s outputs, backprop, global grad-norm clip at
+    ``args.max_grad_norm``, Adam step. An epoch that ends with approx-KL above
+    ``args.target_kl`` stops the update. With ``args.anneal_clip`` the clip range of update
+    ``u`` (``u = scheduler.n_step_calls``) is ``clip_coef * (1 - u / num_updates)``. The
+    scheduler steps once at the end.
+
+    Returns:
+        Means over the minibatches of ``loss, pg_loss, v_loss, entropy, approx_kl,
+        old_approx_kl, clipfrac`` plus ``explained_variance``, ``lr`` and ``clip_coef`` (used),
+        ``epochs`` (run) and ``grad_steps``.
+    """
+    sums: dict[str, float] = {}
+    clip = args.clip_coef
+    if args.anneal_clip and scheduler is not None:
+        clip *= 1.0 - min(scheduler.n_step_calls, scheduler.num_updates) / scheduler.num_updates
+    grad_steps, epochs_run = 0, 0
+    lr = float(optimizer.param_groups[0]["lr"])
+    for _epoch in range(args.update_epochs):
+        epochs_run += 1
+        for mb in agent.minibatches(memory, args):
+            params, new_values, mask = agent._evaluate(mb)
+            dist = agent.distribution(params)
+            out = ppo_loss(
+                _flat(dist.log_prob(mb.actions)),
+                _flat(mb.logprobs),
+                _flat(mb.advantages),
+                _flat(new_values),
+                _flat(mb.values),
+                _flat(mb.returns),
+                _flat(dist.entropy()),
+                clip_coef=clip,
+                vf_coef=args.vf_coef,
+                ent_coef=args.ent_coef,
+                clip_vloss=args.clip_vloss,
+                norm_adv=args.norm_adv,
+                mask=None if mask is None else _flat(mask).to(torch.float32),
+            )
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            grad_steps += 1
+            for k, v in out._asdict().items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach())
+        if args.target_kl is not None and float(out.approx_kl) > args.target_kl:
+            break
+    if scheduler is not None:
+        scheduler.step()
+    stats = {k: v / max(grad_steps, 1) for k, v in sums.items()}
+    stats.update(lr=lr, clip_coef=clip, epochs=float(epochs_run), grad_steps=float(grad_steps))
+    stats["explained_variance"] = _explained_variance(memory)
+    return stats
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1)
+
+
+def _explained_variance(memory: Any) -> float:
+    batch = memory.get() if hasattr(memory, "get") else None
+    if batch is None or batch.returns is None:
+        return float("nan")
+    y, v = batch.returns.reshape(-1), batch.values.reshape(-1)
+    var_y = float(y.var()) if y.numel() > 1 else 0.0
+    return float("nan") if var_y == 0 else 1.0 - float((y - v).var()) / var_y

@@ -19,9 +19,11 @@ and ``learning_curve.png``); :func:`ppo_runner` also creates the run folder and 
 step is a real transition, and a truncated episode bootstraps from ``V(info["final_obs"])``.
 Returns come from the :class:`~rlstore.buffers.rollout.RolloutBuffer` (``rlstore.returns.gae``).
 
-Env construction and rollout collection live in :mod:`rlstore.agents.ppo.rollout`; the run
-folder, logging, plotting, seeding and evaluation in :mod:`rlstore.agents.run` (shared by every
-trainer). ``TrainStats``, ``RunLogger``, ``make_vector_env`` and ``run_rollout`` are
+One update: :func:`~rlstore.agents.ppo.rollout.run_rollout` (env construction and rollout
+collection live in :mod:`rlstore.agents.ppo.rollout`), then
+:func:`~rlstore.agents.ppo.loss.ppo_update` (the loss and the update, in
+:mod:`rlstore.agents.ppo.loss`), inside the :class:`~rlstore.agents.run.TrainingRun` frame every
+trainer shares (run folder, logging, plotting, seeding, evaluation). ``TrainStats``, ``RunLogger``, ``make_vector_env`` and ``run_rollout`` are
 re-exported here.
 """
 
@@ -54,6 +56,7 @@ from rlstore.agents.ppo.config import (
     load_train_config,
     train_config_from_parts,
 )
+from rlstore.agents.ppo.loss import ppo_update
 from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.ppo.rollout import (
     SAMPLING_METHODS,
@@ -239,8 +242,8 @@ def _train(
             n_logged = len(state.episode_returns)
             ckpt_at = checkpoint_schedule(num_updates, oc.num_checkpoints) if ckpt_dir else set()
             for update in range(start_update, num_updates):
-                agent.rollout(buffer, oc.num_steps, envs, state, trajectory_writer)
-                info = agent.learn(buffer, oc, optimizer, scheduler)
+                run_rollout(agent, buffer, oc.num_steps, envs, state, trajectory_writer)
+                info = ppo_update(agent, buffer, oc, optimizer, scheduler)
                 buffer.reset()
                 step = state.global_step
                 info.update(global_step=float(step), sps=run.sps(step))
