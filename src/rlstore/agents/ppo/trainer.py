@@ -23,8 +23,8 @@ One update: :func:`~rlstore.agents.ppo.rollout.run_rollout` (env construction an
 collection live in :mod:`rlstore.agents.ppo.rollout`), then
 :func:`~rlstore.agents.ppo.loss.ppo_update` (the loss and the update, in
 :mod:`rlstore.agents.ppo.loss`), inside the :class:`~rlstore.agents.run.TrainingRun` frame every
-trainer shares (run folder, logging, plotting, seeding, evaluation). ``TrainStats``, ``RunLogger``, ``make_vector_env`` and ``run_rollout`` are
-re-exported here.
+trainer shares (run folder, logging, plotting, seeding, evaluation). ``TrainStats``,
+``RunLogger``, ``make_vector_env`` and ``run_rollout`` are re-exported here.
 """
 
 from __future__ import annotations
