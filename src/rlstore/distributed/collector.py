@@ -10,12 +10,15 @@ snapshot of the learner's policy. Its loop (:meth:`Collector.run`) repeats:
    numpy arrays ``obs, action, reward, next_obs, terminated, truncated`` (``next_obs[t]`` is the
    true successor: the final observation of an ended episode, never the reset one) plus what the
    policy adds (behaviour log-probs, initial priorities, ...), see :class:`Policy`;
-3. push it with ``sink.add_async(fragment, route=index)`` (one call per fragment, never per env
-   step), keeping at most two adds in flight; the finished ones are ``ray.get`` so that a failed
-   add surfaces (it is counted as lost and the loop goes on).
+3. push it through a :class:`FragmentSender`: ``sink.add_async(fragment, route=index)`` (one
+   call per fragment, never per env step), at most two adds in flight; fragments made while
+   both are in flight wait in the sender and leave together in one call (coalesced, when the
+   sink takes lists); the finished calls are ``ray.get`` so that a failed add surfaces (its
+   fragments are counted as lost, the error is logged and the loop goes on).
 
 The sink is any object with ``add_async(fragment, *, route) -> ObjectRef``: a
-:class:`~rlstore.distributed.ReplayShards` (Ape-X) or a :class:`FragmentQueue` (IMPALA).
+:class:`~rlstore.distributed.ReplayShards` (Ape-X; it also takes a list of fragments, up to its
+``coalesce`` transitions) or a :class:`FragmentQueue` (IMPALA: one fragment per call).
 
 :class:`CollectorPool` starts ``K`` collectors (``max_restarts=-1``, ``num_cpus`` 0 by default,
 so they never wait for a whole core) and keeps them going: :meth:`CollectorPool.check` finds a
@@ -40,6 +43,7 @@ import torch
 
 from rlstore.agents.config import EnvironmentConfig
 from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.distributed.client import fragment_layout
 from rlstore.vector import TransitionAdapter
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "Coordinator",
     "CollectorPool",
     "FragmentQueue",
+    "FragmentSender",
     "module_weights",
     "load_weights",
 ]
@@ -147,6 +152,82 @@ class Coordinator:
         self.stopped = True
 
 
+# ----------------------------------------------------------------- sending
+
+
+class FragmentSender:
+    """One sender's adds to a sink, in order: at most ``max_in_flight`` calls in flight.
+
+    A fragment pushed while all calls are in flight waits here when the sink coalesces (its
+    ``coalesce`` attribute: the most transitions per call; 0 or absent: one fragment per call)
+    and leaves with the ones after it in one call, as a list the sink concatenates along time
+    (``ReplayShards.add_async``): so a shard that falls behind gets fewer, larger calls, and a
+    shard that keeps up gets each fragment at once. A push blocks (up to ``timeout_s`` per
+    wait) once ``coalesce`` transitions wait, or when the fragment cannot join the waiting ones
+    (other fields, dtypes or shapes; ObjectRefs, which are sent alone).
+
+    A call that fails (a rejected fragment, a shard that restarted) is logged and its fragments
+    are counted in :attr:`lost`; a coalesced call is stored or rejected as a whole.
+    """
+
+    def __init__(
+        self, sink: Any, route: int, *, max_in_flight: int = MAX_IN_FLIGHT, timeout_s: float = 60.0
+    ) -> None:
+        self.sink, self.route = sink, route
+        self.max_in_flight, self.timeout_s = max_in_flight, timeout_s
+        self.coalesce = int(getattr(sink, "coalesce", 0))
+        self.lost = 0  # fragments of failed calls
+        self.calls = 0  # calls sent
+        self._waiting: list[Any] = []
+        self._layout: Any = None
+        self._count = 0  # transitions waiting
+        self._in_flight: list[tuple[Any, int]] = []  # (ref, fragments)
+
+    def push(self, fragment: Any) -> None:
+        """Send ``fragment`` now, or keep it for the next call (see the class docstring)."""
+        layout = fragment_layout(fragment) if self.coalesce else None
+        layout = layout if layout is not None and "reward" in fragment else None
+        count = int(np.prod(np.shape(fragment["reward"]))) if layout is not None else 0
+        if self._waiting and (layout is None or layout != self._layout):
+            self._send(block=True)
+        self._waiting.append(fragment)
+        self._layout, self._count = layout, self._count + count
+        self._send(block=layout is None or self._count >= self.coalesce)
+
+    def flush(self) -> None:
+        """Send what waits and wait for every call in flight (up to ``timeout_s``)."""
+        if self._waiting:
+            self._send(block=True)
+        refs = [ref for ref, _ in self._in_flight]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        self._settle(ready)
+
+    def _send(self, block: bool) -> None:
+        refs = [ref for ref, _ in self._in_flight]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        self._settle(ready)
+        if len(self._in_flight) >= self.max_in_flight:
+            if not block:
+                return
+            ready, _ = ray.wait([r for r, _ in self._in_flight], timeout=self.timeout_s)
+            self._settle(ready)
+        frags, self._waiting, self._count = self._waiting, [], 0
+        ref = self.sink.add_async(frags[0] if len(frags) == 1 else frags, route=self.route)
+        self._in_flight.append((ref, len(frags)))
+        self.calls += 1
+
+    def _settle(self, refs: list[Any]) -> None:
+        for ref in refs:
+            parts = next(n for r, n in self._in_flight if r == ref)
+            self._in_flight = [(r, n) for r, n in self._in_flight if r != ref]
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as err:  # rejected, or the sink restarted
+                self.lost += parts
+                log.warning("sender %d: an add of %d fragment(s) failed, lost: %s",
+                            self.route, parts, err)  # fmt: skip
+
+
 # ----------------------------------------------------------------- collector
 
 
@@ -185,15 +266,19 @@ class Collector:
         self.version, self.stopped = -1, False
         self.ep_ret, self.ep_len = np.zeros(num_envs), np.zeros(num_envs, np.int64)
         self.episodes: list[tuple[float, int]] = []
-        self.steps, self.lost = 0, 0
+        self.steps = 0
+        self.sender: FragmentSender | None = None
 
     def sync(self, timeout_s: float = 60.0) -> None:
         """Report to the coordinator and load newer weights if there are any."""
+        lost = 0 if self.sender is None else self.sender.lost
         call = self.coordinator.sync.remote(
-            self.index, self.version, self.steps, self.episodes, self.lost, self.attempt
+            self.index, self.version, self.steps, self.episodes, lost, self.attempt
         )
         version, weights, self.stopped = ray.get(call, timeout=timeout_s)
-        self.steps, self.lost, self.episodes = 0, 0, []
+        self.steps, self.episodes = 0, []
+        if self.sender is not None:
+            self.sender.lost -= lost
         if weights is not None:
             self.policy.load(ray.get(weights[0], timeout=timeout_s), version)
             self.version = version
@@ -232,29 +317,16 @@ class Collector:
         ``max_fragments``); returns the fragments pushed. ``attempt``: how many times the pool
         has re-submitted this collector's loop (sent with every sync)."""
         self.sink, self.coordinator, self.attempt = sink, coordinator, attempt
-        in_flight: list[Any] = []
+        self.sender = FragmentSender(sink, self.index, timeout_s=timeout_s)
         pushed = 0
         while max_fragments is None or pushed < max_fragments:
             self.sync(timeout_s)
             if self.stopped:
                 break
-            fragment = self.collect()
-            if len(in_flight) >= MAX_IN_FLIGHT:
-                done, in_flight = ray.wait(in_flight, num_returns=1, timeout=timeout_s)
-                self._settle(done)
-            in_flight.append(self.sink.add_async(fragment, route=self.index))
+            self.sender.push(self.collect())
             pushed += 1
-        ready, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=timeout_s)
-        self._settle(ready)
+        self.sender.flush()
         return pushed
-
-    def _settle(self, refs: list[Any]) -> None:
-        for ref in refs:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayError as err:  # the sink restarted: this add may be lost
-                self.lost += 1
-                log.warning("collector %d: an add failed (%s)", self.index, type(err).__name__)
 
 
 # ----------------------------------------------------------------- IMPALA's sink
