@@ -122,7 +122,7 @@ def _firsts(call) -> list[float]:
 
 def test_the_sender_coalesces_what_queued_while_its_calls_were_in_flight(ray_session) -> None:
     sink = _Sink()
-    sender = FragmentSender(sink, route=0, max_in_flight=1, timeout_s=0.2)
+    sender = FragmentSender(sink, route=0, timeout_s=0.2)  # one call in flight: in order
     for i in range(3):  # 8 transitions each; the first call never finishes meanwhile
         sender.push(_episodes(4, 2, 4 * i))
     # the first went at once, the 2nd waited, the 3rd reached 16 transitions: sent together
@@ -146,3 +146,15 @@ def test_coalesce_is_checked_and_kept_inside_the_rate_limiters_band(ray_session)
     shards = ReplayShards(lambda: ReplayBuffer(8), name="banded", rate_limiter=limiter)
     assert shards.coalesce == 24  # one call overshoots the band by at most its half-width
     shards.close()
+
+
+def test_a_senders_fragments_are_stored_in_order(one) -> None:
+    one.clear()  # a threaded actor may run two calls of one caller in either order
+    sender = FragmentSender(one, route=0)
+    for i in range(100):
+        sender.push(_episodes(1, 2, i))
+    sender.flush()
+    assert sender.lost == 0 and 1 <= sender.calls <= 100
+    b = one.sample_many(1, 200)[0]  # items in insertion order: id = 2 * step + env
+    order = np.argsort(b.ids, kind="stable")
+    np.testing.assert_array_equal(b.obs[order, 0], b.ids[order] // 2)

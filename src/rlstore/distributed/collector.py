@@ -11,10 +11,12 @@ snapshot of the learner's policy. Its loop (:meth:`Collector.run`) repeats:
    true successor: the final observation of an ended episode, never the reset one) plus what the
    policy adds (behaviour log-probs, initial priorities, ...), see :class:`Policy`;
 3. push it through a :class:`FragmentSender`: ``sink.add_async(fragment, route=index)`` (one
-   call per fragment, never per env step), at most two adds in flight; fragments made while
-   both are in flight wait in the sender and leave together in one call (coalesced, when the
-   sink takes lists); the finished calls are ``ray.get`` so that a failed add surfaces (its
-   fragments are counted as lost, the error is logged and the loop goes on).
+   call per fragment, never per env step). A sink that coalesces (``ReplayShards``) gets one
+   call at a time, and the fragments made while it runs leave together in the next call: so a
+   collector's fragments are stored in order (a threaded actor may run two calls of one caller
+   in either order). Other sinks get up to two calls in flight. The finished calls are
+   ``ray.get`` so that a failed add surfaces (its fragments are counted as lost, the error is
+   logged and the loop goes on).
 
 The sink is any object with ``add_async(fragment, *, route) -> ObjectRef``: a
 :class:`~rlstore.distributed.ReplayShards` (Ape-X; it also takes a list of fragments, up to its
@@ -60,7 +62,8 @@ __all__ = [
 log = logging.getLogger("rlstore.distributed")
 
 MAX_IN_FLIGHT = 2
-"""Adds a collector keeps in flight (ray.md: more starve the learner on small machines)."""
+"""Adds a collector keeps in flight to a sink that does not coalesce (ray.md: more starve the
+learner on small machines)."""
 
 
 class Policy(Protocol):
@@ -156,7 +159,8 @@ class Coordinator:
 
 
 class FragmentSender:
-    """One sender's adds to a sink, in order: at most ``max_in_flight`` calls in flight.
+    """One sender's adds to a sink: at most ``max_in_flight`` calls in flight (default: 1 when
+    the sink coalesces, which keeps the fragments in order; else :data:`MAX_IN_FLIGHT`).
 
     A fragment pushed while all calls are in flight waits here when the sink coalesces (its
     ``coalesce`` attribute: the most transitions per call; 0 or absent: one fragment per call)
@@ -171,11 +175,13 @@ class FragmentSender:
     """
 
     def __init__(
-        self, sink: Any, route: int, *, max_in_flight: int = MAX_IN_FLIGHT, timeout_s: float = 60.0
+        self, sink: Any, route: int, *, max_in_flight: int | None = None, timeout_s: float = 60.0
     ) -> None:
-        self.sink, self.route = sink, route
-        self.max_in_flight, self.timeout_s = max_in_flight, timeout_s
+        self.sink, self.route, self.timeout_s = sink, route, timeout_s
         self.coalesce = int(getattr(sink, "coalesce", 0))
+        if max_in_flight is None:
+            max_in_flight = 1 if self.coalesce else MAX_IN_FLIGHT
+        self.max_in_flight = max_in_flight
         self.lost = 0  # fragments of failed calls
         self.calls = 0  # calls sent
         self._waiting: list[Any] = []
