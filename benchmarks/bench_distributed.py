@@ -5,14 +5,14 @@ transitions (``T x 8`` envs; obs float32 (17,), action float32 (6,), as in ``ref
 
 * ingestion: transitions/s stored by the shards while ``K`` collector actors push pre-built
   fragments through a ``FragmentSender`` (at most 2 calls in flight each, every result
-  ``ray.get``-ed; the fragments made while both are in flight leave together in one call, up
-  to ``--coalesce`` transitions; ``--coalesce 0``: one call per fragment) for ``--seconds``,
+  ``ray.get``-ed; the fragments made while its call is in flight leave together in the next
+  call, up to ``--coalesce-bytes``; ``0``: one call per fragment, 2 in flight) for ``--seconds``,
   and the shards' own CPU: transitions per shard CPU-second ("per core"), and the mean
   transitions per call;
 * learner sampling: batches of 256 per second drawn at the same time by the driver with
   ``sample_many(8, 256, prefetch=1)`` (one call per shard per 8 batches);
 * the baseline: the same ``ReplayBuffer`` in this process (``extend`` of the same fragments,
-  and of fragments of the coalesced size; ``sample(256)``), single-threaded, timed in this
+  and of the largest coalesced call; ``sample(256)``), single-threaded, timed in this
   process's CPU seconds like the shards (wall time on a shared machine counts other work).
 
 Simulated multi-node (``--nodes N``): a ``ray.cluster_utils.Cluster`` of a head and ``N``
@@ -26,7 +26,7 @@ orders of magnitude, the ratios as the result). Nothing is asserted on timings.
 Run::
 
     PYTHONPATH=src python benchmarks/bench_distributed.py [--seconds 3] [--nodes 2]
-        [--coalesce 32768] [--out benchmarks/results/distributed.md]
+        [--coalesce-bytes 8388608] [--out benchmarks/results/distributed.md]
 """
 
 from __future__ import annotations
@@ -178,10 +178,10 @@ def main() -> None:
     p.add_argument("--shards", type=int, nargs="+", default=[1, 2])
     p.add_argument("--nodes", type=int, default=2, help="worker nodes of the simulated cluster")
     p.add_argument(
-        "--coalesce",
+        "--coalesce-bytes",
         type=int,
-        default=32768,
-        help="most transitions per coalesced add (ReplayShards(coalesce=))",
+        default=8 << 20,
+        help="most bytes per coalesced add (ReplayShards(coalesce_bytes=))",
     )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "distributed.md"))
     args = p.parse_args()
@@ -190,12 +190,14 @@ def main() -> None:
 
     from rlstore.distributed import ReplayShards, start_ray, stop_ray
 
-    cap = args.coalesce
-    base = baseline(args.seconds, sorted({256, 1024, max(cap, 1024)}))
+    cap = args.coalesce_bytes
+    per_item = sum(v.nbytes for v in make_fragment(1024).values()) / 1024
+    big = max(1024, int(cap / per_item) // 1024 * 1024)  # transitions of the largest call
+    base = baseline(args.seconds, sorted({256, 1024, big}))
     print(base, flush=True)
     start_ray(num_cpus=2, object_store_memory=512 * 1024**2)
     try:
-        sets = {s: ReplayShards(make_buffer, s, name=f"bench{s}", coalesce=cap)
+        sets = {s: ReplayShards(make_buffer, s, name=f"bench{s}", coalesce_bytes=cap)
                 for s in args.shards}  # fmt: skip
         rows = scale_rows(ray, sets, args.collectors, args.seconds, "one node")
         for shards in sets.values():
@@ -204,7 +206,6 @@ def main() -> None:
         stop_ray()
     cluster_rows = simulated_cluster(args.nodes, args.seconds, cap) if args.nodes else []
     ref = {row[1]: float(row[2]) for row in base[:-1]}  # type: ignore[arg-type]
-    big = max(cap, 1024)
     sections = [
         ("In-process baseline", markdown_table(
             ["buffer", "fragment", "rate /s"],
@@ -262,7 +263,7 @@ def simulated_cluster(nodes: int, seconds: float, cap: int) -> list[list[object]
         rows = []
         for s in range(1, nodes + 1):
             shards = ReplayShards(
-                make_buffer, s, name=f"cluster{s}", coalesce=cap,
+                make_buffer, s, name=f"cluster{s}", coalesce_bytes=cap,
                 placement=lambda i: {"resources": {f"node{i}": 0.01}},
             )  # fmt: skip
             rows += scale_rows(ray, {s: shards}, [2], seconds, f"{nodes + 1} nodes")

@@ -105,9 +105,8 @@ class _Gate:
 
 
 class _Sink:
-    coalesce = 16  # transitions
-
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int, max_items: int | None) -> None:
+        self.coalesce_bytes, self.coalesce_items = max_bytes, max_items
         self.gate, self.calls = _Gate.remote(), []
 
     def add_async(self, fragment, *, route: int = 0):
@@ -120,8 +119,10 @@ def _firsts(call) -> list[float]:
     return [float(f["obs"][0, 0, 0]) if isinstance(f, dict) else -1.0 for f in frags]
 
 
-def test_the_sender_coalesces_what_queued_while_its_calls_were_in_flight(ray_session) -> None:
-    sink = _Sink()
+@pytest.mark.parametrize("caps", [(1 << 20, 16), (544, None)])  # 16 items = 544 bytes
+def test_the_sender_coalesces_what_queued_while_its_calls_were_in_flight(ray_session, caps):
+    sink = _Sink(*caps)
+    assert sum(v.nbytes for v in _episodes(8, 2, 0).values()) == 544
     sender = FragmentSender(sink, route=0, timeout_s=0.2)  # one call in flight: in order
     for i in range(3):  # 8 transitions each; the first call never finishes meanwhile
         sender.push(_episodes(4, 2, 4 * i))
@@ -140,11 +141,11 @@ def test_the_sender_coalesces_what_queued_while_its_calls_were_in_flight(ray_ses
 
 
 def test_coalesce_is_checked_and_kept_inside_the_rate_limiters_band(ray_session) -> None:
-    with pytest.raises(ConfigError, match="coalesce: expected"):
-        ReplayShards(lambda: ReplayBuffer(8), coalesce=-1)
+    with pytest.raises(ConfigError, match="coalesce_bytes: expected"):
+        ReplayShards(lambda: ReplayBuffer(8), coalesce_bytes=-1)
     limiter = SampleToInsertRatio(samples_per_insert=4.0, min_size_to_sample=8, error_buffer=96)
     shards = ReplayShards(lambda: ReplayBuffer(8), name="banded", rate_limiter=limiter)
-    assert shards.coalesce == 24  # one call overshoots the band by at most its half-width
+    assert shards.coalesce_items == 24  # a call overshoots the band by at most its half-width
     shards.close()
 
 

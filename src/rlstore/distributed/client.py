@@ -4,14 +4,14 @@ Adds. A whole rollout fragment (the keyword arguments of ``buffer.extend``, ``(T
 ...)``) goes to shard ``route % S`` in one call; its values may be ``ray.ObjectRef`` s (large
 observations: ``ray.put`` once, the shard reads them zero-copy).
 
-Coalescing. A Ray call costs the shard a fixed ~0.4 ms of CPU (~0.75 ms once its argument
+Coalescing. A Ray call costs the shard a fixed ~0.4 ms of CPU (~0.8 ms once its argument
 exceeds Ray's 100 KiB inline limit), several times the ``extend`` of a 1024-transition fragment
 (``benchmarks/results/distributed.md``). So ``add`` / ``add_async`` also take a list of one
 sender's consecutive fragments: they are concatenated along time here, in the sender's process,
 and stored by one call and one ``extend`` as a whole, or rejected as a whole (the error says
 so). A collector's :class:`~rlstore.distributed.collector.FragmentSender` sends such lists of
-the fragments that queued up while its calls were in flight, up to :attr:`ReplayShards.coalesce`
-transitions per call.
+the fragments that queued up while its call was in flight, up to ``coalesce_bytes`` per call
+(and, with a rate limiter, ``coalesce_items`` transitions).
 
 Sampling. A request of ``k`` batches of ``B`` items is split over the shards by a multinomial
 draw with probabilities ``mass_s / sum(mass)``: ``mass`` is a shard's size (uniform) or its
@@ -130,10 +130,11 @@ class ReplayShards:
         seed: seed of the split of batches over shards.
         placement: ``placement(i)``: more Ray actor options for shard ``i``, e.g.
             ``{"resources": {f"node{i}": 0.01}}`` to put each shard on its own node.
-        coalesce: the most transitions a collector sends in one coalesced add (0: one call
-            per fragment; with a ``rate_limiter`` at most its ``error_buffer /
-            samples_per_insert``, so that one call overshoots the limiter's band by no more
-            than its half-width); see the module docstring.
+        coalesce_bytes: the most array bytes a collector sends in one coalesced add (0: one
+            call per fragment); with a ``rate_limiter`` one also carries at most
+            ``coalesce_items = error_buffer / samples_per_insert`` transitions, so that it
+            overshoots the limiter's band by no more than its half-width. See the module
+            docstring.
 
     Example::
 
@@ -158,7 +159,7 @@ class ReplayShards:
         max_restarts: int = 3,
         seed: int | np.random.Generator | None = None,
         placement: Callable[[int], Mapping[str, Any]] | None = None,
-        coalesce: int = 32768,
+        coalesce_bytes: int = 8 << 20,
     ):
         if not callable(make_buffer):
             raise ConfigError(f"make_buffer: expected a callable building a buffer, got "
@@ -177,10 +178,12 @@ class ReplayShards:
         restarts = check_count("max_restarts", max_restarts, minimum=-1, error=ConfigError)
         if rate_limiter is not None and not isinstance(rate_limiter, SampleToInsertRatio):
             raise ConfigError(f"rate_limiter: expected a SampleToInsertRatio, got {rate_limiter!r}")
-        self.coalesce = check_count("coalesce", coalesce, minimum=0, error=ConfigError)
+        self.coalesce_bytes = check_count(
+            "coalesce_bytes", coalesce_bytes, minimum=0, error=ConfigError
+        )
+        self.coalesce_items = None
         if rate_limiter is not None:
-            band = rate_limiter.error_buffer / rate_limiter.samples_per_insert
-            self.coalesce = min(self.coalesce, int(band))
+            self.coalesce_items = int(rate_limiter.error_buffer / rate_limiter.samples_per_insert)
         self.name = name
         self._rng = make_rng(seed)
         ray = require_ray()

@@ -20,7 +20,7 @@ snapshot of the learner's policy. Its loop (:meth:`Collector.run`) repeats:
 
 The sink is any object with ``add_async(fragment, *, route) -> ObjectRef``: a
 :class:`~rlstore.distributed.ReplayShards` (Ape-X; it also takes a list of fragments, up to its
-``coalesce`` transitions) or a :class:`FragmentQueue` (IMPALA: one fragment per call).
+``coalesce_bytes``) or a :class:`FragmentQueue` (IMPALA: one fragment per call).
 
 :class:`CollectorPool` starts ``K`` collectors (``max_restarts=-1``, ``num_cpus`` 0 by default,
 so they never wait for a whole core) and keeps them going: :meth:`CollectorPool.check` finds a
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -163,12 +163,13 @@ class FragmentSender:
     the sink coalesces, which keeps the fragments in order; else :data:`MAX_IN_FLIGHT`).
 
     A fragment pushed while all calls are in flight waits here when the sink coalesces (its
-    ``coalesce`` attribute: the most transitions per call; 0 or absent: one fragment per call)
-    and leaves with the ones after it in one call, as a list the sink concatenates along time
-    (``ReplayShards.add_async``): so a shard that falls behind gets fewer, larger calls, and a
-    shard that keeps up gets each fragment at once. A push blocks (up to ``timeout_s`` per
-    wait) once ``coalesce`` transitions wait, or when the fragment cannot join the waiting ones
-    (other fields, dtypes or shapes; ObjectRefs, which are sent alone).
+    ``coalesce_bytes``: the most array bytes per call, 0 or absent: one fragment per call; its
+    ``coalesce_items``: the most transitions, or None) and leaves with the ones after it in one
+    call, as a list the sink concatenates along time (``ReplayShards.add_async``): so a shard
+    that falls behind gets fewer, larger calls, and a shard that keeps up gets each fragment
+    at once. A push blocks (up to ``timeout_s`` per wait) once the waiting fragments reach a
+    cap, or when the fragment cannot join them (it would pass a cap; other fields, dtypes or
+    shapes; ObjectRefs, which are sent alone).
 
     A call that fails (a rejected fragment, a shard that restarted) is logged and its fragments
     are counted in :attr:`lost`; a coalesced call is stored or rejected as a whole.
@@ -178,27 +179,33 @@ class FragmentSender:
         self, sink: Any, route: int, *, max_in_flight: int | None = None, timeout_s: float = 60.0
     ) -> None:
         self.sink, self.route, self.timeout_s = sink, route, timeout_s
-        self.coalesce = int(getattr(sink, "coalesce", 0))
+        self.max_bytes = int(getattr(sink, "coalesce_bytes", 0))
+        self.max_items = getattr(sink, "coalesce_items", None) or float("inf")
         if max_in_flight is None:
-            max_in_flight = 1 if self.coalesce else MAX_IN_FLIGHT
+            max_in_flight = 1 if self.max_bytes else MAX_IN_FLIGHT
         self.max_in_flight = max_in_flight
         self.lost = 0  # fragments of failed calls
         self.calls = 0  # calls sent
         self._waiting: list[Any] = []
         self._layout: Any = None
-        self._count = 0  # transitions waiting
+        self._count = self._bytes = 0  # transitions and bytes waiting
         self._in_flight: list[tuple[Any, int]] = []  # (ref, fragments)
 
     def push(self, fragment: Any) -> None:
         """Send ``fragment`` now, or keep it for the next call (see the class docstring)."""
-        layout = fragment_layout(fragment) if self.coalesce else None
+        layout = fragment_layout(fragment) if self.max_bytes else None
         layout = layout if layout is not None and "reward" in fragment else None
         count = int(np.prod(np.shape(fragment["reward"]))) if layout is not None else 0
-        if self._waiting and (layout is None or layout != self._layout):
+        size = _nbytes(fragment) if layout is not None else 0
+        if self._waiting and (
+            layout is None or layout != self._layout or self._bytes + size > self.max_bytes
+            or self._count + count > self.max_items
+        ):  # fmt: skip
             self._send(block=True)
         self._waiting.append(fragment)
-        self._layout, self._count = layout, self._count + count
-        self._send(block=layout is None or self._count >= self.coalesce)
+        self._layout, self._count, self._bytes = layout, self._count + count, self._bytes + size
+        full = self._bytes >= self.max_bytes or self._count >= self.max_items
+        self._send(block=layout is None or full)
 
     def flush(self) -> None:
         """Send what waits and wait for every call in flight (up to ``timeout_s``)."""
@@ -217,7 +224,7 @@ class FragmentSender:
                 return
             ready, _ = ray.wait([r for r, _ in self._in_flight], timeout=self.timeout_s)
             self._settle(ready)
-        frags, self._waiting, self._count = self._waiting, [], 0
+        frags, self._waiting, self._count, self._bytes = self._waiting, [], 0, 0
         ref = self.sink.add_async(frags[0] if len(frags) == 1 else frags, route=self.route)
         self._in_flight.append((ref, len(frags)))
         self.calls += 1
@@ -232,6 +239,13 @@ class FragmentSender:
                 self.lost += parts
                 log.warning("sender %d: an add of %d fragment(s) failed, lost: %s",
                             self.route, parts, err)  # fmt: skip
+
+
+def _nbytes(tree: Any) -> int:
+    """Bytes of a dict of numpy arrays (nested dicts included)."""
+    if isinstance(tree, Mapping):
+        return sum(_nbytes(v) for v in tree.values())
+    return int(tree.nbytes)
 
 
 # ----------------------------------------------------------------- collector
