@@ -4,12 +4,16 @@ What is measured, for ``K`` collectors and ``S`` shards, at fragments of 256 and
 transitions (``T x 8`` envs; obs float32 (17,), action float32 (6,), as in ``reference/ray.md``):
 
 * ingestion: transitions/s stored by the shards while ``K`` collector actors push pre-built
-  fragments with ``add_async`` (at most 2 in flight each, every result ``ray.get``-ed) for
-  ``--seconds``, and the shards' own CPU: transitions per shard CPU-second ("per core");
+  fragments through a ``FragmentSender`` (at most 2 calls in flight each, every result
+  ``ray.get``-ed; the fragments made while its call is in flight leave together in the next
+  call, up to ``--coalesce-bytes``; ``0``: one call per fragment, 2 in flight) for ``--seconds``,
+  and the shards' own CPU: transitions per shard CPU-second ("per core"), and the mean
+  transitions per call;
 * learner sampling: batches of 256 per second drawn at the same time by the driver with
   ``sample_many(8, 256, prefetch=1)`` (one call per shard per 8 batches);
 * the baseline: the same ``ReplayBuffer`` in this process (``extend`` of the same fragments,
-  ``sample(256)``), single-threaded, so its rate is also its rate per core.
+  and of the largest coalesced call; ``sample(256)``), single-threaded, timed in this
+  process's CPU seconds like the shards (wall time on a shared machine counts other work).
 
 Simulated multi-node (``--nodes N``): a ``ray.cluster_utils.Cluster`` of a head and ``N``
 worker nodes (each its own raylet and object store, ``1`` CPU and a resource ``node<i>``) on
@@ -22,7 +26,7 @@ orders of magnitude, the ratios as the result). Nothing is asserted on timings.
 Run::
 
     PYTHONPATH=src python benchmarks/bench_distributed.py [--seconds 3] [--nodes 2]
-        [--out benchmarks/results/distributed.md]
+        [--coalesce-bytes 8388608] [--out benchmarks/results/distributed.md]
 """
 
 from __future__ import annotations
@@ -72,21 +76,21 @@ def make_buffer() -> Any:
     return ReplayBuffer(200_000, num_envs=ENVS, seed=0)
 
 
-def baseline(seconds: float) -> list[list[object]]:
-    """The in-process buffer: extend rate per fragment size, sample(256) rate."""
+def baseline(seconds: float, sizes: list[int]) -> list[list[object]]:
+    """The in-process buffer: extend rate per fragment size, sample(256) rate (CPU time)."""
     rows = []
-    for size in (256, 1024):
+    for size in sizes:
         buf, frag = make_buffer(), make_fragment(size)
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
+        n, t0 = 0, time.process_time()
+        while time.process_time() - t0 < seconds:
             buf.extend(**frag)
             n += size
-        rows.append(["in-process", size, n / (time.perf_counter() - t0)])
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
+        rows.append(["in-process", size, n / (time.process_time() - t0)])
+    n, t0 = 0, time.process_time()
+    while time.process_time() - t0 < seconds:
         buf.sample(BATCH)
         n += 1
-    rows.append(["in-process sample(256)", "-", n / (time.perf_counter() - t0)])
+    rows.append(["in-process sample(256)", "-", n / (time.process_time() - t0)])
     return rows
 
 
@@ -100,19 +104,19 @@ class Collector:
     def ready(self) -> bool:
         return True
 
-    def run(self, shards: Any, size: int, seconds: float) -> int:
-        import ray
+    def run(self, shards: Any, size: int, seconds: float) -> tuple[int, int]:
+        """``(fragments, calls)`` sent in ``seconds``."""
+        from rlstore.distributed.collector import FragmentSender
 
-        frag, in_flight, sent = self.frags[size], [], 0
+        frag, sender, sent = self.frags[size], FragmentSender(shards, self.index), 0
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            if len(in_flight) >= 2:
-                done, in_flight = ray.wait(in_flight, num_returns=1)
-                ray.get(done)
-            in_flight.append(shards.add_async(frag, route=self.index))
-            sent += size
-        ray.get(in_flight)
-        return sent
+            sender.push(frag)
+            sent += 1
+        sender.flush()
+        if sender.lost:
+            raise RuntimeError(f"collector {self.index}: {sender.lost} fragments lost")
+        return sent, sender.calls
 
 
 def run_case(
@@ -130,7 +134,7 @@ def run_case(
         batches += len(shards.sample_many(PER_CALL, BATCH, prefetch=1))
         waits.append(time.perf_counter() - w0)
     learner_s = max(time.perf_counter() - t0, 1e-9)
-    ray.get(refs, timeout=seconds + 120)
+    sent = ray.get(refs, timeout=seconds + 120)
     wall = time.perf_counter() - t0
     after = shards.stats()
     added = sum(a["added"] - b["added"] for a, b in zip(after, before, strict=True))
@@ -141,6 +145,7 @@ def run_case(
         "shard_cpu": cpu / wall,
         "batches": batches / learner_s,
         "wait_ms": 1e3 * statistics.median(waits) / PER_CALL if waits else float("nan"),
+        "per_call": size * sum(f for f, _ in sent) / max(1, sum(c for _, c in sent)),
     }
 
 
@@ -152,7 +157,7 @@ def scale_rows(ray: Any, shard_sets: dict[int, Any], ks: list[int], seconds: flo
         for size in (256, 1024):
             for k, learn in [(k, True) for k in ks] + [(max(ks), False)]:
                 r = run_case(ray, shards, collectors, k, size, seconds, learn)
-                rows.append([label, k, s, size, format_rate(r["ingest"]),
+                rows.append([label, k, s, size, f"{r['per_call']:.0f}", format_rate(r["ingest"]),
                              format_rate(r["per_core"]), f"{r['shard_cpu']:.2f}",
                              f"{r['batches']:.0f}" if learn else "(no learner)",
                              f"{r['wait_ms']:.2f}" if learn else "-"])  # fmt: skip
@@ -162,7 +167,7 @@ def scale_rows(ray: Any, shard_sets: dict[int, Any], ks: list[int], seconds: flo
     return rows
 
 
-HEADERS = ["setup", "K collectors", "S shards", "fragment", "ingest transitions/s",
+HEADERS = ["setup", "K collectors", "S shards", "fragment", "per call", "ingest transitions/s",
            "per shard CPU-s", "shard CPU-s/s", "learner batches/s", "wait ms/batch"]  # fmt: skip
 
 
@@ -172,6 +177,12 @@ def main() -> None:
     p.add_argument("--collectors", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--shards", type=int, nargs="+", default=[1, 2])
     p.add_argument("--nodes", type=int, default=2, help="worker nodes of the simulated cluster")
+    p.add_argument(
+        "--coalesce-bytes",
+        type=int,
+        default=8 << 20,
+        help="most bytes per coalesced add (ReplayShards(coalesce_bytes=))",
+    )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "distributed.md"))
     args = p.parse_args()
     limit_threads(1)
@@ -179,18 +190,22 @@ def main() -> None:
 
     from rlstore.distributed import ReplayShards, start_ray, stop_ray
 
-    base = baseline(args.seconds)
+    cap = args.coalesce_bytes
+    per_item = sum(v.nbytes for v in make_fragment(1024).values()) / 1024
+    big = max(1024, int(cap / per_item) // 1024 * 1024)  # transitions of the largest call
+    base = baseline(args.seconds, sorted({256, 1024, big}))
     print(base, flush=True)
     start_ray(num_cpus=2, object_store_memory=512 * 1024**2)
     try:
-        sets = {s: ReplayShards(make_buffer, s, name=f"bench{s}") for s in args.shards}
+        sets = {s: ReplayShards(make_buffer, s, name=f"bench{s}", coalesce_bytes=cap)
+                for s in args.shards}  # fmt: skip
         rows = scale_rows(ray, sets, args.collectors, args.seconds, "one node")
         for shards in sets.values():
             shards.close()
     finally:
         stop_ray()
-    cluster_rows = simulated_cluster(args.nodes, args.seconds) if args.nodes else []
-    ref = {row[1]: row[2] for row in base[:2]}
+    cluster_rows = simulated_cluster(args.nodes, args.seconds, cap) if args.nodes else []
+    ref = {row[1]: float(row[2]) for row in base[:-1]}  # type: ignore[arg-type]
     sections = [
         ("In-process baseline", markdown_table(
             ["buffer", "fragment", "rate /s"],
@@ -198,11 +213,14 @@ def main() -> None:
         ("Ray, one node (2 CPUs)", markdown_table(HEADERS, rows)),
         ("Simulated multi-node (Ray Cluster on this host)", markdown_table(HEADERS, cluster_rows)),
         ("Per-core ingestion vs in-process (rows without a learner)", markdown_table(
-            ["fragment", "in-process /s", "best per shard CPU-s", "ratio"],
-            [[size, format_rate(ref[size]), format_rate(best), f"{best / ref[size]:.2f}"]
+            ["fragment", "per call", "best per shard CPU-s", "in-process at fragment",
+             "ratio", f"in-process at {big}", "ratio"],
+            [[size, r[4], r[6], format_rate(ref[size]), f"{_rate(r[6]) / ref[size]:.2f}",
+              format_rate(ref[big]), f"{_rate(r[6]) / ref[big]:.2f}"]
              for size in (256, 1024)
-             for best in [max(_rate(r[5]) for r in rows + cluster_rows
-                              if r[3] == size and r[7] == "(no learner)")]])),
+             for r in [max((r for r in rows + cluster_rows
+                            if r[3] == size and r[8] == "(no learner)"),
+                           key=lambda r: _rate(r[6]))]])),
     ]  # fmt: skip
     out = write_markdown(
         args.out, "Distributed replay on Ray (bench_distributed.py)", sections,
@@ -217,7 +235,7 @@ def _rate(text: str) -> float:
     return float(text[:-1] if text[-1] in "kMG" else text) * scale
 
 
-def simulated_cluster(nodes: int, seconds: float) -> list[list[object]]:
+def simulated_cluster(nodes: int, seconds: float, cap: int) -> list[list[object]]:
     """Shards on ``nodes`` extra Ray nodes of a local Cluster, S = 1..nodes."""
     import os
     import shutil
@@ -245,7 +263,7 @@ def simulated_cluster(nodes: int, seconds: float) -> list[list[object]]:
         rows = []
         for s in range(1, nodes + 1):
             shards = ReplayShards(
-                make_buffer, s, name=f"cluster{s}",
+                make_buffer, s, name=f"cluster{s}", coalesce_bytes=cap,
                 placement=lambda i: {"resources": {f"node{i}": 0.01}},
             )  # fmt: skip
             rows += scale_rows(ray, {s: shards}, [2], seconds, f"{nodes + 1} nodes")

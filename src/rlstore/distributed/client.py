@@ -4,6 +4,15 @@ Adds. A whole rollout fragment (the keyword arguments of ``buffer.extend``, ``(T
 ...)``) goes to shard ``route % S`` in one call; its values may be ``ray.ObjectRef`` s (large
 observations: ``ray.put`` once, the shard reads them zero-copy).
 
+Coalescing. A Ray call costs the shard a fixed ~0.4 ms of CPU (~0.8 ms once its argument
+exceeds Ray's 100 KiB inline limit), several times the ``extend`` of a 1024-transition fragment
+(``benchmarks/results/distributed.md``). So ``add`` / ``add_async`` also take a list of one
+sender's consecutive fragments: they are concatenated along time here, in the sender's process,
+and stored by one call and one ``extend`` as a whole, or rejected as a whole (the error says
+so). A collector's :class:`~rlstore.distributed.collector.FragmentSender` sends such lists of
+the fragments that queued up while its call was in flight, up to ``coalesce_bytes`` per call
+(and, with a rate limiter, ``coalesce_items`` transitions).
+
 Sampling. A request of ``k`` batches of ``B`` items is split over the shards by a multinomial
 draw with probabilities ``mass_s / sum(mass)``: ``mass`` is a shard's size (uniform) or its
 priority mass (prioritized), as of its last answer. Each shard gets one call
@@ -121,6 +130,11 @@ class ReplayShards:
         seed: seed of the split of batches over shards.
         placement: ``placement(i)``: more Ray actor options for shard ``i``, e.g.
             ``{"resources": {f"node{i}": 0.01}}`` to put each shard on its own node.
+        coalesce_bytes: the most array bytes a collector sends in one coalesced add (0: one
+            call per fragment); with a ``rate_limiter`` one also carries at most
+            ``coalesce_items = error_buffer / samples_per_insert`` transitions, so that it
+            overshoots the limiter's band by no more than its half-width. See the module
+            docstring.
 
     Example::
 
@@ -145,6 +159,7 @@ class ReplayShards:
         max_restarts: int = 3,
         seed: int | np.random.Generator | None = None,
         placement: Callable[[int], Mapping[str, Any]] | None = None,
+        coalesce_bytes: int = 8 << 20,
     ):
         if not callable(make_buffer):
             raise ConfigError(f"make_buffer: expected a callable building a buffer, got "
@@ -163,6 +178,12 @@ class ReplayShards:
         restarts = check_count("max_restarts", max_restarts, minimum=-1, error=ConfigError)
         if rate_limiter is not None and not isinstance(rate_limiter, SampleToInsertRatio):
             raise ConfigError(f"rate_limiter: expected a SampleToInsertRatio, got {rate_limiter!r}")
+        self.coalesce_bytes = check_count(
+            "coalesce_bytes", coalesce_bytes, minimum=0, error=ConfigError
+        )
+        self.coalesce_items = None
+        if rate_limiter is not None:
+            self.coalesce_items = int(rate_limiter.error_buffer / rate_limiter.samples_per_insert)
         self.name = name
         self._rng = make_rng(seed)
         ray = require_ray()
@@ -268,17 +289,20 @@ class ReplayShards:
                 next_obs, terminated, truncated`` + extras, each ``(T, num_envs, ...)``), numpy
                 arrays or ObjectRefs of them (or one ObjectRef of the whole dict); optional
                 ``priorities`` ``(T, num_envs)``: the initial priorities (prioritized shards).
+                Or a list of one sender's consecutive fragments (dicts of arrays with the same
+                keys, dtypes and shapes but the first), stored as one: see the module docstring.
             route: e.g. the collector's index.
 
         Raises:
-            SpecError: what the shard's ``extend`` rejects (nothing is stored then).
+            SpecError: what the shard's ``extend`` rejects (nothing is stored then), a list
+                of fragments that do not concatenate.
             ReplayTimeoutError: no answer within ``timeout_s`` (the rate limiter held it).
         """
         s = self._route(route)
-        frag = _checked_fragment(fragment)
+        args = _checked_fragment(fragment)
         deadline = time.monotonic() + self.timeout_s
-        ref = self._actors[s].add.remote(frag)
-        self._stats[s] = self._get(s, ref, "add", (frag,), deadline)
+        ref = self._actors[s].add.remote(*args)
+        self._stats[s] = self._get(s, ref, "add", args, deadline)
 
     def add_async(self, fragment: Mapping[str, Any], *, route: int = 0) -> Any:
         """Send one fragment (as :meth:`add`) and return the call's ``ObjectRef`` at once.
@@ -287,7 +311,7 @@ class ReplayShards:
         failed add (a rejected fragment, a dead shard) shows only there; this call does not
         retry.
         """
-        return self._actors[self._route(route)].add.remote(_checked_fragment(fragment))
+        return self._actors[self._route(route)].add.remote(*_checked_fragment(fragment))
 
     # ------------------------------------------------------------------ sampling
     def _issue(self, k: int, batch_size: int, beta: float | None) -> _Request:
@@ -456,12 +480,50 @@ class ReplayShards:
         return state
 
 
-def _checked_fragment(fragment: Any) -> Any:
+def _checked_fragment(fragment: Any) -> tuple[Any, int]:
+    """``(fragment, parts)``: the arguments of the shard's ``add``."""
     if type(fragment).__name__ == "ObjectRef":
-        return fragment
+        return fragment, 1
+    many = isinstance(fragment, list) and fragment
+    if not all(isinstance(f, Mapping) for f in (fragment if many else [fragment])):
+        raise SpecError(
+            f"fragment: expected a dict of extend() arguments (or a list of them), got {fragment!r}"
+        )
+    return (_coalesced(fragment), len(fragment)) if many else (dict(fragment), 1)
+
+
+def fragment_layout(fragment: Any) -> tuple[Any, ...] | None:
+    """What must agree for fragments to concatenate along time: each field's name, dtype and
+    shape after the first axis (nested dicts included); ``None`` when ``fragment`` is not a
+    dict of numpy arrays (an ObjectRef, lists, ...)."""
     if not isinstance(fragment, Mapping):
-        raise SpecError(f"fragment: expected a dict of extend() arguments, got {fragment!r}")
-    return dict(fragment)
+        return None
+    out: list[tuple[Any, ...]] = []
+    for key, value in sorted(fragment.items(), key=lambda kv: str(kv[0])):
+        if isinstance(value, Mapping):
+            sub = fragment_layout(value)
+            if sub is None:
+                return None
+            out.append((key, sub))
+        elif isinstance(value, np.ndarray) and value.ndim:
+            out.append((key, value.dtype.str, value.shape[1:]))
+        else:
+            return None
+    return tuple(out)
+
+
+def _coalesced(fragments: list[Any]) -> dict[str, Any]:
+    """One sender's consecutive fragments as one, concatenated along time."""
+    first = fragment_layout(fragments[0])
+    for i, frag in enumerate(fragments):
+        layout = first if i == 0 else fragment_layout(frag)
+        if layout is None or layout != first:
+            got = "values that are not numpy arrays" if layout is None else layout
+            raise SpecError(
+                f"fragment[{i}]: expected dicts of numpy arrays with the fields, dtypes and "
+                f"shapes (but the first) of fragment[0] to coalesce, got {got}"
+            )
+    return _cat(fragments)
 
 
 def _cat(values: list[Any]) -> Any:

@@ -10,12 +10,17 @@ snapshot of the learner's policy. Its loop (:meth:`Collector.run`) repeats:
    numpy arrays ``obs, action, reward, next_obs, terminated, truncated`` (``next_obs[t]`` is the
    true successor: the final observation of an ended episode, never the reset one) plus what the
    policy adds (behaviour log-probs, initial priorities, ...), see :class:`Policy`;
-3. push it with ``sink.add_async(fragment, route=index)`` (one call per fragment, never per env
-   step), keeping at most two adds in flight; the finished ones are ``ray.get`` so that a failed
-   add surfaces (it is counted as lost and the loop goes on).
+3. push it through a :class:`FragmentSender`: ``sink.add_async(fragment, route=index)`` (one
+   call per fragment, never per env step). A sink that coalesces (``ReplayShards``) gets one
+   call at a time, and the fragments made while it runs leave together in the next call: so a
+   collector's fragments are stored in order (a threaded actor may run two calls of one caller
+   in either order). Other sinks get up to two calls in flight. The finished calls are
+   ``ray.get`` so that a failed add surfaces (its fragments are counted as lost, the error is
+   logged and the loop goes on).
 
 The sink is any object with ``add_async(fragment, *, route) -> ObjectRef``: a
-:class:`~rlstore.distributed.ReplayShards` (Ape-X) or a :class:`FragmentQueue` (IMPALA).
+:class:`~rlstore.distributed.ReplayShards` (Ape-X; it also takes a list of fragments, up to its
+``coalesce_bytes``) or a :class:`FragmentQueue` (IMPALA: one fragment per call).
 
 :class:`CollectorPool` starts ``K`` collectors (``max_restarts=-1``, ``num_cpus`` 0 by default,
 so they never wait for a whole core) and keeps them going: :meth:`CollectorPool.check` finds a
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +45,7 @@ import torch
 
 from rlstore.agents.config import EnvironmentConfig
 from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.distributed.client import fragment_layout
 from rlstore.vector import TransitionAdapter
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "Coordinator",
     "CollectorPool",
     "FragmentQueue",
+    "FragmentSender",
     "module_weights",
     "load_weights",
 ]
@@ -55,7 +62,8 @@ __all__ = [
 log = logging.getLogger("rlstore.distributed")
 
 MAX_IN_FLIGHT = 2
-"""Adds a collector keeps in flight (ray.md: more starve the learner on small machines)."""
+"""Adds a collector keeps in flight to a sink that does not coalesce (ray.md: more starve the
+learner on small machines)."""
 
 
 class Policy(Protocol):
@@ -147,6 +155,99 @@ class Coordinator:
         self.stopped = True
 
 
+# ----------------------------------------------------------------- sending
+
+
+class FragmentSender:
+    """One sender's adds to a sink: at most ``max_in_flight`` calls in flight (default: 1 when
+    the sink coalesces, which keeps the fragments in order; else :data:`MAX_IN_FLIGHT`).
+
+    A fragment pushed while all calls are in flight waits here when the sink coalesces (its
+    ``coalesce_bytes``: the most array bytes per call, 0 or absent: one fragment per call; its
+    ``coalesce_items``: the most transitions, or None) and leaves with the ones after it in one
+    call, as a list the sink concatenates along time (``ReplayShards.add_async``): so a shard
+    that falls behind gets fewer, larger calls, and a shard that keeps up gets each fragment
+    at once. A push blocks (up to ``timeout_s`` per wait) once the waiting fragments reach a
+    cap, or when the fragment cannot join them (it would pass a cap; other fields, dtypes or
+    shapes; ObjectRefs, which are sent alone).
+
+    A call that fails (a rejected fragment, a shard that restarted) is logged and its fragments
+    are counted in :attr:`lost`; a coalesced call is stored or rejected as a whole.
+    """
+
+    def __init__(
+        self, sink: Any, route: int, *, max_in_flight: int | None = None, timeout_s: float = 60.0
+    ) -> None:
+        self.sink, self.route, self.timeout_s = sink, route, timeout_s
+        self.max_bytes = int(getattr(sink, "coalesce_bytes", 0))
+        self.max_items = getattr(sink, "coalesce_items", None) or float("inf")
+        if max_in_flight is None:
+            max_in_flight = 1 if self.max_bytes else MAX_IN_FLIGHT
+        self.max_in_flight = max_in_flight
+        self.lost = 0  # fragments of failed calls
+        self.calls = 0  # calls sent
+        self._waiting: list[Any] = []
+        self._layout: Any = None
+        self._count = self._bytes = 0  # transitions and bytes waiting
+        self._in_flight: list[tuple[Any, int]] = []  # (ref, fragments)
+
+    def push(self, fragment: Any) -> None:
+        """Send ``fragment`` now, or keep it for the next call (see the class docstring)."""
+        layout = fragment_layout(fragment) if self.max_bytes else None
+        layout = layout if layout is not None and "reward" in fragment else None
+        count = int(np.prod(np.shape(fragment["reward"]))) if layout is not None else 0
+        size = _nbytes(fragment) if layout is not None else 0
+        if self._waiting and (
+            layout is None or layout != self._layout or self._bytes + size > self.max_bytes
+            or self._count + count > self.max_items
+        ):  # fmt: skip
+            self._send(block=True)
+        self._waiting.append(fragment)
+        self._layout, self._count, self._bytes = layout, self._count + count, self._bytes + size
+        full = self._bytes >= self.max_bytes or self._count >= self.max_items
+        self._send(block=layout is None or full)
+
+    def flush(self) -> None:
+        """Send what waits and wait for every call in flight (up to ``timeout_s``)."""
+        if self._waiting:
+            self._send(block=True)
+        refs = [ref for ref, _ in self._in_flight]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        self._settle(ready)
+
+    def _send(self, block: bool) -> None:
+        refs = [ref for ref, _ in self._in_flight]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        self._settle(ready)
+        if len(self._in_flight) >= self.max_in_flight:
+            if not block:
+                return
+            ready, _ = ray.wait([r for r, _ in self._in_flight], timeout=self.timeout_s)
+            self._settle(ready)
+        frags, self._waiting, self._count, self._bytes = self._waiting, [], 0, 0
+        ref = self.sink.add_async(frags[0] if len(frags) == 1 else frags, route=self.route)
+        self._in_flight.append((ref, len(frags)))
+        self.calls += 1
+
+    def _settle(self, refs: list[Any]) -> None:
+        for ref in refs:
+            parts = next(n for r, n in self._in_flight if r == ref)
+            self._in_flight = [(r, n) for r, n in self._in_flight if r != ref]
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as err:  # rejected, or the sink restarted
+                self.lost += parts
+                log.warning("sender %d: an add of %d fragment(s) failed, lost: %s",
+                            self.route, parts, err)  # fmt: skip
+
+
+def _nbytes(tree: Any) -> int:
+    """Bytes of a dict of numpy arrays (nested dicts included)."""
+    if isinstance(tree, Mapping):
+        return sum(_nbytes(v) for v in tree.values())
+    return int(tree.nbytes)
+
+
 # ----------------------------------------------------------------- collector
 
 
@@ -185,15 +286,19 @@ class Collector:
         self.version, self.stopped = -1, False
         self.ep_ret, self.ep_len = np.zeros(num_envs), np.zeros(num_envs, np.int64)
         self.episodes: list[tuple[float, int]] = []
-        self.steps, self.lost = 0, 0
+        self.steps = 0
+        self.sender: FragmentSender | None = None
 
     def sync(self, timeout_s: float = 60.0) -> None:
         """Report to the coordinator and load newer weights if there are any."""
+        lost = 0 if self.sender is None else self.sender.lost
         call = self.coordinator.sync.remote(
-            self.index, self.version, self.steps, self.episodes, self.lost, self.attempt
+            self.index, self.version, self.steps, self.episodes, lost, self.attempt
         )
         version, weights, self.stopped = ray.get(call, timeout=timeout_s)
-        self.steps, self.lost, self.episodes = 0, 0, []
+        self.steps, self.episodes = 0, []
+        if self.sender is not None:
+            self.sender.lost -= lost
         if weights is not None:
             self.policy.load(ray.get(weights[0], timeout=timeout_s), version)
             self.version = version
@@ -232,29 +337,16 @@ class Collector:
         ``max_fragments``); returns the fragments pushed. ``attempt``: how many times the pool
         has re-submitted this collector's loop (sent with every sync)."""
         self.sink, self.coordinator, self.attempt = sink, coordinator, attempt
-        in_flight: list[Any] = []
+        self.sender = FragmentSender(sink, self.index, timeout_s=timeout_s)
         pushed = 0
         while max_fragments is None or pushed < max_fragments:
             self.sync(timeout_s)
             if self.stopped:
                 break
-            fragment = self.collect()
-            if len(in_flight) >= MAX_IN_FLIGHT:
-                done, in_flight = ray.wait(in_flight, num_returns=1, timeout=timeout_s)
-                self._settle(done)
-            in_flight.append(self.sink.add_async(fragment, route=self.index))
+            self.sender.push(self.collect())
             pushed += 1
-        ready, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=timeout_s)
-        self._settle(ready)
+        self.sender.flush()
         return pushed
-
-    def _settle(self, refs: list[Any]) -> None:
-        for ref in refs:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayError as err:  # the sink restarted: this add may be lost
-                self.lost += 1
-                log.warning("collector %d: an add failed (%s)", self.index, type(err).__name__)
 
 
 # ----------------------------------------------------------------- IMPALA's sink

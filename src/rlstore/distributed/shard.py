@@ -43,7 +43,7 @@ import torch
 from rlstore._trees import real_array
 from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.distributed.rate_limiter import SampleToInsertRatio
-from rlstore.errors import ConfigError, SpecError
+from rlstore.errors import ConfigError, RLStoreError, SpecError
 from rlstore.samplers import PrioritizedSampler
 
 __all__ = ["ReplayShard", "FRAGMENT_KEYS", "log"]
@@ -127,17 +127,29 @@ class ReplayShard:
                 self.limiter.load_state_dict({"inserts": 0, "samples": 0})
 
     # ------------------------------------------------------------------ writing
-    def add(self, fragment: Mapping[str, Any]) -> dict[str, Any]:
+    def add(self, fragment: Mapping[str, Any], parts: int = 1) -> dict[str, Any]:
         """``extend`` the buffer with one fragment (``(T, num_envs, ...)`` arrays or ObjectRefs
         of them; ``priorities`` ``(T, num_envs)`` sets the new transitions' priorities).
+        ``parts > 1``: the fragment is that many fragments of one sender concatenated along
+        time (a coalesced add, see the client); it is stored or rejected as a whole.
         Returns :meth:`stats`.
 
         Raises:
             SpecError: a missing field, malformed priorities, or what ``extend`` rejects
-                (the buffer is unchanged then).
+                (the buffer is unchanged then; a coalesced add's message says so).
             ReplayTimeoutError: the rate limiter held the insert longer than ``wait_s``.
         """
-        frag = _resolved(fragment)
+        try:
+            return self._add(_resolved(fragment))
+        except RLStoreError as exc:
+            if parts == 1:
+                raise
+            raise type(exc)(
+                f"{self.where}a coalesced add of {parts} fragments was rejected as a whole "
+                f"(none of them stored): {str(exc).removeprefix(self.where)}"
+            ) from exc
+
+    def _add(self, frag: dict[str, Any]) -> dict[str, Any]:
         missing = [k for k in FRAGMENT_KEYS if k not in frag]
         if missing:
             raise SpecError(f"fragment: expected the keys {FRAGMENT_KEYS}, missing {missing}")
@@ -186,16 +198,19 @@ class ReplayShard:
         ``pmin`` (smallest live priority, 1 if uniform), ``beta`` (the sampler's current
         beta), ``added``, ``restored``, ``cpu_s`` (the shard process's CPU seconds)."""
         with self._lock:
-            return self._stats()
+            out = self._stats()
+        out["cpu_s"] = time.process_time()  # the shard process's CPU time (benchmarks)
+        return out
 
     def _stats(self) -> dict[str, Any]:
+        """The statistics an add or a sample returns (no ``cpu_s``: it sums every thread's
+        CPU time, a cost per call)."""
         sync = getattr(self.view, "_sync", None)  # SequenceReplay: see the new rows first
         if callable(sync):
             sync()
         view = self.view
         size = len(view) if hasattr(view, "__len__") else len(self.store)
         out: dict[str, Any] = {"size": size, "added": self.added, "restored": self.restored}
-        out["cpu_s"] = time.process_time()  # the shard process's CPU time (benchmarks)
         if self.prio is None or not size:
             return {**out, "mass": float(size), "pmin": 1.0, "beta": 0.0}
         tree = self.prio.tree
