@@ -130,6 +130,37 @@ def test_double_q_picks_the_action_with_the_online_net() -> None:
     assert td_targets(agent, batch, double_q=False).tolist() == [1.0 + 0.5 * 5.0]
 
 
+@pytest.mark.parametrize("dueling", [False, True])
+def test_q_network_is_its_layers_applied_in_order(dueling: bool) -> None:
+    # forward calls the layers functionally; the twin calls the modules (same ops: bitwise)
+    net = DQNAgent(EnvInfo(None, CountEnv.observation_space, CountEnv.action_space),
+                   DQNConfig(hidden_sizes=[8, 5], dueling=dueling)).q  # fmt: skip
+    x = torch.randn(7, 2)
+    h = net.body(x)
+    a = net.advantage(h)
+    want = a if net.value is None else net.value(h) + a - a.mean(1, keepdim=True)
+    assert torch.equal(net(x), want)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.3, 1.0])
+def test_explore_draws_what_the_always_greedy_formula_draws(eps: float) -> None:
+    agent = DQNAgent(EnvInfo(None, CountEnv.observation_space, CountEnv.action_space),
+                     DQNConfig(hidden_sizes=[8]))  # fmt: skip
+    calls: list[int] = []
+    agent.q.register_forward_hook(lambda *_: calls.append(1))
+    obs = torch.randn(5, 2)
+    torch.manual_seed(4)
+    got = [agent.explore(obs, eps) for _ in range(20)]
+    torch.manual_seed(4)
+    for acted in got:  # the twin: Q-values always computed, the same two draws
+        greedy = agent.q(obs).argmax(1)
+        use_random = torch.rand(5) < eps
+        assert torch.equal(acted, torch.where(use_random, torch.randint(2, (5,)), greedy))
+    # all-random steps skip the Q-network: never at eps = 1, every step at eps = 0
+    if eps in (0.0, 1.0):
+        assert len(calls) - 20 == (20 if eps == 0.0 else 0)
+
+
 class _Scaled:
     """A replay whose batches carry their importance weights times ``scale`` (recorded)."""
 

@@ -208,11 +208,18 @@ class QNetwork(nn.Module):
         self.body = nn.Sequential(*layers)
         self.advantage = nn.Linear(obs_dim, num_actions)
         self.value = nn.Linear(obs_dim, 1) if dueling else None
+        self._hidden = tuple(m for m in layers if isinstance(m, nn.Linear))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = self.body(obs.flatten(1).float())
-        a = self.advantage(h)
-        return a if self.value is None else self.value(h) + a - a.mean(1, keepdim=True)
+        # ``body`` then the heads, as functional calls: the same ops without nn.Module's call
+        # machinery (hooks), ~10 us of the ~100 us a 64-row forward takes on one CPU thread
+        h = obs.flatten(1).float()
+        for layer in self._hidden:
+            h = F.relu(F.linear(h, layer.weight, layer.bias))
+        a = F.linear(h, self.advantage.weight, self.advantage.bias)
+        if self.value is None:
+            return a
+        return F.linear(h, self.value.weight, self.value.bias) + a - a.mean(1, keepdim=True)
 
 
 class EnvInfo(NamedTuple):
@@ -249,11 +256,13 @@ class DQNAgent(nn.Module):
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
-        """Epsilon-greedy actions ``(N,)`` int64, drawn from torch's global RNG."""
-        greedy = self.q(obs).argmax(1)
+        """Epsilon-greedy actions ``(N,)`` int64, drawn from torch's global RNG (the Q-network
+        runs only when some env acts greedily)."""
         use_random = torch.rand(len(obs), device=obs.device) < epsilon
         random = torch.randint(self.num_actions, (len(obs),), device=obs.device)
-        return torch.where(use_random, random, greedy)
+        if bool(use_random.all()):
+            return random
+        return torch.where(use_random, random, self.q(obs).argmax(1))
 
     def predict(
         self, states: torch.Tensor, hidden: Any = None, train_mode: bool = False
@@ -436,13 +445,15 @@ def _train(
     agent: DQNAgent, optimizer: torch.optim.Optimizer, replay: NStepReplay, dc: DQNConfig
 ) -> dict[str, float]:
     """``dc.gradient_steps`` TD updates; returns the mean loss and Q-value."""
-    losses, qs = torch.zeros(dc.gradient_steps), torch.zeros(dc.gradient_steps)
-    for i in range(dc.gradient_steps):
+    losses, qs = [], []
+    for _ in range(dc.gradient_steps):
         batch = replay.sample(dc.batch_size)
-        losses[i], qs[i], td = td_step(agent, optimizer, batch, dc.double_q, dc.max_grad_norm)
+        loss, q, td = td_step(agent, optimizer, batch, dc.double_q, dc.max_grad_norm)
+        losses.append(loss)
+        qs.append(q)
         if dc.prioritized:
             replay.buffer.update_priorities(batch.indices.cpu().numpy(), td)
-    return {"td_loss": losses.mean().item(), "q_values": qs.mean().item()}
+    return {"td_loss": torch.stack(losses).mean().item(), "q_values": torch.stack(qs).mean().item()}
 
 
 # ----------------------------------------------------------------- entry point
