@@ -438,7 +438,8 @@ def td_step(
     loss.backward()
     nn.utils.clip_grad_norm_(agent.q.parameters(), max_grad_norm)
     optimizer.step()
-    return loss.detach(), q.detach().mean(), (q - target).abs().detach().cpu().numpy()
+    q = q.detach()
+    return loss.detach(), q.mean(), (q - target).abs().cpu().numpy()
 
 
 def _train(

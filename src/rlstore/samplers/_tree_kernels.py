@@ -62,3 +62,26 @@ def descend(s, mass, leaf0, depth, out):  # pragma: no cover - compiled
             out[i] = node + right
     for i in range(k):
         out[i] -= leaf0
+
+
+@njit(cache=True, nogil=True)
+def window_leaves(gone_lo, gone_hi, new_lo, new_hi, cap, top):  # pragma: no cover - compiled
+    """The leaf writes of a sampler's window move: ids ``[gone_lo, gone_hi)`` leave (value 0),
+    ids ``[new_lo, new_hi)`` enter (value ``top``); id ``i`` sits in slot ``i % cap`` and a new
+    id wins a slot it shares with a gone one. Returns ``(sorted distinct slots, values)``."""
+    k_new = new_hi - new_lo
+    first = new_lo % cap
+    slots = np.empty(gone_hi - gone_lo + k_new, np.int64)
+    vals = np.empty(slots.shape[0])
+    k = 0
+    for i in range(gone_lo, gone_hi):
+        if (i % cap - first) % cap >= k_new:  # not taken by a new id
+            slots[k] = i % cap
+            vals[k] = 0.0
+            k += 1
+    for i in range(new_lo, new_hi):
+        slots[k] = i % cap
+        vals[k] = top
+        k += 1
+    order = np.argsort(slots[:k])
+    return slots[:k][order], vals[:k][order]
