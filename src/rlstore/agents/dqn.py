@@ -432,15 +432,16 @@ def td_step(
     max_grad_norm: float,
 ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """One gradient step of the importance-weighted Huber TD loss on an n-step batch (DQN's
-    and Ape-X's learner); returns the loss, the mean Q-value and ``|y - Q(s, a)|`` ``(B,)``
-    (the new priorities)."""
+    and Ape-X's learner; ``optimizer`` holds ``agent.q``'s parameters, whose gradients are
+    clipped to ``max_grad_norm``); returns the loss, the mean Q-value and ``|y - Q(s, a)|``
+    ``(B,)`` (the new priorities)."""
     target = td_targets(agent, batch, double_q)
     q = agent.q(batch.obs).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
     loss = (batch.weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
     optimizer.zero_grad()
     loss.backward()
     # nn.utils.clip_grad_norm_'s own ops, without its per-call regrouping (~20 us a step)
-    grads = [p.grad for p in agent.q.parameters() if p.grad is not None]
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0))
     optimizer.step()
