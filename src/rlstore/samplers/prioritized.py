@@ -33,7 +33,7 @@ from rlstore._checks import check_count, real_number
 from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers._rng import make_rng, rng_state, set_rng_state
-from rlstore.samplers.sum_tree import SumTree, _check_values, _last_writes
+from rlstore.samplers.sum_tree import SumTree, _check_values
 from rlstore.samplers.uniform import SampledIds, check_window
 from rlstore.storage.ring import _count, _mapping
 
@@ -173,14 +173,13 @@ class PrioritizedSampler:
         b_exp = self.current_beta() if beta is None else _beta(beta)
         if self.hi == self.lo or not self.tree.total > 0:
             raise EmptyBufferError("sample: no live id (the buffer is empty)")
-        tree, cap = self.tree, self._cap()
-        total = tree.total
-        slots = tree._find((np.arange(b) + self.rng.random(b)) * (total / b))
+        tree = self.tree
         # (N P(i))^-beta / (N P_min)^-beta = (p_min / p_i)^beta: N and the total cancel
-        ratio = tree.min / tree._sum[tree._leaf0 + slots]
-        weights = (ratio**b_exp).astype(np.float32)
+        u = self.rng.random(b)
+        ids, weights = _kernels().draw(tree._sum, u, tree.total, tree.min, b_exp, self.lo,
+                                       self._cap(), tree._leaf0, tree._depth)  # fmt: skip
         self.steps += 1
-        return SampledIds(self.lo + (slots - self.lo) % cap, weights)
+        return SampledIds(ids, weights)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Store ``(p + eps)^alpha`` for the live ids ``indices`` and raise the max priority.
@@ -212,7 +211,7 @@ class PrioritizedSampler:
         if oldest < self.lo:  # some ids were overwritten since they were drawn
             keep = idx >= self.lo
             idx, pri = idx[keep], pri[keep]
-        slots, last = _last_writes(idx.astype(np.int64) % self._cap())
+        slots, last = _kernels().last_writes(idx.astype(np.int64, copy=False), self._cap())
         if not len(slots):
             return
         raw = pri[last] + self.eps

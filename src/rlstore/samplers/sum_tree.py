@@ -78,17 +78,6 @@ def _check_values(
     return out
 
 
-def _last_writes(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(unique sorted indices, position in ``indices`` of the LAST occurrence of each)``: the
-    one rule for repeated indices in a batch (last write wins), applied before any write."""
-    order = np.argsort(indices, kind="stable")  # equal indices keep their batch order
-    ordered = indices[order]
-    last = np.empty(len(ordered), dtype=bool)
-    last[:-1] = ordered[1:] != ordered[:-1]
-    last[-1:] = True
-    return ordered[last], order[last]
-
-
 class SumTree:
     """Sums (and minimum of the non-empty leaves) over ``capacity`` non-negative float64 leaves.
 
@@ -142,7 +131,7 @@ class SumTree:
         """
         idx = _check_indices("indices", indices, self.capacity)
         vals = _check_values("values", values, len(idx), high=self.max_value)
-        uniq, last = _last_writes(idx)
+        uniq, last = _kernels().last_writes(idx, self.capacity)
         self._set_unique(uniq, vals[last])
 
     def _set_unique(self, uniq: np.ndarray, vals: np.ndarray) -> None:
