@@ -211,15 +211,19 @@ class QNetwork(nn.Module):
         self._hidden = tuple(m for m in layers if isinstance(m, nn.Linear))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # ``body`` then the heads, as functional calls: the same ops without nn.Module's call
-        # machinery (hooks), ~10 us of the ~100 us a 64-row forward takes on one CPU thread
+        # ``body`` then the heads, as functional calls on the layers' parameters: the same ops
+        # without nn.Module's call and attribute machinery (~15 us of a forward on one thread)
         h = obs.flatten(1).float()
         for layer in self._hidden:
-            h = F.relu(F.linear(h, layer.weight, layer.bias))
-        a = F.linear(h, self.advantage.weight, self.advantage.bias)
-        if self.value is None:
-            return a
-        return F.linear(h, self.value.weight, self.value.bias) + a - a.mean(1, keepdim=True)
+            h = F.relu(_linear(layer, h))
+        a = _linear(self.advantage, h)
+        return a if self.value is None else _linear(self.value, h) + a - a.mean(1, keepdim=True)
+
+
+def _linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for an ``nn.Linear``, its parameters read from ``_parameters`` directly."""
+    p = layer._parameters
+    return F.linear(x, p["weight"], p["bias"])  # type: ignore[arg-type]  # set by nn.Linear
 
 
 class EnvInfo(NamedTuple):
@@ -361,6 +365,7 @@ def train_dqn(
     ckpt_at = checkpoint_schedule(num_periods, dc.num_checkpoints) if ckpt_dir else set()
     target_every = max(dc.target_update_interval // n, 1)
     synced = -1  # `updates` when the target last copied the online net (tau = 1)
+    device = agent.device
     obs, ep_ret, ep_len = prog.obs, prog.episode_return.copy(), prog.episode_length.copy()
     step, updates, ckpt_num = prog.global_step, prog.num_updates, prog.checkpoint_num
     t0, step0 = time.perf_counter(), step
@@ -370,9 +375,7 @@ def train_dqn(
             for _ in range(dc.train_freq):
                 eps = 1.0 if step < dc.learning_starts else epsilon(step)
                 agent.epsilon = eps
-                actions = (
-                    agent.explore(torch.as_tensor(obs, device=agent.device), eps).cpu().numpy()
-                )
+                actions = agent.explore(torch.as_tensor(obs, device=device), eps).cpu().numpy()
                 next_obs, reward, term, trunc, info = envs.step(actions)
                 tr = adapter.step(obs, actions, reward, term, trunc, info, next_obs)
                 buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
