@@ -23,6 +23,7 @@ from rlstore.agents.dqn import (
     _train,
     load_config,
     runner,
+    td_step,
     td_targets,
     train_dqn,
 )
@@ -128,6 +129,70 @@ def test_double_q_picks_the_action_with_the_online_net() -> None:
     batch = NStepReplay(buf, n=1, gamma=0.5).batch(np.array([0]))
     assert td_targets(agent, batch, double_q=True).tolist() == [1.0 + 0.5 * 2.0]
     assert td_targets(agent, batch, double_q=False).tolist() == [1.0 + 0.5 * 5.0]
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_q_network_is_its_layers_applied_in_order(dueling: bool) -> None:
+    # forward calls the layers functionally; the twin calls the modules (same ops: bitwise)
+    net = DQNAgent(EnvInfo(None, CountEnv.observation_space, CountEnv.action_space),
+                   DQNConfig(hidden_sizes=[8, 5], dueling=dueling)).q  # fmt: skip
+    x = torch.randn(7, 2)
+    h = net.body(x)
+    a = net.advantage(h)
+    want = a if net.value is None else net.value(h) + a - a.mean(1, keepdim=True)
+    assert torch.equal(net(x), want)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.3, 1.0])
+def test_explore_draws_what_the_always_greedy_formula_draws(eps: float) -> None:
+    agent = DQNAgent(EnvInfo(None, CountEnv.observation_space, CountEnv.action_space),
+                     DQNConfig(hidden_sizes=[8]))  # fmt: skip
+    calls: list[int] = []
+    agent.q.register_forward_hook(lambda *_: calls.append(1))
+    obs = torch.randn(5, 2)
+    torch.manual_seed(4)
+    got = [agent.explore(obs, eps) for _ in range(20)]
+    torch.manual_seed(4)
+    for acted in got:  # the twin: Q-values always computed, the same two draws
+        greedy = agent.q(obs).argmax(1)
+        use_random = torch.rand(5) < eps
+        assert torch.equal(acted, torch.where(use_random, torch.randint(2, (5,)), greedy))
+    # all-random steps skip the Q-network: never at eps = 1, every step at eps = 0
+    if eps in (0.0, 1.0):
+        assert len(calls) - 20 == (20 if eps == 0.0 else 0)
+
+
+def test_td_step_clips_like_clip_grad_norm() -> None:
+    # the twin: the same step with torch's clip_grad_norm_ (same ops: bitwise equal)
+    agent, _, buf, _ = _prioritized_setup()
+    batch = NStepReplay(buf, n=3, gamma=0.9).sample(32)
+    for max_norm in (1e-3, 1e3):  # clipping active, inactive
+        ref = copy.deepcopy(agent)
+        opt, ref_opt = adam(agent.q.parameters(), 1e-3), adam(ref.q.parameters(), 1e-3)
+        td_step(agent, opt, batch, True, max_norm)
+        y = td_targets(ref, batch, True)
+        q = ref.q(batch.obs).gather(1, batch.action.view(-1, 1)).squeeze(1)
+        loss = (batch.weights * torch.nn.functional.smooth_l1_loss(q, y, reduction="none")).mean()
+        ref_opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.q.parameters(), max_norm)
+        ref_opt.step()
+        for a, b in zip(agent.q.parameters(), ref.q.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5])
+def test_target_copies_only_after_the_online_net_changed(
+    monkeypatch: pytest.MonkeyPatch, tau: float
+) -> None:
+    calls: list[float] = []
+    update = DQNAgent.update_target
+    monkeypatch.setattr(DQNAgent, "update_target", lambda a, t: (calls.append(t), update(a, t)))
+    train_dqn(_cfg(tau=tau, target_update_interval=10))
+    # 8 periods of 50 steps, 5 scheduled updates each; training after periods 2..8 (step > 64).
+    # tau = 1: the first copy, then one after each training but the last (an unchanged
+    # net's copy is a no-op); Polyak averaging moves the target every time
+    assert len(calls) == (1 + 6 if tau == 1.0 else 40)
 
 
 class _Scaled:

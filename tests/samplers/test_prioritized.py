@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlstore.errors import (
     CapacityError,
@@ -297,3 +299,34 @@ def test_resume_through_a_checkpoint_file(tmp_path: Any) -> None:
     b.load_state_dict(load_state(tmp_path)["sampler"])
     for x, y in zip(_run(a, 4, seed=1), _run(b, 4, seed=1), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+@given(
+    cap=st.integers(1, 9),
+    moves=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.booleans()), max_size=12),
+)
+@settings(max_examples=60, deadline=None)
+def test_window_moves_match_a_per_id_loop(cap: int, moves: list) -> None:
+    # the twin: every id that leaves zeroes its slot, then every id that enters writes the
+    # entry priority (max seen, ^alpha) into its slot, one id at a time
+    s = PrioritizedSampler(cap, alpha=0.5, eps=0.1, seed=0)
+    leaves = np.zeros(cap)
+    rng = np.random.default_rng(cap)
+    for grow, drop, update in moves:
+        hi = s.hi + grow
+        lo = max(s.lo + drop, hi - cap)
+        lo = min(lo, hi)
+        for i in range(s.lo, min(lo, s.hi)):
+            leaves[i % cap] = 0.0
+        for i in range(max(s.hi, lo), hi):
+            leaves[i % cap] = s.max_priority**0.5
+        s.on_write(lo, hi)
+        if update and hi > lo:
+            ids = rng.integers(lo, hi, 3)
+            p = rng.exponential(size=3)
+            s.update_priorities(ids, p)
+            for i, v in zip(ids, p, strict=True):
+                leaves[i % cap] = (v + 0.1) ** 0.5
+        np.testing.assert_allclose(s.tree.leaves, leaves, rtol=1e-15)
+        assert s.tree.total == pytest.approx(leaves.sum(), rel=1e-12)
+        assert s.tree.min == (leaves[leaves > 0].min() if (leaves > 0).any() else np.inf)

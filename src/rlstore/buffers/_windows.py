@@ -5,6 +5,7 @@ A window is ``W`` consecutive rows of one env column, gathered batch-major: arra
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -23,12 +24,15 @@ def mark_jumps(obs, nxt, ends):
 
 
 @njit(cache=True, nogil=True)
-def nstep_sums(reward, ends, term, trunc, avail, powers, g, disc, steps, pick, term_out, trunc_out):
+def nstep_sums(reward, ends, term, trunc, avail, powers, g, disc):
     """Per window ``b`` of ``W`` rows: ``m = steps[b]`` rows up to the first ``k`` with
     ``ends[b, k]`` or ``k = min(W, avail[b]) - 1``; ``g[b] = sum_{k<m} powers[k] * reward[b, k]``;
-    ``disc[b] = 0`` if ``term[b, m - 1]`` else ``powers[m]``; ``pick[b] = b * W + m - 1`` (the
-    flat row of the last step) and its flags in ``term_out`` / ``trunc_out``."""
+    ``disc[b] = 0`` if ``term[b, m - 1]`` else ``powers[m]`` (into ``g``, ``disc``). Returns
+    ``(steps, pick, term_out, trunc_out)``: ``m``, ``pick[b] = b * W + m - 1`` (the flat row of
+    the last step) and its flags."""
     B, W = reward.shape
+    steps, pick = np.empty(B, np.int64), np.empty(B, np.int64)
+    term_out, trunc_out = np.empty(B, np.bool_), np.empty(B, np.bool_)
     for b in range(B):
         stop = min(W, avail[b]) - 1
         acc = 0.0
@@ -44,14 +48,18 @@ def nstep_sums(reward, ends, term, trunc, avail, powers, g, disc, steps, pick, t
         pick[b] = b * W + k
         term_out[b] = term[b, k]
         trunc_out[b] = trunc[b, k]
+    return steps, pick, term_out, trunc_out
 
 
 @njit(cache=True, nogil=True)
-def window_indices(idx, envs, rows, n, flat, avail):
-    """Flat indices ``flat[b * n + k]`` of rows ``row + k`` of column ``idx[b] % envs``, clamped
-    to the newest row ``rows - 1``; ``avail[b] = rows - row``: the rows from ``row`` on."""
+def window_indices(idx, envs, rows, n):
+    """``(flat, avail)``: flat indices ``flat[b * n + k]`` of rows ``row + k`` of column
+    ``idx[b] % envs``, clamped to the newest row ``rows - 1``; ``avail[b] = rows - row``: the rows
+    from ``row`` on."""
+    flat, avail = np.empty(idx.shape[0] * n, np.int64), np.empty(idx.shape[0], np.int64)
     for b in range(idx.shape[0]):
         row, col = idx[b] // envs, idx[b] % envs
         avail[b] = rows - row
         for k in range(n):
             flat[b * n + k] = min(row + k, rows - 1) * envs + col
+    return flat, avail

@@ -198,8 +198,7 @@ class NStepReplay:
     def _batch(self, idx: np.ndarray, weights: np.ndarray | None = None) -> NStepBatch:
         buf, n = self.buffer, self.n
         envs, b, kern = buf.num_envs, len(idx), _kernels()
-        flat, avail = np.empty(b * n, np.int64), np.empty(b, np.int64)
-        kern.window_indices(idx, envs, len(buf) // envs, n, flat, avail)  # clamped at the head
+        flat, avail = kern.window_indices(idx, envs, len(buf) // envs, n)  # clamped at the head
         a = buf.gather(flat)
         if a["reward"].ndim != 1:
             raise SpecError(f"reward: expected scalar rewards, got shape {a['reward'].shape[1:]}")
@@ -209,17 +208,17 @@ class NStepReplay:
         dtype = reward.dtype if reward.dtype == np.float64 else np.dtype(np.float32)
         if reward.dtype.kind == "f" and reward.dtype.itemsize < 4:
             reward = reward.astype(np.float32)  # numba computes in float32/64 (exact)
-        g, disc, steps, pick = (np.empty(b, t) for t in (dtype, dtype, np.int64, np.int64))
-        term, trunc = np.empty(b, bool), np.empty(b, bool)
+        g, disc = np.empty(b, dtype), np.empty(b, dtype)
         flags = (a["terminated"].reshape(b, n), a["truncated"].reshape(b, n))
-        kern.nstep_sums(
-            reward, ends, *flags, avail, self._powers, g, disc, steps, pick, term, trunc
+        steps, pick, term, trunc = kern.nstep_sums(
+            reward, ends, *flags, avail, self._powers, g, disc
         )
         out = {k: a[k][::n] for k in (*f.obs, "action", *f.extras)}
-        out.update({k: a[k][pick] for k in f.next})
-        out.update(reward=g, discount=disc, terminated=term, truncated=trunc)
-        out.update(steps=steps, indices=idx + self.buffer.first_id)
-        out["weights"] = np.ones(b, np.float32) if weights is None else weights
+        for k in f.next:
+            out[k] = a[k][pick]
+        out.update(reward=g, discount=disc, terminated=term, truncated=trunc, steps=steps,
+                   indices=idx + buf.first_id,
+                   weights=np.ones(b, np.float32) if weights is None else weights)  # fmt: skip
         t = to_torch(out, self._device)
         return NStepBatch(
             split_obs(t, f.obs),

@@ -62,3 +62,61 @@ def descend(s, mass, leaf0, depth, out):  # pragma: no cover - compiled
             out[i] = node + right
     for i in range(k):
         out[i] -= leaf0
+
+
+@njit(cache=True, nogil=True)
+def window_leaves(gone_lo, gone_hi, new_lo, new_hi, cap, top):  # pragma: no cover - compiled
+    """The leaf writes of a sampler's window move: ids ``[gone_lo, gone_hi)`` leave (value 0),
+    ids ``[new_lo, new_hi)`` enter (value ``top``); id ``i`` sits in slot ``i % cap`` and a new
+    id wins a slot it shares with a gone one. Returns ``(sorted distinct slots, values)``."""
+    k_new = new_hi - new_lo
+    first = new_lo % cap
+    slots = np.empty(gone_hi - gone_lo + k_new, np.int64)
+    vals = np.empty(slots.shape[0])
+    k = 0
+    for i in range(gone_lo, gone_hi):
+        if (i % cap - first) % cap >= k_new:  # not taken by a new id
+            slots[k] = i % cap
+            vals[k] = 0.0
+            k += 1
+    for i in range(new_lo, new_hi):
+        slots[k] = i % cap
+        vals[k] = top
+        k += 1
+    order = np.argsort(slots[:k])
+    return slots[:k][order], vals[:k][order]
+
+
+@njit(cache=True, nogil=True)
+def last_writes(ids, cap):  # pragma: no cover - compiled
+    """``(sorted distinct slots ids % cap, position in ids of the LAST id of each slot)``: the
+    one rule for repeated slots in a batch (last write wins)."""
+    slots = ids % cap
+    order = np.argsort(slots, kind="mergesort")  # stable: equal slots keep their batch order
+    k = 0
+    for j in range(order.shape[0]):
+        if j + 1 == order.shape[0] or slots[order[j + 1]] != slots[order[j]]:
+            order[k] = order[j]
+            k += 1
+    last = order[:k].copy()
+    return slots[last], last
+
+
+@njit(cache=True, nogil=True)
+def draw(s, u, total, p_min, beta, lo, cap, leaf0, depth):  # pragma: no cover - compiled
+    """A stratified prioritized draw: mass ``(i + u[i]) * total / B`` in segment ``i``, its leaf
+    by :func:`descend`, the id ``lo + (slot - lo) % cap`` living in that slot and the weight
+    ``(p_min / p_slot) ** beta`` (float32). Returns ``(ids, weights)``."""
+    b = u.shape[0]
+    seg = total / b
+    mass = np.empty(b)
+    for i in range(b):
+        mass[i] = (i + u[i]) * seg
+    ids = np.empty(b, np.int64)
+    weights = np.empty(b, np.float32)
+    descend(s, mass, leaf0, depth, ids)
+    for i in range(b):
+        slot = ids[i]
+        weights[i] = (p_min / s[leaf0 + slot]) ** beta
+        ids[i] = lo + (slot - lo) % cap
+    return ids, weights

@@ -30,15 +30,17 @@ from typing import Any
 import numpy as np
 
 from rlstore._checks import check_count, real_number
+from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers._rng import make_rng, rng_state, set_rng_state
-from rlstore.samplers.sum_tree import SumTree, _check_values, _last_writes
+from rlstore.samplers.sum_tree import SumTree, _check_values
 from rlstore.samplers.uniform import SampledIds, check_window
 from rlstore.storage.ring import _count, _mapping
 
 __all__ = ["LinearSchedule", "PrioritizedSampler"]
 
 _FLOAT_MAX = float(np.finfo(np.float64).max)
+_kernels = lazy_module("rlstore.samplers._tree_kernels")  # the compiled tree walks
 
 
 @dataclass(frozen=True)
@@ -144,12 +146,10 @@ class PrioritizedSampler:
         """
         cap = self._cap()
         lo, hi = check_window(lo, hi, (self.lo, self.hi), cap)
-        gone = np.arange(self.lo, min(lo, self.hi), dtype=np.int64)
-        new = np.arange(max(self.hi, lo), hi, dtype=np.int64)
-        if gone.size or new.size:
-            top = _power(np.float64(self.max_priority), self.alpha)
-            slots, last = _last_writes(np.concatenate((gone, new)) % cap)  # new wins a slot
-            vals = np.concatenate((np.zeros(gone.size), np.full(new.size, top)))[last]
+        gone_hi, new_lo = min(lo, self.hi), max(self.hi, lo)
+        if gone_hi > self.lo or hi > new_lo:
+            top = float(_power(np.float64(self.max_priority), self.alpha))
+            slots, vals = _kernels().window_leaves(self.lo, gone_hi, new_lo, hi, cap, top)
             self.tree._set_unique(slots, vals)
         self.lo, self.hi = lo, hi
 
@@ -173,14 +173,13 @@ class PrioritizedSampler:
         b_exp = self.current_beta() if beta is None else _beta(beta)
         if self.hi == self.lo or not self.tree.total > 0:
             raise EmptyBufferError("sample: no live id (the buffer is empty)")
-        tree, cap = self.tree, self._cap()
-        total = tree.total
-        slots = tree._find((np.arange(b) + self.rng.random(b)) * (total / b))
+        tree = self.tree
         # (N P(i))^-beta / (N P_min)^-beta = (p_min / p_i)^beta: N and the total cancel
-        ratio = tree.min / tree._sum[tree._leaf0 + slots]
-        weights = (ratio**b_exp).astype(np.float32)
+        u = self.rng.random(b)
+        ids, weights = _kernels().draw(tree._sum, u, tree.total, tree.min, b_exp, self.lo,
+                                       self._cap(), tree._leaf0, tree._depth)  # fmt: skip
         self.steps += 1
-        return SampledIds(self.lo + (slots - self.lo) % cap, weights)
+        return SampledIds(ids, weights)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Store ``(p + eps)^alpha`` for the live ids ``indices`` and raise the max priority.
@@ -203,14 +202,19 @@ class PrioritizedSampler:
                 f"indices: expected a 1-D integer array, got {idx.dtype} of shape {idx.shape}"
             )
         pri = _check_values("priorities", priorities, len(idx))
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.hi):
+        if not idx.size:
+            return
+        oldest = int(idx.min())
+        if oldest < 0 or int(idx.max()) >= self.hi:
             bad = idx[(idx < 0) | (idx >= self.hi)][0]
             raise SpecError(f"indices: expected ids in [0, {self.hi}) (written), got {bad}")
-        keep = idx >= self.lo
-        slots, last = _last_writes(idx[keep].astype(np.int64) % self._cap())
+        if oldest < self.lo:  # some ids were overwritten since they were drawn
+            keep = idx >= self.lo
+            idx, pri = idx[keep], pri[keep]
+        slots, last = _kernels().last_writes(idx.astype(np.int64, copy=False), self._cap())
         if not len(slots):
             return
-        raw = pri[keep][last] + self.eps
+        raw = pri[last] + self.eps
         stored = _power(raw, self.alpha)
         top = float(stored.max())
         if not top <= self.tree.max_value:  # inf after the power, or a sum that could overflow
