@@ -315,6 +315,7 @@ def test_evaluate_video_without_moviepy_names_the_extra(tmp_path, monkeypatch) -
 def _refused_runs(tmp_path):
     """Trainer calls refused after the thread count was set (before TrainingRun, each of these
     left torch at the run's thread count)."""
+    from rlstore.agents.dqn import DQNTrainConfig, train_dqn
     from rlstore.agents.impala import ImpalaTrainConfig, train_impala
     from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, RunConfig
     from rlstore.agents.ppo.trainer import train_ppo
@@ -329,6 +330,8 @@ def _refused_runs(tmp_path):
     yield "impala: Box actions", lambda: train_impala(impala)
     sac = SACTrainConfig.from_dict({"run": {"torch_threads": 3}, "environment": pend})
     yield "sac: no checkpoint", lambda: train_sac(sac, run_dir=tmp_path, resume=True)
+    dqn = DQNTrainConfig.from_dict({"run": {"torch_threads": 3}})
+    yield "dqn: no checkpoint", lambda: train_dqn(dqn, run_dir=tmp_path, resume=True)
 
 
 def test_a_refused_run_leaves_the_thread_count_as_it_was(tmp_path) -> None:

@@ -44,7 +44,6 @@ continues the run bit for bit on CPU.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,16 +63,7 @@ from rlstore.agents.config import (
 )
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
-from rlstore.agents.run import (
-    RunLogger,
-    TrainStats,
-    adam,
-    check_video_support,
-    evaluation_due,
-    plot_learning_curve,
-    run_evaluation,
-    set_global_seeds,
-)
+from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
@@ -322,109 +312,84 @@ def train_dqn(
             optimizer, replay buffer with its sampler, counters, RNGs, env episodes).
     """
     rc, dc = cfg.run, cfg.dqn
-    if rc.video and run_dir is not None:
-        check_video_support()  # before the run, not after it
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(rc.torch_threads)
-    set_global_seeds(rc.seed)
-    envs = make_vector_env(cfg.environment, dc.num_envs)
-    adapter = TransitionAdapter.from_env(envs)
-    agent = DQNAgent(
-        EnvInfo(gym.spec(cfg.environment.env_id), envs.single_observation_space,
-                envs.single_action_space), dc,
-    ).to(rc.device)  # fmt: skip
-    optimizer = adam(agent.q.parameters(), dc.learning_rate)
-    num_periods = dc.num_periods
-    sampler = None  # uniform; prioritized: beta annealed to 1 over the run's gradient steps
-    if dc.prioritized:
-        beta = {"start": dc.per_beta, "end": 1.0, "steps": num_periods * dc.gradient_steps}
-        sampler = {"kind": "prioritized", "alpha": dc.per_alpha, "beta": beta, "eps": dc.per_eps}
-    buffer = ReplayBuffer(
-        dc.buffer_size, num_envs=dc.num_envs, device=rc.device, seed=rc.seed, sampler=sampler
-    )
-    replay = NStepReplay(buffer, n=dc.n_step, gamma=dc.gamma)
-    epsilon = LinearSchedule(
-        dc.exploration_initial_eps, dc.exploration_final_eps,
-        max(1, int(dc.exploration_fraction * dc.total_timesteps)),
-    )  # fmt: skip
-    stats = TrainStats(run_dir=None if run_dir is None else Path(run_dir))
-    ckpt_dir = None if run_dir is None else Path(run_dir) / "checkpoints"
-    obs, _ = envs.reset(seed=rc.seed)
-    n = dc.num_envs
-    prog = Progress(0, 0, 0, 0, obs, np.zeros(n), np.zeros(n, np.int64))
-    if resume:
-        if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
-            raise ConfigError(f"resume: no DQN checkpoint found under {ckpt_dir}")
-        prog = restore_checkpoint(path, cfg, agent, optimizer, buffer, envs, stats)
-    logger = RunLogger(
-        run_dir, total_steps=num_periods * dc.train_freq * n, initial_step=prog.global_step,
-        desc=f"DQN {cfg.environment.env_id}", track=rc.track, progress_bar=rc.progress_bar,
-        wandb=rc.wandb, wandb_project=rc.wandb_project_name, wandb_entity=rc.wandb_entity,
-        exp_name=rc.exp_name, config=cfg.to_dict(),
-    )  # fmt: skip
-    ckpt_at = checkpoint_schedule(num_periods, dc.num_checkpoints) if ckpt_dir else set()
-    target_every = max(dc.target_update_interval // n, 1)
-    synced = -1  # `updates` when the target last copied the online net (tau = 1)
-    device = agent.device
-    obs, ep_ret, ep_len = prog.obs, prog.episode_return.copy(), prog.episode_length.copy()
-    step, updates, ckpt_num = prog.global_step, prog.num_updates, prog.checkpoint_num
-    t0, step0 = time.perf_counter(), step
-    try:
-        for period in range(prog.period, num_periods):
-            # ---- collect train_freq vector steps
-            for _ in range(dc.train_freq):
-                eps = 1.0 if step < dc.learning_starts else epsilon(step)
-                agent.epsilon = eps
-                actions = agent.explore(torch.as_tensor(obs, device=device), eps).cpu().numpy()
-                next_obs, reward, term, trunc, info = envs.step(actions)
-                tr = adapter.step(obs, actions, reward, term, trunc, info, next_obs)
-                buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
-                obs, step = next_obs, step + n
-                ep_ret += reward
-                ep_len += 1
-                for i in np.flatnonzero(term | trunc):
-                    stats.episode_returns.append(float(ep_ret[i]))
-                    stats.episode_lengths.append(int(ep_len[i]))
-                    stats.episode_end_steps.append(step)
-                    logger.episode(float(ep_ret[i]), int(ep_len[i]), step)
-                    ep_ret[i], ep_len[i] = 0.0, 0
-                # a copy (tau = 1) of a net unchanged since the last copy changes nothing
-                if (step // n) % target_every == 0 and (dc.tau < 1.0 or synced != updates):
-                    agent.update_target(dc.tau)
-                    synced = updates
-            # ---- train gradient_steps on replayed batches
-            info_row: dict[str, float] = {"global_step": float(step), "epsilon": agent.epsilon}
-            if step > dc.learning_starts and len(buffer) >= dc.batch_size:
-                info_row.update(_train(agent, optimizer, replay, dc))
-                updates += dc.gradient_steps
-            info_row["sps"] = (step - step0) / max(time.perf_counter() - t0, 1e-9)
-            stats.updates.append(info_row)
-            logger.scalars({f"losses/{k}": v for k, v in info_row.items()
-                            if k in ("td_loss", "q_values")}, step)  # fmt: skip
-            logger.scalars({"charts/epsilon": agent.epsilon, "charts/SPS": info_row["sps"]}, step)
-            recent = stats.episode_returns[-20:]
-            logger.progress(step, sps=f"{info_row['sps']:.0f}",
-                            ret=f"{np.mean(recent):.1f}" if recent else "-")  # fmt: skip
-            # ---- evaluate and checkpoint
-            if evaluation_due(rc, step, step - dc.train_freq * n, period + 1 == num_periods):
-                run_evaluation(rc, stats, logger, step, agent.act,
-                               lambda render: make_env(cfg.environment, render))  # fmt: skip
-            if ckpt_dir is not None and period + 1 in ckpt_at:
-                prog = Progress(period + 1, step, updates, ckpt_num, obs, ep_ret, ep_len)
-                save_checkpoint(checkpoint_path(ckpt_dir, ckpt_num), cfg, prog, agent, optimizer,
-                      buffer, envs, stats)  # fmt: skip
-                ckpt_num += 1
-    finally:
-        stats.wall_time = time.perf_counter() - t0
-        logger.close()
-        envs.close()
-        torch.set_num_threads(threads_before)
-    stats.global_step, stats.num_updates = step, updates
-    stats.steps_per_second = (step - step0) / max(stats.wall_time, 1e-9)
-    if run_dir is not None:
-        title = f"DQN on {cfg.environment.env_id}, seed {rc.seed}"
-        plot_learning_curve(stats, Path(run_dir) / "learning_curve.png", title)
-    return agent, stats
+    with TrainingRun(rc, run_dir) as run:
+        envs = make_vector_env(cfg.environment, dc.num_envs)
+        try:
+            adapter = TransitionAdapter.from_env(envs)
+            agent = DQNAgent(
+                EnvInfo(gym.spec(cfg.environment.env_id), envs.single_observation_space,
+                        envs.single_action_space), dc,
+            ).to(rc.device)  # fmt: skip
+            optimizer = adam(agent.q.parameters(), dc.learning_rate)
+            num_periods = dc.num_periods
+            sampler = None  # uniform; prioritized: beta annealed to 1 over the gradient steps
+            if dc.prioritized:
+                beta = {"start": dc.per_beta, "end": 1.0, "steps": num_periods * dc.gradient_steps}
+                sampler = {"kind": "prioritized", "alpha": dc.per_alpha, "beta": beta,
+                           "eps": dc.per_eps}  # fmt: skip
+            buffer = ReplayBuffer(dc.buffer_size, num_envs=dc.num_envs, device=rc.device,
+                                  seed=rc.seed, sampler=sampler)  # fmt: skip
+            replay = NStepReplay(buffer, n=dc.n_step, gamma=dc.gamma)
+            epsilon = LinearSchedule(
+                dc.exploration_initial_eps, dc.exploration_final_eps,
+                max(1, int(dc.exploration_fraction * dc.total_timesteps)),
+            )  # fmt: skip
+            obs, _ = envs.reset(seed=rc.seed)
+            n, ckpt_dir = dc.num_envs, run.ckpt_dir
+            prog = Progress(0, 0, 0, 0, obs, np.zeros(n), np.zeros(n, np.int64))
+            if resume:
+                if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir, PREFIX)) is None:
+                    raise ConfigError(f"resume: no DQN checkpoint found under {ckpt_dir}")
+                prog = restore_checkpoint(path, cfg, agent, optimizer, buffer, envs, run.stats)
+            run.start(num_periods * dc.train_freq * n, prog.global_step,
+                      f"DQN {cfg.environment.env_id}", cfg.to_dict())  # fmt: skip
+            ckpt_at = checkpoint_schedule(num_periods, dc.num_checkpoints) if ckpt_dir else set()
+            target_every = max(dc.target_update_interval // n, 1)
+            synced = -1  # `updates` when the target last copied the online net (tau = 1)
+            device = agent.device
+            obs, ep_ret, ep_len = prog.obs, prog.episode_return.copy(), prog.episode_length.copy()
+            step, updates, ckpt_num = prog.global_step, prog.num_updates, prog.checkpoint_num
+            for period in range(prog.period, num_periods):
+                # ---- collect train_freq vector steps
+                for _ in range(dc.train_freq):
+                    eps = 1.0 if step < dc.learning_starts else epsilon(step)
+                    agent.epsilon = eps
+                    actions = agent.explore(torch.as_tensor(obs, device=device), eps).cpu().numpy()
+                    next_obs, reward, term, trunc, info = envs.step(actions)
+                    tr = adapter.step(obs, actions, reward, term, trunc, info, next_obs)
+                    buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated,
+                               tr.truncated)  # fmt: skip
+                    obs, step = next_obs, step + n
+                    ep_ret += reward
+                    ep_len += 1
+                    for i in np.flatnonzero(term | trunc):
+                        run.episode(float(ep_ret[i]), int(ep_len[i]), step)
+                        ep_ret[i], ep_len[i] = 0.0, 0
+                    # a copy (tau = 1) of a net unchanged since the last copy changes nothing
+                    if (step // n) % target_every == 0 and (dc.tau < 1.0 or synced != updates):
+                        agent.update_target(dc.tau)
+                        synced = updates
+                # ---- train gradient_steps on replayed batches
+                row: dict[str, float] = {"global_step": float(step), "epsilon": agent.epsilon}
+                if step > dc.learning_starts and len(buffer) >= dc.batch_size:
+                    row.update(_train(agent, optimizer, replay, dc))
+                    updates += dc.gradient_steps
+                row["sps"] = run.sps(step)
+                scalars = {f"losses/{k}": v for k, v in row.items() if k in ("td_loss", "q_values")}
+                run.update(step, row, {**scalars, "charts/epsilon": agent.epsilon,
+                                       "charts/SPS": row["sps"]})  # fmt: skip
+                # ---- evaluate and checkpoint
+                if evaluation_due(rc, step, step - dc.train_freq * n, period + 1 == num_periods):
+                    run.evaluate(step, agent.act, lambda render: make_env(cfg.environment, render))
+                if ckpt_dir is not None and period + 1 in ckpt_at:
+                    prog = Progress(period + 1, step, updates, ckpt_num, obs, ep_ret, ep_len)
+                    save_checkpoint(checkpoint_path(ckpt_dir, ckpt_num), cfg, prog, agent,
+                                    optimizer, buffer, envs, run.stats)  # fmt: skip
+                    ckpt_num += 1
+        finally:
+            envs.close()
+    title = f"DQN on {cfg.environment.env_id}, seed {rc.seed}"
+    return agent, run.finish(step, updates, title)
 
 
 def td_step(
