@@ -145,13 +145,28 @@ class _Block(nn.Module):
 
 
 class _TransformerCore(nn.Module):
-    """Tokens ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
-    ``time_embedding``) -> blocks -> features of the last window position."""
+    """Tokens ``Linear(obs)`` (zero at padded positions), plus with ``token_conv = k > 0`` a
+    causal depthwise convolution of the last ``k`` tokens, ``+ Embedding(window position)``
+    (``+ Embedding(timestep)`` with ``time_embedding``) -> blocks -> features of the last window
+    position.
+
+    Why the convolution: where the state must be inferred from step-to-step differences
+    (``CartPoleNoVel-v1``: velocity ~ ``obs_t - obs_{t-1}``, a small difference of large values),
+    attention has to put all its weight on exactly the previous token, and any weight left on
+    other tokens is noise as large as the signal. A kernel-2 convolution computes
+    ``a * x_t + b * x_{t-1}`` per channel exactly (the token mixer of conv-stem and Mamba-style
+    blocks).
+    """
 
     def __init__(self, obs_dim: int, cfg: TransformerModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.obs_embed = nn.Linear(obs_dim, cfg.d_model)
+        self.conv = (
+            nn.Conv1d(cfg.d_model, cfg.d_model, cfg.token_conv, groups=cfg.d_model)
+            if cfg.token_conv
+            else None
+        )
         self.time_embed = (
             nn.Embedding(cfg.max_timestep, cfg.d_model) if cfg.time_embedding else None
         )
@@ -170,7 +185,11 @@ class _TransformerCore(nn.Module):
         B, W = mask.shape
         cfg = self.cfg
         pos = torch.arange(cfg.n_ctx - W, cfg.n_ctx, device=obs.device)
-        x = self.obs_embed(obs.reshape(B, W, -1)) + self.pos_embed(pos)[None]
+        x = self.obs_embed(obs.reshape(B, W, -1)) * mask[..., None]
+        if self.conv is not None:  # causal: left-pad with k - 1 zero tokens
+            k = cfg.token_conv
+            x = x + self.conv(F.pad(x.transpose(1, 2), (k - 1, 0))).transpose(1, 2)
+        x = x + self.pos_embed(pos)[None]
         if self.time_embed is not None:
             x = x + self.time_embed(timesteps.long().clamp(0, cfg.max_timestep - 1))
         causal = torch.ones(W, W, dtype=torch.bool, device=obs.device).tril()
