@@ -3,9 +3,9 @@
 * :class:`LSTMPPOAgent`: obs encoder -> LSTM -> MLP head, one such stack for the actor and one for
   the critic (sb3-contrib ``RecurrentPPO``'s default); trained on sequences of at most
   ``recurrence`` steps that never cross an episode boundary, started from the stored state.
-* :class:`TransformerPPOAgent`: causal attention over the last ``n_ctx`` steps of the episode,
-  again one stack for the actor and one for the critic; the window the agent acted on is stored
-  with every step and is what training evaluates.
+* :class:`TransformerPPOAgent`: a causal token convolution, then causal attention over the last
+  ``n_ctx`` steps of the episode, again one stack for the actor and one for the critic; the
+  window the agent acted on is stored with every step and is what training evaluates.
 
 Why separate stacks: with one trunk the value loss (targets up to ~1/(1-gamma), squared) shapes
 the recurrent features the policy reads; on ``CartPoleNoVel-v1`` separate stacks with MLP heads
@@ -203,14 +203,14 @@ class _TransformerCore(nn.Module):
 class TransformerPPOAgent(PPOAgent):
     """Transformer agent over a window of the last ``n_ctx`` observations of the episode.
 
-    Tokens: ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
-    ``time_embedding``); causal
-    attention restricted to real (unpadded) steps; the actor and the critic (separate stacks)
-    read the last token through a ``Linear-tanh-Linear`` head. Memory during rollouts is the
-    window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and ``timesteps`` ``(N, W)``,
-    left-padded; it is cleared at episode ends only, so it spans rollouts. Each step stores the
-    window it acted on (as the buffer's ``hidden``: ``(obs, mask, timesteps)``) and training
-    evaluates exactly those windows in flat shuffled minibatches.
+    Tokens: ``Linear(obs)``, mixed with the previous ``token_conv - 1`` tokens by a causal depthwise
+    convolution, ``+ Embedding(window position)`` (``+ Embedding(timestep)`` with
+    ``time_embedding``); causal attention restricted to real (unpadded) steps; the actor and the
+    critic (separate stacks) read the last token through a ``Linear-tanh-Linear`` head. Memory
+    during rollouts is the window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and
+    ``timesteps`` ``(N, W)``, left-padded; it is cleared at episode ends only, so it spans rollouts.
+    Each step stores the window it acted on (as the buffer's ``hidden``: ``(obs, mask, timesteps)``)
+    and training evaluates exactly those windows in flat shuffled minibatches.
     """
 
     def __init__(
