@@ -224,3 +224,20 @@ def test_resume_without_env_state_warns(tmp_path) -> None:
     _tamper(tmp_path / "checkpoints" / "checkpoint_0000", lambda s: s["resume"].update(envs=None))
     with pytest.warns(UserWarning, match="no environment state; envs restart from a reset"):
         train_ppo(run, TINY, ENV, run_dir=tmp_path, resume=True)
+
+
+def test_transformer_checkpoint_from_before_token_conv_is_refused(tmp_path, envs) -> None:
+    # A checkpoint written before ``transformer.token_conv`` existed: its config has no such
+    # key (so it now means the default, 2) and its state has no convolution weights. Loading
+    # must raise a CheckpointError naming the parameters, not a torch error.
+    from rlstore.agents.ppo.checkpoint import read_checkpoint
+
+    oc = OnlineTrainConfig()
+    old = get_agent(TransformerModelConfig(n_ctx=2, token_conv=0), envs, ENV, oc)
+    store_model_checkpoint(old, oc, RunConfig(), 0, tmp_path)
+    folder = tmp_path / "checkpoint_0000"
+    payload = read_checkpoint(folder)
+    del payload["config"]["transformer"]["token_conv"]
+    save_state(folder, payload, prefix="ppo_")
+    with pytest.raises(CheckpointError, match=r"actor_core\.conv\.weight"):
+        load_saved_checkpoint(folder)

@@ -34,6 +34,7 @@ from rlstore.errors import ConfigError
 
 ENV = EnvironmentConfig(env_id="CartPole-v1")
 MODELS = [None, LSTMModelConfig(recurrence=4), TransformerModelConfig(n_ctx=3)]
+TRANSFORMER_CONV3 = TransformerModelConfig(n_ctx=3, token_conv=3, time_embedding=False)
 LSTM_SB3 = LSTMModelConfig(recurrence=4, obs_encoder=False, activation="relu", ortho_init=False)
 """sb3-contrib's ``MlpLstmPolicy`` as RL Zoo configures it for CartPoleNoVel-v1."""
 
@@ -191,6 +192,33 @@ def test_transformer_ignores_padding_and_older_steps(cartpole) -> None:
     assert torch.allclose(a, b) and not torch.allclose(a, c)
 
 
+def test_transformer_token_conv_is_causal_and_sees_the_previous_step(cartpole) -> None:
+    # The causal depthwise convolution over the tokens: the last position's features depend on
+    # the real steps only (padding right before the first real step is inside the kernel), and
+    # the kernel lets a token combine itself with the step before it exactly.
+    torch.manual_seed(0)
+    cfg = TransformerModelConfig(n_ctx=4, token_conv=3, time_embedding=False)
+    agent = TransformerPPOAgent(cartpole, ENV, cfg)
+    assert agent.actor_core.conv.weight.shape == (cfg.d_model, 1, 3)
+    obs, t = torch.randn(3, 4, 4), torch.arange(4).repeat(3, 1)
+    mask = torch.tensor([[False, False, True, True], [False, True, True, True], [True] * 4])
+    other = obs.clone()
+    other[~mask] = 99.0
+    with torch.no_grad():
+        a, b = agent.forward_window(obs, t, mask), agent.forward_window(other, t, mask)
+        core = agent.actor_core
+        core.conv.weight.zero_(), core.conv.bias.zero_()
+        core.conv.weight[:, 0, 1] = -1.0  # tokens x_t + conv(x)_t = x_t - x_{t-1}
+        tokens: list[torch.Tensor] = []
+        core.blocks[0].register_forward_pre_hook(lambda m, args: tokens.append(args[0]))
+        core(obs, t, mask)
+        emb = core.obs_embed(obs) * mask[..., None]
+    assert torch.allclose(a, b)
+    got = tokens[0] - core.pos_embed.weight[None]
+    assert torch.allclose(got[:, 1:], emb[:, 1:] - emb[:, :-1], atol=1e-6)
+    assert torch.allclose(got[0, 2], core.obs_embed(obs[0, 2]), atol=1e-6)  # first real step
+
+
 def test_transformer_time_embedding_switch(cartpole) -> None:
     torch.manual_seed(0)
     obs, mask = torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
@@ -204,6 +232,8 @@ def test_transformer_time_embedding_switch(cartpole) -> None:
         assert torch.allclose(a, b) is not flag
         assert (agent.actor_core.time_embed is None) is not flag
     assert TransformerModelConfig().time_embedding  # default unchanged
+    off = TransformerPPOAgent(cartpole, ENV, TransformerModelConfig(n_ctx=3, token_conv=0))
+    assert off.actor_core.conv is None and TransformerModelConfig().token_conv == 2
 
 
 def _first_minibatch(model, envs):
@@ -241,7 +271,9 @@ def _check_reproduces_rollout(agent, mb, nudge=lambda p: p) -> None:
 
 
 @pytest.mark.parametrize(
-    "model", [*MODELS, LSTM_SB3], ids=["fc", "lstm", "transformer", "lstm-sb3-options"]
+    "model",
+    [*MODELS, LSTM_SB3, TRANSFORMER_CONV3],
+    ids=["fc", "lstm", "transformer", "lstm-sb3-options", "transformer-conv3"],
 )
 def test_first_minibatch_ratio_is_one(model, cartpole) -> None:
     agent, mb = _first_minibatch(model, cartpole)
@@ -281,6 +313,9 @@ def test_config_errors_name_the_field(tmp_path) -> None:
         OnlineTrainConfig(num_envs=4, num_steps=8, num_minibatches=3)
     with pytest.raises(ConfigError, match=r"^TransformerModelConfig: n_heads: must divide"):
         TransformerModelConfig(d_model=10, n_heads=4)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match=r"^TransformerModelConfig: token_conv: "):
+            TransformerModelConfig(token_conv=bad)  # type: ignore[arg-type]
     p = tmp_path / "c.yaml"
     p.write_text("online:\n  num_env: 4\n")
     with pytest.raises(

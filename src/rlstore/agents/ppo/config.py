@@ -184,6 +184,11 @@ class TransformerModelConfig(BaseConfig):
     Transformer style). Off for time-invariant tasks: every index has its own row, trained
     only once episodes reach it, so a policy that starts surviving longer meets untrained rows
     (``CartPoleNoVel-v1``: see ``benchmarks/results/recurrent.md``)."""
+    token_conv: int = Field(2, ge=0)
+    """Kernel size of a causal depthwise convolution over the token sequence before attention
+    (each token also sees the ``token_conv - 1`` tokens before it, exactly); 0 turns it off.
+    Lets the agent take step-to-step differences (velocities from positions) without attention
+    having to find the previous token precisely (``benchmarks/results/recurrent.md``)."""
 
     @model_validator(mode="after")
     def _check_heads(self) -> TransformerModelConfig:

@@ -3,9 +3,9 @@
 * :class:`LSTMPPOAgent`: obs encoder -> LSTM -> MLP head, one such stack for the actor and one for
   the critic (sb3-contrib ``RecurrentPPO``'s default); trained on sequences of at most
   ``recurrence`` steps that never cross an episode boundary, started from the stored state.
-* :class:`TransformerPPOAgent`: causal attention over the last ``n_ctx`` steps of the episode,
-  again one stack for the actor and one for the critic; the window the agent acted on is stored
-  with every step and is what training evaluates.
+* :class:`TransformerPPOAgent`: a causal token convolution, then causal attention over the last
+  ``n_ctx`` steps of the episode, again one stack for the actor and one for the critic; the
+  window the agent acted on is stored with every step and is what training evaluates.
 
 Why separate stacks: with one trunk the value loss (targets up to ~1/(1-gamma), squared) shapes
 the recurrent features the policy reads; on ``CartPoleNoVel-v1`` separate stacks with MLP heads
@@ -145,13 +145,28 @@ class _Block(nn.Module):
 
 
 class _TransformerCore(nn.Module):
-    """Tokens ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
-    ``time_embedding``) -> blocks -> features of the last window position."""
+    """Tokens ``Linear(obs)`` (zero at padded positions), plus with ``token_conv = k > 0`` a
+    causal depthwise convolution of the last ``k`` tokens, ``+ Embedding(window position)``
+    (``+ Embedding(timestep)`` with ``time_embedding``) -> blocks -> features of the last window
+    position.
+
+    Why the convolution: where the state must be inferred from step-to-step differences
+    (``CartPoleNoVel-v1``: velocity ~ ``obs_t - obs_{t-1}``, a small difference of large values),
+    attention has to put all its weight on exactly the previous token, and any weight left on
+    other tokens is noise as large as the signal. A kernel-2 convolution computes
+    ``a * x_t + b * x_{t-1}`` per channel exactly (the token mixer of conv-stem and Mamba-style
+    blocks).
+    """
 
     def __init__(self, obs_dim: int, cfg: TransformerModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.obs_embed = nn.Linear(obs_dim, cfg.d_model)
+        self.conv = (
+            nn.Conv1d(cfg.d_model, cfg.d_model, cfg.token_conv, groups=cfg.d_model)
+            if cfg.token_conv
+            else None
+        )
         self.time_embed = (
             nn.Embedding(cfg.max_timestep, cfg.d_model) if cfg.time_embedding else None
         )
@@ -170,7 +185,11 @@ class _TransformerCore(nn.Module):
         B, W = mask.shape
         cfg = self.cfg
         pos = torch.arange(cfg.n_ctx - W, cfg.n_ctx, device=obs.device)
-        x = self.obs_embed(obs.reshape(B, W, -1)) + self.pos_embed(pos)[None]
+        x = self.obs_embed(obs.reshape(B, W, -1)) * mask[..., None]
+        if self.conv is not None:  # causal: left-pad with k - 1 zero tokens
+            k = cfg.token_conv
+            x = x + self.conv(F.pad(x.transpose(1, 2), (k - 1, 0))).transpose(1, 2)
+        x = x + self.pos_embed(pos)[None]
         if self.time_embed is not None:
             x = x + self.time_embed(timesteps.long().clamp(0, cfg.max_timestep - 1))
         causal = torch.ones(W, W, dtype=torch.bool, device=obs.device).tril()
@@ -184,14 +203,14 @@ class _TransformerCore(nn.Module):
 class TransformerPPOAgent(PPOAgent):
     """Transformer agent over a window of the last ``n_ctx`` observations of the episode.
 
-    Tokens: ``Linear(obs) + Embedding(window position)`` (``+ Embedding(timestep)`` with
-    ``time_embedding``); causal
-    attention restricted to real (unpadded) steps; the actor and the critic (separate stacks)
-    read the last token through a ``Linear-tanh-Linear`` head. Memory during rollouts is the
-    window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and ``timesteps`` ``(N, W)``,
-    left-padded; it is cleared at episode ends only, so it spans rollouts. Each step stores the
-    window it acted on (as the buffer's ``hidden``: ``(obs, mask, timesteps)``) and training
-    evaluates exactly those windows in flat shuffled minibatches.
+    Tokens: ``Linear(obs)``, mixed with the previous ``token_conv - 1`` tokens by a causal depthwise
+    convolution, ``+ Embedding(window position)`` (``+ Embedding(timestep)`` with
+    ``time_embedding``); causal attention restricted to real (unpadded) steps; the actor and the
+    critic (separate stacks) read the last token through a ``Linear-tanh-Linear`` head. Memory
+    during rollouts is the window: ``obs`` ``(N, W, *obs_shape)``, ``mask`` ``(N, W)`` and
+    ``timesteps`` ``(N, W)``, left-padded; it is cleared at episode ends only, so it spans rollouts.
+    Each step stores the window it acted on (as the buffer's ``hidden``: ``(obs, mask, timesteps)``)
+    and training evaluates exactly those windows in flat shuffled minibatches.
     """
 
     def __init__(
