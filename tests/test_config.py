@@ -379,3 +379,15 @@ def test_shipped_configs_have_no_duplicate_keys():
     assert configs
     for path in configs:
         load_config_file(path)
+
+
+def test_load_yaml_reads_yaml_1_2_exponent_floats() -> None:
+    from rlstore.config import load_yaml
+
+    data = load_yaml("a: 1e-3\nb: 10\nc: 3E+4\nd: -2e5\ne: '1e-3'\nf: 1e3x\ng: 0.5\nh: 1_000\n")
+    assert data == {"a": 1e-3, "b": 10, "c": 3e4, "d": -2e5, "e": "1e-3", "f": "1e3x", "g": 0.5,
+                    "h": 1000}  # fmt: skip
+    assert type(data["b"]) is int and type(data["a"]) is float
+    import yaml
+
+    assert yaml.safe_load("a: 1e-3") == {"a": "1e-3"}  # PyYAML's own loader is left alone

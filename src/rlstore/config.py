@@ -69,6 +69,7 @@ __all__ = [
     "CONFIG_MODELS",
     "register_buffer",
     "load_config_file",
+    "load_yaml",
     "validate_config",
     "build_buffer",
     "format_validation_error",
@@ -380,6 +381,22 @@ class _UniqueKeysLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 (PyYAML) reads ``1e-3`` and ``3E+4`` as strings (it wants a dot); YAML 1.2 and every
+# user read them as floats. Configs are strict (a string is not a number), so the loader adds
+# YAML 1.2's float forms. Integers keep PyYAML's resolver (``10`` stays an int).
+_UniqueKeysLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text the way every rlstore config is read: PyYAML's safe loader, plus YAML
+    1.2's exponent floats (``1e-3``), and a key given twice in one mapping is a ConfigError."""
+    return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 (a SafeLoader)
+
+
 def _unique_keys_json(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [k for k, _ in pairs]
     for k in keys:
@@ -413,7 +430,7 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         if suffix == ".json":
             data = json.loads(text, object_pairs_hook=_unique_keys_json)
         else:
-            data = yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 (a SafeLoader)
+            data = load_yaml(text)
         if data is None and suffix != ".json":  # an empty YAML file: every key takes its default
             data = {}
     except ConfigError as exc:  # a duplicated key

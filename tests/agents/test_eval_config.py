@@ -98,7 +98,6 @@ def test_dqn_video_records_every_evaluation_through_run_evaluation(tmp_path, mon
         return [1.0] * episodes
 
     monkeypatch.setattr(run_module, "check_video_support", lambda: None)
-    monkeypatch.setattr(dqn, "check_video_support", lambda: None)
     monkeypatch.setattr(run_module, "evaluate", fake_evaluate)
     assert main(_tiny_dqn(tmp_path, "--video")) == 0
     assert "deterministic evaluation episodes at step 200" in capsys.readouterr().out

@@ -99,6 +99,18 @@ def test_named_flags_and_set_overrides() -> None:
     assert o.num_envs == 8  # the rest is the packaged config's
 
 
+def test_set_reads_exponent_floats_and_refuses_strings_for_numbers() -> None:
+    """PyYAML read ``3e-4`` as a string (YAML 1.1 wants a dot), and the PPO config coerced
+    strings: ``"2000"`` became 2000 and ``"true"`` True, while the IMPALA config refused 3e-4."""
+    cfg = build_config(_args("--set", "online.learning_rate=3e-4", "--set", "online.ent_coef=1E-2"))
+    assert (cfg.online.learning_rate, cfg.online.ent_coef) == (3e-4, 1e-2)
+    for item in ('online.total_timesteps="2000"', 'online.norm_adv="true"'):
+        with pytest.raises(ConfigError, match="online.(total_timesteps|norm_adv)"):
+            build_config(_args("--set", item))
+    impala = build_config(_args("--algo", "impala", "--set", "impala.learning_rate=3e-4"))
+    assert impala.impala.learning_rate == 3e-4
+
+
 @pytest.mark.parametrize(
     ("item", "message"),
     [

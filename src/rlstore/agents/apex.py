@@ -39,7 +39,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from rlstore.agents.async_run import LearnerRun
 from rlstore.agents.config import (
@@ -83,8 +83,6 @@ CLI_KEYS: dict[str, str | None] = {
 
 class ApexConfig(BaseConfig):
     """Ape-X hyper-parameters; strict types (no strings or bools for numbers)."""
-
-    model_config = ConfigDict(**BaseConfig.model_config, strict=True)
 
     total_timesteps: int = Field(100_000, ge=1)
     """Env steps collected by all collectors together."""

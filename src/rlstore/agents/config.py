@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from typing_extensions import Self
 
 from rlstore.checkpoint import write_text_atomic
@@ -33,7 +33,12 @@ _ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
 
 class BaseConfig(StrictModel):
     """Base of the run configs: :class:`rlstore.config.StrictModel` (unknown keys are errors,
-    frozen, finite floats, ConfigError on bad input), with plain dict conversions."""
+    frozen, finite floats, ConfigError on bad input) with strict types (``"2000"`` is not an
+    int, ``"true"`` not a bool; an int is a float), and plain dict conversions. Config files
+    and ``--set`` values are read by :func:`rlstore.config.load_yaml`, which gives ``3e-4`` as
+    a float."""
+
+    model_config = ConfigDict(**StrictModel.model_config, strict=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Self:

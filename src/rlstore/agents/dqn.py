@@ -51,7 +51,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from torch import nn
 
 from rlstore.agents.config import (
@@ -98,8 +98,6 @@ CLI_KEYS = section_cli_keys("dqn")
 class DQNConfig(BaseConfig):
     """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics); strict
     types: no strings or bools for numbers, no floats for ints."""
-
-    model_config = ConfigDict(**BaseConfig.model_config, strict=True)
 
     total_timesteps: int = Field(50_000, ge=1)
     """Env steps (summed over envs); rounded down to whole periods of ``train_freq * num_envs``

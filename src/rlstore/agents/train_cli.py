@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from rlstore.config import load_yaml
 from rlstore.errors import ConfigError, RLStoreError
 
 log = logging.getLogger("rlstore.train")
@@ -128,8 +129,8 @@ def _algo_of_run(run_dir: Path) -> str | None:
     """The algorithm whose section (``dqn:``, ``sac:``, ...) the run's config.yaml holds (None:
     PPO's, or unreadable: the runner then reports the file)."""
     try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = load_yaml((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
         return None
     found = [a for a in ALGORITHMS if a != "ppo" and isinstance(data, dict) and a in data]
     return found[0] if found else None
@@ -191,7 +192,7 @@ def _parse_set(item: str) -> tuple[str, Any]:
     if not sep or not key or any(not part.strip() for part in key.split(".")):
         raise ConfigError(f"--set: expected section.key=value, got {item!r}")
     try:
-        return key.strip(), yaml.safe_load(text)
+        return key.strip(), load_yaml(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"--set {key}: value {text!r} is not YAML ({err})") from None
 
