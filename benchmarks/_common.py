@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "first_step_reaching",
@@ -326,3 +327,15 @@ def has_sb3() -> bool:
     except ImportError:
         return False
     return True
+
+
+def train_ppod_or_ppo(algo: str, cfg: Any) -> Any:
+    """Train a PPO+D config (``algo == "ppo+d"``) or plain PPO with the same settings (its
+    ``ppo_config()``, no demos); returns the run's ``TrainStats``."""
+    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppod import train_ppod
+
+    if algo == "ppo+d":
+        return train_ppod(cfg).stats
+    c = cfg.ppo_config()
+    return train_ppo(c.run, c.online, c.environment, None).stats

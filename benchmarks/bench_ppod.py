@@ -33,6 +33,7 @@ from _common import (  # noqa: E402
     library_versions,
     limit_threads,
     markdown_table,
+    train_ppod_or_ppo,
     write_markdown,
 )
 
@@ -46,8 +47,7 @@ def run_one(
     """Train one run; returns its success rates and times."""
     limit_threads(1)
     import rlstore.envs  # noqa: F401
-    from rlstore.agents.ppo.trainer import train_ppo
-    from rlstore.agents.ppod import load_config, train_ppod
+    from rlstore.agents.ppod import load_config
 
     cfg = load_config(config)
     online = {"num_checkpoints": 0}
@@ -58,11 +58,7 @@ def run_one(
         "online": cfg.online.model_copy(update=online),
     })  # fmt: skip
     t0, c0 = time.perf_counter(), time.process_time()
-    if algo == "ppo+d":
-        _, stats = train_ppod(cfg)
-    else:
-        c = cfg.ppo_config()
-        _, stats = train_ppo(c.run, c.online, c.environment, None)
+    stats = train_ppod_or_ppo(algo, cfg)
     first = next((s for s, v in stats.evaluations if v >= 0.9), None)
     return {
         "algo": algo,

@@ -43,7 +43,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import library_versions, limit_threads, markdown_table, write_markdown  # noqa: E402
+from _common import (  # noqa: E402
+    library_versions,
+    limit_threads,
+    markdown_table,
+    train_ppod_or_ppo,
+    write_markdown,
+)
 
 N_OBJECTS, N_STATES, N_DIRS = 11, 4, 4  # states: door 0-2, the agent cell its direction
 
@@ -128,8 +134,7 @@ def run_one(
     algo: str, seed: int, size: str, steps: int, demos: str, fixed: bool = False
 ) -> dict[str, Any]:
     limit_threads(1)
-    from rlstore.agents.ppo.trainer import train_ppo
-    from rlstore.agents.ppod import PPODTrainConfig, train_ppod
+    from rlstore.agents.ppod import PPODTrainConfig
 
     cfg = PPODTrainConfig.from_dict({
         "run": {"track": False, "seed": seed, "eval_episodes": 10,
@@ -140,11 +145,7 @@ def run_one(
         "ppod": {"rho": 0.3, "phi": 0.0, "demos_dir": demos},
     })  # fmt: skip
     t0, c0 = time.perf_counter(), time.process_time()
-    if algo == "ppo+d":
-        _, stats = train_ppod(cfg)
-    else:
-        c = cfg.ppo_config()
-        _, stats = train_ppo(c.run, c.online, c.environment, None)
+    stats = train_ppod_or_ppo(algo, cfg)
     return {"algo": algo, "seed": seed, "steps": stats.global_step,
             "eval": stats.evaluations[-1][1], "train": stats.mean_return(100),
             "evals": stats.evaluations, "wall": time.perf_counter() - t0,

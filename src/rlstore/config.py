@@ -374,10 +374,12 @@ class _UniqueKeysLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, (str, int, float)):  # a list or mapping as a key: not ours
+                continue
+            if key in seen:
                 line = key_node.start_mark.line + 1
                 raise ConfigError(f"line {line}: key {key!r} given twice in one mapping")
-            seen.add(key if isinstance(key, (str, int, float, bool)) else id(key_node))
+            seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _checkpoint_helpers import state_equal
 
 import rlstore.envs  # noqa: F401  (registers rlstore/KeyDoor-v0)
 from rlstore.agents.ppo.models import get_agent
@@ -140,23 +141,10 @@ def test_resume_continues_the_run_exactly_demo_pools_included(tmp_path: Path) ->
     ]
     last_a = load_state(a_dir / "checkpoints" / "checkpoint_0003", prefix="ppod_")
     last_b = load_state(b_dir / "checkpoints" / "checkpoint_0003", prefix="ppod_")
-    _assert_same_tree(last_a, last_b)
+    assert state_equal(last_a, last_b)
     assert sorted(p.name for p in (b_dir / "demos").iterdir()) == sorted(
         p.name for p in (a_dir / "demos").iterdir()
     )
-
-
-def _assert_same_tree(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert set(a) == set(b), where
-        for k in a:
-            _assert_same_tree(a[k], b[k], f"{where}/{k}")
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b, err_msg=where)
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    else:
-        assert a == b, where
 
 
 def test_resume_refuses_another_ppod_config(tmp_path: Path) -> None:

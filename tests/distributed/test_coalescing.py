@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _checkpoint_helpers import state_equal
 
 ray = pytest.importorskip("ray")
 
@@ -34,17 +35,6 @@ def _state(shard: ReplayShard) -> dict:
     return shard.store.state_dict()
 
 
-def _assert_same(a, b, path="") -> None:
-    if isinstance(a, dict):
-        assert set(a) == set(b), path
-        for k in a:
-            _assert_same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, np.ndarray | list | tuple):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=path)
-    else:
-        assert a == b, path
-
-
 def test_a_coalesced_add_stores_what_the_adds_one_by_one_store() -> None:
     def make():
         return ReplayBuffer(64, num_envs=3, sampler=PrioritizedSampler(seed=0))
@@ -56,7 +46,7 @@ def test_a_coalesced_add_stores_what_the_adds_one_by_one_store() -> None:
     coalesced.add(frags[0])
     coalesced.add(*_checked_fragment(frags[1:]))  # what ReplayShards.add_async sends
     assert coalesced.added == one_by_one.added == 48
-    _assert_same(_state(one_by_one), _state(coalesced))
+    assert state_equal(_state(one_by_one), _state(coalesced))
 
 
 @pytest.fixture(scope="module")

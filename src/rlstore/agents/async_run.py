@@ -66,9 +66,9 @@ class LearnerRun:
                                             ("environment", section), model, optimizer,
                                             run.stats)  # fmt: skip
             self.counters["checkpoint_num"] += 1
-        env_id = cfg.environment.env_id  # type: ignore[attr-defined]
+        self.env = cfg.environment  # type: ignore[attr-defined]
         self.base = self.step = self.before = self.counters["global_step"]
-        run.start(self.sc.total_timesteps, self.base, f"{label} {env_id}", cfg.to_dict())
+        run.start(self.sc.total_timesteps, self.base, f"{label} {self.env.env_id}", cfg.to_dict())
 
     @property
     def done(self) -> bool:
@@ -90,10 +90,9 @@ class LearnerRun:
         """The run's greedy evaluation (``act``: one observation -> its action) and learner
         checkpoint when the env steps since the last :meth:`collect` crossed their interval, or
         the run is done."""
-        run, rc, step, c = self.run, self.cfg.run, self.step, self.counters  # type: ignore[attr-defined]
-        if evaluation_due(rc, step, self.before, self.done):
-            env = self.cfg.environment  # type: ignore[attr-defined]
-            run.evaluate(step, act, lambda render: make_env(env, render))
+        run, step, c = self.run, self.step, self.counters
+        if evaluation_due(run.rc, step, self.before, self.done):
+            run.evaluate(step, act, lambda render: make_env(self.env, render))
         every = self.sc.checkpoint_interval
         if run.ckpt_dir is not None and every and (due(step, self.before, every) or self.done):
             c["global_step"] = step

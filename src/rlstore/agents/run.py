@@ -304,9 +304,9 @@ class TrainingRun:
     def __enter__(self) -> TrainingRun:
         if self.rc.video and self.run_dir is not None:
             check_video_support()
+        set_global_seeds(self.rc.seed)  # before the threads: nothing to undo if it refuses
         self._threads = torch.get_num_threads()
         torch.set_num_threads(self.rc.torch_threads)
-        set_global_seeds(self.rc.seed)
         return self
 
     def __exit__(self, *exc: object) -> None:

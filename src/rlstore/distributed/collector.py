@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,6 +43,7 @@ import numpy as np
 import ray
 import torch
 
+from rlstore._trees import tree_leaves
 from rlstore.agents.config import EnvironmentConfig
 from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.distributed.client import fragment_layout
@@ -196,7 +197,7 @@ class FragmentSender:
         layout = fragment_layout(fragment) if self.max_bytes else None
         layout = layout if layout is not None and "reward" in fragment else None
         count = int(np.prod(np.shape(fragment["reward"]))) if layout is not None else 0
-        size = _nbytes(fragment) if layout is not None else 0
+        size = sum(int(x.nbytes) for x in tree_leaves(fragment)) if layout is not None else 0
         if self._waiting and (
             layout is None or layout != self._layout or self._bytes + size > self.max_bytes
             or self._count + count > self.max_items
@@ -239,13 +240,6 @@ class FragmentSender:
                 self.lost += parts
                 log.warning("sender %d: an add of %d fragment(s) failed, lost: %s",
                             self.route, parts, err)  # fmt: skip
-
-
-def _nbytes(tree: Any) -> int:
-    """Bytes of a dict of numpy arrays (nested dicts included)."""
-    if isinstance(tree, Mapping):
-        return sum(_nbytes(v) for v in tree.values())
-    return int(tree.nbytes)
 
 
 # ----------------------------------------------------------------- collector
