@@ -50,10 +50,11 @@ import torch
 from pydantic import Field, model_validator
 
 from rlstore.agents.config import BaseConfig
+from rlstore.agents.envs import make_vector_env
 from rlstore.agents.ppo.config import TrainConfig
 from rlstore.agents.ppo.loss import ppo_update
 from rlstore.agents.ppo.models import PPOAgent
-from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
+from rlstore.agents.ppo.rollout import RolloutState, run_rollout
 from rlstore.agents.ppo.trainer import (
     TrainResult,
     build_learner,

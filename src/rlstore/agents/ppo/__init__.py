@@ -19,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rlstore.agents.envs import make_vector_env
     from rlstore.agents.ppo.checkpoint import (
         load_all_agents_from_checkpoints,
         load_saved_checkpoint,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
         get_agent,
         layer_init,
     )
-    from rlstore.agents.ppo.rollout import RolloutState, make_vector_env
+    from rlstore.agents.ppo.rollout import RolloutState
     from rlstore.agents.ppo.sampling import load_trajectories, sample_from_agents
     from rlstore.agents.ppo.schedule import PPOScheduler
     from rlstore.agents.ppo.trainer import TrainResult, TrainStats, ppo_runner, train_ppo
@@ -67,7 +68,7 @@ _EXPORTS: dict[str, str] = {
     "layer_init": "models",
     "PPOScheduler": "schedule",
     "ppo_loss": "loss",
-    "make_vector_env": "rollout",
+    "make_vector_env": "rlstore.agents.envs",
     "RolloutState": "rollout",
     "store_model_checkpoint": "checkpoint",
     "load_saved_checkpoint": "checkpoint",
@@ -111,7 +112,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    full = module if module.startswith("rlstore.") else f"{__name__}.{module}"
+    value = getattr(importlib.import_module(full), name)
     globals()[name] = value
     return value
 

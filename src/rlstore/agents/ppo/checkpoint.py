@@ -30,17 +30,17 @@ from typing import Any
 
 import torch
 
+from rlstore.agents.envs import env_state, has_episode_logs, make_vector_env, restore_envs
 from rlstore.agents.ppo.config import (
     OnlineTrainConfig,
     RunConfig,
     TrainConfig,
     train_config_from_parts,
 )
-from rlstore.agents.ppo.env_state import env_state, has_episode_logs, restore_envs
 from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.agents.ppo.rollout import check_like, make_vector_env
 from rlstore.agents.run_checkpoint import (
     check_global_rng_state,
+    check_like,
     check_module_state,
     check_optimizer_state,
     check_updates_log,

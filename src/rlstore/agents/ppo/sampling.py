@@ -48,7 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.rollout import RolloutState, make_vector_env
+from rlstore.agents.envs import make_vector_env
+from rlstore.agents.ppo.rollout import RolloutState
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.checkpoint import load_state, read_metadata, save_state
 from rlstore.errors import CheckpointError, ConfigError

@@ -41,6 +41,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstore.agents.envs import make_env, make_vector_env
 from rlstore.agents.ppo.checkpoint import (
     latest_checkpoint,
     read_checkpoint,
@@ -58,13 +59,7 @@ from rlstore.agents.ppo.config import (
 )
 from rlstore.agents.ppo.loss import ppo_update
 from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.agents.ppo.rollout import (
-    SAMPLING_METHODS,
-    RolloutState,
-    make_env,
-    make_vector_env,
-    run_rollout,
-)
+from rlstore.agents.ppo.rollout import SAMPLING_METHODS, RolloutState, run_rollout
 from rlstore.agents.ppo.schedule import PPOScheduler
 from rlstore.agents.run import (
     EVAL_SEED_OFFSET,
