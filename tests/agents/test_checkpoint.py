@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlstore.agents.networks import FCAgent, TransformerPPOAgent, get_agent
 from rlstore.agents.ppo.checkpoint import (
     latest_checkpoint,
     load_all_agents_from_checkpoints,
@@ -13,14 +14,14 @@ from rlstore.agents.ppo.checkpoint import (
     restore_training,
     store_model_checkpoint,
 )
-from rlstore.agents.ppo.config import (
+from rlstore.agents.ppo.schedule import PPOScheduler
+from rlstore.agents.ppo.trainer import make_vector_env
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     OnlineTrainConfig,
     RunConfig,
     TransformerModelConfig,
 )
-from rlstore.agents.ppo.models import FCAgent, TransformerPPOAgent, get_agent
-from rlstore.agents.ppo.trainer import make_vector_env
 from rlstore.checkpoint import save_state
 from rlstore.errors import CheckpointError
 
@@ -117,7 +118,8 @@ def test_model_only_checkpoint_cannot_resume(tmp_path, envs) -> None:
     oc = OnlineTrainConfig()
     agent = FCAgent(envs, ENV)
     store_model_checkpoint(agent, oc, RunConfig(), 0, tmp_path)
-    opt, sched = agent.make_optimizer(10, 1e-3, 0.0)
+    opt = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    sched = PPOScheduler(opt, 1e-3, 0.0, 10)
     with pytest.raises(CheckpointError, match="no training state"):
         restore_training(tmp_path / "checkpoint_0000", agent, opt, sched, None, None, envs)
 
@@ -152,7 +154,7 @@ def test_legacy_pickle_checkpoint_is_refused_not_executed(tmp_path, envs) -> Non
 
     marker = tmp_path / "pwned"
     agent = FCAgent(envs, ENV, hidden_dim=TINY.hidden_size)
-    opt, _ = agent.make_optimizer(2, 1e-3, 0.0)
+    opt = torch.optim.Adam(agent.parameters(), lr=1e-3)
     blob = pickle.dumps(_Payload(str(marker)))
     payload = {
         "format_version": 1, "agent_class": "FCAgent", "checkpoint_num": 0, "update": 1,

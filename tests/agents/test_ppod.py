@@ -17,7 +17,7 @@ from _checkpoint_helpers import state_equal
 
 import rlstore.envs  # noqa: F401  (registers rlstore/KeyDoor-v0)
 from rlstore.agents.envs import make_vector_env
-from rlstore.agents.ppo.models import get_agent
+from rlstore.agents.networks import get_agent
 from rlstore.agents.ppo.rollout import RolloutState, run_rollout
 from rlstore.agents.ppo.trainer import train_ppo
 from rlstore.agents.ppod import (

@@ -13,14 +13,14 @@ import torch
 from rlstore.agents import run as run_module
 from rlstore.agents import train_cli as cli_train
 from rlstore.agents.ppo import trainer
-from rlstore.agents.ppo.config import (
+from rlstore.agents.ppo.trainer import evaluate_agent, runner, train_ppo
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     OnlineTrainConfig,
     RunConfig,
     load_train_config,
 )
-from rlstore.agents.ppo.trainer import evaluate_agent, runner, train_ppo
 from rlstore.agents.train_cli import ALGORITHMS, build_config, default_config
 from rlstore.cli import main
 from rlstore.errors import ConfigError

@@ -9,20 +9,20 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo.config import (
-    EnvironmentConfig,
-    LSTMModelConfig,
-    OnlineTrainConfig,
-    RunConfig,
-    TransformerModelConfig,
-)
-from rlstore.agents.ppo.models import FCAgent
+from rlstore.agents.networks import FCAgent
 from rlstore.agents.ppo.trainer import (
     RolloutState,
     TrainStats,
     make_vector_env,
     run_rollout,
     train_ppo,
+)
+from rlstore.agents.ppo_config import (
+    EnvironmentConfig,
+    LSTMModelConfig,
+    OnlineTrainConfig,
+    RunConfig,
+    TransformerModelConfig,
 )
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
@@ -97,10 +97,11 @@ def test_sampling_methods_in_rollout() -> None:
     ]:
         buf = RolloutBuffer(16, 3)
         state = RolloutState.start(agent, envs, 0)
-        agent.rollout(buf, 16, envs, state, None, method, **kw)
+        run_rollout(agent, buf, 16, envs, state, None, method, kw)
         assert check(buf.get().actions), method
     with pytest.raises(ConfigError, match="sampling_method"):
-        agent.rollout(RolloutBuffer(4, 3), 4, envs, RolloutState.start(agent, envs, 0), None, "x")
+        state = RolloutState.start(agent, envs, 0)
+        run_rollout(agent, RolloutBuffer(4, 3), 4, envs, state, None, "x")
     envs.close()
 
 
@@ -223,7 +224,7 @@ def test_tuned_cartpole_config_solves(request) -> None:
         pytest.skip("long learning run; select it with -m slow")
     from importlib import resources
 
-    from rlstore.agents.ppo.config import load_train_config
+    from rlstore.agents.ppo_config import load_train_config
 
     with resources.as_file(resources.files("rlstore") / "configs" / "ppo_fc_CartPole-v1.yaml") as p:
         cfg = load_train_config(p)
@@ -245,10 +246,11 @@ def test_package_exports_resolve_without_plotting_or_logging_imports() -> None:
     import sys
 
     import rlstore.agents.ppo as ppo
-    from rlstore.agents.ppo import checkpoint, config, models, rollout, trainer
+    from rlstore.agents import networks, ppo_config
+    from rlstore.agents.ppo import checkpoint, rollout, trainer
 
     assert ppo.train_ppo is trainer.train_ppo and ppo.RolloutState is rollout.RolloutState
-    assert ppo.FCAgent is models.FCAgent and ppo.TrainConfig is config.TrainConfig
+    assert ppo.FCAgent is networks.FCAgent and ppo.TrainConfig is ppo_config.TrainConfig
     assert ppo.load_saved_checkpoint is checkpoint.load_saved_checkpoint
     assert trainer.RolloutState is rollout.RolloutState  # the old import path still works
     code = (

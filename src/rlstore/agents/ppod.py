@@ -51,9 +51,8 @@ from pydantic import Field, model_validator
 
 from rlstore.agents.config import BaseConfig
 from rlstore.agents.envs import make_vector_env
-from rlstore.agents.ppo.config import TrainConfig
+from rlstore.agents.networks import PPOAgent
 from rlstore.agents.ppo.loss import ppo_update
-from rlstore.agents.ppo.models import PPOAgent
 from rlstore.agents.ppo.rollout import RolloutState, run_rollout
 from rlstore.agents.ppo.trainer import (
     TrainResult,
@@ -62,6 +61,7 @@ from rlstore.agents.ppo.trainer import (
     finish_stats,
     log_update,
 )
+from rlstore.agents.ppo_config import TrainConfig
 from rlstore.agents.run import TrainingRun, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
@@ -121,7 +121,7 @@ class PPODConfig(BaseConfig):
 
 
 class PPODTrainConfig(TrainConfig):
-    """A PPO run (:class:`~rlstore.agents.ppo.config.TrainConfig`) plus its ``ppod`` section."""
+    """A PPO run (:class:`~rlstore.agents.ppo_config.TrainConfig`) plus its ``ppod`` section."""
 
     ppod: PPODConfig = Field(default_factory=PPODConfig)
     """Demo replay settings."""

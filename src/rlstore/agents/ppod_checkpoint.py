@@ -32,7 +32,7 @@ from rlstore.checkpoint import load_state, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError
 
 if TYPE_CHECKING:
-    from rlstore.agents.ppo.models import PPOAgent
+    from rlstore.agents.networks import PPOAgent
     from rlstore.agents.ppo.rollout import RolloutState
     from rlstore.agents.ppod import DemoRollout, PPODTrainConfig
 

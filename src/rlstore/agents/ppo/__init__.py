@@ -20,12 +20,25 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlstore.agents.envs import make_vector_env
+    from rlstore.agents.networks import (
+        FCAgent,
+        LSTMPPOAgent,
+        PPOAgent,
+        TransformerPPOAgent,
+        get_agent,
+        layer_init,
+    )
     from rlstore.agents.ppo.checkpoint import (
         load_all_agents_from_checkpoints,
         load_saved_checkpoint,
         store_model_checkpoint,
     )
-    from rlstore.agents.ppo.config import (
+    from rlstore.agents.ppo.loss import ppo_loss
+    from rlstore.agents.ppo.rollout import RolloutState
+    from rlstore.agents.ppo.sampling import load_trajectories, sample_from_agents
+    from rlstore.agents.ppo.schedule import PPOScheduler
+    from rlstore.agents.ppo.trainer import TrainResult, TrainStats, ppo_runner, train_ppo
+    from rlstore.agents.ppo_config import (
         EnvironmentConfig,
         LSTMModelConfig,
         OnlineTrainConfig,
@@ -34,38 +47,25 @@ if TYPE_CHECKING:
         TransformerModelConfig,
         load_train_config,
     )
-    from rlstore.agents.ppo.loss import ppo_loss
-    from rlstore.agents.ppo.models import (
-        FCAgent,
-        LSTMPPOAgent,
-        PPOAgent,
-        TransformerPPOAgent,
-        get_agent,
-        layer_init,
-    )
-    from rlstore.agents.ppo.rollout import RolloutState
-    from rlstore.agents.ppo.sampling import load_trajectories, sample_from_agents
-    from rlstore.agents.ppo.schedule import PPOScheduler
-    from rlstore.agents.ppo.trainer import TrainResult, TrainStats, ppo_runner, train_ppo
 
 _EXPORTS: dict[str, str] = {
     "train_ppo": "trainer",
     "ppo_runner": "trainer",
     "TrainStats": "trainer",
     "TrainResult": "trainer",
-    "TrainConfig": "config",
-    "load_train_config": "config",
-    "RunConfig": "config",
-    "EnvironmentConfig": "config",
-    "OnlineTrainConfig": "config",
-    "LSTMModelConfig": "config",
-    "TransformerModelConfig": "config",
-    "PPOAgent": "models",
-    "FCAgent": "models",
-    "LSTMPPOAgent": "models",
-    "TransformerPPOAgent": "models",
-    "get_agent": "models",
-    "layer_init": "models",
+    "TrainConfig": "rlstore.agents.ppo_config",
+    "load_train_config": "rlstore.agents.ppo_config",
+    "RunConfig": "rlstore.agents.ppo_config",
+    "EnvironmentConfig": "rlstore.agents.ppo_config",
+    "OnlineTrainConfig": "rlstore.agents.ppo_config",
+    "LSTMModelConfig": "rlstore.agents.ppo_config",
+    "TransformerModelConfig": "rlstore.agents.ppo_config",
+    "PPOAgent": "rlstore.agents.networks",
+    "FCAgent": "rlstore.agents.networks",
+    "LSTMPPOAgent": "rlstore.agents.networks",
+    "TransformerPPOAgent": "rlstore.agents.networks",
+    "get_agent": "rlstore.agents.networks",
+    "layer_init": "rlstore.agents.networks",
     "PPOScheduler": "schedule",
     "ppo_loss": "loss",
     "make_vector_env": "rlstore.agents.envs",

@@ -31,13 +31,13 @@ from typing import Any
 import torch
 
 from rlstore.agents.envs import env_state, has_episode_logs, make_vector_env, restore_envs
-from rlstore.agents.ppo.config import (
+from rlstore.agents.networks import PPOAgent, get_agent
+from rlstore.agents.ppo_config import (
     OnlineTrainConfig,
     RunConfig,
     TrainConfig,
     train_config_from_parts,
 )
-from rlstore.agents.ppo.models import PPOAgent, get_agent
 from rlstore.agents.run_checkpoint import (
     check_global_rng_state,
     check_like,

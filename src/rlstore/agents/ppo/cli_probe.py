@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.config import (
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     ModelConfig,

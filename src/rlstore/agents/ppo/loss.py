@@ -33,9 +33,9 @@ from rlstore.errors import SpecError
 from rlstore.returns import normalize_advantages
 
 if TYPE_CHECKING:
-    from rlstore.agents.ppo.agent_base import PPOAgent
-    from rlstore.agents.ppo.config import OnlineTrainConfig
+    from rlstore.agents.networks import PPOAgent
     from rlstore.agents.ppo.schedule import PPOScheduler
+    from rlstore.agents.ppo_config import OnlineTrainConfig
 
 __all__ = ["PPOLoss", "ppo_loss", "ppo_loss_reference", "ppo_update"]
 

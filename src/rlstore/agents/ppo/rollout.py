@@ -1,27 +1,25 @@
-"""Rollout collection for the PPO trainer.
+"""On-policy rollout collection with a :class:`~rlstore.agents.networks.PPOAgent` (PPO, PPO+D,
+trajectory sampling, the seed-004 facade).
 
 :func:`run_rollout` steps vector envs (:func:`rlstore.agents.envs.make_vector_env`) with an
-agent into a
-:class:`~rlstore.buffers.rollout.RolloutBuffer`, bootstrapping truncated episodes from
-``V(info["final_obs"])``, and computes the GAE returns; :class:`RolloutState` is what carries
-over between rollouts (and into checkpoints).
+agent into a :class:`~rlstore.buffers.rollout.RolloutBuffer`, bootstrapping truncated episodes
+from ``V(info["final_obs"])``, and computes the GAE returns (``rlstore.returns.gae`` via the
+buffer); :class:`RolloutState` is what carries over between rollouts (and into checkpoints).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstore.agents.networks import Memory, PPOAgent
 from rlstore.agents.run_checkpoint import check_like
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import CheckpointError, ConfigError
-
-if TYPE_CHECKING:
-    from rlstore.agents.ppo.agent_base import Memory, PPOAgent
 
 __all__ = [
     "SAMPLING_METHODS",
@@ -29,7 +27,8 @@ __all__ = [
     "run_rollout",
 ]
 
-SAMPLING_METHODS = ("basic", "greedy", "temperature", "topk")
+SAMPLING_METHODS: tuple[str, ...] = ("basic", "greedy", "temperature", "topk")
+"""Action selection of :func:`run_rollout`: sample pi (training), its mode, a temperature, top-k."""
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Programmatic entry (used by ``rlstore train``, ``rlstore probe`` and the learning tests)::
 
-    from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, RunConfig
+    from rlstore.agents.ppo_config import EnvironmentConfig, OnlineTrainConfig, RunConfig
     from rlstore.agents.ppo.trainer import train_ppo
 
     agent, stats = train_ppo(
@@ -42,13 +42,17 @@ import numpy as np
 import torch
 
 from rlstore.agents.envs import make_env, make_vector_env
+from rlstore.agents.networks import PPOAgent, get_agent
 from rlstore.agents.ppo.checkpoint import (
     latest_checkpoint,
     read_checkpoint,
     restore_training,
     store_model_checkpoint,
 )
-from rlstore.agents.ppo.config import (
+from rlstore.agents.ppo.loss import ppo_update
+from rlstore.agents.ppo.rollout import SAMPLING_METHODS, RolloutState, run_rollout
+from rlstore.agents.ppo.schedule import PPOScheduler
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     ModelConfig,
     OnlineTrainConfig,
@@ -57,10 +61,6 @@ from rlstore.agents.ppo.config import (
     load_train_config,
     train_config_from_parts,
 )
-from rlstore.agents.ppo.loss import ppo_update
-from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.agents.ppo.rollout import SAMPLING_METHODS, RolloutState, run_rollout
-from rlstore.agents.ppo.schedule import PPOScheduler
 from rlstore.agents.run import (
     EVAL_SEED_OFFSET,
     RunLogger,
@@ -271,8 +271,8 @@ def build_learner(
     agent = get_agent(cfg.selected_model_config(), envs, cfg.environment, oc).to(rc.device)
     agent.device = torch.device(rc.device)
     end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
-    optimizer, scheduler = agent.make_optimizer(oc.num_updates, oc.learning_rate, end_lr,
-                                                oc.adam_eps)  # fmt: skip
+    optimizer = torch.optim.Adam(agent.parameters(), lr=oc.learning_rate, eps=oc.adam_eps)
+    scheduler = PPOScheduler(optimizer, oc.learning_rate, end_lr, oc.num_updates)
     buffer = RolloutBuffer(oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
                            advantage_normalization="none", device=rc.device,
                            seed=rc.seed)  # fmt: skip
