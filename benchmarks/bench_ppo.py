@@ -66,8 +66,8 @@ def hyperparameters(total_steps: int) -> dict[str, Any]:
 
 def run_rlstore(hp: dict[str, Any], seed: int) -> dict[str, Any]:
     """rlstore's ``train_ppo`` with the FC agent (no logging, no checkpoints)."""
+    from rlstore.agents.ppo import train_ppo
     from rlstore.agents.ppo_config import EnvironmentConfig, OnlineTrainConfig, RunConfig
-    from rlstore.agents.ppo.trainer import train_ppo
 
     cpu0 = time.process_time()
     _, stats = train_ppo(

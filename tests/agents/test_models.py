@@ -17,9 +17,7 @@ from rlstore.agents.networks import (
     get_agent,
     layer_init,
 )
-from rlstore.agents.ppo.loss import ppo_loss
-from rlstore.agents.ppo.schedule import PPOScheduler
-from rlstore.agents.ppo.trainer import RolloutState, make_vector_env, run_rollout
+from rlstore.agents.ppo import PPOScheduler, RolloutState, make_vector_env, ppo_loss, run_rollout
 from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,

@@ -18,14 +18,10 @@ import pytest
 import torch
 
 from rlstore.agents.networks import FCAgent
-from rlstore.agents.ppo.cli_probe import (
-    evaluate_probe,
-    probe_model_config,
-    probe_online_config,
-)
-from rlstore.agents.ppo.sampling import sample_from_agents
-from rlstore.agents.ppo.trainer import make_vector_env, train_ppo
+from rlstore.agents.ppo import make_vector_env, train_ppo
 from rlstore.agents.ppo_config import EnvironmentConfig, RunConfig
+from rlstore.agents.probe_cli import evaluate_probe, probe_model_config, probe_online_config
+from rlstore.agents.sampling import sample_from_agents
 from rlstore.cli import main
 
 SEEDS = (0, 1, 2)

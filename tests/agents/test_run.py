@@ -317,7 +317,7 @@ def _refused_runs(tmp_path):
     left torch at the run's thread count)."""
     from rlstore.agents.dqn import DQNTrainConfig, train_dqn
     from rlstore.agents.impala import ImpalaTrainConfig, train_impala
-    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppo import train_ppo
     from rlstore.agents.ppo_config import EnvironmentConfig, OnlineTrainConfig, RunConfig
     from rlstore.agents.sac import SACTrainConfig, train_sac
 

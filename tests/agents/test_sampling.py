@@ -11,19 +11,19 @@ import pytest
 import torch
 
 from rlstore.agents.networks import FCAgent, get_agent
-from rlstore.agents.ppo.sampling import (
-    Trajectories,
-    TrajectoryWriter,
-    load_trajectories,
-    sample_from_agents,
-    save_trajectories,
-)
-from rlstore.agents.ppo.trainer import make_vector_env
+from rlstore.agents.ppo import make_vector_env
 from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     OnlineTrainConfig,
     TransformerModelConfig,
+)
+from rlstore.agents.sampling import (
+    Trajectories,
+    TrajectoryWriter,
+    load_trajectories,
+    sample_from_agents,
+    save_trajectories,
 )
 from rlstore.errors import CheckpointError, ConfigError
 

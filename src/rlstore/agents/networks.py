@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from abc import ABCMeta, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -58,6 +59,7 @@ __all__ = [
     "LSTMPPOAgent",
     "TransformerPPOAgent",
     "get_agent",
+    "deterministic_policy",
 ]
 
 Memory = Any
@@ -528,3 +530,27 @@ def get_agent(
         clip_reward=oc.clip_reward,
     )
     return agent
+
+
+def deterministic_policy(
+    agent: PPOAgent,
+) -> tuple[Callable[[], None], Callable[[np.ndarray], np.ndarray]]:
+    """``(begin_episode, act)`` of ``agent``'s deterministic policy on one env: the greedy
+    action (discrete) or the mean (continuous) of one raw observation; ``begin_episode``
+    resets the recurrent memory (used by :func:`evaluate_agent`, :func:`evaluate_in_run` and
+    ``rlstore demo-record --run``; call ``agent.eval()`` first to freeze observation
+    statistics)."""
+    carry: dict[str, Any] = {}
+
+    def begin() -> None:
+        carry["memory"] = agent.initial_memory(1)
+        carry["t"] = torch.zeros(1, dtype=torch.int64, device=agent.device)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        x = agent.normalizer.obs(agent.preprocess(obs, agent.device).unsqueeze(0), False)
+        with torch.no_grad():
+            params, _, _, carry["memory"] = agent._step(x, carry["memory"], carry["t"])
+        carry["t"] = carry["t"] + 1
+        return agent.env_action(params.argmax(-1) if agent.discrete else params)[0]
+
+    return begin, act

@@ -42,7 +42,7 @@ from rlstore.errors import ConfigError, RLStoreError
 log = logging.getLogger("rlstore.train")
 
 ALGORITHMS: dict[str, str] = {
-    "ppo": "rlstore.agents.ppo.trainer",
+    "ppo": "rlstore.agents.ppo",
     "dqn": "rlstore.agents.dqn",
     "sac": "rlstore.agents.sac",
     "impala": "rlstore.agents.impala",

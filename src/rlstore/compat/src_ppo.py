@@ -38,11 +38,10 @@ import torch
 
 import rlstore.agents.ppo as ppo
 from rlstore.agents.obs import get_obs_preprocessor, get_obs_shape, preprocess_images
-from rlstore.agents.ppo import PPOScheduler, RolloutState, sample_from_agents
-from rlstore.agents.ppo.checkpoint import checkpoint_path
-from rlstore.agents.ppo.loss import ppo_update
-from rlstore.agents.ppo.rollout import run_rollout
+from rlstore.agents.ppo import PPOScheduler, RolloutState, ppo_update, sample_from_agents
+from rlstore.agents.ppo_checkpoint import checkpoint_path
 from rlstore.agents.ppo_config import ModelConfig
+from rlstore.agents.rollout import run_rollout
 from rlstore.agents.run import set_global_seeds  # the one every trainer seeds with
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
 from rlstore.compat.src_ppo_memory import (

@@ -3,7 +3,7 @@
 ``sample_from_agents(agents, rollout_length, trajectory_path, num_envs, sampling_method)`` runs
 every agent for ``rollout_length`` steps in each of ``num_envs`` fresh copies of its environment
 (``agent.environment_config``, vector env in SAME_STEP autoreset mode) through the training
-rollout loop (:func:`~rlstore.agents.ppo.rollout.run_rollout`) with a :class:`TrajectoryWriter`
+rollout loop (:func:`~rlstore.agents.rollout.run_rollout`) with a :class:`TrajectoryWriter`
 attached, and returns one :class:`Trajectories` record per agent. Sampling methods:
 
 * ``basic``: sample from pi;
@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from rlstore.agents.envs import make_vector_env
-from rlstore.agents.ppo.rollout import SAMPLING_METHODS, RolloutState, run_rollout
+from rlstore.agents.rollout import SAMPLING_METHODS, RolloutState, run_rollout
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.checkpoint import load_state, read_metadata, save_state
 from rlstore.errors import CheckpointError, ConfigError

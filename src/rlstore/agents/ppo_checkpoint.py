@@ -8,13 +8,13 @@ the project's one atomic writer (a killed save leaves the previous checkpoint lo
 * ``format``, ``agent_class``, ``config`` (the :class:`TrainConfig` as a dict),
   ``checkpoint_num``, ``update`` (1-based number of updates done), ``global_step``;
 * ``model``: the agent's ``state_dict``; ``normalizer``: the statistics of its observation /
-  reward normalization (:class:`~rlstore.agents.ppo.normalization.RunNormalizer`), also in
+  reward normalization (:class:`~rlstore.agents.obs.RunNormalizer`), also in
   model-only checkpoints so that loaded agents see observations as in training;
 * ``resume`` (only when training state was given): optimizer tensors and settings, scheduler and
-  rollout-buffer state, the :class:`~rlstore.agents.ppo.rollout.RolloutState`, the global RNG
+  rollout-buffer state, the :class:`~rlstore.agents.rollout.RolloutState`, the global RNG
   states (torch as a uint8 tensor, numpy and Python as JSON), the per-update log, and the
   environments as a JSON spec plus what replays their current episodes
-  (:mod:`rlstore.agents.ppo.env_state`), so a resumed run continues the exact same episodes.
+  (:mod:`rlstore.agents.envs`), so a resumed run continues the exact same episodes.
 
 Loading never executes code from the folder: no pickle, no ``torch.load``, no names resolved
 to callables; every entry is checked (keys, shapes, dtypes, ranges) before any live object
@@ -260,7 +260,7 @@ def restore_training(
     """Load a resumable checkpoint into freshly built training objects (in place).
 
     Everything is checked before the first object changes; the environments are rebuilt by
-    replaying their saved episodes (:func:`rlstore.agents.ppo.env_state.restore_envs`).
+    replaying their saved episodes (:func:`rlstore.agents.envs.restore_envs`).
 
     Returns:
         ``(updates_done, next_checkpoint_num, updates_log)``.
