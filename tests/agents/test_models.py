@@ -417,3 +417,10 @@ def test_lstm_minibatch_starts_from_the_rollouts_hidden_state(cartpole) -> None:
             at0 = (t == 0) & ~starts
             assert torch.equal(h[at0], carried[k][n[at0]])
     _check_reproduces_rollout(agent, next(iter(agent.minibatches(buf, oc))))
+
+
+def test_the_networks_hold_no_algorithm() -> None:
+    # issue 11: the algorithm (rollout, update, optimizer) lives in rlstore.agents.ppo /
+    # rlstore.agents.rollout, not in the nn.Module hierarchy
+    for name in ("rollout", "learn", "make_optimizer"):
+        assert not hasattr(PPOAgent, name), name
