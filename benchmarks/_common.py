@@ -332,7 +332,7 @@ def has_sb3() -> bool:
 def train_ppod_or_ppo(algo: str, cfg: Any) -> Any:
     """Train a PPO+D config (``algo == "ppo+d"``) or plain PPO with the same settings (its
     ``ppo_config()``, no demos); returns the run's ``TrainStats``."""
-    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppo import train_ppo
     from rlstore.agents.ppod import train_ppod
 
     if algo == "ppo+d":

@@ -55,7 +55,7 @@ CONFIG = HERE.parent / "src" / "rlstore" / "configs" / "ppo_fc_CartPole-v1.yaml"
 
 def hyperparameters(total_steps: int) -> dict[str, Any]:
     """The shared hyper-parameters, read from rlstore's shipped CartPole config."""
-    from rlstore.agents.ppo.config import load_train_config
+    from rlstore.agents.ppo_config import load_train_config
 
     online = load_train_config(CONFIG).online
     return {**online.to_dict(), "total_timesteps": int(total_steps)}
@@ -66,8 +66,8 @@ def hyperparameters(total_steps: int) -> dict[str, Any]:
 
 def run_rlstore(hp: dict[str, Any], seed: int) -> dict[str, Any]:
     """rlstore's ``train_ppo`` with the FC agent (no logging, no checkpoints)."""
-    from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, RunConfig
-    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppo import train_ppo
+    from rlstore.agents.ppo_config import EnvironmentConfig, OnlineTrainConfig, RunConfig
 
     cpu0 = time.process_time()
     _, stats = train_ppo(

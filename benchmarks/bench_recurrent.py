@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import yaml
 
-from rlstore.agents.ppo.config import TrainConfig, load_train_config
-from rlstore.agents.ppo.trainer import train_ppo
+from rlstore.agents.ppo import train_ppo
+from rlstore.agents.ppo_config import TrainConfig, load_train_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import first_step_reaching  # noqa: E402

@@ -310,7 +310,7 @@ def test_unhashable_or_odd_types_name_the_type_key(kind: Any) -> None:
 def test_every_config_model_is_on_the_one_base() -> None:
     """Three config mechanisms (buffer configs, PPO configs, compat schemas) had their own
     bases and error formatters; they now share StrictModel and format_validation_error."""
-    from rlstore.agents.ppo import config as ppo_config
+    from rlstore.agents import ppo_config
     from rlstore.compat.simple_replay import SimpleReplayBufferSchema
     from rlstore.compat.velora import BufferConfig as VeloraConfig
 

@@ -114,8 +114,8 @@ def test_frame_skip_repeats_each_action(tmp_path: Path) -> None:
 
 
 def test_record_from_a_trained_run_plays_its_deterministic_policy(tmp_path: Path) -> None:
-    from rlstore.agents.ppo.checkpoint import load_saved_checkpoint
-    from rlstore.agents.ppo.trainer import deterministic_policy
+    from rlstore.agents.networks import deterministic_policy
+    from rlstore.agents.ppo_checkpoint import load_saved_checkpoint
     from rlstore.agents.ppod import PPODTrainConfig, train_ppod
 
     cfg = PPODTrainConfig.from_dict({

@@ -77,6 +77,21 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_agents_have_no_import_cycles() -> None:
     mods = _modules()
     agents = {m: p for m, p in mods.items() if m.startswith("rlstore.agents")}
-    assert "rlstore.agents.ppo.trainer" in agents
+    new = ("envs", "obs", "networks", "rollout", "ppo", "ppo_config", "ppo_checkpoint", "sampling")
+    assert {f"rlstore.agents.{m}" for m in new} <= set(agents)
     graph = {m: _imports(p, agents) for m, p in agents.items()}
     assert _cycles(graph) == []
+
+
+def test_only_ppo_its_reusers_and_the_facade_import_the_ppo_trainer() -> None:
+    # issue 11: the other trainers, the collectors and the CLIs import the shared pieces (envs,
+    # obs, networks, rollout, run), not PPO's trainer; PPO+D reuses PPO's update, the probe CLI
+    # and the seed-004 facade drive it
+    mods = _modules()
+    allowed = {"rlstore.agents.ppod", "rlstore.agents.probe_cli", "rlstore.compat.src_ppo"}
+
+    def trainer(name: str) -> bool:  # the PPO module (or the package it replaced)
+        return name == "rlstore.agents.ppo" or name.startswith("rlstore.agents.ppo.")
+
+    users = {m for m, p in mods.items() if not trainer(m) and any(map(trainer, _imports(p, mods)))}
+    assert users <= allowed, users - allowed

@@ -371,14 +371,14 @@ PPO_CONFIG_BOOLS = [
 
 @pytest.mark.parametrize(("model", "field"), PPO_CONFIG_BOOLS)
 def test_ppo_config_numbers_refuse_bools(model: str, field: str) -> None:
-    from rlstore.agents.ppo import config
+    from rlstore.agents import ppo_config as config
 
     _refused(None, lambda: getattr(config, model)(**{field: True}), field)
 
 
 @pytest.mark.parametrize("field", ["learning_rate", "adam_eps", "clip_coef", "ent_coef", "vf_coef"])
 def test_ppo_config_coefficients_refuse_inf(field: str) -> None:
-    from rlstore.agents.ppo.config import OnlineTrainConfig
+    from rlstore.agents.ppo_config import OnlineTrainConfig
 
     _refused(None, lambda: OnlineTrainConfig(**{field: INF}), field)
 

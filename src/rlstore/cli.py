@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Train an agent (--algo, default PPO: FC agent on CartPole-v1).",
     ),
     "probe": (
-        "rlstore.agents.ppo.cli_probe",
+        "rlstore.agents.probe_cli",
         "Train PPO agents on the probe environments; pass/fail table.",
     ),
     "demo": (

@@ -194,9 +194,9 @@ def _play(
 def _record_run(run_dir: Path, env_id: str | None, out: Path, seed: int, skip: int) -> Path:
     """The deterministic policy of ``run_dir``'s latest checkpoint, in an env built from the
     run's config (``env_id``, if given, must be the run's)."""
-    from rlstore.agents.ppo.checkpoint import latest_checkpoint, load_saved_checkpoint
-    from rlstore.agents.ppo.rollout import make_env
-    from rlstore.agents.ppo.trainer import deterministic_policy
+    from rlstore.agents.envs import make_env
+    from rlstore.agents.networks import deterministic_policy
+    from rlstore.agents.ppo_checkpoint import latest_checkpoint, load_saved_checkpoint
 
     path = latest_checkpoint(run_dir / "checkpoints")
     if path is None:

@@ -11,8 +11,8 @@ import yaml
 import rlstore.agents
 import rlstore.checkpoint
 from rlstore.agents import config as shared
+from rlstore.agents import ppo_config
 from rlstore.agents.dqn import DQNTrainConfig
-from rlstore.agents.ppo import config as ppo_config
 from rlstore.agents.sac import SACTrainConfig
 from rlstore.errors import ConfigError
 

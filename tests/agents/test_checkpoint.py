@@ -6,21 +6,21 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo.checkpoint import (
+from rlstore.agents.networks import FCAgent, TransformerPPOAgent, get_agent
+from rlstore.agents.ppo import PPOScheduler, make_vector_env
+from rlstore.agents.ppo_checkpoint import (
     latest_checkpoint,
     load_all_agents_from_checkpoints,
     load_saved_checkpoint,
     restore_training,
     store_model_checkpoint,
 )
-from rlstore.agents.ppo.config import (
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     OnlineTrainConfig,
     RunConfig,
     TransformerModelConfig,
 )
-from rlstore.agents.ppo.models import FCAgent, TransformerPPOAgent, get_agent
-from rlstore.agents.ppo.trainer import make_vector_env
 from rlstore.checkpoint import save_state
 from rlstore.errors import CheckpointError
 
@@ -117,7 +117,8 @@ def test_model_only_checkpoint_cannot_resume(tmp_path, envs) -> None:
     oc = OnlineTrainConfig()
     agent = FCAgent(envs, ENV)
     store_model_checkpoint(agent, oc, RunConfig(), 0, tmp_path)
-    opt, sched = agent.make_optimizer(10, 1e-3, 0.0)
+    opt = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    sched = PPOScheduler(opt, 1e-3, 0.0, 10)
     with pytest.raises(CheckpointError, match="no training state"):
         restore_training(tmp_path / "checkpoint_0000", agent, opt, sched, None, None, envs)
 
@@ -148,11 +149,11 @@ def test_legacy_pickle_checkpoint_is_refused_not_executed(tmp_path, envs) -> Non
     resume path unpickled the envs) must fail with a clear error and run nothing."""
     import pickle
 
-    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppo import train_ppo
 
     marker = tmp_path / "pwned"
     agent = FCAgent(envs, ENV, hidden_dim=TINY.hidden_size)
-    opt, _ = agent.make_optimizer(2, 1e-3, 0.0)
+    opt = torch.optim.Adam(agent.parameters(), lr=1e-3)
     blob = pickle.dumps(_Payload(str(marker)))
     payload = {
         "format_version": 1, "agent_class": "FCAgent", "checkpoint_num": 0, "update": 1,
@@ -203,7 +204,7 @@ def _tamper(folder, edit) -> None:
          "normalizer-not-configured", "normalizer-not-a-dict"],
 )  # fmt: skip
 def test_crafted_checkpoint_content_is_rejected_before_anything_runs(tmp_path, edit, match):
-    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppo import train_ppo
 
     run = RunConfig(seed=0, track=False)
     train_ppo(run, TINY, ENV, run_dir=tmp_path)
@@ -217,7 +218,7 @@ def test_crafted_checkpoint_content_is_rejected_before_anything_runs(tmp_path, e
 def test_resume_without_env_state_warns(tmp_path) -> None:
     """Resuming without saved environment state (envs restart from a reset, so the curve
     differs from an uninterrupted run) was a print to stderr; it is a UserWarning now."""
-    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppo import train_ppo
 
     run = RunConfig(seed=0, track=False)
     train_ppo(run, TINY, ENV, run_dir=tmp_path)
@@ -230,7 +231,7 @@ def test_transformer_checkpoint_from_before_token_conv_is_refused(tmp_path, envs
     # A checkpoint written before ``transformer.token_conv`` existed: its config has no such
     # key (so it now means the default, 2) and its state has no convolution weights. Loading
     # must raise a CheckpointError naming the parameters, not a torch error.
-    from rlstore.agents.ppo.checkpoint import read_checkpoint
+    from rlstore.agents.ppo_checkpoint import read_checkpoint
 
     oc = OnlineTrainConfig()
     old = get_agent(TransformerModelConfig(n_ctx=2, token_conv=0), envs, ENV, oc)

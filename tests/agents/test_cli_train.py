@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from rlstore.agents.ppo.checkpoint import load_saved_checkpoint
-from rlstore.agents.ppo.config import load_train_config
+from rlstore.agents.ppo_checkpoint import load_saved_checkpoint
+from rlstore.agents.ppo_config import load_train_config
 from rlstore.agents.train_cli import build_config
 from rlstore.cli import main
 

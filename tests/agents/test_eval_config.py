@@ -12,7 +12,7 @@ import yaml
 
 from rlstore.agents import apex, dqn, impala, ppod, sac
 from rlstore.agents import run as run_module
-from rlstore.agents.ppo.config import TrainConfig
+from rlstore.agents.ppo_config import TrainConfig
 from rlstore.agents.run import evaluation_due
 from rlstore.cli import main
 from rlstore.errors import ConfigError

@@ -7,8 +7,61 @@ import math
 import pytest
 import torch
 
-from rlstore.agents.ppo.loss import ppo_loss, ppo_loss_reference
+from rlstore.agents.ppo import ADV_EPS, ppo_loss
 from rlstore.errors import SpecError
+
+
+def ppo_loss_reference(
+    new_logprob: list[float],
+    old_logprob: list[float],
+    advantages: list[float],
+    new_values: list[float],
+    old_values: list[float],
+    returns: list[float],
+    entropy: list[float],
+    *,
+    clip_coef: float = 0.2,
+    vf_coef: float = 0.5,
+    ent_coef: float = 0.01,
+    clip_vloss: bool = True,
+    norm_adv: bool = True,
+    mask: list[float] | None = None,
+) -> dict[str, float]:
+    """Plain-Python loop twin of :func:`ppo_loss` (floats in, floats out)."""
+    n = len(new_logprob)
+    w = [1.0] * n if mask is None else [float(x) for x in mask]
+    k = sum(w)
+    adv = list(advantages)
+    if norm_adv and k >= 1:  # population std (ddof=0), like rlstore.returns.normalize_advantages
+        mean = sum(a * wi for a, wi in zip(adv, w, strict=True)) / k
+        std = math.sqrt(sum(wi * (a - mean) ** 2 for a, wi in zip(adv, w, strict=True)) / k)
+        adv = [(a - mean) / (std + ADV_EPS) for a in adv]
+    tot = {"pg": 0.0, "v": 0.0, "ent": 0.0, "kl": 0.0, "okl": 0.0, "cf": 0.0}
+    for i in range(n):
+        lr = new_logprob[i] - old_logprob[i]
+        r = math.exp(lr)
+        rc = min(max(r, 1.0 - clip_coef), 1.0 + clip_coef)
+        tot["pg"] += w[i] * max(-adv[i] * r, -adv[i] * rc)
+        vu = (new_values[i] - returns[i]) ** 2
+        if clip_vloss:
+            d = min(max(new_values[i] - old_values[i], -clip_coef), clip_coef)
+            vu = max(vu, (old_values[i] + d - returns[i]) ** 2)
+        tot["v"] += w[i] * vu
+        tot["ent"] += w[i] * entropy[i]
+        tot["kl"] += w[i] * ((r - 1.0) - lr)
+        tot["okl"] += w[i] * (-lr)
+        tot["cf"] += w[i] * float(abs(r - 1.0) > clip_coef)
+    k = max(k, 1.0)
+    pg, v, ent = tot["pg"] / k, 0.5 * tot["v"] / k, tot["ent"] / k
+    return {
+        "loss": pg - ent_coef * ent + vf_coef * v,
+        "pg_loss": pg,
+        "v_loss": v,
+        "entropy": ent,
+        "approx_kl": tot["kl"] / k,
+        "old_approx_kl": tot["okl"] / k,
+        "clipfrac": tot["cf"] / k,
+    }
 
 
 def _t(*xs: float) -> torch.Tensor:

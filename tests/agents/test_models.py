@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo.config import (
+from rlstore.agents.networks import (
+    FCAgent,
+    LSTMPPOAgent,
+    PPOAgent,
+    TransformerPPOAgent,
+    get_agent,
+    layer_init,
+)
+from rlstore.agents.ppo import PPOScheduler, RolloutState, make_vector_env, ppo_loss, run_rollout
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     OnlineTrainConfig,
@@ -18,17 +27,6 @@ from rlstore.agents.ppo.config import (
     TransformerModelConfig,
     load_train_config,
 )
-from rlstore.agents.ppo.loss import ppo_loss
-from rlstore.agents.ppo.models import (
-    FCAgent,
-    LSTMPPOAgent,
-    PPOAgent,
-    TransformerPPOAgent,
-    get_agent,
-    layer_init,
-)
-from rlstore.agents.ppo.schedule import PPOScheduler
-from rlstore.agents.ppo.trainer import RolloutState, make_vector_env
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
 
@@ -242,7 +240,7 @@ def _first_minibatch(model, envs):
     agent = get_agent(model, envs, ENV, oc)
     buf = RolloutBuffer(48, 4, advantage_normalization="none", seed=0)
     state = RolloutState.start(agent, envs, 0)
-    agent.rollout(buf, 48, envs, state)
+    run_rollout(agent, buf, 48, envs, state)
     assert len(state.episode_returns) > 0  # episodes ended inside the rollout: resets exercised
     return agent, next(iter(agent.minibatches(buf, oc)))
 
@@ -380,10 +378,10 @@ def test_transformer_window_spans_rollouts_and_ratio_stays_one(cartpole) -> None
     agent = get_agent(MODELS[2], cartpole, ENV, oc)
     buf = RolloutBuffer(4, 4, advantage_normalization="none", seed=0)
     state = RolloutState.start(agent, cartpole, 0)
-    agent.rollout(buf, 4, cartpole, state)
+    run_rollout(agent, buf, 4, cartpole, state)
     last_obs = buf.get().obs[-1].clone()  # (N, 4): the last step of the first rollout
     buf.reset()
-    agent.rollout(buf, 4, cartpole, state)
+    run_rollout(agent, buf, 4, cartpole, state)
     obs_w, mask_w, time_w = buf.get().hidden  # the windows the second rollout acted on
     first_t = buf.get().episode_time[0]
     cont = first_t > 0  # episodes that continue from the first rollout
@@ -405,10 +403,10 @@ def test_lstm_minibatch_starts_from_the_rollouts_hidden_state(cartpole) -> None:
     agent = get_agent(MODELS[1], cartpole, ENV, oc)
     buf = RolloutBuffer(16, 4, advantage_normalization="none", seed=0)
     state = RolloutState.start(agent, cartpole, 0)
-    agent.rollout(buf, 16, cartpole, state)
+    run_rollout(agent, buf, 16, cartpole, state)
     carried = tuple(m.clone() for m in state.memory)
     buf.reset()
-    agent.rollout(buf, 16, cartpole, state)
+    run_rollout(agent, buf, 16, cartpole, state)
     batch = buf.get()
     for mb in agent.minibatches(buf, oc):
         first = mb.indices[0]
@@ -419,3 +417,10 @@ def test_lstm_minibatch_starts_from_the_rollouts_hidden_state(cartpole) -> None:
             at0 = (t == 0) & ~starts
             assert torch.equal(h[at0], carried[k][n[at0]])
     _check_reproduces_rollout(agent, next(iter(agent.minibatches(buf, oc))))
+
+
+def test_the_networks_hold_no_algorithm() -> None:
+    # issue 11: the algorithm (rollout, update, optimizer) lives in rlstore.agents.ppo /
+    # rlstore.agents.rollout, not in the nn.Module hierarchy
+    for name in ("rollout", "learn", "make_optimizer"):
+        assert not hasattr(PPOAgent, name), name

@@ -9,16 +9,16 @@ import pytest
 import torch
 import yaml
 
-from rlstore.agents.ppo.checkpoint import latest_checkpoint, load_saved_checkpoint
-from rlstore.agents.ppo.config import (
+from rlstore.agents.networks import get_agent
+from rlstore.agents.ppo import RolloutState, make_vector_env, ppo_runner, run_rollout
+from rlstore.agents.ppo_checkpoint import latest_checkpoint, load_saved_checkpoint
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     OnlineTrainConfig,
     TrainConfig,
     load_train_config,
 )
-from rlstore.agents.ppo.models import get_agent
-from rlstore.agents.ppo.sampling import sample_from_agents
-from rlstore.agents.ppo.trainer import RolloutState, make_vector_env, ppo_runner, run_rollout
+from rlstore.agents.sampling import sample_from_agents
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""Tests of rlstore.agents.ppo.obs with real gymnasium spaces (and MiniGrid when installed)."""
+"""Tests of rlstore.agents.obs with real gymnasium spaces (and MiniGrid when installed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo.obs import (
+from rlstore.agents.obs import (
     get_obs_preprocessor,
     get_obs_shape,
     is_image_space,

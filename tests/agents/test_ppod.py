@@ -16,9 +16,9 @@ import torch
 from _checkpoint_helpers import state_equal
 
 import rlstore.envs  # noqa: F401  (registers rlstore/KeyDoor-v0)
-from rlstore.agents.ppo.models import get_agent
-from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
-from rlstore.agents.ppo.trainer import train_ppo
+from rlstore.agents.envs import make_vector_env
+from rlstore.agents.networks import get_agent
+from rlstore.agents.ppo import train_ppo
 from rlstore.agents.ppod import (
     DEFAULT_CONFIGS,
     DemoRollout,
@@ -28,6 +28,7 @@ from rlstore.agents.ppod import (
     runner,
     train_ppod,
 )
+from rlstore.agents.rollout import RolloutState, run_rollout
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
 from rlstore.buffers.demos import DemoStore
 from rlstore.buffers.rollout import RolloutBuffer

@@ -6,8 +6,8 @@ V([0]) = 0.9 by far more than 0.02; a policy that ignores the observation gets p
 on Probe5; an agent without memory gets a mean reward of 0.5 on Probe7.
 
 The agents are measured through their own networks here (``agent.critic`` / ``agent.actor`` for
-the FC agent), independently of ``cli_probe.trace_episode``; only the hyper-parameters come from
-``cli_probe``. Cost: about 15 short training runs of 2k steps and 9 runs of 8k steps (Probe7);
+the FC agent), independently of ``probe_cli.trace_episode``; only the hyper-parameters come from
+``probe_cli``. Cost: about 15 short training runs of 2k steps and 9 runs of 8k steps (Probe7);
 Probe6 (40k steps x 3 seeds, ~10-20 s each) is the longest.
 """
 
@@ -17,15 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo.cli_probe import (
-    evaluate_probe,
-    probe_model_config,
-    probe_online_config,
-)
-from rlstore.agents.ppo.config import EnvironmentConfig, RunConfig
-from rlstore.agents.ppo.models import FCAgent
-from rlstore.agents.ppo.sampling import sample_from_agents
-from rlstore.agents.ppo.trainer import make_vector_env, train_ppo
+from rlstore.agents.networks import FCAgent
+from rlstore.agents.ppo import make_vector_env, train_ppo
+from rlstore.agents.ppo_config import EnvironmentConfig, RunConfig
+from rlstore.agents.probe_cli import evaluate_probe, probe_model_config, probe_online_config
+from rlstore.agents.sampling import sample_from_agents
 from rlstore.cli import main
 
 SEEDS = (0, 1, 2)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlstore.agents.ppo.config import load_train_config
+from rlstore.agents.ppo_config import load_train_config
 
 _BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_recurrent.py"
 AGENTS = ["lstm", "transformer"]

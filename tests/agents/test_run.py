@@ -317,8 +317,8 @@ def _refused_runs(tmp_path):
     left torch at the run's thread count)."""
     from rlstore.agents.dqn import DQNTrainConfig, train_dqn
     from rlstore.agents.impala import ImpalaTrainConfig, train_impala
-    from rlstore.agents.ppo.config import EnvironmentConfig, OnlineTrainConfig, RunConfig
-    from rlstore.agents.ppo.trainer import train_ppo
+    from rlstore.agents.ppo import train_ppo
+    from rlstore.agents.ppo_config import EnvironmentConfig, OnlineTrainConfig, RunConfig
     from rlstore.agents.sac import SACTrainConfig, train_sac
 
     oc = OnlineTrainConfig(total_timesteps=64, num_envs=2, num_steps=32)

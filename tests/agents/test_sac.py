@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlstore import checkpoint
-from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.envs import make_vector_env
 from rlstore.agents.run import TrainStats
 from rlstore.agents.sac import (
     DEFAULT_CONFIGS,

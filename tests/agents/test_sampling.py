@@ -10,21 +10,21 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo.config import (
+from rlstore.agents.networks import FCAgent, get_agent
+from rlstore.agents.ppo import make_vector_env
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     OnlineTrainConfig,
     TransformerModelConfig,
 )
-from rlstore.agents.ppo.models import FCAgent, get_agent
-from rlstore.agents.ppo.sampling import (
+from rlstore.agents.sampling import (
     Trajectories,
     TrajectoryWriter,
     load_trajectories,
     sample_from_agents,
     save_trajectories,
 )
-from rlstore.agents.ppo.trainer import make_vector_env
 from rlstore.errors import CheckpointError, ConfigError
 
 # action logits: probabilities 0.1, 0.2, 0.3, 0.4 and ~0 for the fifth action

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
+from rlstore.agents import ppo
 from rlstore.agents import run as run_module
 from rlstore.agents import train_cli as cli_train
-from rlstore.agents.ppo import trainer
-from rlstore.agents.ppo.config import (
+from rlstore.agents.ppo import evaluate_agent, runner, train_ppo
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     OnlineTrainConfig,
     RunConfig,
     load_train_config,
 )
-from rlstore.agents.ppo.trainer import evaluate_agent, runner, train_ppo
 from rlstore.agents.train_cli import ALGORITHMS, build_config, default_config
 from rlstore.cli import main
 from rlstore.errors import ConfigError
@@ -38,34 +38,34 @@ def _args(*argv: str) -> argparse.Namespace:
 
 
 def test_algo_registry_and_module_interface() -> None:
-    assert ALGORITHMS["ppo"] == "rlstore.agents.ppo.trainer" and _args().algo is None  # ppo
-    assert trainer.DEFAULT_CONFIGS["CartPole-v1"] == "ppo_fc_CartPole-v1.yaml"
-    assert next(iter(trainer.DEFAULT_CONFIGS)) == "CartPole-v1"
-    assert callable(trainer.load_config) and callable(trainer.runner)
+    assert ALGORITHMS["ppo"] == "rlstore.agents.ppo" and _args().algo is None  # ppo
+    assert ppo.DEFAULT_CONFIGS["CartPole-v1"] == "ppo_fc_CartPole-v1.yaml"
+    assert next(iter(ppo.DEFAULT_CONFIGS)) == "CartPole-v1"
+    assert callable(ppo.load_config) and callable(ppo.runner)
     with pytest.raises(SystemExit):
         _args("--algo", "nope")
 
 
 def test_config_lookup_by_env_and_agent(tmp_path, monkeypatch) -> None:
-    path, fallback = default_config("ppo", trainer, None, None)
+    path, fallback = default_config("ppo", ppo, None, None)
     assert path.name == "ppo_fc_CartPole-v1.yaml" and not fallback
-    path, fallback = default_config("ppo", trainer, "CartPole-v1", "lstm")  # fc file, agent swapped
+    path, fallback = default_config("ppo", ppo, "CartPole-v1", "lstm")  # fc file, agent swapped
     assert path.name == "ppo_fc_CartPole-v1.yaml" and not fallback
     cfg = build_config(_args("--agent", "lstm"))
     assert cfg.agent == "lstm" and cfg.online.update_epochs == 10  # CartPole's tuned settings
-    path, fallback = default_config("ppo", trainer, "Acrobot-v1", None)
+    path, fallback = default_config("ppo", ppo, "Acrobot-v1", None)
     assert path.name == "ppo_fc_CartPole-v1.yaml" and fallback
     # agent-specific files are found by name: ppo_<agent>_<env>.yaml
     for name in ("ppo_fc_CartPole-v1.yaml", "ppo_lstm_CartPoleNoVel-v1.yaml"):
         (tmp_path / name).write_text("agent: fc\n" if "fc" in name else "agent: lstm\n")
     monkeypatch.setattr(cli_train, "_packaged", lambda name: tmp_path / name)
-    path, fallback = default_config("ppo", trainer, "CartPoleNoVel-v1", "lstm")
+    path, fallback = default_config("ppo", ppo, "CartPoleNoVel-v1", "lstm")
     assert path.name == "ppo_lstm_CartPoleNoVel-v1.yaml" and not fallback
     # no transformer file here: the env's packaged config (the LSTM one) with the agent swapped
-    assert trainer.DEFAULT_CONFIGS["CartPoleNoVel-v1"] == "ppo_lstm_CartPoleNoVel-v1.yaml"
-    path, fallback = default_config("ppo", trainer, "CartPoleNoVel-v1", "transformer")
+    assert ppo.DEFAULT_CONFIGS["CartPoleNoVel-v1"] == "ppo_lstm_CartPoleNoVel-v1.yaml"
+    path, fallback = default_config("ppo", ppo, "CartPoleNoVel-v1", "transformer")
     assert path.name == "ppo_lstm_CartPoleNoVel-v1.yaml" and not fallback
-    path, fallback = default_config("ppo", trainer, "MountainCar-v0", "transformer")
+    path, fallback = default_config("ppo", ppo, "MountainCar-v0", "transformer")
     assert path.name == "ppo_fc_CartPole-v1.yaml" and fallback
 
 
@@ -202,7 +202,7 @@ def test_failure_before_the_first_update_removes_the_folder(tmp_path, monkeypatc
     def fail(*args, **kwargs):
         raise ConfigError("agent: cannot be built")
 
-    monkeypatch.setattr(trainer, "get_agent", fail)
+    monkeypatch.setattr(ppo, "get_agent", fail)
     assert main(["train", *TINY, "--runs-dir", str(tmp_path / "runs")]) == 2
     assert list((tmp_path / "runs").iterdir()) == []
     monkeypatch.undo()
@@ -212,14 +212,14 @@ def test_failure_before_the_first_update_removes_the_folder(tmp_path, monkeypatc
         calls.append(1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "run_rollout", interrupt)
+    monkeypatch.setattr(ppo, "run_rollout", interrupt)
     with pytest.raises(KeyboardInterrupt):
         main(["train", *TINY, "--runs-dir", str(tmp_path / "runs")])
     assert calls and list((tmp_path / "runs").iterdir()) == []
 
 
 def test_failure_after_the_first_update_keeps_the_folder(tmp_path, monkeypatch) -> None:
-    real_update, done = trainer.ppo_update, []
+    real_update, done = ppo.ppo_update, []
 
     def update_once(*args, **kwargs):
         if done:
@@ -227,7 +227,7 @@ def test_failure_after_the_first_update_keeps_the_folder(tmp_path, monkeypatch) 
         done.append(1)
         return real_update(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "ppo_update", update_once)
+    monkeypatch.setattr(ppo, "ppo_update", update_once)
     with pytest.raises(KeyboardInterrupt):
         main(["train", *TINY, "--runs-dir", str(tmp_path)])
     assert (tmp_path / "CartPole-v1-fc-s1" / "checkpoints" / "checkpoint_0000").is_dir()
@@ -283,7 +283,7 @@ def test_evaluation_does_not_change_the_run(tmp_path, model) -> None:
     assert [s for s, _ in stats.evaluations] == [64, 128, 192]
     assert [u["eval/mean_return"] for u in stats.updates] == [r for _, r in stats.evaluations]
     # the evaluation is deterministic: the same episodes again give the same mean
-    again = evaluate_agent(agent, env, 2, 5 + trainer.EVAL_SEED_OFFSET)
+    again = evaluate_agent(agent, env, 2, 5 + ppo.EVAL_SEED_OFFSET)
     assert float(np.mean(again)) == stats.evaluations[-1][1]
     assert agent.training  # evaluation restores the mode
 

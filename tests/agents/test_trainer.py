@@ -9,20 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.ppo.config import (
+from rlstore.agents.networks import FCAgent
+from rlstore.agents.ppo import RolloutState, TrainStats, make_vector_env, run_rollout, train_ppo
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     OnlineTrainConfig,
     RunConfig,
     TransformerModelConfig,
-)
-from rlstore.agents.ppo.models import FCAgent
-from rlstore.agents.ppo.trainer import (
-    RolloutState,
-    TrainStats,
-    make_vector_env,
-    run_rollout,
-    train_ppo,
 )
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError
@@ -97,10 +91,11 @@ def test_sampling_methods_in_rollout() -> None:
     ]:
         buf = RolloutBuffer(16, 3)
         state = RolloutState.start(agent, envs, 0)
-        agent.rollout(buf, 16, envs, state, None, method, **kw)
+        run_rollout(agent, buf, 16, envs, state, None, method, kw)
         assert check(buf.get().actions), method
     with pytest.raises(ConfigError, match="sampling_method"):
-        agent.rollout(RolloutBuffer(4, 3), 4, envs, RolloutState.start(agent, envs, 0), None, "x")
+        state = RolloutState.start(agent, envs, 0)
+        run_rollout(agent, RolloutBuffer(4, 3), 4, envs, state, None, "x")
     envs.close()
 
 
@@ -223,7 +218,7 @@ def test_tuned_cartpole_config_solves(request) -> None:
         pytest.skip("long learning run; select it with -m slow")
     from importlib import resources
 
-    from rlstore.agents.ppo.config import load_train_config
+    from rlstore.agents.ppo_config import load_train_config
 
     with resources.as_file(resources.files("rlstore") / "configs" / "ppo_fc_CartPole-v1.yaml") as p:
         cfg = load_train_config(p)
@@ -238,27 +233,35 @@ def test_tuned_cartpole_config_solves(request) -> None:
     assert sum(f >= 475.0 for f in finals) >= 2, finals
 
 
-def test_package_exports_resolve_without_plotting_or_logging_imports() -> None:
-    # every public name resolves to the object of its defining module, and resolving all of them
+# the public names of the former rlstore.agents.ppo package, importable from the module
+PPO_NAMES = (
+    "train_ppo ppo_runner TrainStats TrainResult TrainConfig load_train_config RunConfig "
+    "EnvironmentConfig OnlineTrainConfig LSTMModelConfig TransformerModelConfig PPOAgent FCAgent "
+    "LSTMPPOAgent TransformerPPOAgent get_agent layer_init PPOScheduler ppo_loss make_vector_env "
+    "RolloutState store_model_checkpoint load_saved_checkpoint load_all_agents_from_checkpoints "
+    "sample_from_agents load_trajectories"
+).split()
+
+
+def test_ppo_exports_resolve_without_plotting_or_logging_imports() -> None:
+    # every public name is the object of its defining module, and importing rlstore.agents.ppo
     # (in a fresh interpreter) imports neither matplotlib nor tensorboard nor wandb
     import subprocess
     import sys
 
     import rlstore.agents.ppo as ppo
-    from rlstore.agents.ppo import checkpoint, config, models, rollout, trainer
+    from rlstore.agents import networks, ppo_checkpoint, ppo_config, rollout, sampling
 
-    assert ppo.train_ppo is trainer.train_ppo and ppo.RolloutState is rollout.RolloutState
-    assert ppo.FCAgent is models.FCAgent and ppo.TrainConfig is config.TrainConfig
-    assert ppo.load_saved_checkpoint is checkpoint.load_saved_checkpoint
-    assert trainer.RolloutState is rollout.RolloutState  # the old import path still works
+    assert len(PPO_NAMES) == 26 and set(PPO_NAMES) <= set(ppo.__all__)
+    assert ppo.RolloutState is rollout.RolloutState and ppo.FCAgent is networks.FCAgent
+    assert ppo.TrainConfig is ppo_config.TrainConfig
+    assert ppo.load_saved_checkpoint is ppo_checkpoint.load_saved_checkpoint
+    assert ppo.sample_from_agents is sampling.sample_from_agents
     code = (
         "import sys, rlstore.agents.ppo as p\n"
         "[getattr(p, n) for n in p.__all__]\n"
         "bad = sorted(m for m in ('matplotlib', 'tensorboard', 'wandb') if m in sys.modules)\n"
-        "print(len(p.__all__), bad)\n"
+        "print(bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["26", "[]"], out.stdout + out.stderr
-    assert sorted(ppo.__all__) == sorted(ppo._EXPORTS)
-    with pytest.raises(AttributeError, match="no_such_name"):
-        _ = ppo.no_such_name
+    assert out.stdout.split() == ["[]"], out.stdout + out.stderr

@@ -465,7 +465,7 @@ def test_memory_input_errors():
 
 
 def test_memory_accepts_the_trainer_config():
-    config = pytest.importorskip("rlstore.agents.ppo.config")
+    config = pytest.importorskip("rlstore.agents.ppo_config")
     args = config.OnlineTrainConfig(num_envs=2, num_steps=4, num_minibatches=2)
     envs = make_envs(2)
     memory = Memory(envs, args)

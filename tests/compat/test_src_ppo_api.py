@@ -395,3 +395,20 @@ def test_probes_keep_the_seed_reset():
     assert np.array_equal(again, obs)
     assert env.step(0)[1] == float(obs[0])  # reward = observation
     assert src_ppo.Probe7().reset(seed=1)[0].shape == (1,)
+
+
+def test_rollout_and_learn_refuse_anything_but_a_memory():
+    # the facade's rollout / learn serve the documented Memory loop; rlstore's own loop over a
+    # RolloutBuffer is core.run_rollout / core.ppo_update (refused, the buffer left untouched)
+    from rlstore.buffers.rollout import RolloutBuffer
+
+    envs = make_vector_env(ENV, 2)
+    agent, args = get_agent(None, envs, ENV, online()), online()
+    optimizer, scheduler = agent.make_optimizer(args.num_updates, 1e-3, 0.0)
+    buffer = RolloutBuffer(4, 2)
+    with pytest.raises(ConfigError, match="memory: expected a Memory, got RolloutBuffer"):
+        agent.rollout(buffer, 4, envs)
+    with pytest.raises(ConfigError, match="memory: expected a Memory, got RolloutBuffer"):
+        agent.learn(buffer, args, optimizer, scheduler, False)
+    assert len(buffer) == 0 and scheduler.n_step_calls == 0
+    envs.close()

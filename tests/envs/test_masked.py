@@ -8,8 +8,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import rlstore.envs
-from rlstore.agents.ppo.config import EnvironmentConfig
-from rlstore.agents.ppo.rollout import check_env_id
+from rlstore.agents.envs import check_env_id
+from rlstore.agents.ppo_config import EnvironmentConfig
 
 
 def test_registered_on_import_with_cartpole_limits() -> None:

@@ -50,7 +50,7 @@ from rlstore.agents.config import (
     section_cli_keys,
 )
 from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
-from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.envs import make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, safe_name
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer

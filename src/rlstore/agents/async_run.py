@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rlstore.agents.config import BaseConfig
-from rlstore.agents.ppo.rollout import make_env
+from rlstore.agents.envs import make_env
 from rlstore.agents.run import TrainingRun, TrainStats, due, evaluation_due
 from rlstore.agents.run_checkpoint import (
     check_module_state,

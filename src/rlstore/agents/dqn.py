@@ -62,7 +62,7 @@ from rlstore.agents.config import (
     section_cli_keys,
 )
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
-from rlstore.agents.ppo.rollout import make_env, make_vector_env
+from rlstore.agents.envs import make_env, make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.env_state import env_state, restore_envs
+from rlstore.agents.envs import env_state, restore_envs
 from rlstore.agents.run import TrainStats
 from rlstore.agents.run_checkpoint import (
     RAW_OBS,

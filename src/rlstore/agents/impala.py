@@ -54,8 +54,8 @@ from rlstore.agents.config import (
     RunConfig,
     section_cli_keys,
 )
-from rlstore.agents.ppo.models import FCAgent
-from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.envs import make_vector_env
+from rlstore.agents.networks import FCAgent
 from rlstore.agents.run import TrainingRun, TrainStats, adam
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.config import load_config_file

@@ -50,17 +50,18 @@ import torch
 from pydantic import Field, model_validator
 
 from rlstore.agents.config import BaseConfig
-from rlstore.agents.ppo.config import TrainConfig
-from rlstore.agents.ppo.loss import ppo_update
-from rlstore.agents.ppo.models import PPOAgent
-from rlstore.agents.ppo.rollout import RolloutState, make_vector_env, run_rollout
-from rlstore.agents.ppo.trainer import (
+from rlstore.agents.envs import make_vector_env
+from rlstore.agents.networks import PPOAgent
+from rlstore.agents.ppo import (
     TrainResult,
     build_learner,
     evaluate_in_run,
     finish_stats,
     log_update,
+    ppo_update,
 )
+from rlstore.agents.ppo_config import TrainConfig
+from rlstore.agents.rollout import RolloutState, run_rollout
 from rlstore.agents.run import TrainingRun, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
@@ -120,7 +121,7 @@ class PPODConfig(BaseConfig):
 
 
 class PPODTrainConfig(TrainConfig):
-    """A PPO run (:class:`~rlstore.agents.ppo.config.TrainConfig`) plus its ``ppod`` section."""
+    """A PPO run (:class:`~rlstore.agents.ppo_config.TrainConfig`) plus its ``ppod`` section."""
 
     ppod: PPODConfig = Field(default_factory=PPODConfig)
     """Demo replay settings."""
@@ -196,7 +197,7 @@ class DemoRollout:
         truncated: np.ndarray,
         next_raw: np.ndarray,
     ) -> tuple[Any, ...]:
-        """Mix one vector step (see :func:`rlstore.agents.ppo.rollout.run_rollout`)."""
+        """Mix one vector step (see :func:`rlstore.agents.rollout.run_rollout`)."""
         self.env_obs = np.array(next_raw)  # before the step: resets overwrite their rows
         m = self.mixer.step(
             self.agent.env_action(action), reward, terminated, truncated, next_raw,
@@ -265,7 +266,7 @@ class DemoRollout:
 def train_ppod(
     cfg: PPODTrainConfig, *, run_dir: str | Path | None = None, resume: bool = False
 ) -> TrainResult:
-    """Train PPO+D; returns ``(agent, stats)`` like :func:`~rlstore.agents.ppo.trainer.
+    """Train PPO+D; returns ``(agent, stats)`` like :func:`~rlstore.agents.ppo.
     train_ppo` (evaluation, logging and checkpoints as there; ``run_dir`` None writes nothing,
     the demos included unless ``ppod.target_demos_dir`` is set)."""
     from rlstore.agents.ppod_checkpoint import restore, save

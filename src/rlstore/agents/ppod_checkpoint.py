@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.checkpoint import (
+from rlstore.agents.ppo_checkpoint import (
     latest_checkpoint,
     restore_training,
     store_model_checkpoint,
@@ -32,9 +32,9 @@ from rlstore.checkpoint import load_state, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError
 
 if TYPE_CHECKING:
-    from rlstore.agents.ppo.models import PPOAgent
-    from rlstore.agents.ppo.rollout import RolloutState
+    from rlstore.agents.networks import PPOAgent
     from rlstore.agents.ppod import DemoRollout, PPODTrainConfig
+    from rlstore.agents.rollout import RolloutState
 
 __all__ = ["FORMAT", "PREFIX", "save", "restore"]
 

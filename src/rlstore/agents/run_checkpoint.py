@@ -3,8 +3,9 @@
 * the global RNG states: :func:`global_rng_state`, :func:`check_global_rng_state`,
   :func:`set_global_rng_state`;
 * optimizer and module state: :func:`optimizer_state`, :func:`check_optimizer_state`,
-  :func:`check_module_state`, :func:`check_updates_log`, and :data:`RAW_OBS` (the raw-observation
-  agent of :func:`rlstore.agents.ppo.env_state.restore_envs`);
+  :func:`check_module_state`, :func:`check_updates_log`, :func:`check_like` (a state
+  dict's structure against a reference one), and :data:`RAW_OBS` (the raw-observation
+  agent of :func:`rlstore.agents.envs.restore_envs`);
 * the checkpoint folders of a run: :func:`checkpoint_path`, :func:`list_checkpoints`,
   :func:`latest_checkpoint`, :func:`checkpoint_schedule`;
 * :func:`check_resumed_config`: what a resumed run may change in its config (a larger budget).
@@ -36,6 +37,7 @@ __all__ = [
     "check_optimizer_state",
     "check_module_state",
     "check_updates_log",
+    "check_like",
     "RAW_OBS",
     "checkpoint_path",
     "list_checkpoints",
@@ -209,11 +211,49 @@ def check_updates_log(log: Any, where: str) -> None:
         raise CheckpointError(f"{where}: expected a list of {{name: number}} dicts")
 
 
+def check_like(where: str, got: Any, ref: Any) -> None:
+    """Raise :class:`CheckpointError` unless ``got`` has the structure of ``ref``: same dict
+    keys, tensors / arrays of the same shape and dtype, ints >= 0 where ``ref`` has ints, lists
+    of finite numbers (ints where ``ref``'s name says lengths or steps)."""
+    if isinstance(ref, dict):
+        if not isinstance(got, dict) or set(got) != set(ref):
+            keys = sorted(got) if isinstance(got, dict) else type(got).__name__
+            raise CheckpointError(f"{where}: expected keys {sorted(ref)}, got {keys}")
+        for k in ref:
+            check_like(f"{where}.{k}", got[k], ref[k])
+    elif isinstance(ref, (torch.Tensor, np.ndarray)):
+        if type(got) is not type(ref) or got.shape != ref.shape or got.dtype != ref.dtype:
+            have = (tuple(got.shape), got.dtype) if hasattr(got, "shape") else type(got).__name__
+            raise CheckpointError(
+                f"{where}: expected {type(ref).__name__} of shape {tuple(ref.shape)} and dtype "
+                f"{ref.dtype}, got {have}"
+            )
+    elif isinstance(ref, str):
+        if got != ref:
+            raise CheckpointError(f"{where}: expected {ref!r} like this agent, got {got!r}")
+    elif isinstance(ref, int):
+        if type(got) is not int or got < 0:
+            raise CheckpointError(f"{where}: expected an int >= 0, got {got!r}")
+    elif isinstance(ref, float):
+        if type(got) not in (int, float) or not math.isfinite(got):
+            raise CheckpointError(f"{where}: expected a finite number, got {got!r}")
+    elif isinstance(ref, list):
+        want_int = where.endswith(("lengths", "steps"))
+        ok = isinstance(got, list) and all(
+            type(x) is int and x >= 0 if want_int else type(x) in (int, float) and np.isfinite(x)
+            for x in got
+        )
+        if not ok:
+            raise CheckpointError(
+                f"{where}: expected a list of {'ints >= 0' if want_int else 'finite numbers'}"
+            )
+
+
 RAW_OBS = SimpleNamespace(
     normalizer=SimpleNamespace(obs=lambda x, update: x),
     preprocess=lambda batch, device: torch.as_tensor(batch, device=device),
 )
-"""The ``agent`` argument of :func:`rlstore.agents.ppo.env_state.restore_envs` for trainers
+"""The ``agent`` argument of :func:`rlstore.agents.envs.restore_envs` for trainers
 whose networks see the raw observations (DQN, SAC): no preprocessing, no normalization, so the
 replayed observations are compared with the saved ones as they are."""
 

@@ -54,7 +54,7 @@ from rlstore.agents.config import (
     RunConfig,
     section_cli_keys,
 )
-from rlstore.agents.ppo.rollout import check_env_id, make_env, make_vector_env
+from rlstore.agents.envs import check_env_id, make_env, make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
 from rlstore.agents.sac_checkpoint import PREFIX, LoopState, restore_checkpoint, save_checkpoint

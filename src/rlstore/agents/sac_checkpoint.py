@@ -28,12 +28,12 @@ import numpy as np
 import torch
 
 from rlstore import checkpoint
-from rlstore.agents.ppo.env_state import env_state, restore_envs
-from rlstore.agents.ppo.rollout import check_like
+from rlstore.agents.envs import env_state, restore_envs
 from rlstore.agents.run import TrainStats
 from rlstore.agents.run_checkpoint import (
     RAW_OBS,
     check_global_rng_state,
+    check_like,
     check_module_state,
     check_optimizer_state,
     check_resumed_config,

@@ -42,7 +42,7 @@ from rlstore.errors import ConfigError, RLStoreError
 log = logging.getLogger("rlstore.train")
 
 ALGORITHMS: dict[str, str] = {
-    "ppo": "rlstore.agents.ppo.trainer",
+    "ppo": "rlstore.agents.ppo",
     "dqn": "rlstore.agents.dqn",
     "sac": "rlstore.agents.sac",
     "impala": "rlstore.agents.impala",
@@ -306,7 +306,7 @@ def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) 
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlstore.agents.ppo.rollout import make_env
+    from rlstore.agents.envs import make_env
     from rlstore.agents.run import check_video_support, create_run_dir
 
     module = _module(args)

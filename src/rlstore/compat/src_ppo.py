@@ -5,8 +5,7 @@
 rlstore's rollout loop into a ``RolloutBuffer`` that ``memory`` (:class:`Memory`) then serves,
 ``memory.state`` carrying the env and recurrent state between rollouts; ``learn(memory, args,
 optimizer, scheduler, track)`` runs rlstore's PPO update on it (with ``track``, its losses go to
-``memory.vars_to_log``). Given rlstore's own forms (a ``RolloutBuffer`` and a ``RolloutState``)
-they behave as rlstore's agents. Differences: envs must autoreset in the same step
+``memory.vars_to_log``). Differences: envs must autoreset in the same step
 (:func:`~rlstore.agents.ppo.make_vector_env`); truncated episodes bootstrap; checkpoints are
 rlstore's safetensors + JSON folders.
 
@@ -38,10 +37,11 @@ import gymnasium as gym
 import torch
 
 import rlstore.agents.ppo as ppo
-from rlstore.agents.ppo import PPOScheduler, RolloutState, sample_from_agents
-from rlstore.agents.ppo.checkpoint import checkpoint_path
-from rlstore.agents.ppo.config import ModelConfig
-from rlstore.agents.ppo.obs import get_obs_preprocessor, get_obs_shape, preprocess_images
+from rlstore.agents.obs import get_obs_preprocessor, get_obs_shape, preprocess_images
+from rlstore.agents.ppo import PPOScheduler, RolloutState, ppo_update, sample_from_agents
+from rlstore.agents.ppo_checkpoint import checkpoint_path
+from rlstore.agents.ppo_config import ModelConfig
+from rlstore.agents.rollout import run_rollout
 from rlstore.agents.run import set_global_seeds  # the one every trainer seeds with
 from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
 from rlstore.compat.src_ppo_memory import (
@@ -67,59 +67,69 @@ __all__ = [
 
 
 class PPOAgent(ppo.PPOAgent):
-    """rlstore's :class:`~rlstore.agents.ppo.PPOAgent` with the original's ``rollout`` /
-    ``learn`` forms (module doc) and ``preprocess_obs``. Abstract, like the original's."""
+    """rlstore's :class:`~rlstore.agents.ppo.PPOAgent` with the original's ``make_optimizer``,
+    ``rollout`` / ``learn`` forms (module doc) and ``preprocess_obs``. Abstract, like the
+    original's."""
 
-    def rollout(  # type: ignore[override]
+    def make_optimizer(
+        self, num_updates: int, initial_lr: float, end_lr: float, eps: float = 1e-5
+    ) -> tuple[torch.optim.Optimizer, PPOScheduler]:
+        """Adam over all parameters plus a :class:`PPOScheduler` decaying its rate linearly."""
+        optimizer = torch.optim.Adam(self.parameters(), lr=initial_lr, eps=eps)
+        return optimizer, PPOScheduler(optimizer, initial_lr, end_lr, num_updates)
+
+    def rollout(
         self,
-        memory: Any,
+        memory: Memory,
         num_steps: int,
         envs: Any,
         trajectory_writer: Any = None,
         sampling_method: str = "basic",
-        *core_args: Any,
         **kwargs: Any,
-    ) -> Any:
+    ) -> None:
         """Collect ``num_steps`` steps of every env into ``memory`` (emptied by
         ``memory.reset()`` since its last rollout), returns computed; ``sampling_method``:
         ``basic``, ``greedy``, ``temperature`` (kwarg ``temperature``), ``topk`` (``k``)."""
-        if not isinstance(memory, Memory):
-            return super().rollout(
-                memory, num_steps, envs, trajectory_writer, sampling_method, *core_args, **kwargs
-            )
+        _check_memory(memory)
         if memory.experiences:
             raise ConfigError("memory: holds the steps of a rollout; call memory.reset() first")
         buffer = memory.rollout_buffer(num_steps)
         if memory.state is None:  # the first rollout: reset the envs and the agent's memory
             memory.state = RolloutState.start(self, envs, getattr(memory.args, "seed", None))
-        super().rollout(
-            buffer, num_steps, envs, memory.state, trajectory_writer, sampling_method, **kwargs
+        run_rollout(
+            self, buffer, num_steps, envs, memory.state, trajectory_writer, sampling_method, kwargs
         )
         memory.record_rollout(buffer, memory.state)
-        return None
 
-    def learn(  # type: ignore[override]
+    def learn(
         self,
-        memory: Any,
+        memory: Memory,
         args: Any,
         optimizer: torch.optim.Optimizer,
         scheduler: PPOScheduler | None,
         track: bool = False,
-    ) -> Any:
-        """rlstore's PPO update on the rollout in ``memory``; returns None. With ``track`` its
-        losses and diagnostics go to ``memory.add_vars_to_log``."""
-        if not isinstance(memory, Memory):
-            return super().learn(memory, args, optimizer, scheduler, track)
-        stats = super().learn(memory._rollout(), args, optimizer, scheduler, track)
+    ) -> None:
+        """rlstore's PPO update (:func:`~rlstore.agents.ppo.ppo_update`) on the rollout in
+        ``memory``; returns None. With ``track`` its losses and diagnostics go to
+        ``memory.add_vars_to_log``."""
+        _check_memory(memory)
+        stats = ppo_update(self, memory._rollout(), args, optimizer, scheduler)
         if track:
             memory.add_vars_to_log(**stats)
-        return None
 
     def preprocess_obs(self, obs: Any) -> torch.Tensor:
         """Raw observations of ``envs`` ``(N, ...)`` -> what the networks read: float32
         ``(N, *obs_shape)`` on the agent's device, normalized when normalization is on (its
         statistics are not updated)."""
         return self.normalizer.obs(self.preprocess(obs, self.device), False)
+
+
+def _check_memory(memory: Any) -> None:
+    if not isinstance(memory, Memory):
+        raise ConfigError(
+            f"memory: expected a Memory, got {type(memory).__name__} (rlstore's own loop over a "
+            "RolloutBuffer is rlstore.agents.ppo.run_rollout / ppo_update)"
+        )
 
 
 class FCAgent(PPOAgent, ppo.FCAgent):

@@ -45,7 +45,7 @@ import torch
 
 from rlstore._trees import tree_leaves
 from rlstore.agents.config import EnvironmentConfig
-from rlstore.agents.ppo.rollout import make_vector_env
+from rlstore.agents.envs import make_vector_env
 from rlstore.distributed.client import fragment_layout
 from rlstore.vector import TransitionAdapter
 

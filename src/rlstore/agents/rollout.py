@@ -1,124 +1,34 @@
-"""Environment construction and rollout collection for the PPO trainer.
+"""On-policy rollout collection with a :class:`~rlstore.agents.networks.PPOAgent` (PPO, PPO+D,
+trajectory sampling, the seed-004 facade).
 
-:func:`make_vector_env` builds Gymnasium vector envs in ``AutoresetMode.SAME_STEP`` (every step
-is a real transition); :func:`run_rollout` steps them with an agent into a
-:class:`~rlstore.buffers.rollout.RolloutBuffer`, bootstrapping truncated episodes from
-``V(info["final_obs"])``, and computes the GAE returns; :class:`RolloutState` is what carries
-over between rollouts (and into checkpoints).
+:func:`run_rollout` steps vector envs (:func:`rlstore.agents.envs.make_vector_env`) with an
+agent into a :class:`~rlstore.buffers.rollout.RolloutBuffer`, bootstrapping truncated episodes
+from ``V(info["final_obs"])``, and computes the GAE returns (``rlstore.returns.gae`` via the
+buffer); :class:`RolloutState` is what carries over between rollouts (and into checkpoints).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.config import EnvironmentConfig
-from rlstore.agents.ppo.env_state import WRAPPERS, wrapper_names
+from rlstore.agents.networks import Memory, PPOAgent
+from rlstore.agents.run_checkpoint import check_like
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import CheckpointError, ConfigError
 
-if TYPE_CHECKING:
-    from rlstore.agents.ppo.agent_base import Memory, PPOAgent
-
 __all__ = [
     "SAMPLING_METHODS",
-    "check_env_id",
-    "check_like",
-    "make_env",
-    "make_vector_env",
     "RolloutState",
     "run_rollout",
 ]
 
-SAMPLING_METHODS = ("basic", "greedy", "temperature", "topk")
-
-
-def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym.vector.VectorEnv:
-    """A ``SyncVectorEnv`` of ``num_envs`` copies of the configured env, autoreset SAME_STEP.
-
-    Each sub-env is wrapped by its registered wrappers (:func:`wrapper_names`), the outermost
-    being :class:`~rlstore.agents.ppo.env_state.EpisodeLog` (what checkpoints replay).
-
-    rlstore's own ids (``CartPoleNoVel-v1``, ``rlstore/Probe*``) are registered and MiniGrid
-    ids import ``minigrid`` first.
-    """
-    cfg = environment_config
-    check_env_id(cfg)
-    wrappers = [WRAPPERS[name]() for name in wrapper_names(cfg)]
-    kwargs = dict(cfg.env_kwargs)
-    if cfg.max_steps is not None:
-        kwargs["max_episode_steps"] = cfg.max_steps
-    try:
-        return gym.make_vec(
-            cfg.env_id,
-            num_envs=num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-            wrappers=wrappers or None,
-            **kwargs,
-        )
-    except gym.error.Error as err:
-        raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
-
-
-def make_env(environment_config: EnvironmentConfig, render_mode: str | None = None) -> gym.Env:
-    """One env as :func:`make_vector_env` builds each sub-env, without the
-    :class:`~rlstore.agents.ppo.env_state.EpisodeLog` (evaluation episodes, videos)."""
-    cfg = environment_config
-    check_env_id(cfg)
-    kwargs = dict(cfg.env_kwargs)
-    if cfg.max_steps is not None:
-        kwargs["max_episode_steps"] = cfg.max_steps
-    if render_mode is not None:
-        kwargs["render_mode"] = render_mode
-    try:
-        env = gym.make(cfg.env_id, **kwargs)
-    except gym.error.Error as err:
-        raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
-    for name in wrapper_names(cfg)[:-1]:  # the last one is the EpisodeLog
-        env = WRAPPERS[name]()(env)
-    return env
-
-
-def _needs_minigrid(cfg: EnvironmentConfig) -> bool:
-    return cfg.env_id.startswith(("MiniGrid", "BabyAI")) or cfg.fully_observed or cfg.img_obs
-
-
-def check_env_id(environment_config: EnvironmentConfig) -> None:
-    """Raise :class:`ConfigError` unless the configured id is registered with Gymnasium.
-
-    Registers rlstore's own ids (``CartPoleNoVel-v1``, the probes ``rlstore/Probe*``) and
-    imports ``minigrid`` for MiniGrid ids first; nothing else is imported
-    (:class:`EnvironmentConfig` rejects ``module:`` ids).
-    Called before a run folder is created, so a bad id leaves nothing behind.
-    """
-    cfg = environment_config
-    import rlstore.envs  # noqa: F401  (registers CartPoleNoVel-v1)
-
-    if cfg.env_id.startswith("rlstore/"):
-        rlstore.envs.register_probes()
-    if _needs_minigrid(cfg):
-        try:
-            import minigrid  # noqa: F401  (registers the MiniGrid ids)
-        except ImportError as err:
-            raise ConfigError(
-                f"environment.env_id: {cfg.env_id!r} needs the minigrid package "
-                "(pip install 'rlstore[minigrid]')"
-            ) from err
-    if ":" in cfg.env_id:  # a config built without validation (model_construct)
-        raise ConfigError(f"environment.env_id: expected no 'module:' prefix, got {cfg.env_id!r}")
-    try:
-        gym.spec(cfg.env_id)
-    except gym.error.Error as err:
-        raise ConfigError(
-            f"environment.env_id: expected an id registered with Gymnasium, got {cfg.env_id!r} "
-            f"({err})"
-        ) from None
+SAMPLING_METHODS: tuple[str, ...] = ("basic", "greedy", "temperature", "topk")
+"""Action selection of :func:`run_rollout`: sample pi (training), its mode, a temperature, top-k."""
 
 
 @dataclass
@@ -214,44 +124,6 @@ class RolloutState:
         self.episode_returns = [float(x) for x in sd["episode_returns"]]
         self.episode_lengths = list(sd["episode_lengths"])
         self.episode_end_steps = list(sd["episode_end_steps"])
-
-
-def check_like(where: str, got: Any, ref: Any) -> None:
-    """Raise :class:`CheckpointError` unless ``got`` has the structure of ``ref``: same dict
-    keys, tensors / arrays of the same shape and dtype, ints >= 0 where ``ref`` has ints, lists
-    of finite numbers (ints where ``ref``'s name says lengths or steps)."""
-    if isinstance(ref, dict):
-        if not isinstance(got, dict) or set(got) != set(ref):
-            keys = sorted(got) if isinstance(got, dict) else type(got).__name__
-            raise CheckpointError(f"{where}: expected keys {sorted(ref)}, got {keys}")
-        for k in ref:
-            check_like(f"{where}.{k}", got[k], ref[k])
-    elif isinstance(ref, (torch.Tensor, np.ndarray)):
-        if type(got) is not type(ref) or got.shape != ref.shape or got.dtype != ref.dtype:
-            have = (tuple(got.shape), got.dtype) if hasattr(got, "shape") else type(got).__name__
-            raise CheckpointError(
-                f"{where}: expected {type(ref).__name__} of shape {tuple(ref.shape)} and dtype "
-                f"{ref.dtype}, got {have}"
-            )
-    elif isinstance(ref, str):
-        if got != ref:
-            raise CheckpointError(f"{where}: expected {ref!r} like this agent, got {got!r}")
-    elif isinstance(ref, int):
-        if type(got) is not int or got < 0:
-            raise CheckpointError(f"{where}: expected an int >= 0, got {got!r}")
-    elif isinstance(ref, float):
-        if type(got) not in (int, float) or not math.isfinite(got):
-            raise CheckpointError(f"{where}: expected a finite number, got {got!r}")
-    elif isinstance(ref, list):
-        want_int = where.endswith(("lengths", "steps"))
-        ok = isinstance(got, list) and all(
-            type(x) is int and x >= 0 if want_int else type(x) in (int, float) and np.isfinite(x)
-            for x in got
-        )
-        if not ok:
-            raise CheckpointError(
-                f"{where}: expected a list of {'ints >= 0' if want_int else 'finite numbers'}"
-            )
 
 
 def _select_action(

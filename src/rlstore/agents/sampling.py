@@ -2,8 +2,8 @@
 
 ``sample_from_agents(agents, rollout_length, trajectory_path, num_envs, sampling_method)`` runs
 every agent for ``rollout_length`` steps in each of ``num_envs`` fresh copies of its environment
-(``agent.environment_config``, vector env in SAME_STEP autoreset mode) through the agent's own
-``rollout`` (DecisionTransformerInterpretability's ``src.ppo`` API) with a :class:`TrajectoryWriter`
+(``agent.environment_config``, vector env in SAME_STEP autoreset mode) through the training
+rollout loop (:func:`~rlstore.agents.rollout.run_rollout`) with a :class:`TrajectoryWriter`
 attached, and returns one :class:`Trajectories` record per agent. Sampling methods:
 
 * ``basic``: sample from pi;
@@ -48,7 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.rollout import RolloutState, make_vector_env
+from rlstore.agents.envs import make_vector_env
+from rlstore.agents.rollout import SAMPLING_METHODS, RolloutState, run_rollout
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.checkpoint import load_state, read_metadata, save_state
 from rlstore.errors import CheckpointError, ConfigError
@@ -64,7 +65,6 @@ __all__ = [
     "check_sampling_args",
 ]
 
-SAMPLING_METHODS: tuple[str, ...] = ("basic", "greedy", "temperature", "topk")
 _PREFIX = "trajectories_"
 _FORMAT = "rlstore.trajectories/1"
 
@@ -194,7 +194,8 @@ class TrajectoryWriter:
 def check_sampling_args(
     sampling_method: str, temperature: float | None, k: int | None
 ) -> dict[str, Any]:
-    """Validate a sampling method and its arguments; returns the kwargs for ``agent.rollout``.
+    """Validate a sampling method and its arguments; returns the ``sampling_kwargs`` of
+    ``run_rollout``.
 
     Raises:
         ConfigError: unknown method, a missing or out-of-range ``temperature`` / ``k``, or an
@@ -242,7 +243,7 @@ def sample_from_agents(
     """Roll out each agent and (optionally) write all trajectories to ``trajectory_path``.
 
     Args:
-        agents: PPO agents (``rlstore.agents.ppo.models.PPOAgent``), e.g. from
+        agents: PPO agents (``rlstore.agents.networks.PPOAgent``), e.g. from
             ``load_all_agents_from_checkpoints``.
         rollout_length: steps per env, T >= 1.
         trajectory_path: folder to write (see module doc); None keeps them in memory only.
@@ -298,8 +299,8 @@ def sample_from_agents(
                 torch.manual_seed(seed)
                 writer.start(envs.reset(seed=seed)[0])
                 state = RolloutState.start(agent, envs, seed)  # same seeds: same first obs
-                agent.rollout(
-                    buffer, int(rollout_length), envs, state, writer, sampling_method, **kwargs
+                run_rollout(
+                    agent, buffer, int(rollout_length), envs, state, writer, sampling_method, kwargs
                 )
         finally:
             agent.train(was_training)

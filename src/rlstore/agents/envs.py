@@ -1,6 +1,11 @@
-"""Environment state in checkpoints without pickle: a JSON spec plus a deterministic replay.
+"""The environments of every rlstore trainer: built from an :class:`EnvironmentConfig`, and
+saved in checkpoints without pickle as a JSON spec plus a deterministic replay.
 
-A PPO checkpoint does not store environment objects. It stores
+:func:`make_vector_env` builds Gymnasium vector envs in ``AutoresetMode.SAME_STEP`` (every step
+is a real transition); :func:`make_env` one env the same way (evaluation, videos);
+:func:`check_env_id` checks an id before a run folder exists.
+
+A checkpoint does not store environment objects. It stores
 
 * the **spec** of the vector env: env id, ``gym.make`` kwargs, time limit, the wrappers by
   their registered name (:data:`WRAPPERS`), the number of envs and the autoreset mode;
@@ -9,12 +14,12 @@ A PPO checkpoint does not store environment objects. It stores
   reset (JSON, :func:`rlstore.samplers.rng_state`), and the actions it has received since
   (one array per env).
 
-:class:`EpisodeLog`, the outermost wrapper of every sub-env built by
-:func:`rlstore.agents.ppo.rollout.make_vector_env`, records both. :func:`restore_envs` rebuilds
-the episode on a freshly built vector env of the same spec: reset (with the seed, or from the
-saved generator state) and replay the actions. Gymnasium environments draw their randomness
-from ``np_random``, so the replayed env is in the state the original was in, bit for bit
-(checked: the replayed observations must equal the checkpoint's current observation).
+:class:`EpisodeLog`, the outermost wrapper of every sub-env built by :func:`make_vector_env`,
+records both. :func:`restore_envs` rebuilds the episode on a freshly built vector env of the
+same spec: reset (with the seed, or from the saved generator state) and replay the actions.
+Gymnasium environments draw their randomness from ``np_random``, so the replayed env is in the
+state the original was in, bit for bit (checked: the replayed observations must equal the
+checkpoint's current observation).
 
 Nothing read from a checkpoint is resolved to code: wrapper names are only compared with the
 names the run's own config gives, and generator states are accepted only for the bit
@@ -30,11 +35,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.config import EnvironmentConfig
-from rlstore.errors import CheckpointError
+from rlstore.agents.config import EnvironmentConfig
+from rlstore.errors import CheckpointError, ConfigError
 from rlstore.samplers import rng_state, set_rng_state
 
 __all__ = [
+    "make_vector_env",
+    "make_env",
+    "check_env_id",
     "WRAPPERS",
     "EpisodeLog",
     "has_episode_logs",
@@ -100,6 +108,89 @@ def wrapper_names(cfg: EnvironmentConfig) -> list[str]:
     if cfg.img_obs:
         names.append("RGBImgPartialObsWrapper")
     return [*names, "EpisodeLog"]
+
+
+def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym.vector.VectorEnv:
+    """A ``SyncVectorEnv`` of ``num_envs`` copies of the configured env, autoreset SAME_STEP.
+
+    Each sub-env is wrapped by its registered wrappers (:func:`wrapper_names`), the outermost
+    being :class:`EpisodeLog` (what checkpoints replay).
+
+    rlstore's own ids (``CartPoleNoVel-v1``, ``rlstore/Probe*``) are registered and MiniGrid
+    ids import ``minigrid`` first.
+    """
+    cfg = environment_config
+    check_env_id(cfg)
+    wrappers = [WRAPPERS[name]() for name in wrapper_names(cfg)]
+    kwargs = dict(cfg.env_kwargs)
+    if cfg.max_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_steps
+    try:
+        return gym.make_vec(
+            cfg.env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            wrappers=wrappers or None,
+            **kwargs,
+        )
+    except gym.error.Error as err:
+        raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
+
+
+def make_env(environment_config: EnvironmentConfig, render_mode: str | None = None) -> gym.Env:
+    """One env as :func:`make_vector_env` builds each sub-env, without the
+    :class:`EpisodeLog` (evaluation episodes, videos)."""
+    cfg = environment_config
+    check_env_id(cfg)
+    kwargs = dict(cfg.env_kwargs)
+    if cfg.max_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    try:
+        env = gym.make(cfg.env_id, **kwargs)
+    except gym.error.Error as err:
+        raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
+    for name in wrapper_names(cfg)[:-1]:  # the last one is the EpisodeLog
+        env = WRAPPERS[name]()(env)
+    return env
+
+
+def _needs_minigrid(cfg: EnvironmentConfig) -> bool:
+    return cfg.env_id.startswith(("MiniGrid", "BabyAI")) or cfg.fully_observed or cfg.img_obs
+
+
+def check_env_id(environment_config: EnvironmentConfig) -> None:
+    """Raise :class:`ConfigError` unless the configured id is registered with Gymnasium.
+
+    Registers rlstore's own ids (``CartPoleNoVel-v1``, the probes ``rlstore/Probe*``) and
+    imports ``minigrid`` for MiniGrid ids first; nothing else is imported
+    (:class:`EnvironmentConfig` rejects ``module:`` ids).
+    Called before a run folder is created, so a bad id leaves nothing behind.
+    """
+    cfg = environment_config
+    import rlstore.envs  # noqa: F401  (registers CartPoleNoVel-v1)
+
+    if cfg.env_id.startswith("rlstore/"):
+        rlstore.envs.register_probes()
+    if _needs_minigrid(cfg):
+        try:
+            import minigrid  # noqa: F401  (registers the MiniGrid ids)
+        except ImportError as err:
+            raise ConfigError(
+                f"environment.env_id: {cfg.env_id!r} needs the minigrid package "
+                "(pip install 'rlstore[minigrid]')"
+            ) from err
+    if ":" in cfg.env_id:  # a config built without validation (model_construct)
+        raise ConfigError(f"environment.env_id: expected no 'module:' prefix, got {cfg.env_id!r}")
+    try:
+        gym.spec(cfg.env_id)
+    except gym.error.Error as err:
+        raise ConfigError(
+            f"environment.env_id: expected an id registered with Gymnasium, got {cfg.env_id!r} "
+            f"({err})"
+        ) from None
 
 
 def env_spec(cfg: EnvironmentConfig, num_envs: int) -> dict[str, Any]:

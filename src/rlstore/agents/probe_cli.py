@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore.agents.ppo.config import (
+from rlstore.agents.ppo import train_ppo
+from rlstore.agents.ppo_config import (
     EnvironmentConfig,
     LSTMModelConfig,
     ModelConfig,
@@ -48,6 +49,7 @@ from rlstore.agents.ppo.config import (
     RunConfig,
     TransformerModelConfig,
 )
+from rlstore.agents.sampling import sample_from_agents
 from rlstore.errors import ConfigError
 
 __all__ = [
@@ -220,8 +222,6 @@ def evaluate_probe(
     """Measure a trained ``agent`` on ``probe`` against the criteria of the module table."""
     _check_probe(probe)
     if probe == 7:
-        from rlstore.agents.ppo.sampling import sample_from_agents
-
         (tr,) = sample_from_agents(
             [agent], rollout_length=100, num_envs=8, seed=10_000 + seed,
             environment_config=EnvironmentConfig(env_id="rlstore/Probe7-v0"),
@@ -255,8 +255,6 @@ def run_probe(
     probe: int, agent_kind: str, seed: int, *, online_config: OnlineTrainConfig | None = None
 ) -> ProbeResult:
     """Train ``agent_kind`` on ``probe`` with ``seed`` and evaluate it (see the module table)."""
-    from rlstore.agents.ppo.trainer import train_ppo
-
     _check_probe(probe)
     _check_agent(agent_kind)
     oc = online_config or probe_online_config(probe)

@@ -8,13 +8,13 @@ the project's one atomic writer (a killed save leaves the previous checkpoint lo
 * ``format``, ``agent_class``, ``config`` (the :class:`TrainConfig` as a dict),
   ``checkpoint_num``, ``update`` (1-based number of updates done), ``global_step``;
 * ``model``: the agent's ``state_dict``; ``normalizer``: the statistics of its observation /
-  reward normalization (:class:`~rlstore.agents.ppo.normalization.RunNormalizer`), also in
+  reward normalization (:class:`~rlstore.agents.obs.RunNormalizer`), also in
   model-only checkpoints so that loaded agents see observations as in training;
 * ``resume`` (only when training state was given): optimizer tensors and settings, scheduler and
-  rollout-buffer state, the :class:`~rlstore.agents.ppo.rollout.RolloutState`, the global RNG
+  rollout-buffer state, the :class:`~rlstore.agents.rollout.RolloutState`, the global RNG
   states (torch as a uint8 tensor, numpy and Python as JSON), the per-update log, and the
   environments as a JSON spec plus what replays their current episodes
-  (:mod:`rlstore.agents.ppo.env_state`), so a resumed run continues the exact same episodes.
+  (:mod:`rlstore.agents.envs`), so a resumed run continues the exact same episodes.
 
 Loading never executes code from the folder: no pickle, no ``torch.load``, no names resolved
 to callables; every entry is checked (keys, shapes, dtypes, ranges) before any live object
@@ -30,17 +30,17 @@ from typing import Any
 
 import torch
 
-from rlstore.agents.ppo.config import (
+from rlstore.agents.envs import env_state, has_episode_logs, make_vector_env, restore_envs
+from rlstore.agents.networks import PPOAgent, get_agent
+from rlstore.agents.ppo_config import (
     OnlineTrainConfig,
     RunConfig,
     TrainConfig,
     train_config_from_parts,
 )
-from rlstore.agents.ppo.env_state import env_state, has_episode_logs, restore_envs
-from rlstore.agents.ppo.models import PPOAgent, get_agent
-from rlstore.agents.ppo.rollout import check_like, make_vector_env
 from rlstore.agents.run_checkpoint import (
     check_global_rng_state,
+    check_like,
     check_module_state,
     check_optimizer_state,
     check_updates_log,
@@ -260,7 +260,7 @@ def restore_training(
     """Load a resumable checkpoint into freshly built training objects (in place).
 
     Everything is checked before the first object changes; the environments are rebuilt by
-    replaying their saved episodes (:func:`rlstore.agents.ppo.env_state.restore_envs`).
+    replaying their saved episodes (:func:`rlstore.agents.envs.restore_envs`).
 
     Returns:
         ``(updates_done, next_checkpoint_num, updates_log)``.

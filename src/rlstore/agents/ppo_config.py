@@ -230,11 +230,6 @@ class TrainConfig(BaseConfig):
         """The model config of the chosen agent (``None`` for ``fc``)."""
         return {"fc": None, "lstm": self.lstm, "transformer": self.transformer}[self.agent]
 
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> TrainConfig:
-        """Load a YAML file of this shape (missing sections take their defaults)."""
-        return load_train_config(path)
-
 
 def load_train_config(path: str | Path) -> TrainConfig:
     """Read a :class:`TrainConfig` from a YAML or JSON file (read by
