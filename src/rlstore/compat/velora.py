@@ -11,10 +11,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rlstore import checkpoint
 from rlstore._checks import as_device, check_count
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _Core
+from rlstore.checkpoint._state import load_state_file, load_verified, save_state
 from rlstore.compat._common import rows, sampled, transition_core, write
 from rlstore.config import PositiveInt, StrictModel
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
@@ -215,7 +215,7 @@ class BufferBase(ABC):
     def save(self, dirpath: str | Path, prefix: str = "buffer_") -> None:
         """Saves ``<dirpath>/<prefix>state.safetensors`` and ``<prefix>metadata.json``."""
         state, meta = self.checkpoint_state(), self.metadata()
-        checkpoint.save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME,
+        save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME,
                               config=self._dims(), metadata=meta)  # fmt: skip
 
     @classmethod
@@ -226,10 +226,10 @@ class BufferBase(ABC):
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
         if "save_id" in metadata:
-            state, record = checkpoint.load_verified(state_path, metadata), metadata
+            state, record = load_verified(state_path, metadata), metadata
             described = metadata.get("metadata", metadata)
         else:
-            (state, record), described = checkpoint.load_state_file(state_path), metadata
+            (state, record), described = load_state_file(state_path), metadata
         if record.get("class") != _CLASS_NAME:
             raise CheckpointError(
                 f"{state_path}: expected a {_CLASS_NAME} checkpoint, got {record.get('class')!r}"
