@@ -64,8 +64,8 @@ from rlstore.errors import (
 from rlstore.samplers import make_rng, rng_state, set_rng_state
 
 __all__ = [
-    "Demo", "DemoStore", "cut_after_last_positive", "value_demo_probabilities",
-    "value_demo_probabilities_reference", "save_demo", "load_demo", "list_demos",
+    "Demo", "DemoStore", "cut_after_last_positive", "value_demo_probabilities", "save_demo",
+    "load_demo", "list_demos",
 ]  # fmt: skip
 
 Source = Literal["reward_demo", "value_demo", "env"]
@@ -185,17 +185,6 @@ def value_demo_probabilities(max_values: np.ndarray, alpha: float) -> np.ndarray
         return np.full(m.shape, 1.0 / m.size)
     w = (m / top) ** alpha
     return w / w.sum()
-
-
-def value_demo_probabilities_reference(max_values: list[float], alpha: float) -> list[float]:
-    """Plain-loop twin of :func:`value_demo_probabilities` (for tests)."""
-    m = [v if v > 0.0 else 0.0 for v in max_values]
-    total = 0.0
-    for v in m:
-        total += v**alpha
-    if total == 0.0:
-        return [1.0 / len(m)] * len(m)
-    return [v**alpha / total for v in m]
 
 
 class DemoStore:

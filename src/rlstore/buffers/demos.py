@@ -15,11 +15,10 @@ from rlstore.buffers.demo_store import (
     load_demo,
     save_demo,
     value_demo_probabilities,
-    value_demo_probabilities_reference,
 )
 
 __all__ = [
     "Demo", "DemoStore", "DemoMixer", "MixedStep", "cut_after_last_positive",
-    "value_demo_probabilities", "value_demo_probabilities_reference", "save_demo", "load_demo",
-    "list_demos", "ENV", "REWARD_DEMO", "VALUE_DEMO",
+    "value_demo_probabilities", "save_demo", "load_demo", "list_demos", "ENV", "REWARD_DEMO",
+    "VALUE_DEMO",
 ]  # fmt: skip
