@@ -41,20 +41,14 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rlstore.agents.async_run import LearnerRun
-from rlstore.agents.config import (
-    EVAL_KEYS_MOVED,
-    BaseConfig,
-    EnvironmentConfig,
-    RunConfig,
-    section_cli_keys,
-)
+from rlstore.agents.async_run import LearnerConfig, LearnerRun
+from rlstore.agents.config import AlgorithmTrainConfig, section_cli_keys
 from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
 from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, safe_name
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.config import PositiveInt, load_config_file
+from rlstore.config import PositiveInt
 from rlstore.returns import nstep
 from rlstore.samplers import LinearSchedule
 
@@ -81,17 +75,12 @@ CLI_KEYS: dict[str, str | None] = {
 """``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
 
 
-class ApexConfig(BaseConfig):
-    """Ape-X hyper-parameters; strict types (no strings or bools for numbers)."""
+class ApexConfig(LearnerConfig):
+    """Ape-X hyper-parameters (after :class:`LearnerConfig`'s); strict types (no strings or
+    bools for numbers)."""
 
     total_timesteps: int = Field(100_000, ge=1)
     """Env steps collected by all collectors together."""
-    num_collectors: int = Field(2, ge=1)
-    """Collector actors (K)."""
-    num_envs: int = Field(4, ge=1)
-    """Vectorized envs per collector."""
-    fragment_length: int = Field(32, ge=1)
-    """Steps per env in one fragment (T)."""
     num_shards: int = Field(1, ge=1)
     """Replay shard actors (S)."""
     buffer_size: int = Field(100_000, ge=1)
@@ -106,8 +95,6 @@ class ApexConfig(BaseConfig):
     """Batches drawn per call to the shards (one gradient step each)."""
     learning_rate: float = Field(5e-4, gt=0)
     """Adam learning rate (constant)."""
-    gamma: float = Field(0.99, ge=0, le=1)
-    """Discount factor."""
     n_step: int = Field(3, ge=1)
     """n-step returns."""
     target_update_interval: int = Field(500, ge=1)
@@ -132,19 +119,9 @@ class ApexConfig(BaseConfig):
     """Dueling head."""
     double_q: bool = True
     """Double DQN targets (learner and initial priorities)."""
-    address: str | None = None
-    """Ray cluster to join (``rlstore train --address``); None starts a local instance."""
-    collector_cpus: float = Field(0.0, ge=0)
-    """Ray CPUs reserved per collector and per shard (0: no reservation)."""
-    timeout_s: float = Field(120.0, gt=0)
-    """Deadline of every remote call (a blocked rate limiter waits at most half of it)."""
     replay_checkpoint_s: float = Field(60.0, gt=0)
     """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
     resumed run, restores from them)."""
-    checkpoint_interval: int = Field(0, ge=0)
-    """Env steps between learner checkpoints (also one at the end); 0: none."""
-
-    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
 
     def dqn(self) -> DQNConfig:
         """The :class:`DQNConfig` of the same networks (what :class:`DQNAgent` is built from)."""
@@ -152,20 +129,15 @@ class ApexConfig(BaseConfig):
                          double_q=self.double_q, gamma=self.gamma, n_step=self.n_step)  # fmt: skip
 
 
-class ApexTrainConfig(BaseConfig):
-    """A whole Ape-X run (the shape of ``configs/apex_*.yaml`` and of a run's config.yaml)."""
+class ApexTrainConfig(AlgorithmTrainConfig):
+    """A whole Ape-X run: ``run``, ``environment`` (Box observations, Discrete actions) and
+    ``apex``."""
 
-    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="apex"))
-    """Run name, seed, logging."""
-    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
-    """Environment (Box observations, Discrete actions)."""
     apex: ApexConfig = Field(default_factory=ApexConfig)
     """Ape-X hyper-parameters."""
 
 
-def load_config(path: str | Path) -> ApexTrainConfig:
-    """An :class:`ApexTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
-    return ApexTrainConfig.from_dict(load_config_file(path))
+load_config = ApexTrainConfig.from_file
 
 
 def collector_epsilon(index: int, num_collectors: int, base: float, alpha: float) -> float:
@@ -261,7 +233,6 @@ def train_apex(
             history; the replay from its shards' last checkpoints; fresh collectors).
     """
     from rlstore.distributed import ReplayShards, SampleToInsertRatio, start_ray
-    from rlstore.distributed.collector import CollectorPool, module_weights
 
     rc, ac = cfg.run, cfg.apex
     with TrainingRun(rc, run_dir) as run:
@@ -287,14 +258,7 @@ def train_apex(
                                   timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus,
                                   checkpoint_dir=replay_dir,
                                   checkpoint_every_s=ac.replay_checkpoint_s)  # fmt: skip
-            args = {"make_policy": functools.partial(ApexPolicy, ac=ac),
-                    "environment": cfg.environment, "num_envs": ac.num_envs,
-                    "fragment_length": ac.fragment_length,
-                    "seed": rc.seed + c["version"]}  # fmt: skip
-            pool = CollectorPool(ac.num_collectors, lambda i: args, shards,
-                                 num_cpus=ac.collector_cpus, run_dir=run_dir,
-                                 timeout_s=ac.timeout_s)  # fmt: skip
-            pool.publish(c["version"], module_weights(agent))
+            pool = learner.start_collectors(functools.partial(ApexPolicy, ac=ac), shards)
             while not learner.done:
                 step = learner.collect(pool)
                 if shards.size() < ac.learning_starts:
@@ -312,8 +276,7 @@ def train_apex(
                     if c["num_updates"] % ac.target_update_interval == 0:
                         agent.update_target(1.0)
                     if c["num_updates"] % ac.publish_interval == 0:
-                        c["version"] += 1
-                        pool.publish(c["version"], module_weights(agent))
+                        learner.publish(pool)
                 shards.update_priorities(np.concatenate(ids), np.concatenate(tds))
                 row = {"td_loss": torch.stack(losses).mean().item(),
                        "q_values": torch.stack(qs).mean().item(), "global_step": float(step),

@@ -1,5 +1,7 @@
-"""The config pieces every rlstore trainer shares (PPO, DQN, SAC): :class:`BaseConfig`, the base
-of their configs, and the ``run`` and ``environment`` sections of every run's config.
+"""The config pieces every rlstore trainer shares (PPO, DQN, SAC, IMPALA, Ape-X):
+:class:`BaseConfig`, the base of their configs, the ``run`` and ``environment`` sections of
+every run's config, and the bases of the one-section algorithms' configs
+(:class:`AlgorithmConfig`, the section; :class:`AlgorithmTrainConfig`, the whole run).
 
 Each is a pydantic model on :class:`rlstore.config.StrictModel`: unknown keys and bad values
 raise :class:`rlstore.errors.ConfigError` naming the field, the expectation and what arrived;
@@ -14,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,9 +25,12 @@ from pydantic import ConfigDict, Field, model_validator
 from typing_extensions import Self
 
 from rlstore.checkpoint import write_text_atomic
-from rlstore.config import StrictModel
+from rlstore.config import StrictModel, load_config_file
 
-__all__ = ["BaseConfig", "RunConfig", "EnvironmentConfig", "section_cli_keys", "EVAL_KEYS_MOVED"]
+__all__ = [
+    "BaseConfig", "RunConfig", "EnvironmentConfig", "AlgorithmConfig", "AlgorithmTrainConfig",
+    "section_cli_keys",
+]  # fmt: skip
 
 
 _ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
@@ -48,6 +54,12 @@ class BaseConfig(StrictModel):
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-able dict; ``from_dict(to_dict())`` round-trips."""
         return self.model_dump(mode="json")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Self:
+        """Build from a YAML or JSON file (:class:`~rlstore.errors.ConfigError` naming the bad
+        key); the algorithm modules' ``load_config``."""
+        return cls.from_dict(load_config_file(path))
 
     def to_yaml(self, path: str | Path) -> None:
         """Write the fully resolved config as YAML (every field, defaults included); the file
@@ -141,10 +153,36 @@ def section_cli_keys(section: str) -> dict[str, str | None]:
     }
 
 
-EVAL_KEYS_MOVED: dict[str, str] = {
-    "eval_interval": "moved to run.eval_interval (env steps between evaluations, as before)",
-    "eval_freq": "moved to run.eval_interval (env steps between evaluations, as before)",
-    "eval_episodes": "moved to run.eval_episodes",
-}
-"""``moved_keys`` of the algorithm sections (``dqn``, ``sac``, ``impala``, ``apex``) whose
-evaluation settings moved to ``run``."""
+class AlgorithmConfig(BaseConfig):
+    """Base of the hyper-parameter sections of DQN, SAC, IMPALA and Ape-X (``dqn``, ``sac``,
+    ``impala``, ``apex``), whose evaluation settings moved to ``run`` (greedy / mean-action
+    evaluation: ``run.eval_episodes``, ``run.eval_interval``)."""
+
+    moved_keys: ClassVar[dict[str, str]] = {
+        "eval_interval": "moved to run.eval_interval (env steps between evaluations, as before)",
+        "eval_freq": "moved to run.eval_interval (env steps between evaluations, as before)",
+        "eval_episodes": "moved to run.eval_episodes",
+    }
+
+
+class AlgorithmTrainConfig(BaseConfig):
+    """Base of a whole DQN, SAC, IMPALA or Ape-X run (the shape of ``configs/<algo>_*.yaml`` and
+    of a run's ``config.yaml``): ``run``, ``environment`` and the algorithm's section, the one
+    field a subclass adds (an :class:`AlgorithmConfig`). Left out, ``run`` is named after the
+    section (``exp_name: dqn``) and ``environment`` is ``default_env_id``."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run name, seed, device, logging."""
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    """Environment (Discrete actions for DQN, IMPALA, Ape-X; Box actions for SAC)."""
+
+    default_env_id: ClassVar[str] = "CartPole-v1"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_sections(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        section = next(k for k in cls.model_fields if k not in ("run", "environment"))
+        defaults = {"run": {"exp_name": section}, "environment": {"env_id": cls.default_env_id}}
+        return {**{k: v for k, v in defaults.items() if k not in data}, **data}

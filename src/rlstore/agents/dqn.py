@@ -54,20 +54,14 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlstore.agents.config import (
-    EVAL_KEYS_MOVED,
-    BaseConfig,
-    EnvironmentConfig,
-    RunConfig,
-    section_cli_keys,
-)
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, section_cli_keys
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.config import PositiveInt, load_config_file
+from rlstore.config import PositiveInt
 from rlstore.errors import ConfigError
 from rlstore.samplers import LinearSchedule
 from rlstore.vector import TransitionAdapter
@@ -95,7 +89,7 @@ CLI_KEYS = section_cli_keys("dqn")
 # ----------------------------------------------------------------- configuration
 
 
-class DQNConfig(BaseConfig):
+class DQNConfig(AlgorithmConfig):
     """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics); strict
     types: no strings or bools for numbers, no floats for ints."""
 
@@ -149,8 +143,6 @@ class DQNConfig(BaseConfig):
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced periods, the last included); 0: none."""
 
-    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
-
     @model_validator(mode="after")
     def _check(self) -> DQNConfig:
         if self.batch_size > self.buffer_size:
@@ -165,20 +157,14 @@ class DQNConfig(BaseConfig):
         return max(1, self.total_timesteps // (self.train_freq * self.num_envs))
 
 
-class DQNTrainConfig(BaseConfig):
-    """A whole DQN run (the shape of ``configs/dqn_*.yaml`` and of a run's ``config.yaml``)."""
+class DQNTrainConfig(AlgorithmTrainConfig):
+    """A whole DQN run: ``run``, ``environment`` (Box observations, Discrete actions), ``dqn``."""
 
-    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="dqn"))
-    """Run name, seed, logging."""
-    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
-    """Environment (Box observations, Discrete actions)."""
     dqn: DQNConfig = Field(default_factory=DQNConfig)
     """DQN hyper-parameters."""
 
 
-def load_config(path: str | Path) -> DQNTrainConfig:
-    """A :class:`DQNTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
-    return DQNTrainConfig.from_dict(load_config_file(path))
+load_config = DQNTrainConfig.from_file
 
 
 # ----------------------------------------------------------------- networks
