@@ -103,3 +103,19 @@ def test_the_async_learners_share_their_collector_fields() -> None:
         assert cls().num_envs == 4 and cls().timeout_s == 120.0
         with pytest.raises(ConfigError, match="num_collectors"):
             cls.from_dict({"num_collectors": 0})
+
+
+def test_dqn_and_apex_share_their_q_learning_fields() -> None:
+    from rlstore.agents.apex import ApexConfig
+    from rlstore.agents.dqn import DQNConfig, QLearningConfig
+
+    assert {"hidden_sizes", "dueling", "double_q", "per_alpha", "per_eps"} <= set(
+        QLearningConfig.model_fields
+    )
+    for cls in (DQNConfig, ApexConfig):
+        assert issubclass(cls, QLearningConfig)
+        assert cls().hidden_sizes == [256, 256] and cls().per_alpha == 0.6
+        with pytest.raises(ConfigError, match="hidden_sizes"):
+            cls.from_dict({"hidden_sizes": [0]})
+    net = ApexConfig.from_dict({"dueling": True, "hidden_sizes": [8]}).dqn()
+    assert (net.dueling, net.hidden_sizes, net.n_step) == (True, [8], 3)

@@ -43,12 +43,11 @@ from pydantic import Field
 
 from rlstore.agents.async_run import LearnerConfig, LearnerRun
 from rlstore.agents.config import AlgorithmTrainConfig, section_cli_keys
-from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
+from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, QLearningConfig, td_step, td_targets
 from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, safe_name
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.config import PositiveInt
 from rlstore.returns import nstep
 from rlstore.samplers import LinearSchedule
 
@@ -75,22 +74,19 @@ CLI_KEYS: dict[str, str | None] = {
 """``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
 
 
-class ApexConfig(LearnerConfig):
-    """Ape-X hyper-parameters (after :class:`LearnerConfig`'s); strict types (no strings or
-    bools for numbers)."""
+class ApexConfig(LearnerConfig, QLearningConfig):
+    """Ape-X hyper-parameters (after :class:`QLearningConfig`'s and :class:`LearnerConfig`'s;
+    ``per_beta`` is annealed over the run's env steps); strict types (no strings or bools for
+    numbers)."""
 
     total_timesteps: int = Field(100_000, ge=1)
     """Env steps collected by all collectors together."""
     num_shards: int = Field(1, ge=1)
     """Replay shard actors (S)."""
-    buffer_size: int = Field(100_000, ge=1)
-    """Replay capacity in transitions, over all shards."""
     learning_starts: int = Field(1000, ge=1)
     """Transitions a shard holds before the learner samples from it."""
     samples_per_insert: float = Field(16.0, gt=0)
     """Target sampled transitions per inserted one (rate limiter)."""
-    batch_size: int = Field(64, ge=1)
-    """Transitions per gradient step."""
     batches_per_call: int = Field(8, ge=1)
     """Batches drawn per call to the shards (one gradient step each)."""
     learning_rate: float = Field(5e-4, gt=0)
@@ -105,20 +101,6 @@ class ApexConfig(LearnerConfig):
     """Ape-X exploration: ``eps_i = eps_base ** (1 + eps_alpha * i / (K - 1))``."""
     eps_alpha: float = Field(7.0, ge=0)
     """Spread of the collectors' exploration rates."""
-    per_alpha: float = Field(0.6, ge=0)
-    """Priority exponent."""
-    per_beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance exponent, annealed linearly to 1 over the run's env steps."""
-    per_eps: float = Field(1e-6, gt=0)
-    """Added to every ``|TD error|``."""
-    max_grad_norm: float = Field(10.0, gt=0)
-    """Global gradient-norm clip."""
-    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
-    """Widths of the Q-network's ReLU layers."""
-    dueling: bool = False
-    """Dueling head."""
-    double_q: bool = True
-    """Double DQN targets (learner and initial priorities)."""
     replay_checkpoint_s: float = Field(60.0, gt=0)
     """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
     resumed run, restores from them)."""

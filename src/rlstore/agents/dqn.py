@@ -72,6 +72,7 @@ __all__ = [
     "DQNAgent",
     "DQNConfig",
     "DQNTrainConfig",
+    "QLearningConfig",
     "QNetwork",
     "load_config",
     "runner",
@@ -89,9 +90,35 @@ CLI_KEYS = section_cli_keys("dqn")
 # ----------------------------------------------------------------- configuration
 
 
-class DQNConfig(AlgorithmConfig):
-    """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics); strict
-    types: no strings or bools for numbers, no floats for ints."""
+class QLearningConfig(AlgorithmConfig):
+    """The hyper-parameters DQN and Ape-X share (their Q-network, replay and clip); the
+    prioritized-replay ones apply to DQN with ``prioritized``, to Ape-X always."""
+
+    buffer_size: int = Field(100_000, ge=1)
+    """Replay capacity in transitions (Ape-X: over all shards)."""
+    batch_size: int = Field(64, ge=1)
+    """Transitions per gradient step."""
+    max_grad_norm: float = Field(10.0, gt=0)
+    """Global gradient-norm clip."""
+    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
+    """Widths of the Q-network's ReLU layers."""
+    dueling: bool = False
+    """Dueling head: ``Q = V + A - mean(A)``."""
+    double_q: bool = True
+    """Double DQN: the online net picks the next action, the target net values it (Ape-X: in
+    the learner and the initial priorities)."""
+    per_alpha: float = Field(0.6, ge=0)
+    """Priority exponent (prioritized replay)."""
+    per_beta: float = Field(0.4, ge=0, le=1)
+    """Initial importance exponent, annealed linearly to 1 over the run (prioritized replay)."""
+    per_eps: float = Field(1e-6, gt=0)
+    """Added to every ``|TD error|`` so that no transition gets probability 0."""
+
+
+class DQNConfig(QLearningConfig):
+    """DQN hyper-parameters (after :class:`QLearningConfig`'s; defaults: RL-Zoo's DQN on
+    CartPole-v1, SB3 semantics); strict types: no strings or bools for numbers, no floats for
+    ints."""
 
     total_timesteps: int = Field(50_000, ge=1)
     """Env steps (summed over envs); rounded down to whole periods of ``train_freq * num_envs``
@@ -100,12 +127,8 @@ class DQNConfig(AlgorithmConfig):
     """Vectorized environments."""
     learning_rate: float = Field(2.3e-3, gt=0)
     """Adam learning rate (constant)."""
-    buffer_size: int = Field(100_000, ge=1)
-    """Replay capacity in transitions."""
     learning_starts: int = Field(1000, ge=0)
     """Env steps of uniformly random actions before the first update."""
-    batch_size: int = Field(64, ge=1)
-    """Transitions per gradient step."""
     gamma: float = Field(0.99, ge=0, le=1)
     """Discount factor."""
     train_freq: int = Field(256, ge=1)
@@ -122,24 +145,10 @@ class DQNConfig(AlgorithmConfig):
     """Epsilon at step 0."""
     exploration_final_eps: float = Field(0.04, ge=0, le=1)
     """Epsilon after the decay."""
-    max_grad_norm: float = Field(10.0, gt=0)
-    """Global gradient-norm clip."""
-    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
-    """Widths of the Q-network's ReLU layers."""
-    dueling: bool = False
-    """Dueling head: ``Q = V + A - mean(A)``."""
-    double_q: bool = True
-    """Double DQN: the online net picks the next action, the target net values it."""
     n_step: int = Field(1, ge=1)
     """n-step returns (:class:`~rlstore.NStepReplay`); 1: one-step targets."""
     prioritized: bool = False
     """Proportional prioritized replay with importance weights in the loss."""
-    per_alpha: float = Field(0.6, ge=0)
-    """Priority exponent (prioritized only)."""
-    per_beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance exponent, annealed linearly to 1 over the run (prioritized only)."""
-    per_eps: float = Field(1e-6, gt=0)
-    """Added to every ``|TD error|`` so that no transition gets probability 0."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced periods, the last included); 0: none."""
 

@@ -215,8 +215,8 @@ class BufferBase(ABC):
     def save(self, dirpath: str | Path, prefix: str = "buffer_") -> None:
         """Saves ``<dirpath>/<prefix>state.safetensors`` and ``<prefix>metadata.json``."""
         state, meta = self.checkpoint_state(), self.metadata()
-        save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME,
-                              config=self._dims(), metadata=meta)  # fmt: skip
+        save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME, config=self._dims(),
+                   metadata=meta)  # fmt: skip
 
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[str, Any]) -> BufferBase:
