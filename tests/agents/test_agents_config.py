@@ -119,3 +119,29 @@ def test_dqn_and_apex_share_their_q_learning_fields() -> None:
             cls.from_dict({"hidden_sizes": [0]})
     net = ApexConfig.from_dict({"dueling": True, "hidden_sizes": [8]}).dqn()
     assert (net.dueling, net.hidden_sizes, net.n_step) == (True, [8], 3)
+
+
+def test_folder_runner_checks_new_runs_writes_the_config_then_trains(tmp_path) -> None:
+    calls: list[tuple] = []
+
+    def train(cfg, *, run_dir, resume):
+        calls.append((DQNTrainConfig.from_file(Path(run_dir, "config.yaml")) == cfg, resume))
+        return "trained"
+
+    def check(cfg):
+        calls.append(("check", cfg.run.exp_name))
+
+    runner = shared.folder_runner(train, check)
+    cfg = DQNTrainConfig.from_dict({"dqn": {"total_timesteps": 64}})
+    assert runner(cfg, run_dir=tmp_path / "new", resume=False) == "trained"
+    assert runner(cfg, run_dir=tmp_path / "new", resume=True) == "trained"
+    assert calls == [("check", "dqn"), (True, False), (True, True)]  # no check on resume
+
+
+def test_cli_keys_name_the_section() -> None:
+    from rlstore.agents import dqn, impala
+
+    assert dqn.CLI_KEYS == {"total_steps": "dqn.total_timesteps", "num_envs": "dqn.num_envs",
+                            "lr": "dqn.learning_rate", "gamma": "dqn.gamma", "agent": None,
+                            "num_steps": None, "ent_coef": None}  # fmt: skip
+    assert impala.CLI_KEYS["lr"] == "impala.learning_rate" and impala.CLI_KEYS["num_shards"] is None

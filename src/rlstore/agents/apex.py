@@ -42,7 +42,7 @@ import torch
 from pydantic import Field
 
 from rlstore.agents.async_run import LearnerConfig, LearnerRun
-from rlstore.agents.config import AlgorithmTrainConfig, section_cli_keys
+from rlstore.agents.config import AlgorithmTrainConfig, folder_runner
 from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, QLearningConfig, td_step, td_targets
 from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, safe_name
@@ -65,13 +65,6 @@ __all__ = [
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "apex_CartPole-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS: dict[str, str | None] = {
-    **section_cli_keys("apex"),
-    "num_collectors": "apex.num_collectors",
-    "num_shards": "apex.num_shards",
-    "address": "apex.address",
-}
-"""``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
 
 
 class ApexConfig(LearnerConfig, QLearningConfig):
@@ -120,6 +113,13 @@ class ApexTrainConfig(AlgorithmTrainConfig):
 
 
 load_config = ApexTrainConfig.from_file
+CLI_KEYS: dict[str, str | None] = {
+    **ApexTrainConfig.cli_keys(),
+    "num_collectors": "apex.num_collectors",
+    "num_shards": "apex.num_shards",
+    "address": "apex.address",
+}
+"""``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
 
 
 def collector_epsilon(index: int, num_collectors: int, base: float, alpha: float) -> float:
@@ -277,8 +277,4 @@ def train_apex(
     return agent, run.finish(learner.step, c["num_updates"], title)
 
 
-def runner(cfg: ApexTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgent, TrainStats]:
-    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml``, TensorBoard logs,
-    ``faults.log`` (collector restarts), checkpoints and ``learning_curve.png``."""
-    cfg.to_yaml(Path(run_dir, "config.yaml"))
-    return train_apex(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_apex)

@@ -16,9 +16,9 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import ConfigDict, Field, model_validator
@@ -29,7 +29,7 @@ from rlstore.config import StrictModel, load_config_file
 
 __all__ = [
     "BaseConfig", "RunConfig", "EnvironmentConfig", "AlgorithmConfig", "AlgorithmTrainConfig",
-    "section_cli_keys",
+    "folder_runner",
 ]  # fmt: skip
 
 
@@ -140,19 +140,6 @@ class EnvironmentConfig(BaseConfig):
         return self
 
 
-def section_cli_keys(section: str) -> dict[str, str | None]:
-    """``rlstore train``'s named flags -> the keys of an algorithm whose hyper-parameters are
-    one config section (DQN's ``dqn``, SAC's ``sac``); None: the flag does not apply (no
-    agent choice, no rollout length, no entropy coefficient). The evaluation flags set
-    ``run.*`` for every algorithm."""
-    keys = ("total_timesteps", "num_envs", "learning_rate", "gamma")
-    flags = ("total_steps", "num_envs", "lr", "gamma")
-    return {
-        **{flag: f"{section}.{key}" for flag, key in zip(flags, keys, strict=True)},
-        **dict.fromkeys(("agent", "num_steps", "ent_coef")),
-    }
-
-
 class AlgorithmConfig(BaseConfig):
     """Base of the hyper-parameter sections of DQN, SAC, IMPALA and Ape-X (``dqn``, ``sac``,
     ``impala``, ``apex``), whose evaluation settings moved to ``run`` (greedy / mean-action
@@ -178,11 +165,53 @@ class AlgorithmTrainConfig(BaseConfig):
 
     default_env_id: ClassVar[str] = "CartPole-v1"
 
+    @classmethod
+    def section(cls) -> str:
+        """The name of the algorithm's section (``dqn``, ``sac``, ``impala``, ``apex``)."""
+        return next(k for k in cls.model_fields if k not in ("run", "environment"))
+
+    @classmethod
+    def cli_keys(cls) -> dict[str, str | None]:
+        """``rlstore train``'s named flags -> the keys of this config (the module's
+        ``CLI_KEYS``); None: the flag does not apply (no agent choice, no rollout length, no
+        entropy coefficient). The evaluation flags set ``run.*`` for every algorithm."""
+        keys = ("total_timesteps", "num_envs", "learning_rate", "gamma")
+        flags = ("total_steps", "num_envs", "lr", "gamma")
+        return {
+            **{flag: f"{cls.section()}.{key}" for flag, key in zip(flags, keys, strict=True)},
+            **dict.fromkeys(("agent", "num_steps", "ent_coef")),
+        }
+
     @model_validator(mode="before")
     @classmethod
     def _default_sections(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        section = next(k for k in cls.model_fields if k not in ("run", "environment"))
-        defaults = {"run": {"exp_name": section}, "environment": {"env_id": cls.default_env_id}}
+        defaults = {
+            "run": {"exp_name": cls.section()},
+            "environment": {"env_id": cls.default_env_id},
+        }
         return {**{k: v for k, v in defaults.items() if k not in data}, **data}
+
+
+R = TypeVar("R")
+
+
+def folder_runner(
+    train: Callable[..., R], check: Callable[[Any], None] | None = None
+) -> Callable[..., R]:
+    """An algorithm module's ``runner``, the entry of ``rlstore train``: ``runner(cfg, *,
+    run_dir, resume)`` runs ``check(cfg)`` for a new run, writes ``run_dir/config.yaml`` (the
+    folder created if missing; on resume too: an extended budget is the run's config from now
+    on, the checkpoint check still refuses any other change and a shorter budget), then trains
+    there: ``train(cfg, run_dir=run_dir, resume=resume)`` (TensorBoard logs, checkpoints,
+    ``learning_curve.png``; ``resume`` continues the latest checkpoint)."""
+
+    def runner(cfg: BaseConfig, *, run_dir: str | Path, resume: bool) -> R:
+        if check is not None and not resume:
+            check(cfg)
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        cfg.to_yaml(Path(run_dir, "config.yaml"))
+        return train(cfg, run_dir=run_dir, resume=resume)
+
+    return runner

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, section_cli_keys
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.ppo.rollout import make_env, make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
@@ -83,8 +83,6 @@ __all__ = [
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "dqn_CartPole-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS = section_cli_keys("dqn")
-"""``rlstore train`` flags -> keys of this config (None: refused for DQN)."""
 
 
 # ----------------------------------------------------------------- configuration
@@ -174,6 +172,8 @@ class DQNTrainConfig(AlgorithmTrainConfig):
 
 
 load_config = DQNTrainConfig.from_file
+CLI_KEYS = DQNTrainConfig.cli_keys()
+"""``rlstore train`` flags -> keys of this config (None: refused for DQN)."""
 
 
 # ----------------------------------------------------------------- networks
@@ -428,11 +428,4 @@ def _train(
 # ----------------------------------------------------------------- entry point
 
 
-def runner(cfg: DQNTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgent, TrainStats]:
-    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml`` (a new run),
-    TensorBoard logs, checkpoints and ``learning_curve.png``; ``resume`` continues from the
-    latest checkpoint there."""
-    # on resume too: an extended budget is the run's config from now on (the checkpoint check
-    # still refuses any other change, and a shorter budget)
-    cfg.to_yaml(Path(run_dir, "config.yaml"))
-    return train_dqn(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_dqn)

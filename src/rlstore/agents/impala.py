@@ -47,7 +47,7 @@ import torch
 from pydantic import Field
 
 from rlstore.agents.async_run import LearnerConfig, LearnerRun
-from rlstore.agents.config import AlgorithmTrainConfig, section_cli_keys
+from rlstore.agents.config import AlgorithmTrainConfig, folder_runner
 from rlstore.agents.ppo.models import FCAgent
 from rlstore.agents.ppo.rollout import make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam
@@ -68,13 +68,6 @@ __all__ = [
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "impala_CartPole-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS: dict[str, str | None] = {
-    **section_cli_keys("impala"),
-    "num_collectors": "impala.num_collectors",
-    "address": "impala.address",
-    "num_shards": None,  # fragments go through a queue, not replay shards
-}
-"""``rlstore train`` flags -> keys of this config (None: refused for IMPALA)."""
 
 
 class ImpalaConfig(LearnerConfig):
@@ -122,6 +115,13 @@ class ImpalaTrainConfig(AlgorithmTrainConfig):
 
 
 load_config = ImpalaTrainConfig.from_file
+CLI_KEYS: dict[str, str | None] = {
+    **ImpalaTrainConfig.cli_keys(),
+    "num_collectors": "impala.num_collectors",
+    "address": "impala.address",
+    "num_shards": None,  # fragments go through a queue, not replay shards
+}
+"""``rlstore train`` flags -> keys of this config (None: refused for IMPALA)."""
 
 
 # ----------------------------------------------------------------- collector side
@@ -289,8 +289,4 @@ def _greedy(agent: FCAgent, obs: np.ndarray) -> np.ndarray:
     return agent.env_action(logits.argmax(-1))[0]
 
 
-def runner(cfg: ImpalaTrainConfig, *, run_dir: Path, resume: bool) -> tuple[FCAgent, TrainStats]:
-    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml``, TensorBoard logs,
-    ``faults.log`` (collector restarts), checkpoints and ``learning_curve.png``."""
-    cfg.to_yaml(Path(run_dir, "config.yaml"))
-    return train_impala(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_impala)

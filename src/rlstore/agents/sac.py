@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, section_cli_keys
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
 from rlstore.agents.ppo.rollout import check_env_id, make_env, make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
@@ -137,10 +137,10 @@ class SACTrainConfig(AlgorithmTrainConfig):
 
 DEFAULT_CONFIGS: dict[str, str] = {"Pendulum-v1": "sac_Pendulum-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS = section_cli_keys("sac")
-"""``rlstore train`` flags -> keys of this config (None: refused for SAC)."""
 
 load_config = SACTrainConfig.from_file
+CLI_KEYS = SACTrainConfig.cli_keys()
+"""``rlstore train`` flags -> keys of this config (None: refused for SAC)."""
 
 
 # ============================================================================ networks
@@ -427,13 +427,4 @@ def train_sac(
     return agent, run.finish(state.iteration * n, state.num_updates, title)
 
 
-def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgent, TrainStats]:
-    """The CLI's entry (``rlstore train --algo sac``): writes ``run_dir/config.yaml`` (a new
-    run) and trains into ``run_dir``, or continues its latest checkpoint (``resume``)."""
-    if not resume:
-        check_env_id(cfg.environment)
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-    # on resume too: an extended budget is the run's config from now on (the checkpoint check
-    # still refuses any other change, and a shorter budget)
-    cfg.to_yaml(Path(run_dir) / "config.yaml")
-    return train_sac(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_sac, lambda cfg: check_env_id(cfg.environment))
