@@ -225,7 +225,7 @@ def train_apex(
             probe.close()
         optimizer = adam(agent.q.parameters(), ac.learning_rate)
         beta = LinearSchedule(ac.per_beta, 1.0, ac.total_timesteps)
-        learner = LearnerRun(run, cfg, "apex", "Ape-X", agent, optimizer, resume)
+        learner = LearnerRun(run, cfg, "Ape-X", agent, optimizer, resume)
         c = learner.counters
         start_ray(ac.address)
         shards = pool = None

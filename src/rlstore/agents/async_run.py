@@ -69,17 +69,18 @@ class LearnerRun:
     """One asynchronous learner's run inside ``run`` (a :class:`TrainingRun`): resumes from the
     latest checkpoint (``resume``) and opens the run's logger.
 
-    ``cfg`` is the run's whole config, ``section`` the name of its algorithm section (with
-    ``total_timesteps`` and ``checkpoint_interval``: ``"impala"``, ``"apex"``), which also names
-    the checkpoint files (``<section>_*``, format ``rlstore.<section>/1``); ``label`` names the
-    algorithm in messages and on the bar. ``counters``: ``global_step`` (env steps of the whole
-    run), ``num_updates``, ``version`` (published weights), ``checkpoint_num``.
+    ``cfg`` is the run's whole config; its algorithm section (a :class:`LearnerConfig`:
+    ``"impala"``, ``"apex"``) also names the checkpoint files (``<section>_*``, format
+    ``rlstore.<section>/1``); ``label`` names the algorithm in messages and on the bar.
+    ``counters``: ``global_step`` (env steps of the whole run), ``num_updates``, ``version``
+    (published weights), ``checkpoint_num``.
     """
 
     def __init__(
-        self, run: TrainingRun, cfg: AlgorithmTrainConfig, section: str, label: str,
-        model: torch.nn.Module, optimizer: torch.optim.Optimizer, resume: bool,
+        self, run: TrainingRun, cfg: AlgorithmTrainConfig, label: str, model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer, resume: bool,
     ) -> None:  # fmt: skip
+        section = cfg.section()
         self.run, self.cfg, self.sc = run, cfg, getattr(cfg, section)
         self.model, self.optimizer = model, optimizer
         self.prefix, self.format = f"{section}_", f"rlstore.{section}/1"

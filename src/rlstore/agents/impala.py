@@ -239,7 +239,7 @@ def train_impala(
         buffer = RolloutBuffer(ic.fragment_length, ic.fragments_per_batch * ic.num_envs,
                                gamma=ic.gamma, advantage_normalization=ic.advantage_normalization,
                                device=rc.device, seed=rc.seed)  # fmt: skip
-        learner = LearnerRun(run, cfg, "impala", "IMPALA", agent, optimizer, resume)
+        learner = LearnerRun(run, cfg, "IMPALA", agent, optimizer, resume)
         c = learner.counters
         start_ray(ic.address)
         queue = FragmentQueue(ic.queue_size)
