@@ -284,3 +284,17 @@ def test_no_loop_twin_in_the_public_demo_api() -> None:
     for mod in (rlstore.buffers.demos, rlstore.buffers.demo_store):
         assert not [n for n in mod.__all__ if n.endswith("_reference")], mod.__name__
         assert not hasattr(mod, "value_demo_probabilities_reference"), mod.__name__
+
+
+def test_demo_from_arrays_drops_the_final_observation_and_names_the_file() -> None:
+    from rlstore.buffers.demo_files import demo_from_arrays
+    from rlstore.errors import CheckpointError
+
+    obs, act = np.zeros((4, 2), np.float32), np.arange(3)
+    rew = np.ones((3, 1), np.float32)
+    d = demo_from_arrays("x.npz", obs, act, rew, human=True)
+    assert d.observations.shape == (3, 2) and d.rewards.shape == (3,) and d.human
+    plain = demo_from_arrays("x.npz", obs[:3], act, rew)
+    assert plain.observations.shape == (3, 2) and not plain.human
+    with pytest.raises(CheckpointError, match=r"x\.npz"):
+        demo_from_arrays("x.npz", obs[:2], act, rew)
