@@ -31,8 +31,10 @@ from rlstore.buffers.replay import ReplayBuffer
 from rlstore.checkpoint import load_state, read_metadata, save, save_state
 from rlstore.errors import CheckpointError, RLStoreError
 
-__all__ = ["BUFFER_PREFIX", "save_replay_checkpoint", "load_replay_checkpoint"]
-__all__ += ["restore_replay_checkpoint"]
+__all__ = [
+    "BUFFER_PREFIX", "save_replay_checkpoint", "load_replay_checkpoint",
+    "restore_replay_checkpoint",
+]  # fmt: skip
 
 BUFFER_PREFIX = "buffer_"
 
