@@ -419,14 +419,12 @@ def test_ppo_buffer_finish_path_refuses_lossy_last_val(last_val: Any) -> None:
 def test_demo_store_load_refuses_configs_that_do_not_fit(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, config: Any
 ) -> None:
-    import rlstore.checkpoint
+    from rlstore.buffers import demo_store  # the module DemoStore.load reads the sidecar from
 
     _store().save(tmp_path)
-    real = rlstore.checkpoint.read_metadata
+    real = demo_store.read_metadata
     monkeypatch.setattr(
-        rlstore.checkpoint,
-        "read_metadata",
-        lambda *a, **kw: {**real(*a, **kw), "config": config},
+        demo_store, "read_metadata", lambda *a, **kw: {**real(*a, **kw), "config": config}
     )
     with pytest.raises(CheckpointError, match="config"):
         DemoStore.load(tmp_path)

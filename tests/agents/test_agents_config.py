@@ -62,3 +62,86 @@ def test_no_agents_module_imports_a_private_name_of_another_module() -> None:
         if (bad := _private_imports(p))
     }
     assert offenders == {}
+
+
+def _one_section_configs() -> list[type[shared.AlgorithmTrainConfig]]:
+    from rlstore.agents.apex import ApexTrainConfig
+    from rlstore.agents.impala import ImpalaTrainConfig
+
+    return [DQNTrainConfig, SACTrainConfig, ImpalaTrainConfig, ApexTrainConfig]
+
+
+def test_one_section_runs_are_named_after_their_section_when_run_is_left_out(tmp_path) -> None:
+    envs = {"dqn": "CartPole-v1", "sac": "Pendulum-v1", "impala": "CartPole-v1"}
+    for cls in _one_section_configs():
+        section = list(cls.model_fields)[2]
+        assert list(cls.model_fields)[:2] == ["run", "environment"]
+        assert issubclass(cls.model_fields[section].annotation, shared.AlgorithmConfig)
+        cfg = cls()
+        assert cfg.run.exp_name == section and cls.from_dict(None) == cfg
+        assert cfg.environment.env_id == envs.get(section, "CartPole-v1")
+        # given sections are taken as they are (a run without exp_name keeps RunConfig's)
+        given = cls.from_dict({"run": {"seed": 4}, "environment": {"env_id": "Acrobot-v1"}})
+        assert (given.run.exp_name, given.run.seed) == ("ppo", 4)
+        assert given.environment.env_id == "Acrobot-v1"
+        # the algorithm modules' load_config is from_file: the round trip through a file
+        cfg.to_yaml(tmp_path / f"{section}.yaml")
+        assert cls.from_file(tmp_path / f"{section}.yaml") == cfg
+        with pytest.raises(ConfigError, match="eval_interval: moved to run.eval_interval"):
+            cls.from_dict({section: {"eval_interval": 10}})
+
+
+def test_the_async_learners_share_their_collector_fields() -> None:
+    from rlstore.agents.apex import ApexConfig
+    from rlstore.agents.async_run import LearnerConfig
+    from rlstore.agents.impala import ImpalaConfig
+
+    shared_fields = set(LearnerConfig.model_fields)
+    assert {"num_collectors", "address", "timeout_s", "checkpoint_interval"} <= shared_fields
+    for cls in (ApexConfig, ImpalaConfig):
+        assert issubclass(cls, LearnerConfig)
+        assert cls().num_envs == 4 and cls().timeout_s == 120.0
+        with pytest.raises(ConfigError, match="num_collectors"):
+            cls.from_dict({"num_collectors": 0})
+
+
+def test_dqn_and_apex_share_their_q_learning_fields() -> None:
+    from rlstore.agents.apex import ApexConfig
+    from rlstore.agents.dqn import DQNConfig, QLearningConfig
+
+    assert {"hidden_sizes", "dueling", "double_q", "per_alpha", "per_eps"} <= set(
+        QLearningConfig.model_fields
+    )
+    for cls in (DQNConfig, ApexConfig):
+        assert issubclass(cls, QLearningConfig)
+        assert cls().hidden_sizes == [256, 256] and cls().per_alpha == 0.6
+        with pytest.raises(ConfigError, match="hidden_sizes"):
+            cls.from_dict({"hidden_sizes": [0]})
+    net = ApexConfig.from_dict({"dueling": True, "hidden_sizes": [8]}).dqn()
+    assert (net.dueling, net.hidden_sizes, net.n_step) == (True, [8], 3)
+
+
+def test_folder_runner_checks_new_runs_writes_the_config_then_trains(tmp_path) -> None:
+    calls: list[tuple] = []
+
+    def train(cfg, *, run_dir, resume):
+        calls.append((DQNTrainConfig.from_file(Path(run_dir, "config.yaml")) == cfg, resume))
+        return "trained"
+
+    def check(cfg):
+        calls.append(("check", cfg.run.exp_name))
+
+    runner = shared.folder_runner(train, check)
+    cfg = DQNTrainConfig.from_dict({"dqn": {"total_timesteps": 64}})
+    assert runner(cfg, run_dir=tmp_path / "new", resume=False) == "trained"
+    assert runner(cfg, run_dir=tmp_path / "new", resume=True) == "trained"
+    assert calls == [("check", "dqn"), (True, False), (True, True)]  # no check on resume
+
+
+def test_cli_keys_name_the_section() -> None:
+    from rlstore.agents import dqn, impala
+
+    assert dqn.CLI_KEYS == {"total_steps": "dqn.total_timesteps", "num_envs": "dqn.num_envs",
+                            "lr": "dqn.learning_rate", "gamma": "dqn.gamma", "agent": None,
+                            "num_steps": None, "ent_coef": None}  # fmt: skip
+    assert impala.CLI_KEYS["lr"] == "impala.learning_rate" and impala.CLI_KEYS["num_shards"] is None

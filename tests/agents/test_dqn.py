@@ -385,3 +385,18 @@ def test_dqn_learns_cartpole_within_50k_steps(seed: int) -> None:
     _, stats = train_dqn(DQNTrainConfig.from_dict(d))
     reached = stats.first_step_reaching(475.0)
     assert reached is not None and reached <= 50_000, stats.episode_returns[-20:]
+
+
+def test_the_shared_replay_checkpoint_loader_checks_the_format_and_the_files(tmp_path) -> None:
+    from rlstore.agents.replay_checkpoint import load_replay_checkpoint
+
+    cfg = _cfg(num_checkpoints=1)
+    agent, _ = train_dqn(cfg, run_dir=tmp_path)
+    folder = tmp_path / "checkpoints" / "checkpoint_0000"
+    sd, buffer_sd = load_replay_checkpoint(folder, "dqn_", "rlstore.dqn/1", cfg, agent, "DQN")
+    assert {"format", "config", "model", "rng", "envs", "buffer_save_id"} <= set(sd)
+    assert all(t.device.type == "cpu" for t in sd["model"].values()) and "storage" in buffer_sd
+    with pytest.raises(CheckpointError, match="format: expected 'rlstore.sac/1'"):
+        load_replay_checkpoint(folder, "dqn_", "rlstore.sac/1", cfg, agent, "DQN")
+    with pytest.raises(CheckpointError, match="not a readable SAC checkpoint"):
+        load_replay_checkpoint(folder, "sac_", "rlstore.sac/1", cfg, agent, "SAC")

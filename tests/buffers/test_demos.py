@@ -19,7 +19,6 @@ from rlstore.buffers.demos import (
     load_demo,
     save_demo,
     value_demo_probabilities,
-    value_demo_probabilities_reference,
 )
 from rlstore.errors import CapacityError, ConfigError, EmptyBufferError, SpecError
 
@@ -61,6 +60,17 @@ def test_value_probabilities_hand_values():
     np.testing.assert_allclose(value_demo_probabilities(np.array([-1.0, 0.0]), 10.0), [0.5, 0.5])
     with pytest.raises(SpecError, match="max_values"):
         value_demo_probabilities(np.array([np.inf, 1.0]), 1.0)
+
+
+def value_demo_probabilities_reference(max_values: list[float], alpha: float) -> list[float]:
+    """Plain-loop twin of ``value_demo_probabilities``."""
+    m = [v if v > 0.0 else 0.0 for v in max_values]
+    total = 0.0
+    for v in m:
+        total += v**alpha
+    if total == 0.0:
+        return [1.0 / len(m)] * len(m)
+    return [v**alpha / total for v in m]
 
 
 @given(
@@ -265,3 +275,26 @@ def test_generic_checkpoint_save_load_once_registered(tmp_path):
     assert isinstance(clone, DemoStore) and clone.config() == store.config()
     assert [d.total_reward for d in clone.reward_demos] == [1.0]
     assert [clone.sample_source() for _ in range(20)] == [store.sample_source() for _ in range(20)]
+
+
+def test_no_loop_twin_in_the_public_demo_api() -> None:
+    import rlstore.buffers.demo_store
+    import rlstore.buffers.demos
+
+    for mod in (rlstore.buffers.demos, rlstore.buffers.demo_store):
+        assert not [n for n in mod.__all__ if n.endswith("_reference")], mod.__name__
+        assert not hasattr(mod, "value_demo_probabilities_reference"), mod.__name__
+
+
+def test_demo_from_arrays_drops_the_final_observation_and_names_the_file() -> None:
+    from rlstore.buffers.demo_files import demo_from_arrays
+    from rlstore.errors import CheckpointError
+
+    obs, act = np.zeros((4, 2), np.float32), np.arange(3)
+    rew = np.ones((3, 1), np.float32)
+    d = demo_from_arrays("x.npz", obs, act, rew, human=True)
+    assert d.observations.shape == (3, 2) and d.rewards.shape == (3,) and d.human
+    plain = demo_from_arrays("x.npz", obs[:3], act, rew)
+    assert plain.observations.shape == (3, 2) and not plain.human
+    with pytest.raises(CheckpointError, match=r"x\.npz"):
+        demo_from_arrays("x.npz", obs[:2], act, rew)

@@ -261,3 +261,16 @@ def test_every_rejection_is_a_named_rlstore_error():
     rb = RolloutBuffer(4, N)
     with pytest.raises(RLStoreError, match="obs"):
         rb.add(**good(obs=object()))
+
+
+@pytest.mark.parametrize("seed", [True, -1, "5", 2.5])
+def test_a_bad_seed_is_a_config_error_naming_it(seed) -> None:
+    # the one RNG convention (samplers.make_rng): numpy took True as 1 and raised its own
+    # ValueError / TypeError for the others
+    with pytest.raises(ConfigError, match="seed"):
+        RolloutBuffer(4, 2, seed=seed)
+    gen = np.random.default_rng(3)
+    assert (
+        RolloutBuffer(4, 2, seed=gen)._rng is gen
+        and RolloutBuffer(4, 2, seed=7).config()["seed"] == 7
+    )

@@ -41,20 +41,13 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rlstore.agents.async_run import LearnerRun
-from rlstore.agents.config import (
-    EVAL_KEYS_MOVED,
-    BaseConfig,
-    EnvironmentConfig,
-    RunConfig,
-    section_cli_keys,
-)
-from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, td_step, td_targets
+from rlstore.agents.async_run import LearnerConfig, LearnerRun
+from rlstore.agents.config import AlgorithmTrainConfig, folder_runner
+from rlstore.agents.dqn import DQNAgent, DQNConfig, EnvInfo, QLearningConfig, td_step, td_targets
 from rlstore.agents.envs import make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, safe_name
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.config import PositiveInt, load_config_file
 from rlstore.returns import nstep
 from rlstore.samplers import LinearSchedule
 
@@ -72,42 +65,25 @@ __all__ = [
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "apex_CartPole-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS: dict[str, str | None] = {
-    **section_cli_keys("apex"),
-    "num_collectors": "apex.num_collectors",
-    "num_shards": "apex.num_shards",
-    "address": "apex.address",
-}
-"""``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
 
 
-class ApexConfig(BaseConfig):
-    """Ape-X hyper-parameters; strict types (no strings or bools for numbers)."""
+class ApexConfig(LearnerConfig, QLearningConfig):
+    """Ape-X hyper-parameters (after :class:`QLearningConfig`'s and :class:`LearnerConfig`'s;
+    ``per_beta`` is annealed over the run's env steps); strict types (no strings or bools for
+    numbers)."""
 
     total_timesteps: int = Field(100_000, ge=1)
     """Env steps collected by all collectors together."""
-    num_collectors: int = Field(2, ge=1)
-    """Collector actors (K)."""
-    num_envs: int = Field(4, ge=1)
-    """Vectorized envs per collector."""
-    fragment_length: int = Field(32, ge=1)
-    """Steps per env in one fragment (T)."""
     num_shards: int = Field(1, ge=1)
     """Replay shard actors (S)."""
-    buffer_size: int = Field(100_000, ge=1)
-    """Replay capacity in transitions, over all shards."""
     learning_starts: int = Field(1000, ge=1)
     """Transitions a shard holds before the learner samples from it."""
     samples_per_insert: float = Field(16.0, gt=0)
     """Target sampled transitions per inserted one (rate limiter)."""
-    batch_size: int = Field(64, ge=1)
-    """Transitions per gradient step."""
     batches_per_call: int = Field(8, ge=1)
     """Batches drawn per call to the shards (one gradient step each)."""
     learning_rate: float = Field(5e-4, gt=0)
     """Adam learning rate (constant)."""
-    gamma: float = Field(0.99, ge=0, le=1)
-    """Discount factor."""
     n_step: int = Field(3, ge=1)
     """n-step returns."""
     target_update_interval: int = Field(500, ge=1)
@@ -118,33 +94,9 @@ class ApexConfig(BaseConfig):
     """Ape-X exploration: ``eps_i = eps_base ** (1 + eps_alpha * i / (K - 1))``."""
     eps_alpha: float = Field(7.0, ge=0)
     """Spread of the collectors' exploration rates."""
-    per_alpha: float = Field(0.6, ge=0)
-    """Priority exponent."""
-    per_beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance exponent, annealed linearly to 1 over the run's env steps."""
-    per_eps: float = Field(1e-6, gt=0)
-    """Added to every ``|TD error|``."""
-    max_grad_norm: float = Field(10.0, gt=0)
-    """Global gradient-norm clip."""
-    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
-    """Widths of the Q-network's ReLU layers."""
-    dueling: bool = False
-    """Dueling head."""
-    double_q: bool = True
-    """Double DQN targets (learner and initial priorities)."""
-    address: str | None = None
-    """Ray cluster to join (``rlstore train --address``); None starts a local instance."""
-    collector_cpus: float = Field(0.0, ge=0)
-    """Ray CPUs reserved per collector and per shard (0: no reservation)."""
-    timeout_s: float = Field(120.0, gt=0)
-    """Deadline of every remote call (a blocked rate limiter waits at most half of it)."""
     replay_checkpoint_s: float = Field(60.0, gt=0)
     """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
     resumed run, restores from them)."""
-    checkpoint_interval: int = Field(0, ge=0)
-    """Env steps between learner checkpoints (also one at the end); 0: none."""
-
-    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
 
     def dqn(self) -> DQNConfig:
         """The :class:`DQNConfig` of the same networks (what :class:`DQNAgent` is built from)."""
@@ -152,20 +104,22 @@ class ApexConfig(BaseConfig):
                          double_q=self.double_q, gamma=self.gamma, n_step=self.n_step)  # fmt: skip
 
 
-class ApexTrainConfig(BaseConfig):
-    """A whole Ape-X run (the shape of ``configs/apex_*.yaml`` and of a run's config.yaml)."""
+class ApexTrainConfig(AlgorithmTrainConfig):
+    """A whole Ape-X run: ``run``, ``environment`` (Box observations, Discrete actions) and
+    ``apex``."""
 
-    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="apex"))
-    """Run name, seed, logging."""
-    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
-    """Environment (Box observations, Discrete actions)."""
     apex: ApexConfig = Field(default_factory=ApexConfig)
     """Ape-X hyper-parameters."""
 
 
-def load_config(path: str | Path) -> ApexTrainConfig:
-    """An :class:`ApexTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
-    return ApexTrainConfig.from_dict(load_config_file(path))
+load_config = ApexTrainConfig.from_file
+CLI_KEYS: dict[str, str | None] = {
+    **ApexTrainConfig.cli_keys(),
+    "num_collectors": "apex.num_collectors",
+    "num_shards": "apex.num_shards",
+    "address": "apex.address",
+}
+"""``rlstore train`` flags -> keys of this config (None: refused for Ape-X)."""
 
 
 def collector_epsilon(index: int, num_collectors: int, base: float, alpha: float) -> float:
@@ -261,7 +215,6 @@ def train_apex(
             history; the replay from its shards' last checkpoints; fresh collectors).
     """
     from rlstore.distributed import ReplayShards, SampleToInsertRatio, start_ray
-    from rlstore.distributed.collector import CollectorPool, module_weights
 
     rc, ac = cfg.run, cfg.apex
     with TrainingRun(rc, run_dir) as run:
@@ -272,7 +225,7 @@ def train_apex(
             probe.close()
         optimizer = adam(agent.q.parameters(), ac.learning_rate)
         beta = LinearSchedule(ac.per_beta, 1.0, ac.total_timesteps)
-        learner = LearnerRun(run, cfg, "apex", "Ape-X", agent, optimizer, resume)
+        learner = LearnerRun(run, cfg, "Ape-X", agent, optimizer, resume)
         c = learner.counters
         start_ray(ac.address)
         shards = pool = None
@@ -287,14 +240,7 @@ def train_apex(
                                   timeout_s=ac.timeout_s, num_cpus=ac.collector_cpus,
                                   checkpoint_dir=replay_dir,
                                   checkpoint_every_s=ac.replay_checkpoint_s)  # fmt: skip
-            args = {"make_policy": functools.partial(ApexPolicy, ac=ac),
-                    "environment": cfg.environment, "num_envs": ac.num_envs,
-                    "fragment_length": ac.fragment_length,
-                    "seed": rc.seed + c["version"]}  # fmt: skip
-            pool = CollectorPool(ac.num_collectors, lambda i: args, shards,
-                                 num_cpus=ac.collector_cpus, run_dir=run_dir,
-                                 timeout_s=ac.timeout_s)  # fmt: skip
-            pool.publish(c["version"], module_weights(agent))
+            pool = learner.start_collectors(functools.partial(ApexPolicy, ac=ac), shards)
             while not learner.done:
                 step = learner.collect(pool)
                 if shards.size() < ac.learning_starts:
@@ -312,8 +258,7 @@ def train_apex(
                     if c["num_updates"] % ac.target_update_interval == 0:
                         agent.update_target(1.0)
                     if c["num_updates"] % ac.publish_interval == 0:
-                        c["version"] += 1
-                        pool.publish(c["version"], module_weights(agent))
+                        learner.publish(pool)
                 shards.update_priorities(np.concatenate(ids), np.concatenate(tds))
                 row = {"td_loss": torch.stack(losses).mean().item(),
                        "q_values": torch.stack(qs).mean().item(), "global_step": float(step),
@@ -332,8 +277,4 @@ def train_apex(
     return agent, run.finish(learner.step, c["num_updates"], title)
 
 
-def runner(cfg: ApexTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgent, TrainStats]:
-    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml``, TensorBoard logs,
-    ``faults.log`` (collector restarts), checkpoints and ``learning_curve.png``."""
-    cfg.to_yaml(Path(run_dir, "config.yaml"))
-    return train_apex(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_apex)

@@ -1,7 +1,8 @@
-"""What the asynchronous learners (IMPALA, Ape-X) share around their update: the counters,
-resume, the collectors' episode records, the evaluation and checkpoint schedules by env steps
-and the learner checkpoints (:class:`LearnerRun`, inside the :class:`~rlstore.agents.run.
-TrainingRun` frame every trainer has).
+"""What the asynchronous learners (IMPALA, Ape-X) share around their update: the config fields
+of their collectors (:class:`LearnerConfig`), the counters, resume, the collectors' start,
+weights and episode records, the evaluation and checkpoint schedules by env steps and the
+learner checkpoints (:class:`LearnerRun`, inside the :class:`~rlstore.agents.run.TrainingRun`
+frame every trainer has).
 
 A learner checkpoint (``run_dir/checkpoints/checkpoint_NNNN/``, :func:`rlstore.checkpoint.
 save_state`, no pickle) holds the networks, the optimizer, the counters and the episode history.
@@ -18,8 +19,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field
 
-from rlstore.agents.config import BaseConfig
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig
 from rlstore.agents.envs import make_env
 from rlstore.agents.run import TrainingRun, TrainStats, due, evaluation_due
 from rlstore.agents.run_checkpoint import (
@@ -33,27 +35,52 @@ from rlstore.agents.run_checkpoint import (
 from rlstore.checkpoint import load_state, save_state
 from rlstore.errors import CheckpointError, ConfigError
 
-__all__ = ["LearnerRun", "save_learner", "restore_learner"]
+__all__ = ["LearnerConfig", "LearnerRun", "save_learner", "restore_learner"]
 
 COUNTERS = ("global_step", "num_updates", "version", "checkpoint_num")
 _HISTORY = ("episode_returns", "episode_lengths", "episode_end_steps", "evaluations")
+
+
+class LearnerConfig(AlgorithmConfig):
+    """The fields IMPALA's and Ape-X's sections share: their collectors, Ray and checkpoints
+    (the algorithm's own fields follow them)."""
+
+    num_collectors: int = Field(2, ge=1)
+    """Collector actors (K)."""
+    num_envs: int = Field(4, ge=1)
+    """Vectorized envs per collector."""
+    fragment_length: int = Field(32, ge=1)
+    """Steps per env in one fragment (T)."""
+    gamma: float = Field(0.99, ge=0, le=1)
+    """Discount factor."""
+    address: str | None = None
+    """Ray cluster to join (``rlstore train --address``); None starts a local instance."""
+    collector_cpus: float = Field(0.0, ge=0)
+    """Ray CPUs reserved per collector, and per replay shard for Ape-X (0: no reservation, fine
+    on small machines)."""
+    timeout_s: float = Field(120.0, gt=0)
+    """Deadline of every remote call, and IMPALA's longest wait for a fragment, before the run
+    fails with an error (Ape-X's blocked rate limiter waits at most half of it)."""
+    checkpoint_interval: int = Field(0, ge=0)
+    """Env steps between learner checkpoints (also one at the end); 0: none."""
 
 
 class LearnerRun:
     """One asynchronous learner's run inside ``run`` (a :class:`TrainingRun`): resumes from the
     latest checkpoint (``resume``) and opens the run's logger.
 
-    ``cfg`` is the run's whole config, ``section`` the name of its algorithm section (with
-    ``total_timesteps`` and ``checkpoint_interval``: ``"impala"``, ``"apex"``), which also names
-    the checkpoint files (``<section>_*``, format ``rlstore.<section>/1``); ``label`` names the
-    algorithm in messages and on the bar. ``counters``: ``global_step`` (env steps of the whole
-    run), ``num_updates``, ``version`` (published weights), ``checkpoint_num``.
+    ``cfg`` is the run's whole config; its algorithm section (a :class:`LearnerConfig`:
+    ``"impala"``, ``"apex"``) also names the checkpoint files (``<section>_*``, format
+    ``rlstore.<section>/1``); ``label`` names the algorithm in messages and on the bar.
+    ``counters``: ``global_step`` (env steps of the whole run), ``num_updates``, ``version``
+    (published weights), ``checkpoint_num``.
     """
 
     def __init__(
-        self, run: TrainingRun, cfg: BaseConfig, section: str, label: str,
-        model: torch.nn.Module, optimizer: torch.optim.Optimizer, resume: bool,
+        self, run: TrainingRun, cfg: AlgorithmTrainConfig, label: str, model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer, resume: bool,
     ) -> None:  # fmt: skip
+        section = cfg.section()
         self.run, self.cfg, self.sc = run, cfg, getattr(cfg, section)
         self.model, self.optimizer = model, optimizer
         self.prefix, self.format = f"{section}_", f"rlstore.{section}/1"
@@ -66,9 +93,32 @@ class LearnerRun:
                                             ("environment", section), model, optimizer,
                                             run.stats)  # fmt: skip
             self.counters["checkpoint_num"] += 1
-        self.env = cfg.environment  # type: ignore[attr-defined]
+        self.env = cfg.environment
         self.base = self.step = self.before = self.counters["global_step"]
         run.start(self.sc.total_timesteps, self.base, f"{label} {self.env.env_id}", cfg.to_dict())
+
+    def start_collectors(self, make_policy: Callable[..., Any], sink: Any) -> Any:
+        """Start the section's ``num_collectors`` collectors (a :class:`~rlstore.distributed.
+        collector.CollectorPool` pushing into ``sink``; ``make_policy(index, envs)`` builds a
+        collector's policy; env seeds from ``run.seed + version``) and publish the current
+        weights to them."""
+        from rlstore.distributed.collector import CollectorPool
+
+        sc, seed = self.sc, self.cfg.run.seed + self.counters["version"]
+        args = {"make_policy": make_policy, "environment": self.env, "num_envs": sc.num_envs,
+                "fragment_length": sc.fragment_length, "seed": seed}  # fmt: skip
+        pool = CollectorPool(sc.num_collectors, lambda i: args, sink, num_cpus=sc.collector_cpus,
+                             run_dir=self.run.run_dir, timeout_s=sc.timeout_s)  # fmt: skip
+        self.publish(pool, new_version=False)
+        return pool
+
+    def publish(self, pool: Any, *, new_version: bool = True) -> None:
+        """Publish the model's weights to the collectors of ``pool``, as a new version unless
+        ``new_version`` is False."""
+        from rlstore.distributed.collector import module_weights
+
+        self.counters["version"] += int(new_version)
+        pool.publish(self.counters["version"], module_weights(self.model))
 
     @property
     def done(self) -> bool:

@@ -1,5 +1,7 @@
-"""The config pieces every rlstore trainer shares (PPO, DQN, SAC): :class:`BaseConfig`, the base
-of their configs, and the ``run`` and ``environment`` sections of every run's config.
+"""The config pieces every rlstore trainer shares (PPO, DQN, SAC, IMPALA, Ape-X):
+:class:`BaseConfig`, the base of their configs, the ``run`` and ``environment`` sections of
+every run's config, and the bases of the one-section algorithms' configs
+(:class:`AlgorithmConfig`, the section; :class:`AlgorithmTrainConfig`, the whole run).
 
 Each is a pydantic model on :class:`rlstore.config.StrictModel`: unknown keys and bad values
 raise :class:`rlstore.errors.ConfigError` naming the field, the expectation and what arrived;
@@ -14,17 +16,21 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import ConfigDict, Field, model_validator
 from typing_extensions import Self
 
 from rlstore.checkpoint import write_text_atomic
-from rlstore.config import StrictModel
+from rlstore.config import StrictModel, load_config_file
 
-__all__ = ["BaseConfig", "RunConfig", "EnvironmentConfig", "section_cli_keys", "EVAL_KEYS_MOVED"]
+__all__ = [
+    "BaseConfig", "RunConfig", "EnvironmentConfig", "AlgorithmConfig", "AlgorithmTrainConfig",
+    "folder_runner",
+]  # fmt: skip
 
 
 _ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
@@ -48,6 +54,12 @@ class BaseConfig(StrictModel):
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-able dict; ``from_dict(to_dict())`` round-trips."""
         return self.model_dump(mode="json")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Self:
+        """Build from a YAML or JSON file (:class:`~rlstore.errors.ConfigError` naming the bad
+        key); the algorithm modules' ``load_config``."""
+        return cls.from_dict(load_config_file(path))
 
     def to_yaml(self, path: str | Path) -> None:
         """Write the fully resolved config as YAML (every field, defaults included); the file
@@ -128,23 +140,78 @@ class EnvironmentConfig(BaseConfig):
         return self
 
 
-def section_cli_keys(section: str) -> dict[str, str | None]:
-    """``rlstore train``'s named flags -> the keys of an algorithm whose hyper-parameters are
-    one config section (DQN's ``dqn``, SAC's ``sac``); None: the flag does not apply (no
-    agent choice, no rollout length, no entropy coefficient). The evaluation flags set
-    ``run.*`` for every algorithm."""
-    keys = ("total_timesteps", "num_envs", "learning_rate", "gamma")
-    flags = ("total_steps", "num_envs", "lr", "gamma")
-    return {
-        **{flag: f"{section}.{key}" for flag, key in zip(flags, keys, strict=True)},
-        **dict.fromkeys(("agent", "num_steps", "ent_coef")),
+class AlgorithmConfig(BaseConfig):
+    """Base of the hyper-parameter sections of DQN, SAC, IMPALA and Ape-X (``dqn``, ``sac``,
+    ``impala``, ``apex``), whose evaluation settings moved to ``run`` (greedy / mean-action
+    evaluation: ``run.eval_episodes``, ``run.eval_interval``)."""
+
+    moved_keys: ClassVar[dict[str, str]] = {
+        "eval_interval": "moved to run.eval_interval (env steps between evaluations, as before)",
+        "eval_freq": "moved to run.eval_interval (env steps between evaluations, as before)",
+        "eval_episodes": "moved to run.eval_episodes",
     }
 
 
-EVAL_KEYS_MOVED: dict[str, str] = {
-    "eval_interval": "moved to run.eval_interval (env steps between evaluations, as before)",
-    "eval_freq": "moved to run.eval_interval (env steps between evaluations, as before)",
-    "eval_episodes": "moved to run.eval_episodes",
-}
-"""``moved_keys`` of the algorithm sections (``dqn``, ``sac``, ``impala``, ``apex``) whose
-evaluation settings moved to ``run``."""
+class AlgorithmTrainConfig(BaseConfig):
+    """Base of a whole DQN, SAC, IMPALA or Ape-X run (the shape of ``configs/<algo>_*.yaml`` and
+    of a run's ``config.yaml``): ``run``, ``environment`` and the algorithm's section, the one
+    field a subclass adds (an :class:`AlgorithmConfig`). Left out, ``run`` is named after the
+    section (``exp_name: dqn``) and ``environment`` is ``default_env_id``."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run name, seed, device, logging."""
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    """Environment (Discrete actions for DQN, IMPALA, Ape-X; Box actions for SAC)."""
+
+    default_env_id: ClassVar[str] = "CartPole-v1"
+
+    @classmethod
+    def section(cls) -> str:
+        """The name of the algorithm's section (``dqn``, ``sac``, ``impala``, ``apex``)."""
+        return next(k for k in cls.model_fields if k not in ("run", "environment"))
+
+    @classmethod
+    def cli_keys(cls) -> dict[str, str | None]:
+        """``rlstore train``'s named flags -> the keys of this config (the module's
+        ``CLI_KEYS``); None: the flag does not apply (no agent choice, no rollout length, no
+        entropy coefficient). The evaluation flags set ``run.*`` for every algorithm."""
+        keys = ("total_timesteps", "num_envs", "learning_rate", "gamma")
+        flags = ("total_steps", "num_envs", "lr", "gamma")
+        return {
+            **{flag: f"{cls.section()}.{key}" for flag, key in zip(flags, keys, strict=True)},
+            **dict.fromkeys(("agent", "num_steps", "ent_coef")),
+        }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_sections(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        defaults = {
+            "run": {"exp_name": cls.section()},
+            "environment": {"env_id": cls.default_env_id},
+        }
+        return {**{k: v for k, v in defaults.items() if k not in data}, **data}
+
+
+R = TypeVar("R")
+
+
+def folder_runner(
+    train: Callable[..., R], check: Callable[[Any], None] | None = None
+) -> Callable[..., R]:
+    """An algorithm module's ``runner``, the entry of ``rlstore train``: ``runner(cfg, *,
+    run_dir, resume)`` runs ``check(cfg)`` for a new run, writes ``run_dir/config.yaml`` (the
+    folder created if missing; on resume too: an extended budget is the run's config from now
+    on, the checkpoint check still refuses any other change and a shorter budget), then trains
+    there: ``train(cfg, run_dir=run_dir, resume=resume)`` (TensorBoard logs, checkpoints,
+    ``learning_curve.png``; ``resume`` continues the latest checkpoint)."""
+
+    def runner(cfg: BaseConfig, *, run_dir: str | Path, resume: bool) -> R:
+        if check is not None and not resume:
+            check(cfg)
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        cfg.to_yaml(Path(run_dir, "config.yaml"))
+        return train(cfg, run_dir=run_dir, resume=resume)
+
+    return runner

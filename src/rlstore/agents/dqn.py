@@ -54,20 +54,14 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlstore.agents.config import (
-    EVAL_KEYS_MOVED,
-    BaseConfig,
-    EnvironmentConfig,
-    RunConfig,
-    section_cli_keys,
-)
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.envs import make_env, make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.config import PositiveInt, load_config_file
+from rlstore.config import PositiveInt
 from rlstore.errors import ConfigError
 from rlstore.samplers import LinearSchedule
 from rlstore.vector import TransitionAdapter
@@ -78,6 +72,7 @@ __all__ = [
     "DQNAgent",
     "DQNConfig",
     "DQNTrainConfig",
+    "QLearningConfig",
     "QNetwork",
     "load_config",
     "runner",
@@ -88,16 +83,40 @@ __all__ = [
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "dqn_CartPole-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS = section_cli_keys("dqn")
-"""``rlstore train`` flags -> keys of this config (None: refused for DQN)."""
 
 
 # ----------------------------------------------------------------- configuration
 
 
-class DQNConfig(BaseConfig):
-    """DQN hyper-parameters (defaults: RL-Zoo's DQN on CartPole-v1, SB3 semantics); strict
-    types: no strings or bools for numbers, no floats for ints."""
+class QLearningConfig(AlgorithmConfig):
+    """The hyper-parameters DQN and Ape-X share (their Q-network, replay and clip); the
+    prioritized-replay ones apply to DQN with ``prioritized``, to Ape-X always."""
+
+    buffer_size: int = Field(100_000, ge=1)
+    """Replay capacity in transitions (Ape-X: over all shards)."""
+    batch_size: int = Field(64, ge=1)
+    """Transitions per gradient step."""
+    max_grad_norm: float = Field(10.0, gt=0)
+    """Global gradient-norm clip."""
+    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
+    """Widths of the Q-network's ReLU layers."""
+    dueling: bool = False
+    """Dueling head: ``Q = V + A - mean(A)``."""
+    double_q: bool = True
+    """Double DQN: the online net picks the next action, the target net values it (Ape-X: in
+    the learner and the initial priorities)."""
+    per_alpha: float = Field(0.6, ge=0)
+    """Priority exponent (prioritized replay)."""
+    per_beta: float = Field(0.4, ge=0, le=1)
+    """Initial importance exponent, annealed linearly to 1 over the run (prioritized replay)."""
+    per_eps: float = Field(1e-6, gt=0)
+    """Added to every ``|TD error|`` so that no transition gets probability 0."""
+
+
+class DQNConfig(QLearningConfig):
+    """DQN hyper-parameters (after :class:`QLearningConfig`'s; defaults: RL-Zoo's DQN on
+    CartPole-v1, SB3 semantics); strict types: no strings or bools for numbers, no floats for
+    ints."""
 
     total_timesteps: int = Field(50_000, ge=1)
     """Env steps (summed over envs); rounded down to whole periods of ``train_freq * num_envs``
@@ -106,12 +125,8 @@ class DQNConfig(BaseConfig):
     """Vectorized environments."""
     learning_rate: float = Field(2.3e-3, gt=0)
     """Adam learning rate (constant)."""
-    buffer_size: int = Field(100_000, ge=1)
-    """Replay capacity in transitions."""
     learning_starts: int = Field(1000, ge=0)
     """Env steps of uniformly random actions before the first update."""
-    batch_size: int = Field(64, ge=1)
-    """Transitions per gradient step."""
     gamma: float = Field(0.99, ge=0, le=1)
     """Discount factor."""
     train_freq: int = Field(256, ge=1)
@@ -128,28 +143,12 @@ class DQNConfig(BaseConfig):
     """Epsilon at step 0."""
     exploration_final_eps: float = Field(0.04, ge=0, le=1)
     """Epsilon after the decay."""
-    max_grad_norm: float = Field(10.0, gt=0)
-    """Global gradient-norm clip."""
-    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
-    """Widths of the Q-network's ReLU layers."""
-    dueling: bool = False
-    """Dueling head: ``Q = V + A - mean(A)``."""
-    double_q: bool = True
-    """Double DQN: the online net picks the next action, the target net values it."""
     n_step: int = Field(1, ge=1)
     """n-step returns (:class:`~rlstore.NStepReplay`); 1: one-step targets."""
     prioritized: bool = False
     """Proportional prioritized replay with importance weights in the loss."""
-    per_alpha: float = Field(0.6, ge=0)
-    """Priority exponent (prioritized only)."""
-    per_beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance exponent, annealed linearly to 1 over the run (prioritized only)."""
-    per_eps: float = Field(1e-6, gt=0)
-    """Added to every ``|TD error|`` so that no transition gets probability 0."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced periods, the last included); 0: none."""
-
-    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
 
     @model_validator(mode="after")
     def _check(self) -> DQNConfig:
@@ -165,20 +164,16 @@ class DQNConfig(BaseConfig):
         return max(1, self.total_timesteps // (self.train_freq * self.num_envs))
 
 
-class DQNTrainConfig(BaseConfig):
-    """A whole DQN run (the shape of ``configs/dqn_*.yaml`` and of a run's ``config.yaml``)."""
+class DQNTrainConfig(AlgorithmTrainConfig):
+    """A whole DQN run: ``run``, ``environment`` (Box observations, Discrete actions), ``dqn``."""
 
-    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="dqn"))
-    """Run name, seed, logging."""
-    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
-    """Environment (Box observations, Discrete actions)."""
     dqn: DQNConfig = Field(default_factory=DQNConfig)
     """DQN hyper-parameters."""
 
 
-def load_config(path: str | Path) -> DQNTrainConfig:
-    """A :class:`DQNTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
-    return DQNTrainConfig.from_dict(load_config_file(path))
+load_config = DQNTrainConfig.from_file
+CLI_KEYS = DQNTrainConfig.cli_keys()
+"""``rlstore train`` flags -> keys of this config (None: refused for DQN)."""
 
 
 # ----------------------------------------------------------------- networks
@@ -433,11 +428,4 @@ def _train(
 # ----------------------------------------------------------------- entry point
 
 
-def runner(cfg: DQNTrainConfig, *, run_dir: Path, resume: bool) -> tuple[DQNAgent, TrainStats]:
-    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml`` (a new run),
-    TensorBoard logs, checkpoints and ``learning_curve.png``; ``resume`` continues from the
-    latest checkpoint there."""
-    # on resume too: an extended budget is the run's config from now on (the checkpoint check
-    # still refuses any other change, and a shorter budget)
-    cfg.to_yaml(Path(run_dir, "config.yaml"))
-    return train_dqn(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_dqn)

@@ -6,7 +6,7 @@
   commit point: a folder counts as a checkpoint once it exists): both networks, the optimizer,
   the counters, the global RNG states, the current observations and episode accumulators, the
   episode history, what replays the envs' current episodes
-  (:mod:`rlstore.agents.ppo.env_state`), and the ``save_id`` of the buffer save it belongs to.
+  (:mod:`rlstore.agents.envs`), and the ``save_id`` of the buffer save it belongs to.
 
 Loading executes nothing from the folder; every entry is checked before the first live object
 changes, and anything wrong is a :class:`~rlstore.errors.CheckpointError` naming it.
@@ -20,20 +20,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from rlstore.agents.envs import env_state, restore_envs
-from rlstore.agents.run import TrainStats
-from rlstore.agents.run_checkpoint import (
-    RAW_OBS,
-    check_global_rng_state,
-    check_module_state,
-    check_optimizer_state,
-    check_resumed_config,
-    global_rng_state,
-    optimizer_state,
-    set_global_rng_state,
+from rlstore.agents.replay_checkpoint import (
+    BUFFER_PREFIX,
+    load_replay_checkpoint,
+    restore_replay_checkpoint,
+    save_replay_checkpoint,
 )
+from rlstore.agents.run import TrainStats
+from rlstore.agents.run_checkpoint import check_optimizer_state, optimizer_state
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.checkpoint import load_state, read_metadata, save, save_state
+from rlstore.checkpoint import read_metadata
 from rlstore.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -43,7 +39,7 @@ __all__ = ["FORMAT", "PREFIX", "Progress", "restore_checkpoint", "save_checkpoin
 
 FORMAT = "rlstore.dqn/1"
 """The ``format`` entry of the DQN checkpoints this version writes and reads."""
-PREFIX, BUFFER_PREFIX = "dqn_", "buffer_"
+PREFIX = "dqn_"
 
 
 class Progress(NamedTuple):
@@ -69,25 +65,20 @@ def save_checkpoint(
     stats: TrainStats,
 ) -> None:
     """Write one checkpoint folder: the buffer first, then the DQN state (the commit point)."""
-    save(buffer, folder, prefix=BUFFER_PREFIX)
+    counters = {k: getattr(prog, k) for k in _COUNTERS}
     payload = {
-        "format": FORMAT,
-        "config": cfg.to_dict(),
-        "buffer_save_id": read_metadata(folder, prefix=BUFFER_PREFIX)["save_id"],
-        "counters": {k: getattr(prog, k) for k in _COUNTERS},
+        "counters": counters,
         "obs": np.array(prog.obs),
         "episode_return": prog.episode_return.copy(),
         "episode_length": prog.episode_length.copy(),
         "epsilon": float(agent.epsilon),
-        "model": dict(agent.state_dict()),
         "optimizer": optimizer_state(optimizer),
-        "rng": global_rng_state(),
-        "envs": env_state(envs, cfg.environment),
         "history": {
             k: [list(e) if isinstance(e, tuple) else e for e in getattr(stats, k)] for k in _HISTORY
         },  # fmt: skip
     }
-    save_state(folder, payload, prefix=PREFIX, metadata={"format": FORMAT, **payload["counters"]})
+    save_replay_checkpoint(folder, PREFIX, FORMAT, cfg, agent, buffer, envs, payload, counters,
+                           link_buffer=True)  # fmt: skip
 
 
 _COUNTERS = ("period", "global_step", "num_updates", "checkpoint_num")
@@ -105,15 +96,10 @@ def restore_checkpoint(
 ) -> Progress:
     """Load a checkpoint folder into freshly built training objects; every entry is checked
     before the first object changes (CheckpointError naming it)."""
-    sd = load_state(path, prefix=PREFIX)
-    if sd.get("format") != FORMAT:
-        raise CheckpointError(f"format: expected {FORMAT!r} in {path}, got {sd.get('format')!r}")
-    check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "dqn"), str(path))
+    sd, buffer_sd = load_replay_checkpoint(path, PREFIX, FORMAT, cfg, agent, "DQN")
     if read_metadata(path, prefix=BUFFER_PREFIX).get("save_id") != sd.get("buffer_save_id"):
         raise CheckpointError(f"buffer_save_id: {path} holds a replay buffer of another save")
-    check_module_state(sd.get("model"), agent)
     opt = check_optimizer_state(sd.get("optimizer"), optimizer)
-    check_global_rng_state(sd.get("rng"))
     counters = sd.get("counters")
     if (
         not isinstance(counters, dict)
@@ -137,11 +123,7 @@ def restore_checkpoint(
     eps = sd.get("epsilon")
     if type(eps) is not float or not 0.0 <= eps <= 1.0:
         raise CheckpointError(f"epsilon: expected a float in [0, 1], got {eps!r}")
-    buffer.load_state_dict(load_state(path, prefix=BUFFER_PREFIX))  # checked, all or nothing
-    restore_envs(envs, cfg.environment, sd.get("envs"), RAW_OBS, torch.as_tensor(sd["obs"]))
-    agent.load_state_dict(sd["model"])
-    optimizer.load_state_dict(opt)
-    set_global_rng_state(sd["rng"])
+    restore_replay_checkpoint(sd, buffer_sd, cfg, agent, buffer, envs, [(optimizer, opt)])
     agent.epsilon = eps
     stats.episode_returns, stats.episode_lengths = hist["episode_returns"], hist["episode_lengths"]
     stats.episode_end_steps, stats.updates = hist["episode_end_steps"], hist["updates"]

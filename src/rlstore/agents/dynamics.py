@@ -48,6 +48,7 @@ from torch.nn import functional as F
 from rlstore._checks import check_count, real_number
 from rlstore.buffers.model_based import ModelDataset, StandardScaler, ensemble_minibatches
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+from rlstore.samplers import make_rng
 
 __all__ = ["DynamicsEnsemble", "FitResult", "HoldoutMSE", "gaussian_nll", "fit", "holdout_mse"]
 
@@ -235,7 +236,7 @@ def fit(
     val_y = torch.as_tensor(targets.transform(ds.holdout_targets), dtype=torch.float32)
     scaled = ds._replace(train_targets=targets.transform(ds.train_targets))
     optim = torch.optim.Adam(model.parameters(), lr=lr)
-    rng = np.random.default_rng(seed)
+    rng = make_rng(seed)
     train_losses: list[float] = []
     val_losses: list[float] = []
     best, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())

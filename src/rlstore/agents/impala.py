@@ -22,7 +22,7 @@ log-probs ``log mu(a_t|x_t)`` and the policy version that acted, into a bounded
 4. publishes the new weights (one ``ray.put``, versioned) that the collectors pull before their
    next fragment, restarts dead collectors, logs the finished episodes.
 
-The networks are the PPO FC agent's (:class:`rlstore.agents.ppo.models.FCAgent`: separate tanh
+The networks are the PPO FC agent's (:class:`rlstore.agents.networks.FCAgent`: separate tanh
 MLPs for actor and critic); Discrete actions. Run folder, progress bar, curve, evaluation and
 checkpoints are the shared ones (:mod:`rlstore.agents.run`, :mod:`rlstore.agents.async_run`).
 
@@ -46,19 +46,12 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rlstore.agents.async_run import LearnerRun
-from rlstore.agents.config import (
-    EVAL_KEYS_MOVED,
-    BaseConfig,
-    EnvironmentConfig,
-    RunConfig,
-    section_cli_keys,
-)
+from rlstore.agents.async_run import LearnerConfig, LearnerRun
+from rlstore.agents.config import AlgorithmTrainConfig, folder_runner
 from rlstore.agents.envs import make_vector_env
 from rlstore.agents.networks import FCAgent
 from rlstore.agents.run import TrainingRun, TrainStats, adam
 from rlstore.buffers.rollout import RolloutBuffer
-from rlstore.config import load_config_file
 from rlstore.errors import ConfigError, RLStoreError
 
 __all__ = [
@@ -75,26 +68,14 @@ __all__ = [
 
 DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "impala_CartPole-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS: dict[str, str | None] = {
-    **section_cli_keys("impala"),
-    "num_collectors": "impala.num_collectors",
-    "address": "impala.address",
-    "num_shards": None,  # fragments go through a queue, not replay shards
-}
-"""``rlstore train`` flags -> keys of this config (None: refused for IMPALA)."""
 
 
-class ImpalaConfig(BaseConfig):
-    """IMPALA hyper-parameters; strict types (no strings or bools for numbers)."""
+class ImpalaConfig(LearnerConfig):
+    """IMPALA hyper-parameters (after :class:`LearnerConfig`'s); strict types (no strings or
+    bools for numbers)."""
 
     total_timesteps: int = Field(250_000, ge=1)
     """Env steps collected by all collectors together."""
-    num_collectors: int = Field(2, ge=1)
-    """Collector actors (K)."""
-    num_envs: int = Field(4, ge=1)
-    """Vectorized envs per collector."""
-    fragment_length: int = Field(32, ge=1)
-    """Steps per env in one fragment (T)."""
     fragments_per_batch: int = Field(2, ge=1)
     """Fragments per learner update (laid side by side)."""
     queue_size: int = Field(4, ge=1)
@@ -103,8 +84,6 @@ class ImpalaConfig(BaseConfig):
     """Initial Adam learning rate."""
     end_learning_rate: float = Field(0.0, ge=0)
     """Learning rate at the end of the run (linear decay over env steps)."""
-    gamma: float = Field(0.99, ge=0, le=1)
-    """Discount factor."""
     vtrace_lambda: float = Field(1.0, ge=0, le=1)
     """V-trace trace lambda (multiplies c)."""
     rho_bar: float = Field(1.0, gt=0)
@@ -126,32 +105,23 @@ class ImpalaConfig(BaseConfig):
     """Normalization of the policy-gradient advantages (``RolloutBuffer`` semantics)."""
     hidden_size: int = Field(64, ge=1)
     """Width of the actor's and the critic's two tanh layers."""
-    address: str | None = None
-    """Ray cluster to join (``rlstore train --address``); None starts a local instance."""
-    collector_cpus: float = Field(0.0, ge=0)
-    """Ray CPUs reserved per collector (0: no reservation, fine on small machines)."""
-    timeout_s: float = Field(120.0, gt=0)
-    """Longest wait for a fragment or a remote call before the run fails with an error."""
-    checkpoint_interval: int = Field(0, ge=0)
-    """Env steps between learner checkpoints (also one at the end); 0: none."""
-
-    moved_keys = EVAL_KEYS_MOVED  # greedy evaluation: run.eval_episodes, run.eval_interval
 
 
-class ImpalaTrainConfig(BaseConfig):
-    """A whole IMPALA run (the shape of ``configs/impala_*.yaml`` and of a run's config.yaml)."""
+class ImpalaTrainConfig(AlgorithmTrainConfig):
+    """A whole IMPALA run: ``run``, ``environment`` (Discrete actions), ``impala``."""
 
-    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="impala"))
-    """Run name, seed, logging."""
-    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
-    """Environment (Discrete actions)."""
     impala: ImpalaConfig = Field(default_factory=ImpalaConfig)
     """IMPALA hyper-parameters."""
 
 
-def load_config(path: str | Path) -> ImpalaTrainConfig:
-    """An :class:`ImpalaTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
-    return ImpalaTrainConfig.from_dict(load_config_file(path))
+load_config = ImpalaTrainConfig.from_file
+CLI_KEYS: dict[str, str | None] = {
+    **ImpalaTrainConfig.cli_keys(),
+    "num_collectors": "impala.num_collectors",
+    "address": "impala.address",
+    "num_shards": None,  # fragments go through a queue, not replay shards
+}
+"""``rlstore train`` flags -> keys of this config (None: refused for IMPALA)."""
 
 
 # ----------------------------------------------------------------- collector side
@@ -254,7 +224,7 @@ def train_impala(
             checkpoint there (weights, optimizer, counters, history; fresh collectors).
     """
     from rlstore.distributed import start_ray
-    from rlstore.distributed.collector import CollectorPool, FragmentQueue, module_weights
+    from rlstore.distributed.collector import FragmentQueue
 
     rc, ic = cfg.run, cfg.impala
     with TrainingRun(rc, run_dir) as run:
@@ -269,19 +239,14 @@ def train_impala(
         buffer = RolloutBuffer(ic.fragment_length, ic.fragments_per_batch * ic.num_envs,
                                gamma=ic.gamma, advantage_normalization=ic.advantage_normalization,
                                device=rc.device, seed=rc.seed)  # fmt: skip
-        learner = LearnerRun(run, cfg, "impala", "IMPALA", agent, optimizer, resume)
+        learner = LearnerRun(run, cfg, "IMPALA", agent, optimizer, resume)
         c = learner.counters
         start_ray(ic.address)
         queue = FragmentQueue(ic.queue_size)
-        args = {"make_policy": functools.partial(ImpalaPolicy, hidden_size=ic.hidden_size),
-                "environment": cfg.environment, "num_envs": ic.num_envs,
-                "fragment_length": ic.fragment_length, "seed": rc.seed + c["version"]}  # fmt: skip
         pool = None
         try:
-            pool = CollectorPool(ic.num_collectors, lambda i: args, queue,
-                                 num_cpus=ic.collector_cpus, run_dir=run_dir,
-                                 timeout_s=ic.timeout_s)  # fmt: skip
-            pool.publish(c["version"], module_weights(agent))
+            make_policy = functools.partial(ImpalaPolicy, hidden_size=ic.hidden_size)
+            pool = learner.start_collectors(make_policy, queue)
             while not learner.done:
                 fragments: list[dict[str, Any]] = []
                 waited = time.perf_counter()
@@ -300,8 +265,7 @@ def train_impala(
                     )
                 row = vtrace_update(agent, optimizer, buffer, fragments, ic)
                 c["num_updates"] += 1
-                c["version"] += 1
-                pool.publish(c["version"], module_weights(agent))
+                learner.publish(pool)
                 lag = float(np.mean([c["version"] - 1 - f["version"] for f in fragments]))
                 step = learner.collect(pool)
                 row.update(global_step=float(step), sps=run.sps(step), policy_lag=lag)
@@ -325,8 +289,4 @@ def _greedy(agent: FCAgent, obs: np.ndarray) -> np.ndarray:
     return agent.env_action(logits.argmax(-1))[0]
 
 
-def runner(cfg: ImpalaTrainConfig, *, run_dir: Path, resume: bool) -> tuple[FCAgent, TrainStats]:
-    """Train in the run folder ``run_dir`` (it exists): writes ``config.yaml``, TensorBoard logs,
-    ``faults.log`` (collector restarts), checkpoints and ``learning_curve.png``."""
-    cfg.to_yaml(Path(run_dir, "config.yaml"))
-    return train_impala(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_impala)

@@ -7,7 +7,7 @@
   :class:`~rlstore.buffers.demo_mixer.DemoMixer` (replays in progress, the open env episodes),
   the real envs' raw observations, the observation the agent acts on next (a demo frame for a
   replaying slot) and the supplementary files already added;
-* PPO's ``ppo_*`` files (:mod:`rlstore.agents.ppo.checkpoint`, the commit point), whose rollout
+* PPO's ``ppo_*`` files (:mod:`rlstore.agents.ppo_checkpoint`, the commit point), whose rollout
   state holds the *real* envs' observation, so that PPO's env replay checks what it replays.
 
 Loading executes nothing from the folder and refuses a ``ppod`` config other than the run's.

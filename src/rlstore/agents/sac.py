@@ -38,7 +38,7 @@ import copy
 import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -47,19 +47,12 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlstore.agents.config import (
-    EVAL_KEYS_MOVED,
-    BaseConfig,
-    EnvironmentConfig,
-    RunConfig,
-    section_cli_keys,
-)
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
 from rlstore.agents.envs import check_env_id, make_env, make_vector_env
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule, latest_checkpoint
 from rlstore.agents.sac_checkpoint import PREFIX, LoopState, restore_checkpoint, save_checkpoint
 from rlstore.buffers.replay import ReplayBatch, ReplayBuffer
-from rlstore.config import load_config_file
 from rlstore.errors import ConfigError
 from rlstore.vector import TransitionAdapter
 
@@ -80,7 +73,7 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of the policy
 # ============================================================================ config
 
 
-class SACConfig(BaseConfig):
+class SACConfig(AlgorithmConfig):
     """SAC hyper-parameters (defaults: Stable-Baselines3's ``SAC``)."""
 
     total_timesteps: int = Field(20_000, ge=1)
@@ -120,8 +113,6 @@ class SACConfig(BaseConfig):
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced, the last at the end); 0: none."""
 
-    moved_keys = EVAL_KEYS_MOVED  # mean-action evaluation: run.eval_episodes, run.eval_interval
-
     @model_validator(mode="after")
     def _check(self) -> SACConfig:
         if self.ent_coef != "auto" and not self.ent_coef > 0:
@@ -135,28 +126,21 @@ class SACConfig(BaseConfig):
         return self
 
 
-class SACTrainConfig(BaseConfig):
-    """A whole SAC run (the YAML file format): ``run``, ``environment``, ``sac``."""
+class SACTrainConfig(AlgorithmTrainConfig):
+    """A whole SAC run: ``run``, ``environment`` (continuous Box actions), ``sac``."""
 
-    run: RunConfig = Field(default_factory=lambda: RunConfig(exp_name="sac"))
-    """Run name, seed, device, logging."""
-    environment: EnvironmentConfig = Field(
-        default_factory=lambda: EnvironmentConfig(env_id="Pendulum-v1")
-    )
-    """Environment (continuous Box actions)."""
     sac: SACConfig = Field(default_factory=SACConfig)
     """SAC hyper-parameters."""
+
+    default_env_id: ClassVar[str] = "Pendulum-v1"
 
 
 DEFAULT_CONFIGS: dict[str, str] = {"Pendulum-v1": "sac_Pendulum-v1.yaml"}
 """Env id -> packaged config file in ``rlstore/configs/``."""
-CLI_KEYS = section_cli_keys("sac")
+
+load_config = SACTrainConfig.from_file
+CLI_KEYS = SACTrainConfig.cli_keys()
 """``rlstore train`` flags -> keys of this config (None: refused for SAC)."""
-
-
-def load_config(path: str | Path) -> SACTrainConfig:
-    """Read a :class:`SACTrainConfig` from YAML/JSON; :class:`ConfigError` names a bad key."""
-    return SACTrainConfig.from_dict(load_config_file(path))
 
 
 # ============================================================================ networks
@@ -443,13 +427,4 @@ def train_sac(
     return agent, run.finish(state.iteration * n, state.num_updates, title)
 
 
-def runner(cfg: SACTrainConfig, *, run_dir: Path, resume: bool) -> tuple[SACAgent, TrainStats]:
-    """The CLI's entry (``rlstore train --algo sac``): writes ``run_dir/config.yaml`` (a new
-    run) and trains into ``run_dir``, or continues its latest checkpoint (``resume``)."""
-    if not resume:
-        check_env_id(cfg.environment)
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-    # on resume too: an extended budget is the run's config from now on (the checkpoint check
-    # still refuses any other change, and a shorter budget)
-    cfg.to_yaml(Path(run_dir) / "config.yaml")
-    return train_sac(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_sac, lambda cfg: check_env_id(cfg.environment))

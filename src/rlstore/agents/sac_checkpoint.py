@@ -9,7 +9,7 @@ A checkpoint is the folder ``run_dir/checkpoints/checkpoint_NNNN/``:
   ``format``, ``config``, ``counters`` (vector steps, gradient steps, checkpoint number),
   ``model`` (actor, critics, target critics, ``log_alpha``), ``optimizers``, the global RNG
   states, the envs as a JSON spec plus the actions of their current episodes
-  (:mod:`rlstore.agents.ppo.env_state`), the current observations and episode returns /
+  (:mod:`rlstore.agents.envs`), the current observations and episode returns /
   lengths, and the history (episodes, evaluations, logged updates).
 
 Resuming checks everything read before anything changes (:class:`CheckpointError`), rebuilds
@@ -27,24 +27,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rlstore import checkpoint
-from rlstore.agents.envs import env_state, restore_envs
+from rlstore.agents.replay_checkpoint import (
+    load_replay_checkpoint,
+    restore_replay_checkpoint,
+    save_replay_checkpoint,
+)
 from rlstore.agents.run import TrainStats
 from rlstore.agents.run_checkpoint import (
-    RAW_OBS,
-    check_global_rng_state,
     check_like,
-    check_module_state,
     check_optimizer_state,
-    check_resumed_config,
     check_updates_log,
     checkpoint_path,
-    global_rng_state,
     optimizer_state,
-    set_global_rng_state,
 )
 from rlstore.buffers.replay import ReplayBuffer
-from rlstore.errors import CheckpointError, RLStoreError
+from rlstore.errors import CheckpointError
 
 if TYPE_CHECKING:
     from rlstore.agents.sac import SACAgent, SACTrainConfig
@@ -53,7 +50,7 @@ __all__ = ["FORMAT", "PREFIX", "LoopState", "save_checkpoint", "restore_checkpoi
 
 FORMAT = "rlstore.sac/1"
 """``format`` entry of the SAC checkpoints this version writes and reads."""
-PREFIX, BUFFER_PREFIX = "sac_", "buffer_"
+PREFIX = "sac_"
 Optimizers = dict[str, torch.optim.Optimizer]
 
 
@@ -93,19 +90,13 @@ def save_checkpoint(
     """Write ``ckpt_dir/checkpoint_NNNN/``: the buffer first, then the SAC state, whose sidecar
     commits the checkpoint (a folder without ``sac_metadata.json`` is never resumed from)."""
     folder = checkpoint_path(ckpt_dir, state.checkpoint_num)
-    checkpoint.save(buffer, folder, prefix=BUFFER_PREFIX)
     payload = {
         **_payload(cfg, agent, state, stats),
-        "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
-        "format": FORMAT,
-        "config": cfg.to_dict(),
         "optimizers": {k: optimizer_state(o) for k, o in opts.items()},
-        "rng": global_rng_state(),
-        "envs": env_state(envs, cfg.environment),
         "updates": [dict(u) for u in stats.updates],
     }
-    meta = {"format": FORMAT, "global_step": state.iteration * cfg.sac.num_envs}
-    checkpoint.save_state(folder, payload, prefix=PREFIX, metadata=meta)
+    meta = {"global_step": state.iteration * cfg.sac.num_envs}
+    save_replay_checkpoint(folder, PREFIX, FORMAT, cfg, agent, buffer, envs, payload, meta)
     state.checkpoint_num += 1
 
 
@@ -119,17 +110,7 @@ def restore_checkpoint(
     checks its own state whole and the envs' replayed episodes must reproduce the saved
     observations."""
     where = f"resume: {str(path)!r}"
-    try:
-        sd, buffer_sd = (
-            checkpoint.load_state(path, prefix=PREFIX),
-            checkpoint.load_state(path, prefix=BUFFER_PREFIX),
-        )
-    except RLStoreError as err:
-        raise CheckpointError(f"{where} is not a readable SAC checkpoint ({err})") from None
-    if sd.get("format") != FORMAT:
-        raise CheckpointError(f"{where}: expected format {FORMAT!r}, got {sd.get('format')!r}")
-    check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", "sac"), where)
-    check_module_state(sd.get("model"), agent)
+    sd, buffer_sd = load_replay_checkpoint(path, PREFIX, FORMAT, cfg, agent, "SAC")
     for key, ref in _payload(cfg, agent, state, TrainStats()).items():
         check_like(key, sd.get(key), ref)  # same keys, shapes, dtypes; lists of numbers
     h, ep, updates = sd["history"], sd["episode"], sd.get("updates")
@@ -145,13 +126,8 @@ def restore_checkpoint(
     opt_sd = {
         k: check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}") for k, o in opts.items()
     }
-    check_global_rng_state(sd.get("rng"), "rng")
-    buffer.load_state_dict(buffer_sd)
-    restore_envs(envs, cfg.environment, sd.get("envs"), RAW_OBS, torch.from_numpy(sd["obs"]))
-    agent.load_state_dict(sd["model"])
-    for k, o in opts.items():
-        o.load_state_dict(opt_sd[k])
-    set_global_rng_state(sd["rng"])
+    optimizers = [(o, opt_sd[k]) for k, o in opts.items()]
+    restore_replay_checkpoint(sd, buffer_sd, cfg, agent, buffer, envs, optimizers)
     state.obs, state.ep_return, state.ep_length = sd["obs"], ep["return"], ep["length"]
     state.iteration, state.num_updates = sd["counters"]["iteration"], sd["counters"]["num_updates"]
     state.checkpoint_num = sd["counters"]["checkpoint_num"] + 1

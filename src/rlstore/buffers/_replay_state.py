@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlstore._trees import flat_items
+from rlstore.checkpoint._state import load_state, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec, TransitionSchema
-from rlstore.storage import RingStorage, Storage, StorageLayout
+from rlstore.storage import MemmapStorage, RingStorage, Storage, StorageLayout
 from rlstore.storage.frames import newest_frame_specs
 from rlstore.storage.ring import SideStore, _checked_array
 
@@ -109,8 +110,6 @@ class ReplayState:
         Raises:
             ConfigError: the buffer is not memory-mapped.
         """
-        from rlstore.checkpoint import save_state
-
         if self._layout.kind != "memmap":
             raise ConfigError("flush: only a memory-mapped buffer (StorageLayout.memmap) flushes")
         st = self._storage
@@ -127,9 +126,6 @@ class ReplayState:
         Raises:
             CheckpointError: the folder holds no flushed buffer, or files that do not match.
         """
-        from rlstore.checkpoint import load_state
-        from rlstore.storage import MemmapStorage
-
         sd = dict(load_state(str(directory), prefix=_MMAP_PREFIX))
         cfg = sd.get("config")
         if not isinstance(cfg, Mapping) or not isinstance(cfg.get("storage"), Mapping):

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlstore.buffers._replay_state import ReplayState
 from rlstore.errors import SpecError
 from rlstore.specs import FieldSpec, TransitionSchema, all_finite, cast_to_spec
 from rlstore.storage.frames import check_shared_frames, newest_frame
 
 if TYPE_CHECKING:
-    from rlstore.samplers import Sampler
-    from rlstore.storage import Storage, StorageLayout
+    from rlstore.storage import Storage
     from rlstore.storage.ring import SideStore
 
 __all__ = ["ReplayWriter", "WritePlan"]
@@ -169,28 +169,14 @@ class WritePlan:
         return WritePlan, self.args
 
 
-class ReplayWriter:
-    """Mixin: ``add`` / ``extend`` of ``ReplayBuffer`` (attributes set by the buffer)."""
+class ReplayWriter(ReplayState):
+    """Mixin: ``add`` / ``extend`` of ``ReplayBuffer`` (attributes set by the buffer, declared
+    by :class:`ReplayState`; ``_pending``: the bytes of the pending next_obs row per obs field,
+    ``_plan``: the per-argument checks of an add)."""
 
-    num_envs: int
-    capacity_per_env: int
-    store_next_obs_once: bool
-    allow_nonfinite: bool
-    specs: dict[str, FieldSpec] | None
-    _schema: TransitionSchema | None
-    _storage: Storage | None
-    _side: SideStore | None
-    _disc: SideStore | None
-    _sampler: Sampler
-    _layout: StorageLayout
-    _prev_open: np.ndarray
     _prev_open_any: bool
     _prev_all: bool
-    _pending: list[bytes] | None  # bytes of the pending next_obs row per obs field
-    _plan: WritePlan | None  # per-argument checks of an add
-
-    def _allocate(self, specs: dict[str, FieldSpec], storage: Any = None) -> None:
-        raise NotImplementedError  # provided by ReplayBuffer
+    _plan: WritePlan | None
 
     def add(
         self,

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from rlstore.buffers.demos import Demo
+from rlstore.buffers.demo_store import Demo
 from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError
 
-__all__ = ["NPZ_FIELDS", "read_npz", "load_npz_demo", "save_npz_demo"]
+__all__ = ["NPZ_FIELDS", "read_npz", "load_npz_demo", "demo_from_arrays", "save_npz_demo"]
 
 NPZ_FIELDS: tuple[str, ...] = ("Observation", "Action", "Reward")
 
@@ -71,14 +71,22 @@ def load_npz_demo(path: str | os.PathLike[str], frame_skip: int = 1) -> Demo:
         raise ConfigError(
             f"{path.name}: FrameSkip {skip} differs from the environment's frame_skip {frame_skip}"
         )
-    obs, act, rew = (arrays[k] for k in NPZ_FIELDS)
-    rew = rew.reshape(-1)
+    return demo_from_arrays(path.name, *(arrays[k] for k in NPZ_FIELDS), human=True)
+
+
+def demo_from_arrays(
+    name: str, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, *, human: bool = False
+) -> Demo:
+    """A :class:`Demo` of a demo file's arrays: ``obs`` with ``L`` rows or ``L + 1`` (the final
+    observation, in which no action was taken, is dropped); a :class:`CheckpointError` naming
+    the file ``name`` when they do not make a demo."""
+    rew = np.asarray(rew).reshape(-1)
     if obs.ndim >= 1 and obs.shape[0] == rew.shape[0] + 1:
-        obs = obs[:-1]  # the final observation: no action was taken in it
+        obs = obs[:-1]
     try:
-        return Demo(obs, act, rew, human=True)
+        return Demo(obs, act, rew, human=human)
     except RLStoreError as exc:
-        raise CheckpointError(f"{path.name}: {exc}") from exc
+        raise CheckpointError(f"{name}: {exc}") from exc
 
 
 def save_npz_demo(

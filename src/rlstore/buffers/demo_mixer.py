@@ -1,6 +1,6 @@
 """PPO+D rollout mixer: new episodes of a vector env become demonstration replays.
 
-:class:`DemoMixer` is a per-env-slot state machine over a :class:`~rlstore.buffers.demos.
+:class:`DemoMixer` is a per-env-slot state machine over a :class:`~rlstore.buffers.demo_store.
 DemoStore` (PyTorchRL's ``PPODBuffer`` semantics): whenever a slot starts a new episode, its
 source is drawn with probabilities ``(rho, phi, 1 - rho - phi)`` (reward demo, value demo, real
 env; an empty demo list falls back to the env). A replaying slot emits the demo's transitions
@@ -38,16 +38,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from rlstore._checks import check_count
 from rlstore._trees import flag_array, real_array
+from rlstore.buffers.demo_store import Demo, DemoStore
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
-
-if TYPE_CHECKING:
-    from rlstore.buffers.demos import Demo, DemoStore
 
 __all__ = ["DemoMixer", "MixedStep", "ENV", "REWARD_DEMO", "VALUE_DEMO"]
 
@@ -243,8 +241,6 @@ class DemoMixer:
         frame_stack: int = 1,
         track_episodes: bool = True,
     ) -> None:
-        from rlstore.buffers.demos import DemoStore  # demos imports this module
-
         if not isinstance(store, DemoStore):
             raise ConfigError(f"store: expected a DemoStore, got {type(store).__name__}")
         for name, value in (("num_envs", num_envs), ("frame_stack", frame_stack)):
@@ -307,8 +303,6 @@ class DemoMixer:
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (after the store's own state): the mixer then
         emits what the original would. A replayed demo still in the store is shared with it."""
-        from rlstore.buffers.demos import Demo
-
         n = self.num_envs
         try:
             obs, t, hist = real_array("obs", sd["obs"]), int(sd["t"]), sd["hist"]

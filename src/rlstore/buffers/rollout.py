@@ -65,7 +65,7 @@ from rlstore.minibatches import (
     RolloutBatch,
 )
 from rlstore.normalize import DiscountedReturnNormalizer
-from rlstore.samplers import rng_state, set_rng_state
+from rlstore.samplers import make_rng, rng_state, set_rng_state
 
 __all__ = ["RolloutBuffer", "RolloutBatch", "IntrinsicConfig"]
 
@@ -110,8 +110,8 @@ class RolloutBuffer(RolloutMinibatches):
         self.intrinsic = intrinsic
         self.device = as_device(device)
         self._check = StepChecker(self.num_envs, self.device)
+        self._rng = make_rng(seed)  # ConfigError for a bool, a negative int or another type
         self._seed = None if seed is None or isinstance(seed, np.random.Generator) else int(seed)
-        self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         T, N = self.num_steps, self.num_envs
         self._float_names = _FLOATS + (_INT_FLOATS if intrinsic is not None else ())
         if intrinsic is not None:  # RND reward scaling: running std of the discounted sum

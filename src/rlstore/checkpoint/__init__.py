@@ -35,9 +35,11 @@ a config the class rejects, or a state its ``load_state_dict`` rejects (buffers 
 state before they change). Nothing is half-loaded.
 
 The package: this module holds the object API (registry, :func:`save`, :func:`load`,
-:func:`build_from_record`); :mod:`._state` the raw state-dict API (:func:`save_state`,
-:func:`load_state`, ...); :mod:`._tree` flattening, JSON-ability and schema;
-:mod:`._safetensors_io` the state file; :mod:`._atomic` the crash-safe commit.
+:func:`build_from_record`), which stands on the buffers and facades it rebuilds;
+:mod:`._state` the raw state-dict API (:func:`save_state`, :func:`load_state`, ...), which the
+buffers and facades import directly (so that nothing imports back up); :mod:`._tree`
+flattening, JSON-ability and schema; :mod:`._safetensors_io` the state file; :mod:`._atomic`
+the crash-safe commit.
 
 Example::
 
@@ -113,8 +115,10 @@ def register_checkpointable(name: str, target: type) -> None:
 
 
 def _registry() -> dict[str, type]:
-    """:data:`CHECKPOINT_REGISTRY` with rlstore's own checkpointable classes added. They are
-    imported here, when first needed, because their modules import this package."""
+    """:data:`CHECKPOINT_REGISTRY` with rlstore's own checkpointable classes added. The object
+    API stands above the buffers, the facades and :mod:`rlstore.config` (no cycle: they import
+    the raw layer, :mod:`._state`, never this module); they are imported on first use only
+    because importing ``rlstore.checkpoint._state`` runs this ``__init__`` first."""
     from rlstore.buffers.replay import ReplayBuffer
     from rlstore.buffers.rollout import RolloutBuffer
     from rlstore.compat.simple_replay import SimpleReplayBuffer

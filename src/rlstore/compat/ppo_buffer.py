@@ -184,8 +184,7 @@ class PPOBuffer(FromConfig):
                 "cut off, 0 if it terminated)"
             )
         adv, ret = self._targets()
-        adv64 = adv.double()
-        adv64 = (adv64 - adv64.mean()) / (adv64.std(correction=0) + self.eps)
+        adv64 = _returns.normalize_advantages(adv.double(), eps=self.eps)
         b = self._rb.get()
         batch = {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("obs", "act", "logp", "val")}
         batch |= {"ret": ret.clone(), "adv": adv64.float()}

@@ -13,11 +13,11 @@ import torch
 
 from rlstore._checks import check_count
 from rlstore._trees import to_numpy, tree_map
-from rlstore.buffers.demo_files import read_npz
+from rlstore.buffers.demo_files import demo_from_arrays, read_npz
 from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
 from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
 from rlstore.compat.pytorchrl import protocols as K
-from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
+from rlstore.errors import ConfigError, SpecError
 
 __all__ = ["PPODBuffer"]
 
@@ -137,12 +137,7 @@ class PPODBuffer(GAEBuffer):
                 np.asarray(arrays[k]).astype(self.demo_dtypes.get(k, np.float32))
                 for k in self.demos_data_fields
             )
-        if obs.ndim and len(obs) == rew.size + 1:
-            obs = obs[:-1]  # a recording with its final observation (rlstore demo-record)
-        try:
-            return Demo(obs, act, rew.reshape(-1))
-        except RLStoreError as exc:
-            raise CheckpointError(f"{path.name}: {exc}") from exc
+        return demo_from_arrays(path.name, obs, act, rew)
 
     def _demo_files(self, directory: str | None) -> list[Path]:
         if directory is None or not Path(directory).is_dir():

@@ -11,10 +11,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rlstore import checkpoint
 from rlstore._checks import as_device, check_count
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _Core
+from rlstore.checkpoint._state import load_state_file, load_verified, save_state
 from rlstore.compat._common import rows, sampled, transition_core, write
 from rlstore.config import PositiveInt, StrictModel
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
@@ -215,8 +215,8 @@ class BufferBase(ABC):
     def save(self, dirpath: str | Path, prefix: str = "buffer_") -> None:
         """Saves ``<dirpath>/<prefix>state.safetensors`` and ``<prefix>metadata.json``."""
         state, meta = self.checkpoint_state(), self.metadata()
-        checkpoint.save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME,
-                              config=self._dims(), metadata=meta)  # fmt: skip
+        save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME, config=self._dims(),
+                   metadata=meta)  # fmt: skip
 
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[str, Any]) -> BufferBase:
@@ -226,10 +226,10 @@ class BufferBase(ABC):
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
         if "save_id" in metadata:
-            state, record = checkpoint.load_verified(state_path, metadata), metadata
+            state, record = load_verified(state_path, metadata), metadata
             described = metadata.get("metadata", metadata)
         else:
-            (state, record), described = checkpoint.load_state_file(state_path), metadata
+            (state, record), described = load_state_file(state_path), metadata
         if record.get("class") != _CLASS_NAME:
             raise CheckpointError(
                 f"{state_path}: expected a {_CLASS_NAME} checkpoint, got {record.get('class')!r}"
@@ -266,30 +266,31 @@ class ReplayBuffer(BufferBase):
         (zeros stored for a ``None`` hidden); ``seed`` seeds the resets (rlstore)."""
         import gymnasium as gym
 
-        from rlstore.vector import TransitionAdapter
+        from rlstore.vector import collect
 
         check_count("num_envs", num_envs, minimum=2, error=ConfigError)
         if check_count("n_samples", n_samples) > self.capacity:
             raise CapacityError(
                 f"n_samples: expected 0 < n_samples <= capacity={self.capacity}, got {n_samples}"
             )
+        hidden = None
+
+        def act(states: np.ndarray) -> np.ndarray:
+            nonlocal hidden
+            obs = torch.as_tensor(states, dtype=torch.float32, device=self.device)
+            actions, hidden = agent.predict(obs, hidden, train_mode=True)
+            return to_numpy("actions", actions)
+
         envs = gym.make_vec(agent.env.spec.id, num_envs=num_envs, vectorization_mode="sync")
         try:
-            adapter = TransitionAdapter.from_env(envs)
-            states, _ = envs.reset(seed=seed)
-            hidden = None
+            steps = collect(envs, act, 1 << 62, seed=seed)
             while len(self) < n_samples:
-                obs = torch.as_tensor(states, dtype=torch.float32, device=self.device)
-                actions, hidden = agent.predict(obs, hidden, train_mode=True)
-                act = to_numpy("actions", actions)
-                next_states, rewards, term, trunc, info = envs.step(act)
-                tr = adapter.step(states, act, rewards, term, trunc, info, next_states)
+                tr = next(steps)
                 keep = np.flatnonzero(tr.valid)[: n_samples - len(self)]
                 h = np.zeros((num_envs, self.hidden_dim)) if hidden is None else hidden
-                new = (tr.obs, act.reshape(num_envs, -1), tr.reward, tr.next_obs,
+                new = (tr.obs, tr.action.reshape(num_envs, -1), tr.reward, tr.next_obs,
                        tr.terminated | tr.truncated, to_numpy("hidden", h))  # fmt: skip
                 self._write(self._core, keep.size, "s", *(np.asarray(x)[keep] for x in new),
                             truncated=(tr.truncated & ~tr.terminated)[keep])  # fmt: skip
-                states = next_states
         finally:
             envs.close()
