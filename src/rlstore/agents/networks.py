@@ -373,7 +373,9 @@ class _TransformerCore(nn.Module):
     attention has to put all its weight on exactly the previous token, and any weight left on
     other tokens is noise as large as the signal. A kernel-2 convolution computes
     ``a * x_t + b * x_{t-1}`` per channel exactly (the token mixer of conv-stem and Mamba-style
-    blocks).
+    blocks). It starts as a scaled first difference on half the channels (``token_diff_gain``):
+    with PyTorch's default initialization the differences stayed buried and the agent learned
+    slowly (``benchmarks/results/recurrent.md``).
     """
 
     def __init__(self, obs_dim: int, cfg: TransformerModelConfig) -> None:
@@ -396,6 +398,12 @@ class _TransformerCore(nn.Module):
         for emb in (self.time_embed, self.pos_embed):
             if emb is not None:
                 nn.init.normal_(emb.weight, std=0.02)
+        if self.conv is not None and cfg.token_conv >= 2 and cfg.token_diff_gain:
+            with torch.no_grad():  # even channels: gain * (x_t - x_{t-1}); odd channels: 0
+                self.conv.weight.zero_()
+                self.conv.weight[::2, 0, -1] = cfg.token_diff_gain
+                self.conv.weight[::2, 0, -2] = -cfg.token_diff_gain
+                self.conv.bias.zero_()
 
     def forward(
         self, obs: torch.Tensor, timesteps: torch.Tensor, mask: torch.Tensor
