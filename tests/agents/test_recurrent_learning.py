@@ -50,20 +50,7 @@ def test_shipped_config_is_the_recurrent_setting(agent: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "agent",
-    [
-        "lstm",
-        pytest.param(
-            "transformer",
-            marks=pytest.mark.xfail(
-                reason="Transformer defaults reach 436 / 451 / 444, not 475, within 100k steps "
-                "(benchmarks/results/recurrent.md)",
-                strict=False,
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("agent", AGENTS)
 def test_shipped_config_solves_cartpole_novel(agent: str) -> None:
     bench = _bench()
     res = bench.run_one(bench.make_config(agent, 1, 100_000, []))

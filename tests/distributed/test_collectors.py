@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import pytest
@@ -75,7 +76,12 @@ def test_fragments_are_whole_and_continuous_and_weights_sync_by_version(ray_sess
             np.testing.assert_array_equal(f["next_obs"][:-1][cont], f["obs"][1:][cont])
             np.testing.assert_array_equal(f["next_obs"][-1][~done[-1]], f["last_obs"][~done[-1]])
         np.testing.assert_array_equal(b["obs"][0], a["last_obs"])  # fragments follow on
-        steps, _ = pool.drain()
+        # a fragment's steps are reported at the collector's next sync, after its push: poll
+        for _ in range(600):
+            steps, _ = pool.drain()
+            if steps >= 2 * T * N:
+                break
+            time.sleep(0.05)
         assert steps >= 2 * T * N and steps % (T * N) == 0
         # a newer version reaches the collector by reference; older fragments carry older ones
         pool.publish(5, _weights(50.0))
