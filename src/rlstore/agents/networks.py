@@ -403,7 +403,8 @@ class _TransformerCore(nn.Module):
                 self.conv.weight.zero_()
                 self.conv.weight[::2, 0, -1] = cfg.token_diff_gain
                 self.conv.weight[::2, 0, -2] = -cfg.token_diff_gain
-                self.conv.bias.zero_()
+                if self.conv.bias is not None:
+                    self.conv.bias.zero_()
 
     def forward(
         self, obs: torch.Tensor, timesteps: torch.Tensor, mask: torch.Tensor
