@@ -4,14 +4,14 @@ Adds. A whole rollout fragment (the keyword arguments of ``buffer.extend``, ``(T
 ...)``) goes to shard ``route % S`` in one call; its values may be ``ray.ObjectRef`` s (large
 observations: ``ray.put`` once, the shard reads them zero-copy).
 
-Coalescing. A Ray call costs the shard a fixed ~0.4 ms of CPU (~0.8 ms once its argument
+Coalescing. A Ray call costs the shard a fixed ~0.4 ms of CPU (~1 ms once its argument
 exceeds Ray's 100 KiB inline limit), several times the ``extend`` of a 1024-transition fragment
 (``benchmarks/results/distributed.md``). So ``add`` / ``add_async`` also take a list of one
 sender's consecutive fragments: they are concatenated along time here, in the sender's process,
 and stored by one call and one ``extend`` as a whole, or rejected as a whole (the error says
 so). A collector's :class:`~rlstore.distributed.collector.FragmentSender` sends such lists of
 the fragments that queued up while its call was in flight, up to ``coalesce_bytes`` per call
-(and, with a rate limiter, ``coalesce_items`` transitions).
+(:data:`COALESCE_BYTES` by default; with a rate limiter, also ``coalesce_items`` transitions).
 
 Sampling. A request of ``k`` batches of ``B`` items is split over the shards by a multinomial
 draw with probabilities ``mass_s / sum(mass)``: ``mass`` is a shard's size (uniform) or its
@@ -69,6 +69,13 @@ STARTUP_TIMEOUT_S = 120.0
 """Longest wait for new shard actors to answer (process start, imports, checkpoint restore)."""
 _CORE = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NOT_EXTRA = {*_CORE, "ids", "ratio", "beta", "discount", "extras"}
+COALESCE_BYTES = 32 << 20
+"""Default ``coalesce_bytes``. Measured (``bench_distributed.py``, 1024-transition fragments, 4
+collectors): a shard's CPU per 1024 transitions is ~64 us plus ~1 ms per call spread over the
+call, 5.7M transitions per shard CPU-second at 2 MiB per call, 10M at 8 MiB, 13M at 16 MiB,
+14M at 32 MiB (the in-process ``extend``: 13-14M). A sender holds up to about three times it
+while a call is in flight (the waiting fragments, their concatenation, the object store copy);
+collectors that cannot fill it send smaller calls."""
 
 
 class ShardUnavailableError(RuntimeError):
@@ -159,7 +166,7 @@ class ReplayShards:
         max_restarts: int = 3,
         seed: int | np.random.Generator | None = None,
         placement: Callable[[int], Mapping[str, Any]] | None = None,
-        coalesce_bytes: int = 8 << 20,
+        coalesce_bytes: int = COALESCE_BYTES,
     ):
         if not callable(make_buffer):
             raise ConfigError(f"make_buffer: expected a callable building a buffer, got "
