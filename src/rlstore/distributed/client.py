@@ -69,13 +69,15 @@ STARTUP_TIMEOUT_S = 120.0
 """Longest wait for new shard actors to answer (process start, imports, checkpoint restore)."""
 _CORE = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NOT_EXTRA = {*_CORE, "ids", "ratio", "beta", "discount", "extras"}
-COALESCE_BYTES = 32 << 20
-"""Default ``coalesce_bytes``. Measured (``bench_distributed.py``, 1024-transition fragments, 4
-collectors): a shard's CPU per 1024 transitions is ~64 us plus ~1 ms per call spread over the
-call, 5.7M transitions per shard CPU-second at 2 MiB per call, 10M at 8 MiB, 13M at 16 MiB,
-14M at 32 MiB (the in-process ``extend``: 13-14M). A sender holds up to about three times it
-while a call is in flight (the waiting fragments, their concatenation, the object store copy);
-collectors that cannot fill it send smaller calls."""
+COALESCE_BYTES = 16 << 20
+"""Default ``coalesce_bytes``. Measured (``bench_distributed.py``: 4 collectors, 1 shard,
+1024-transition fragments): a shard spends ~1 ms of CPU per call plus ~65 us per 1024
+transitions, so it stores 5-6M transitions per shard CPU-second at 2 MiB per call, 10M at
+8 MiB, 12-13M at 16 MiB, 13-14M at 32 MiB (the in-process ``extend``: 14M). Larger calls
+hold the shard's lock longer (~6 ms for a 16 MiB call: a learner's samples wait that long), and
+a sender holds up to about three times the cap while a call is in flight (the waiting
+fragments, their concatenation, the object store copy); collectors that cannot fill it send
+smaller calls."""
 
 
 class ShardUnavailableError(RuntimeError):
