@@ -4,11 +4,14 @@ What is measured, for ``K`` collectors and ``S`` shards, at fragments of 256 and
 transitions (``T x 8`` envs; obs float32 (17,), action float32 (6,), as in ``reference/ray.md``):
 
 * ingestion: transitions/s stored by the shards while ``K`` collector actors push pre-built
-  fragments through a ``FragmentSender`` (at most 2 calls in flight each, every result
+  fragments through a ``FragmentSender`` (one call in flight each, every result
   ``ray.get``-ed; the fragments made while its call is in flight leave together in the next
   call, up to ``--coalesce-bytes``; ``0``: one call per fragment, 2 in flight) for ``--seconds``,
-  and the shards' own CPU: transitions per shard CPU-second ("per core"), and the mean
+  and the shards' own CPU: transitions per shard CPU-second ("per core"; also counting the
+  CPU of the raylets, whose object store every coalesced add passes through), and the mean
   transitions per call;
+* a sweep of the coalescing cap (``--sweep-mib``, ``--repeats`` runs each): per-core
+  ingestion of 4 collectors into 1 shard at 1024-transition fragments, no learner;
 * learner sampling: batches of 256 per second drawn at the same time by the driver with
   ``sample_many(8, 256, prefetch=1)`` (one call per shard per 8 batches);
 * the baseline: the same ``ReplayBuffer`` in this process (``extend`` of the same fragments,
@@ -26,12 +29,13 @@ orders of magnitude, the ratios as the result). Nothing is asserted on timings.
 Run::
 
     PYTHONPATH=src python benchmarks/bench_distributed.py [--seconds 3] [--nodes 2]
-        [--coalesce-bytes 8388608] [--out benchmarks/results/distributed.md]
+        [--coalesce-bytes N] [--sweep-mib 2 4 8 16 32 64] [--repeats 3] [--out ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -126,7 +130,7 @@ def run_case(
     (``learn``) or idle."""
     shards.clear()
     shards.add(make_fragment(1024, seed=99))  # something to sample from at once
-    before = shards.stats()
+    before, raylet0 = shards.stats(), raylet_cpu_s()
     refs = [c.run.remote(shards, size, seconds) for c in collectors[:k]]
     batches, waits, t0 = 0, [], time.perf_counter()
     while learn and time.perf_counter() - t0 < seconds:
@@ -136,17 +140,33 @@ def run_case(
     learner_s = max(time.perf_counter() - t0, 1e-9)
     sent = ray.get(refs, timeout=seconds + 120)
     wall = time.perf_counter() - t0
-    after = shards.stats()
+    after, raylet = shards.stats(), raylet_cpu_s() - raylet0
     added = sum(a["added"] - b["added"] for a, b in zip(after, before, strict=True))
     cpu = sum(a["cpu_s"] - b["cpu_s"] for a, b in zip(after, before, strict=True))
     return {
         "ingest": added / wall,
         "per_core": added / cpu if cpu > 0 else float("nan"),
+        "per_core_raylet": added / (cpu + raylet) if cpu > 0 else float("nan"),
         "shard_cpu": cpu / wall,
         "batches": batches / learner_s,
         "wait_ms": 1e3 * statistics.median(waits) / PER_CALL if waits else float("nan"),
         "per_call": size * sum(f for f, _ in sent) / max(1, sum(c for _, c in sent)),
     }
+
+
+def raylet_cpu_s() -> float:
+    """CPU seconds of the raylets this driver started (each runs its node's object store,
+    which a coalesced add's argument passes through): ``/proc`` of the driver's children."""
+    total, me, tick = 0.0, os.getpid(), os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        comm, rest = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+        if comm == "raylet" and int(rest[1]) == me:
+            total += (int(rest[11]) + int(rest[12])) / tick  # utime + stime
+    return total
 
 
 def scale_rows(ray: Any, shard_sets: dict[int, Any], ks: list[int], seconds: float, label: str):
@@ -158,7 +178,8 @@ def scale_rows(ray: Any, shard_sets: dict[int, Any], ks: list[int], seconds: flo
             for k, learn in [(k, True) for k in ks] + [(max(ks), False)]:
                 r = run_case(ray, shards, collectors, k, size, seconds, learn)
                 rows.append([label, k, s, size, f"{r['per_call']:.0f}", format_rate(r["ingest"]),
-                             format_rate(r["per_core"]), f"{r['shard_cpu']:.2f}",
+                             format_rate(r["per_core"]), format_rate(r["per_core_raylet"]),
+                             f"{r['shard_cpu']:.2f}",
                              f"{r['batches']:.0f}" if learn else "(no learner)",
                              f"{r['wait_ms']:.2f}" if learn else "-"])  # fmt: skip
                 print(rows[-1], flush=True)
@@ -168,7 +189,8 @@ def scale_rows(ray: Any, shard_sets: dict[int, Any], ks: list[int], seconds: flo
 
 
 HEADERS = ["setup", "K collectors", "S shards", "fragment", "per call", "ingest transitions/s",
-           "per shard CPU-s", "shard CPU-s/s", "learner batches/s", "wait ms/batch"]  # fmt: skip
+           "per shard CPU-s", "per shard+raylet CPU-s", "shard CPU-s/s", "learner batches/s",
+           "wait ms/batch"]  # fmt: skip
 
 
 def main() -> None:
@@ -180,17 +202,26 @@ def main() -> None:
     p.add_argument(
         "--coalesce-bytes",
         type=int,
-        default=8 << 20,
-        help="most bytes per coalesced add (ReplayShards(coalesce_bytes=))",
+        default=None,
+        help="most bytes per coalesced add (default: ReplayShards' COALESCE_BYTES)",
     )
+    p.add_argument(
+        "--sweep-mib",
+        type=float,
+        nargs="*",
+        default=[2, 4, 8, 16, 32, 64],
+        help="coalescing caps (MiB) of the sweep: 4 collectors, 1 shard, no learner",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="runs per cap of the sweep")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "distributed.md"))
     args = p.parse_args()
     limit_threads(1)
     import ray
 
     from rlstore.distributed import ReplayShards, start_ray, stop_ray
+    from rlstore.distributed.client import COALESCE_BYTES
 
-    cap = args.coalesce_bytes
+    cap = COALESCE_BYTES if args.coalesce_bytes is None else args.coalesce_bytes
     per_item = sum(v.nbytes for v in make_fragment(1024).values()) / 1024
     big = max(1024, int(cap / per_item) // 1024 * 1024)  # transitions of the largest call
     base = baseline(args.seconds, sorted({256, 1024, big}))
@@ -202,6 +233,7 @@ def main() -> None:
         rows = scale_rows(ray, sets, args.collectors, args.seconds, "one node")
         for shards in sets.values():
             shards.close()
+        sweep = coalesce_sweep(ray, args.sweep_mib, args.repeats, args.seconds)
     finally:
         stop_ray()
     cluster_rows = simulated_cluster(args.nodes, args.seconds, cap) if args.nodes else []
@@ -213,14 +245,17 @@ def main() -> None:
         ("Ray, one node (2 CPUs)", markdown_table(HEADERS, rows)),
         ("Simulated multi-node (Ray Cluster on this host)", markdown_table(HEADERS, cluster_rows)),
         ("Per-core ingestion vs in-process (rows without a learner)", markdown_table(
-            ["fragment", "per call", "best per shard CPU-s", "in-process at fragment",
-             "ratio", f"in-process at {big}", "ratio"],
-            [[size, r[4], r[6], format_rate(ref[size]), f"{_rate(r[6]) / ref[size]:.2f}",
-              format_rate(ref[big]), f"{_rate(r[6]) / ref[big]:.2f}"]
-             for size in (256, 1024)
-             for r in [max((r for r in rows + cluster_rows
-                            if r[3] == size and r[8] == "(no learner)"),
-                           key=lambda r: _rate(r[6]))]])),
+            ["fragment", "rows", "per call", "per shard CPU-s", "ratio", "per shard+raylet CPU-s",
+             "ratio", "in-process at fragment", f"ratio to in-process at {big}"],
+            [per_core_row(size, [r for r in rows + cluster_rows
+                                 if r[3] == size and r[9] == "(no learner)"], ref, big)
+             for size in (256, 1024)])),
+        (f"Coalescing cap sweep (4 collectors, 1 shard, 1024-transition fragments, no learner, "
+         f"{args.repeats} runs each; ratio to the in-process {format_rate(ref[1024])} at 1024)",
+         markdown_table(["cap MiB", "per call", "per shard CPU-s", "ratio",
+                         "per shard+raylet CPU-s", "ratio"],
+                        [[mib, calls, _span(a), _span(a, ref[1024]), _span(b),
+                          _span(b, ref[1024])] for mib, calls, a, b in sweep])),
     ]  # fmt: skip
     out = write_markdown(
         args.out, "Distributed replay on Ray (bench_distributed.py)", sections,
@@ -228,6 +263,52 @@ def main() -> None:
         command="PYTHONPATH=src python benchmarks/bench_distributed.py " + " ".join(sys.argv[1:]),
     )  # fmt: skip
     print(out.read_text())
+
+
+def coalesce_sweep(
+    ray: Any, caps_mib: list[float], repeats: int, seconds: float
+) -> list[tuple[float, str, list[float], list[float]]]:
+    """Per cap: the median transitions per call, and the per-core rates (shard CPU, shard and
+    raylet CPU) of ``repeats`` runs of 4 collectors into 1 shard without a learner."""
+    from rlstore.distributed import ReplayShards
+
+    collectors = [ray.remote(num_cpus=0)(Collector).remote(i) for i in range(4)]
+    ray.get([c.ready.remote() for c in collectors], timeout=300)
+    out = []
+    for mib in caps_mib:
+        shards = ReplayShards(make_buffer, 1, name=f"sweep{mib}", coalesce_bytes=int(mib * 2**20))
+        run_case(ray, shards, collectors, 4, 1024, 1.0, False)  # warm up the new shard process
+        runs = [run_case(ray, shards, collectors, 4, 1024, seconds, False) for _ in range(repeats)]
+        shards.close()
+        out.append(
+            (
+                mib,
+                f"{statistics.median(r['per_call'] for r in runs):.0f}",
+                [r["per_core"] for r in runs],
+                [r["per_core_raylet"] for r in runs],
+            )
+        )
+        print(out[-1], flush=True)
+    for c in collectors:
+        ray.kill(c)
+    return out
+
+
+def per_core_row(size: int, rows: list[list[Any]], ref: dict[int, float], big: int) -> list[Any]:
+    """The no-learner rows at one fragment size: per-core rates and ratios, lowest-highest."""
+    shard, both = [_rate(r[6]) for r in rows], [_rate(r[7]) for r in rows]
+    calls = sorted(int(r[4]) for r in rows)
+    return [size, len(rows), f"{calls[0]}-{calls[-1]}",
+            _span(shard), _span(shard, ref[size]), _span(both), _span(both, ref[size]),
+            format_rate(ref[size]), _span(shard, ref[big])]  # fmt: skip
+
+
+def _span(values: list[float], per: float | None = None) -> str:
+    """``lowest-highest`` of rates (or of their ratios to ``per``)."""
+    lo, hi = min(values), max(values)
+    if per is not None:
+        return f"{lo / per:.2f}-{hi / per:.2f}"
+    return f"{format_rate(lo)}-{format_rate(hi)}"
 
 
 def _rate(text: str) -> float:

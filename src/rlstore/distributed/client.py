@@ -4,14 +4,14 @@ Adds. A whole rollout fragment (the keyword arguments of ``buffer.extend``, ``(T
 ...)``) goes to shard ``route % S`` in one call; its values may be ``ray.ObjectRef`` s (large
 observations: ``ray.put`` once, the shard reads them zero-copy).
 
-Coalescing. A Ray call costs the shard a fixed ~0.4 ms of CPU (~0.8 ms once its argument
+Coalescing. A Ray call costs the shard a fixed ~0.4 ms of CPU (~1 ms once its argument
 exceeds Ray's 100 KiB inline limit), several times the ``extend`` of a 1024-transition fragment
 (``benchmarks/results/distributed.md``). So ``add`` / ``add_async`` also take a list of one
 sender's consecutive fragments: they are concatenated along time here, in the sender's process,
 and stored by one call and one ``extend`` as a whole, or rejected as a whole (the error says
 so). A collector's :class:`~rlstore.distributed.collector.FragmentSender` sends such lists of
 the fragments that queued up while its call was in flight, up to ``coalesce_bytes`` per call
-(and, with a rate limiter, ``coalesce_items`` transitions).
+(:data:`COALESCE_BYTES` by default; with a rate limiter, also ``coalesce_items`` transitions).
 
 Sampling. A request of ``k`` batches of ``B`` items is split over the shards by a multinomial
 draw with probabilities ``mass_s / sum(mass)``: ``mass`` is a shard's size (uniform) or its
@@ -69,6 +69,15 @@ STARTUP_TIMEOUT_S = 120.0
 """Longest wait for new shard actors to answer (process start, imports, checkpoint restore)."""
 _CORE = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NOT_EXTRA = {*_CORE, "ids", "ratio", "beta", "discount", "extras"}
+COALESCE_BYTES = 16 << 20
+"""Default ``coalesce_bytes``. Measured (``bench_distributed.py``: 4 collectors, 1 shard,
+1024-transition fragments): a shard spends ~1 ms of CPU per call plus ~65 us per 1024
+transitions, so it stores 5-6M transitions per shard CPU-second at 2 MiB per call, 10M at
+8 MiB, 12-13M at 16 MiB, 13-14M at 32 MiB (the in-process ``extend``: 14M). Larger calls
+hold the shard's lock longer (~6 ms for a 16 MiB call: a learner's samples wait that long), and
+a sender holds up to about three times the cap while a call is in flight (the waiting
+fragments, their concatenation, the object store copy); collectors that cannot fill it send
+smaller calls."""
 
 
 class ShardUnavailableError(RuntimeError):
@@ -159,7 +168,7 @@ class ReplayShards:
         max_restarts: int = 3,
         seed: int | np.random.Generator | None = None,
         placement: Callable[[int], Mapping[str, Any]] | None = None,
-        coalesce_bytes: int = 8 << 20,
+        coalesce_bytes: int = COALESCE_BYTES,
     ):
         if not callable(make_buffer):
             raise ConfigError(f"make_buffer: expected a callable building a buffer, got "
