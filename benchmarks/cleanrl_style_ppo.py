@@ -115,6 +115,7 @@ def train(args: Args) -> dict[str, Any]:
     random.seed(args.seed)
     np.random.seed(args.seed)  # noqa: NPY002 - legacy global seeding, like the reference scripts
     torch.manual_seed(args.seed)
+    wall0, cpu0 = time.perf_counter(), time.process_time()  # setup included, as for the others
     envs = gym.make_vec(
         args.env_id, num_envs=args.num_envs, vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
@@ -138,7 +139,6 @@ def train(args: Args) -> dict[str, Any]:
     global_step = 0
     raw, _ = envs.reset(seed=args.seed)
     next_obs = torch.as_tensor(raw, dtype=torch.float32)
-    wall0, cpu0 = time.perf_counter(), time.process_time()
 
     for update in range(num_updates):
         frac = update / num_updates
