@@ -292,7 +292,7 @@ class ReplayWriter(ReplayState):
                               extra)  # fmt: skip
         if self._layout.kind == "frames":  # stacks must share frames as the layout declares
             k, lead = plan.k, (1, self.num_envs) if t is None else ()
-            o, no = ({f.spec.name: np.reshape(v, lead + f.item[1:]) if lead else v
+            o, no = ({f.spec.name: np.asarray(v).reshape(lead + f.item[1:]) if lead else v
                       for f, v in zip(plan.fields[a : a + k], vals[a : a + k], strict=True)}
                      for a in (0, k))  # fmt: skip
             check_shared_frames(plan.schema.specs, self._layout.stack_axis, o, no)

@@ -270,9 +270,11 @@ class FrameStackStorage:
     def write_row(self, values: Sequence[Any]) -> None:
         """One row at ``cursor`` (one value per field in ``specs`` order, each
         ``(num_envs, *shape)``, or ``shape`` with one env): :meth:`write_block` of one row."""
-        n, specs = self.num_envs, self.specs.items()
-        self.write_block({k: np.reshape(v, (1, n, *s.shape)) if np.shape(v) == s.shape else v[None]
-                          for (k, s), v in zip(specs, values, strict=True)})  # fmt: skip
+        n, block = self.num_envs, {}
+        for (k, s), v in zip(self.specs.items(), values, strict=True):
+            a = np.asarray(v)  # ndarray methods, not np.shape / np.reshape: 1 us less per field
+            block[k] = a.reshape(1, n, *s.shape) if a.shape == s.shape else a[None]
+        self.write_block(block)
 
     def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some fields ``(num_envs, *shape)`` of physical ``row``; cursor unchanged.
