@@ -317,3 +317,27 @@ def test_scalar_observations_of_one_env_in_every_form() -> None:
             with pytest.raises(SpecError, match="obs: expected finite"):
                 typed.add(form(np.float32(np.nan)), act, 1.0, nxt, False, False)
             assert flat_state(typed) == before
+
+
+@pytest.mark.parametrize(
+    "dtype,shape",
+    [(np.uint8, (3,)), (np.uint16, (3,)), (np.float32, (17,)), (np.float64, (2, 3)),
+     (np.uint8, (4, 6, 6)), (np.float32, ())],
+)  # fmt: skip
+def test_differ_matches_a_per_item_byte_comparison(dtype: Any, shape: tuple[int, ...]) -> None:
+    # _differ compares in the widest word dividing an item's bytes; the reference compares each
+    # item's bytes. One flipped byte anywhere in an item (NaN payloads, -0.0) must count.
+    from rlstore.buffers._replay_write import _differ
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (5, 3, *shape, np.dtype(dtype).itemsize), dtype=np.uint8)
+    a = a.view(dtype).reshape(5, 3, *shape)
+    for _ in range(20):
+        b = a.copy()
+        raw = b.reshape(-1).view(np.uint8)
+        for pos in rng.integers(0, raw.size, rng.integers(0, 3)):
+            raw[pos] ^= 1 << int(rng.integers(0, 8))
+        want = np.array([[a[t, e].tobytes() != b[t, e].tobytes() for e in range(3)]
+                         for t in range(5)])  # fmt: skip
+        np.testing.assert_array_equal(_differ(a, b, (5, 3)), want)
+        np.testing.assert_array_equal(_differ(a[:, 0], b[:, 0], 5), want[:, 0])
