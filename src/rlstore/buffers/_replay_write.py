@@ -460,6 +460,10 @@ class ReplayWriter(ReplayState):
 _ONE = np.ones(1, dtype=bool)
 
 
+_WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8))
+"""Unsigned words by size, widest first (``_differ`` compares items in the widest that fits)."""
+
+
 def _differ(a: np.ndarray, b: np.ndarray, lead: Any) -> np.ndarray:
     """Per item of the ``lead`` axes: do ``a`` and ``b`` differ in any byte? (Bytes, not
     values: a successor is continuous only when it is bit for bit the next ``obs``, so that
@@ -469,9 +473,6 @@ def _differ(a: np.ndarray, b: np.ndarray, lead: Any) -> np.ndarray:
     b8 = np.ascontiguousarray(b).view(np.uint8).reshape(*lead, -1)
     word = next(w for size, w in _WORDS if a8.shape[-1] % size == 0)  # same bytes, fewer compares
     return (a8.view(word) != b8.view(word)).any(axis=-1)
-
-
-_WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8))
 
 
 def _from_bytes(b: bytes, spec: FieldSpec, n: int) -> np.ndarray:
