@@ -174,12 +174,13 @@ def tree_to_state(tree: Any) -> Any:
 
 
 def tree_from_state(tree: Any, device: torch.device) -> Any:
-    """Inverse of :func:`tree_to_state`: tensors on ``device`` (from tensors or arrays)."""
+    """Inverse of :func:`tree_to_state`: tensors on ``device`` (from tensors or arrays), copies
+    that share no memory with ``tree`` (the caller's state dict stays its own)."""
     if isinstance(tree, dict):
         if tree and all(k.startswith("tuple:") for k in tree):
             return tuple(tree_from_state(tree[f"tuple:{i}"], device) for i in range(len(tree)))
         return {k: tree_from_state(v, device) for k, v in tree.items()}
-    return torch.as_tensor(tree).to(device)
+    return torch.as_tensor(tree).to(device, copy=True)
 
 
 def check_real(name: str, t: torch.Tensor, *, finite: bool = True) -> torch.Tensor:

@@ -548,6 +548,23 @@ def test_state_dict_round_trip_draws_the_same_minibatches():
     assert rb.config()["intrinsic"]["int_gamma"] == 0.99
 
 
+def test_loaded_buffer_shares_no_memory_with_the_state_dict():
+    """Adds after ``load_state_dict`` must not write into the caller's state dict (nor into a
+    second buffer loaded from it)."""
+    rng = np.random.default_rng(13)
+    data = random_rollout(rng, 6, 2, 0.3)
+    rb = RolloutBuffer(6, 2, seed=0)
+    fill(rb, {k: v[:3] for k, v in data.items()}, hidden=np.ones((3, 2, 4), np.float32))
+    sd = rb.state_dict()
+    kept = _state_bytes(sd)
+    a, b = RolloutBuffer(6, 2, seed=0), RolloutBuffer(6, 2, seed=0)
+    a.load_state_dict(sd)
+    b.load_state_dict(sd)
+    fill(a, {k: v[3:] for k, v in data.items()}, hidden=np.zeros((3, 2, 4), np.float32))
+    assert _state_bytes(sd) == kept
+    assert b.state_dict()["pos"] == 3 and _state_bytes(b.state_dict()) == kept
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_buffer_matches_cpu():
     rng = np.random.default_rng(12)

@@ -271,10 +271,9 @@ class RolloutBuffer(RolloutMinibatches):
             for dst, src in zip(tree_leaves(d[k]), tree_leaves(v), strict=True):
                 dst[p] = src
         self._floats[:, p] = block
-        self._flags[0, p], self._flags[1, p], self._flags[2, p] = term, trunc, given
-        d["episode_time"][p] = self._next_episode_time
-        done = term | trunc
-        self._next_episode_time = torch.where(done, 0, self._next_episode_time + 1)
+        self._flags[:, p] = torch.stack((term, trunc, given))
+        d["episode_time"][p] = self._next_episode_time  # a copy: the counter moves in place
+        self._next_episode_time.add_(1).masked_fill_(term | trunc, 0)
         self._pos = p + 1
         self._results = {}
 

@@ -312,19 +312,18 @@ class StepChecker:
         vecs = [self._fast_vector(args[k], dev) for k in names]
         if term is None or trunc is None or any(v is None for v in vecs):
             return None
-        block = torch.empty(len(vecs) + 1, self.num_envs, device=dev)  # (K, N) float32
-        for i, v in zip((0, 1, 2, 4, 5), vecs, strict=False):
-            assert v is not None  # checked above
-            block[i].copy_(v)
         if args["final_value"] is None:
             if bool(trunc.any()) and bool((trunc & ~term).any()):  # needs a final_value
                 return None
-            block[3].zero_()
+            final: torch.Tensor | None = torch.zeros(self.num_envs, device=dev)
         else:
-            final_value = self._fast_vector(args["final_value"], dev)
-            if final_value is None:
+            final = self._fast_vector(args["final_value"], dev)
+            if final is None:
                 return None
-            block[3].copy_(final_value).masked_fill_(term | ~trunc, 0.0)  # keep trunc & ~term
+            final = final.to(dev, torch.float32).masked_fill(term | ~trunc, 0.0)  # trunc & ~term
+        vecs.insert(3, final)
+        # (K, N) float32; numpy float64 views are cast like ``vector``'s ``.to``
+        block = torch.stack([v.to(dev, torch.float32) for v in vecs if v is not None])
         # one fused reduction over the scalars and every float leaf of obs / action / hidden: the
         # sum is finite unless an entry is NaN / inf (or it overflows, a false alarm that only
         # costs the fallback)
