@@ -78,8 +78,9 @@ class EpisodeLog(gym.Wrapper):
         return super().reset(seed=seed, options=options)
 
     def step(self, action: Any) -> Any:
-        self.actions.append(np.array(action, copy=True))
-        return super().step(action)
+        # numpy scalars (what a vector env hands a Discrete sub-env) are immutable: no copy
+        self.actions.append(action if isinstance(action, np.generic) else np.array(action))
+        return self.env.step(action)
 
 
 def _minigrid(name: str) -> Callable[[], type]:
