@@ -136,6 +136,30 @@ def test_folder_runner_checks_new_runs_writes_the_config_then_trains(tmp_path) -
     assert runner(cfg, run_dir=tmp_path / "new", resume=False) == "trained"
     assert runner(cfg, run_dir=tmp_path / "new", resume=True) == "trained"
     assert calls == [("check", "dqn"), (True, False), (True, True)]  # no check on resume
+    longer = cfg.model_copy(update={"dqn": cfg.dqn.model_copy(update={"total_timesteps": 96})})
+    assert runner(longer, run_dir=tmp_path / "new", resume=True) == "trained"  # extended
+    assert DQNTrainConfig.from_file(tmp_path / "new" / "config.yaml") == longer
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"learning_rate": 0.5}, "only dqn.total_timesteps may change"),
+        ({"total_timesteps": 32}, "dqn.total_timesteps: expected at least 64"),
+        ({"learning_rate": 0.5, "total_timesteps": 96}, "only dqn.total_timesteps may change"),
+    ],
+)
+def test_folder_runner_refuses_a_resume_before_touching_the_folder(tmp_path, change, message):
+    """A refused resume leaves the run's config.yaml as it was and trains nothing (it used to
+    write the rejected config first, and the checkpoint check refused it only afterwards)."""
+    runner = shared.folder_runner(lambda cfg, **kw: pytest.fail("trained"))
+    cfg = DQNTrainConfig.from_dict({"dqn": {"total_timesteps": 64}})
+    cfg.to_yaml(tmp_path / "config.yaml")
+    before = (tmp_path / "config.yaml").read_bytes()
+    bad = cfg.model_copy(update={"dqn": cfg.dqn.model_copy(update=change)})
+    with pytest.raises(ConfigError, match=message):
+        runner(bad, run_dir=tmp_path, resume=True)
+    assert (tmp_path / "config.yaml").read_bytes() == before
 
 
 def test_cli_keys_name_the_section() -> None:

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,12 +27,15 @@ from typing_extensions import Self
 
 from rlstore.checkpoint import write_text_atomic
 from rlstore.config import StrictModel, load_config_file
+from rlstore.errors import ConfigError
 
 __all__ = [
     "BaseConfig", "RunConfig", "EnvironmentConfig", "AlgorithmConfig", "AlgorithmTrainConfig",
     "folder_runner",
 ]  # fmt: skip
 
+
+logger = logging.getLogger(__name__)
 
 _ENV_ID = re.compile(r"(?:[\w.-]+/)?[\w.-]+")
 """Shape of the env ids rlstore accepts: Gymnasium's ``namespace/name-vN`` without ``module:``."""
@@ -60,6 +64,12 @@ class BaseConfig(StrictModel):
         """Build from a YAML or JSON file (:class:`~rlstore.errors.ConfigError` naming the bad
         key); the algorithm modules' ``load_config``."""
         return cls.from_dict(load_config_file(path))
+
+    @classmethod
+    def budget_key(cls) -> str:
+        """The ``section.field`` of the run's env-step budget, the one key a resumed run may
+        change (``online.total_timesteps`` for PPO and PPO+D)."""
+        return "online.total_timesteps"
 
     def to_yaml(self, path: str | Path) -> None:
         """Write the fully resolved config as YAML (every field, defaults included); the file
@@ -171,13 +181,19 @@ class AlgorithmTrainConfig(BaseConfig):
         return next(k for k in cls.model_fields if k not in ("run", "environment"))
 
     @classmethod
+    def budget_key(cls) -> str:
+        """``<section>.total_timesteps``."""
+        return f"{cls.section()}.total_timesteps"
+
+    @classmethod
     def cli_keys(cls) -> dict[str, str | None]:
         """``rlstore train``'s named flags -> the keys of this config (the module's
         ``CLI_KEYS``); None: the flag does not apply (no agent choice, no rollout length, no
         entropy coefficient). The evaluation flags set ``run.*`` for every algorithm."""
-        keys = ("total_timesteps", "num_envs", "learning_rate", "gamma")
-        flags = ("total_steps", "num_envs", "lr", "gamma")
+        keys = ("num_envs", "learning_rate", "gamma")
+        flags = ("num_envs", "lr", "gamma")
         return {
+            "total_steps": cls.budget_key(),
             **{flag: f"{cls.section()}.{key}" for flag, key in zip(flags, keys, strict=True)},
             **dict.fromkeys(("agent", "num_steps", "ent_coef")),
         }
@@ -201,17 +217,47 @@ def folder_runner(
     train: Callable[..., R], check: Callable[[Any], None] | None = None
 ) -> Callable[..., R]:
     """An algorithm module's ``runner``, the entry of ``rlstore train``: ``runner(cfg, *,
-    run_dir, resume)`` runs ``check(cfg)`` for a new run, writes ``run_dir/config.yaml`` (the
-    folder created if missing; on resume too: an extended budget is the run's config from now
-    on, the checkpoint check still refuses any other change and a shorter budget), then trains
-    there: ``train(cfg, run_dir=run_dir, resume=resume)`` (TensorBoard logs, checkpoints,
-    ``learning_curve.png``; ``resume`` continues the latest checkpoint)."""
+    run_dir, resume)`` checks ``cfg``, writes ``run_dir/config.yaml`` (the folder created if
+    missing) and trains there: ``train(cfg, run_dir=run_dir, resume=resume)`` (TensorBoard
+    logs, checkpoints, ``learning_curve.png``; ``resume`` continues the latest checkpoint).
+
+    A new run is checked by ``check(cfg)``. A resumed run keeps the folder's ``config.yaml``
+    except for a larger budget (``cfg.budget_key()``), which extends the run and is its config
+    from then on; anything else is refused before the folder changes.
+
+    Raises:
+        ConfigError: on resume, ``cfg`` changes another key or shortens the budget.
+    """
 
     def runner(cfg: BaseConfig, *, run_dir: str | Path, resume: bool) -> R:
-        if check is not None and not resume:
-            check(cfg)
+        if resume:
+            check_resume(cfg, Path(run_dir, "config.yaml"))
+        else:
+            if check is not None:
+                check(cfg)
+            logger.info("writing %s", run_dir)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         cfg.to_yaml(Path(run_dir, "config.yaml"))
         return train(cfg, run_dir=run_dir, resume=resume)
 
     return runner
+
+
+def check_resume(cfg: BaseConfig, saved_path: Path) -> None:
+    """Refuse a resume config that differs from the run's saved one other than by a larger
+    budget (:meth:`BaseConfig.budget_key`)."""
+    key = type(cfg).budget_key()
+    section, leaf = key.rsplit(".", 1)
+    mine = cfg.to_dict()
+    saved = type(cfg).from_file(saved_path).to_dict()
+    want, have = mine[section][leaf], saved[section][leaf]
+    mine[section][leaf] = have
+    if mine != saved:
+        raise ConfigError(f"cfg: a resumed run keeps its config.yaml; only {key} may change")
+    if want < have:
+        raise ConfigError(
+            f"{key}: expected at least {have} (a resume can extend the run's budget, not "
+            f"shorten it), got {want}"
+        )
+    if want > have:
+        logger.info("extending %s to %s = %s", saved_path.parent, key, want)

@@ -68,7 +68,7 @@ class EpisodeLog(gym.Wrapper):
         self.reset_seed: int | None = None
         self.rng_before_reset: dict[str, Any] | None = None
         self.reset_options: dict[str, Any] | None = None
-        self.actions: list[np.ndarray] = []
+        self.actions: list[np.ndarray | np.generic] = []
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         self.rng_before_reset = None if seed is not None else rng_state(self.unwrapped.np_random)

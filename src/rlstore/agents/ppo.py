@@ -37,7 +37,6 @@ and ``learning_curve.png``); :func:`ppo_runner` also creates the run folder and 
 
 from __future__ import annotations
 
-import logging
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlstore.agents.config import folder_runner
 from rlstore.agents.envs import make_env, make_vector_env
 from rlstore.agents.networks import (
     FCAgent,
@@ -64,7 +64,6 @@ from rlstore.agents.ppo_checkpoint import (
     latest_checkpoint,
     load_all_agents_from_checkpoints,
     load_saved_checkpoint,
-    read_checkpoint,
     restore_training,
     store_model_checkpoint,
 )
@@ -95,8 +94,6 @@ from rlstore.agents.sampling import load_trajectories, sample_from_agents
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError, SpecError
 from rlstore.returns import normalize_advantages
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     # this module
@@ -621,45 +618,20 @@ first entry, CartPole-v1, is ``rlstore train``'s default)."""
 load_config = load_train_config
 
 
-def runner(cfg: TrainConfig, *, run_dir: Path, resume: bool) -> TrainResult:
-    """Train ``cfg`` in the run folder ``run_dir`` (what ``rlstore train`` calls).
-
-    ``resume=False``: ``run_dir`` is a fresh folder (:func:`rlstore.agents.run.create_run_dir`);
-    ``config.yaml`` is written and training starts; if it fails before its first update the
-    folder is removed again. ``resume=True``: continue from the latest checkpoint of
-    ``run_dir``; ``cfg`` must be the folder's ``config.yaml``, except for a larger
-    ``online.total_timesteps``, which extends the run (the folder's ``config.yaml`` is updated;
-    the learning-rate schedule continues as :func:`train_ppo` documents).
-
-    Raises:
-        ConfigError: with ``resume``, ``cfg`` differs from the run's config in another key, or
-            asks for fewer steps than the run has done.
-    """
-    run_dir = Path(run_dir)
-    if resume:
-        saved = load_train_config(run_dir / "config.yaml")
-        budget = {"total_timesteps": cfg.online.total_timesteps}
-        if cfg != saved.model_copy(update={"online": saved.online.model_copy(update=budget)}):
-            raise ConfigError(
-                "cfg: a resumed run keeps its config.yaml; only online.total_timesteps may change"
-            )
-        if cfg != saved:
-            path = latest_checkpoint(run_dir / "checkpoints")
-            done = 0 if path is None else read_checkpoint(path)["global_step"]
-            if cfg.online.num_updates * cfg.online.batch_size < done:
-                raise ConfigError(
-                    f"online.total_timesteps: expected at least {done} (the steps the run has "
-                    f"done), got {cfg.online.total_timesteps}"
-                )
-            cfg.to_yaml(run_dir / "config.yaml")
-            logger.info("extending %s to %d steps", run_dir, cfg.online.total_timesteps)
-    else:
-        cfg.to_yaml(run_dir / "config.yaml")
-        logger.info("writing %s", run_dir)
+def _train_in_folder(cfg: TrainConfig, *, run_dir: Path, resume: bool) -> TrainResult:
+    """:func:`train_ppo` of ``cfg`` in ``run_dir``; a new run that fails before its first
+    update removes the folder again."""
     return train_ppo(
         cfg.run, cfg.online, cfg.environment, cfg.selected_model_config(),
         run_dir=run_dir, resume=resume, discard_unstarted=not resume,
     )  # fmt: skip
+
+
+runner = folder_runner(_train_in_folder)
+"""``runner(cfg, *, run_dir, resume)``: train ``cfg`` in the run folder ``run_dir`` (what
+``rlstore train`` calls; :func:`rlstore.agents.config.folder_runner`). A resumed run keeps
+its ``config.yaml`` but for a larger ``online.total_timesteps``, which extends it (the
+learning-rate schedule continues as :func:`train_ppo` documents)."""
 
 
 def ppo_runner(

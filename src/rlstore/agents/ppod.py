@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from rlstore.agents.config import BaseConfig
+from rlstore.agents.config import BaseConfig, folder_runner
 from rlstore.agents.envs import make_vector_env
 from rlstore.agents.networks import PPOAgent
 from rlstore.agents.ppo import (
@@ -324,9 +324,6 @@ def train_ppod(
     return TrainResult(agent, stats)
 
 
-def runner(cfg: PPODTrainConfig, *, run_dir: Path, resume: bool) -> TrainResult:
-    """Train ``cfg`` in the run folder ``run_dir`` (what ``rlstore train --algo ppod`` calls):
-    writes ``config.yaml`` (on resume too: an extended ``total_timesteps`` is the run's
-    config from then on; the checkpoint refuses any other change)."""
-    cfg.to_yaml(Path(run_dir, "config.yaml"))
-    return train_ppod(cfg, run_dir=run_dir, resume=resume)
+runner = folder_runner(train_ppod)
+"""``runner(cfg, *, run_dir, resume)``: ``rlstore train --algo ppod``
+(:func:`rlstore.agents.config.folder_runner`)."""
