@@ -3,6 +3,7 @@ checkpoint pieces every trainer shares."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import gymnasium as gym
@@ -130,13 +131,15 @@ def test_check_updates_log() -> None:
             check_updates_log(bad, "log")
 
 
-def test_adam_is_the_fused_adam_of_dqn_and_sac_and_steps_like_the_plain_one() -> None:
+def test_adam_is_the_fused_adam_of_every_trainer_and_steps_like_the_plain_one() -> None:
     torch.manual_seed(0)
     net = torch.nn.Linear(3, 2)
     twin = torch.nn.Linear(3, 2)
     twin.load_state_dict(net.state_dict())
-    fused, plain = adam(net.parameters(), 1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    fused = adam(net.parameters(), 1e-2, eps=1e-5)
+    plain = torch.optim.Adam(twin.parameters(), lr=1e-2, eps=1e-5)
     assert fused.defaults["fused"] is True and fused.defaults["lr"] == 1e-2
+    assert fused.defaults["eps"] == 1e-5 and adam(net.parameters(), 1.0).defaults["eps"] == 1e-8
     x = torch.randn(8, 3)
     for m, opt in ((net, fused), (twin, plain)):
         for _ in range(3):
@@ -145,6 +148,36 @@ def test_adam_is_the_fused_adam_of_dqn_and_sac_and_steps_like_the_plain_one() ->
             opt.step()
     for p, q in zip(net.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # one kernel vs per-tensor loop
+
+
+def test_a_per_tensor_adam_checkpoint_resumes_with_its_own_kernel() -> None:
+    """A run saved with ``torch.optim.Adam`` (fused=None) loads into :func:`adam`'s fused
+    optimizer and keeps stepping exactly like the optimizer it was saved from."""
+    torch.manual_seed(1)
+    net, twin = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    old = torch.optim.Adam(net.parameters(), lr=1e-2)
+    x = torch.randn(8, 3)
+
+    def step(m: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad()
+        m(x).square().mean().backward()
+        opt.step()
+
+    step(net, old)
+    twin.load_state_dict(net.state_dict())
+    new = adam(twin.parameters(), 1e-2)
+    saved = copy.deepcopy(optimizer_state(old))  # as read from disk: no tensor shared
+    new.load_state_dict(check_optimizer_state(saved, new))
+    assert new.param_groups[0]["fused"] is None  # the checkpoint's own choice
+    for _ in range(3):
+        step(net, old)
+        step(twin, new)
+    for p, q in zip(net.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+    bad = optimizer_state(old)
+    bad["param_groups"][0]["fused"] = "yes"
+    with pytest.raises(CheckpointError, match="param_groups.fused: expected bool"):
+        check_optimizer_state(bad, new)
 
 
 def test_optimizer_state_round_trip_and_checks() -> None:

@@ -84,6 +84,7 @@ from rlstore.agents.run import (
     RunLogger,
     TrainingRun,
     TrainStats,
+    adam,
     create_run_dir,
     evaluate,
     evaluation_due,
@@ -545,7 +546,7 @@ def build_learner(
     agent = get_agent(cfg.selected_model_config(), envs, cfg.environment, oc).to(rc.device)
     agent.device = torch.device(rc.device)
     end_lr = oc.end_learning_rate if oc.decay_lr else oc.learning_rate
-    optimizer = torch.optim.Adam(agent.parameters(), lr=oc.learning_rate, eps=oc.adam_eps)
+    optimizer = adam(agent.parameters(), oc.learning_rate, eps=oc.adam_eps)
     scheduler = PPOScheduler(optimizer, oc.learning_rate, end_lr, oc.num_updates)
     buffer = RolloutBuffer(oc.num_steps, oc.num_envs, gamma=oc.gamma, lam=oc.gae_lambda,
                            advantage_normalization="none", device=rc.device,

@@ -120,15 +120,16 @@ def set_global_seeds(seed: int | None) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
-def adam(params: Any, lr: float) -> torch.optim.Optimizer:
-    """``torch.optim.Adam(params, lr=lr)`` with torch's fused kernel where it has one for the
-    parameters' device (CPU since torch 2.4): the same update in one kernel, about 3x faster than
-    the per-tensor loop at the sizes of DQN's and SAC's networks."""
+def adam(params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:
+    """``torch.optim.Adam(params, lr=lr, eps=eps)`` with torch's fused kernel where it has one
+    for the parameters' device (CPU since torch 2.4): the same update in one kernel, about 3x
+    faster than the per-tensor loop at the sizes of rlstore's networks (PPO's CartPole agent:
+    ~6% of a whole training run)."""
     params = list(params)
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     except RuntimeError:  # an older torch without a fused kernel for this device
-        return torch.optim.Adam(params, lr=lr)
+        return torch.optim.Adam(params, lr=lr, eps=eps)
 
 
 # ----------------------------------------------------------------- run folder

@@ -128,6 +128,12 @@ def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     }
 
 
+_KERNEL_CHOICES = ("fused", "foreach")
+"""Optimizer settings that pick an implementation, not the math (None: torch's default): a
+checkpoint's own choice is restored with it, so a run saved with the per-tensor Adam resumes
+with it, bit for bit, though new runs use the fused kernel (:func:`rlstore.agents.run.adam`)."""
+
+
 def check_optimizer_state(
     saved: Any, optimizer: torch.optim.Optimizer, where: str = "resume.optimizer"
 ) -> dict[str, Any]:
@@ -148,11 +154,14 @@ def check_optimizer_state(
                 f"{rg['params']} like this optimizer"
             )
         for k, v in g.items():
-            want = (list, tuple) if isinstance(rg[k], tuple) else (type(rg[k]),)  # JSON: lists
+            # JSON stores tuples as lists
+            want: tuple[type, ...] = (list, tuple) if isinstance(rg[k], tuple) else (type(rg[k]),)
+            if k in _KERNEL_CHOICES:  # how torch runs the update: a saved choice is kept
+                want = (bool, type(None))
             if type(v) not in want or isinstance(v, float) and not math.isfinite(v):
                 raise CheckpointError(
-                    f"{where}.param_groups.{k}: expected {type(rg[k]).__name__}, "
-                    f"got {type(v).__name__}"
+                    f"{where}.param_groups.{k}: expected "
+                    f"{' or '.join(t.__name__ for t in want[-2:])}, got {type(v).__name__}"
                 )
         out_groups.append({k: tuple(v) if isinstance(rg[k], tuple) else v for k, v in g.items()})
     params = [p for group in optimizer.param_groups for p in group["params"]]
