@@ -1,15 +1,11 @@
-"""PyTorchRL's on-policy storages (``pytorchrl.agent.storages.on_policy``) as facades over
+"""PyTorchRL's on-policy storages (``pytorchrl.agent.storages.on_policy``) over a
 :class:`~rlstore.buffers.rollout.RolloutBuffer`; the sample keys are in :mod:`.protocols`.
 
 Layout C, as in PyTorchRL: ``data`` tensors are ``(size + 1, N, *shape)``; ``Observation``,
 ``RecurrentHiddenStates`` and ``Done`` are written at ``step + 1`` from the ``Next*`` keys
-(``Done[t + 1]`` ends transition ``t``), slot ``L`` (``L`` transitions stored) holds the bootstrap
-state, other keys are written at ``step``. The estimators run in layout A: ``done[t] =
-Done[t + 1]``, ``next_values[t] = Value[t + 1]``. Values are tensors or one-level dicts of them.
-
-Truncation (rlstore's extension; PyTorchRL made a time limit a termination): a sample may carry
-``NextTruncated`` and ``FinalValue`` = V(final observation), each ``(N, 1)``, kept at ``step + 1``
-as ``Truncated`` / ``FinalValue``: such a done bootstraps from ``FinalValue`` and cuts the trace.
+(``Done[t + 1]`` ends transition ``t``), slot ``L`` holds the bootstrap state. Truncation is
+rlstore's extension (PyTorchRL made a time limit a termination): ``NextTruncated`` and
+``FinalValue`` = V(final observation), kept at ``step + 1``, bootstrap a done from ``FinalValue``.
 """
 
 from __future__ import annotations
@@ -197,9 +193,9 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
         """Set and return ``num_channels_obs``: ``Observation`` channels per frame
         (``envs.env_kwargs["frame_stack"]`` frames, else 1)."""
         stack, obs = int(self._env_kwargs().get("frame_stack", 1)), sample[K.OBS]
-        ch = int(
-            as_tensor(K.OBS, next(iter(obs.values())) if isinstance(obs, Mapping) else obs).shape[1]
-        )
+        ch = as_tensor(K.OBS, next(iter(obs.values())) if isinstance(obs, Mapping) else obs).shape[
+            1
+        ]
         if stack < 1 or ch % stack:
             raise SpecError(
                 f"{K.OBS}: expected {ch} channels to be a multiple of frame_stack={stack}"
@@ -236,11 +232,9 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
         dev, rec = self.device, self.recurrent_actor
         specs = self._rows or row_specs(sample, dev, rec, self.num_envs)
         fresh, nxt, got = self._fresh or not self._next, dict(self._next), {}
-        for k in (k for k in (K.DONE, K.OBS, K.RHS, K.ACT, *SCALARS) if k in specs):
-            src = K.SHIFTED.get(k, k)
-            if k == K.RHS and not rec:
-                continue
-            if src not in sample:
+        keys = (K.DONE, K.OBS, K.RHS, K.ACT, *SCALARS)  # a feed-forward actor's RHS: unused
+        for k in [k for k in keys if k in specs and (k != K.RHS or rec)]:
+            if (src := K.SHIFTED.get(k, k)) not in sample:
                 raise SpecError(f"sample: missing key {src!r} (got keys {sorted(sample)})")
             got[src] = check_like(dev, src, sample[src], specs[k])
             if k in K.SHIFTED and fresh and sample.get(k) is not None:  # slot 0 of a new rollout
@@ -266,8 +260,7 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
         ``Truncated`` / ``FinalValue``."""
         if self._view is None:
             self._view = {k: None for k in self.storage_tensors}
-            if self._next:
-                self._view |= self._build_view()
+            self._view |= self._build_view() if self._next else {}
         return self._view
 
     def _build_view(self) -> Data:
@@ -379,9 +372,8 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
         self._store_adv(K.ADV, self.compute_advantages(d[K.RET], d[K.VAL]))
         if d[K.IREW] is not None and g_int is not None:  # a non-episodic intrinsic stream
             self.normalize_int_rewards()
-            self.compute_returns(
-                d[K.IREW], d[K.IRET], d[K.IVAL], torch.zeros_like(d[K.DONE]), g_int
-            )
+            never = torch.zeros_like(d[K.DONE])
+            self.compute_returns(d[K.IREW], d[K.IRET], d[K.IVAL], never, g_int)
             self._store_adv(K.IADV, self.compute_advantages(d[K.IRET], d[K.IVAL]))
 
     def normalize_int_rewards(self) -> None:
