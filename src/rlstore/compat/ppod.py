@@ -17,17 +17,12 @@ from rlstore.buffers.demo_files import demo_from_arrays, read_npz
 from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
 from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
 from rlstore.compat.pytorchrl import protocols as K
+from rlstore.compat.pytorchrl.vanilla import check_like
 from rlstore.errors import ConfigError, SpecError
 
 __all__ = ["PPODBuffer"]
 
 _DEFAULT_DTYPES = {"Action": np.float32, "Observation": np.float32, "Reward": np.float32}
-
-
-def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
-    """``new`` (a fresh array with ``ref``'s rows) as a tensor with ``ref``'s shape and dtype."""
-    ref = torch.as_tensor(ref)
-    return torch.as_tensor(new).reshape(ref.shape).to(ref.dtype)
 
 
 def _store_attr(name: str) -> Any:
@@ -213,7 +208,9 @@ class PPODBuffer(GAEBuffer):
                        value=to_numpy(K.VAL, sample[K.VAL]).reshape(-1))  # fmt: skip
         new = {K.ACT: m.action, K.REW: m.reward, K.OBS2: m.next_obs,
                K.DONE2: m.terminated | m.truncated, K.TRUNC2: m.truncated}  # fmt: skip
-        sample |= {k: _like(sample[k], v) for k, v in new.items() if k in sample}
+        for k, v in ((k, v) for k, v in new.items() if k in sample):  # a lossy cast raises
+            ref = torch.as_tensor(sample[k])
+            sample[k] = check_like(self.device, k, torch.as_tensor(v).reshape(ref.shape), ref)
         for key, rows in ((K.LOGP, m.from_demo), (K.RHS2, m.new_episode > ENV)):
             if sample.get(key) is not None and not isinstance(sample[key], Mapping):
                 sample[key] = torch.as_tensor(sample[key]).clone()
