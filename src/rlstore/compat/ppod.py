@@ -195,7 +195,7 @@ class PPODBuffer(GAEBuffer):
 
     def _track(self, sample: Mapping[str, Any]) -> dict[str, Any]:
         """Validate ``sample`` and mix demo replays into it; returns the sample to store."""
-        self._prepare(sample)  # validates (capacity, keys, shapes, dtypes, finite values)
+        specs = self._prepare(sample)[0]  # validates (capacity, keys, shapes, dtypes, values)
         mixer, sample = self._ensure_mixer(sample[K.OBS]), dict(sample)
         if mixer.replaying().any() and self._next:
             self._revalue(sample, mixer.replaying())
@@ -206,11 +206,12 @@ class PPODBuffer(GAEBuffer):
         m = mixer.step(to_numpy(K.ACT, sample[K.ACT]), to_numpy(K.REW, sample[K.REW]).reshape(-1),
                        done & ~trunc, trunc, to_numpy(K.OBS2, sample[K.OBS2]),
                        value=to_numpy(K.VAL, sample[K.VAL]).reshape(-1))  # fmt: skip
-        new = {K.ACT: m.action, K.REW: m.reward, K.OBS2: m.next_obs,
-               K.DONE2: m.terminated | m.truncated, K.TRUNC2: m.truncated}  # fmt: skip
-        for k, v in ((k, v) for k, v in new.items() if k in sample):  # a lossy cast raises
-            ref = torch.as_tensor(sample[k])
-            sample[k] = check_like(self.device, k, torch.as_tensor(v).reshape(ref.shape), ref)
+        new = {K.ACT: m.action, K.REW: m.reward, K.OBS: m.next_obs,
+               K.DONE: m.terminated | m.truncated, K.TRUNC: m.truncated}  # fmt: skip
+        for k, v in new.items():  # in the stored dtype (a demo's 0.5 reward is no int sample's 0)
+            if (key := K.SHIFTED.get(k, k)) in sample:
+                v = torch.as_tensor(v).reshape(specs[k].shape)
+                sample[key] = check_like(self.device, key, v, specs[k])
         for key, rows in ((K.LOGP, m.from_demo), (K.RHS2, m.new_episode > ENV)):
             if sample.get(key) is not None and not isinstance(sample[key], Mapping):
                 sample[key] = torch.as_tensor(sample[key]).clone()
