@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,6 +184,8 @@ def test_demo_end_resets_the_real_env_when_env_is_drawn(tmp_path):
     assert len(env_after) <= len(env.resets) <= len(env_after) + 1
     for t in env_after:
         assert obs[t + 1].tolist() == [0.0, 0.0]
+    again = pickle.loads(pickle.dumps(buf))  # the mixer's reset hook is a method: picklable
+    torch.testing.assert_close(again.data[OBS], buf.data[OBS], rtol=0, atol=0)
 
 
 def test_initial_demo_loading_rules(tmp_path):

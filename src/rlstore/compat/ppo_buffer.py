@@ -207,21 +207,19 @@ class PPOBuffer(FromConfig):
         if not isinstance(sd, Mapping) or set(sd) != {"rollout", "path_start_idx"}:
             keys = sorted(sd) if isinstance(sd, Mapping) else type(sd).__name__
             raise E.CheckpointError(
-                f"state: expected the keys ['path_start_idx', 'rollout'], got {keys}"
+                f"state: expected keys ['path_start_idx', 'rollout'], got {keys}"
             )
         start, rollout = sd["path_start_idx"], sd["rollout"]
         rollout = rollout if isinstance(rollout, Mapping) else {}
         pos, data = rollout.get("pos"), rollout.get("data")
-        ok = isinstance(start, int) and not isinstance(start, bool) and isinstance(pos, int)
-        if not ok or not 0 <= start <= pos:
-            raise E.CheckpointError(
-                f"path_start_idx: expected an int in [0, rollout pos={pos!r}], got {start!r}"
-            )
+        if type(start) is not int or not isinstance(pos, int) or not 0 <= start <= pos:
+            raise E.CheckpointError(f"path_start_idx: expected an int in [0, rollout pos={pos!r}], "
+                                    f"got {start!r}")  # fmt: skip
         for key, shape in (("obs", self.obs_shape), ("actions", self.act_shape)):
-            got = data[key] if isinstance(data, Mapping) and key in data else None
+            got = data.get(key) if isinstance(data, Mapping) else None
             want = (self.max_size, 1, *shape)  # the RolloutBuffer checks them only once filled
-            typed = isinstance(got, torch.Tensor) and got.dtype == torch.float32
-            if got is not None and not (typed and tuple(got.shape) == want):
+            if got is not None and not (isinstance(got, torch.Tensor) and got.dtype == torch.float32
+                                        and tuple(got.shape) == want):  # fmt: skip
                 what = f"{got.dtype} {tuple(got.shape)}" if isinstance(got, torch.Tensor) else got
                 raise E.CheckpointError(f"{key}: expected a float32 tensor {want}, got {what!r}")
         self._rb.load_state_dict(dict(rollout))

@@ -140,12 +140,15 @@ class PPODBuffer(GAEBuffer):
         """Evict demos beyond capacity (value demos first); returns the evicted demos."""
         return self.store.enforce_capacity()
 
+    def _reset_env(self, i: int) -> np.ndarray:
+        return to_numpy(K.OBS, self.envs.reset_single_env(i))
+
     def _ensure_mixer(self, obs: Any) -> DemoMixer:
         if self.mixer is None:
             if isinstance(obs, Mapping):
                 raise SpecError(f"{K.OBS}: PPODBuffer supports array observations, got a dict")
             o, reset = to_numpy(K.OBS, obs), getattr(self.envs, "reset_single_env", None)
-            reset_env = (lambda i: to_numpy(K.OBS, reset(i))) if callable(reset) else None
+            reset_env = self._reset_env if callable(reset) else None  # a method: picklable
             stack = int(self._env_kwargs().get("frame_stack", 1))
             self.mixer = DemoMixer(self.store, o.shape[0], reset_env=reset_env, frame_stack=stack)
             self.mixer.reset(o)

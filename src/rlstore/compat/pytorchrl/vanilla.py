@@ -120,7 +120,8 @@ def index_plan(L: int, n: int, device: torch.device, recurrent: bool, num_mini_b
                                    mini_batch_size=mini_batch_size, num_epochs=num_epochs,
                                    shuffle=shuffle)  # fmt: skip
         return
-    if mini_batch_size and num_mini_batch and mini_batch_size != L * (n // num_mini_batch):
+    mbs, nmb = mini_batch_size, num_mini_batch
+    if mbs is not None and nmb is not None and mbs != L * (n // nmb):
         raise ConfigError(f"mini_batch_size={mini_batch_size} conflicts with num_mini_batch="
                           f"{num_mini_batch} whole env columns of {L} steps")  # fmt: skip
     yield from column_index_plan(L, n, num_minibatches=num_mini_batch or 1, num_epochs=num_epochs,
@@ -439,7 +440,7 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
         """Re-evaluate the stored actions with the current actor (``algorithm.num_mini_batch``
         unshuffled minibatches) and refresh ``Value[:L]``; returns the new log-probs."""
         L, d = self._length(), self.data
-        logp, val = d[K.LOGP][:L].clone(), d[K.VAL][:L]
+        logp, val = d[K.LOGP][:L].clone(), d[K.VAL][:L].clone()  # written once all succeeded
         new_logp, new_val = logp.view(-1, *logp.shape[2:]), val.view(-1, *val.shape[2:])
         for idx in self._index_plan(getattr(self.algo, "num_mini_batch", 1), None, 1, False):
             b, flat = gather(d, idx, L, self.recurrent_actor), idx.reshape(-1)
@@ -448,6 +449,7 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
             v = self.actor.get_value(obs, rhs, done)["value_net1"]
             new_logp[flat] = lp.reshape(new_logp[flat].shape).to(logp.dtype)
             new_val[flat] = v.reshape(new_val[flat].shape).to(val.dtype)
+        d[K.VAL][:L] = val
         return logp
 
     @torch.no_grad()
