@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,6 +184,8 @@ def test_demo_end_resets_the_real_env_when_env_is_drawn(tmp_path):
     assert len(env_after) <= len(env.resets) <= len(env_after) + 1
     for t in env_after:
         assert obs[t + 1].tolist() == [0.0, 0.0]
+    again = pickle.loads(pickle.dumps(buf))  # the mixer's reset hook is a method: picklable
+    torch.testing.assert_close(again.data[OBS], buf.data[OBS], rtol=0, atol=0)
 
 
 def test_initial_demo_loading_rules(tmp_path):
@@ -493,3 +496,25 @@ def test_the_shipped_keydoor_demo_loads_in_ppodbuffer():
     with resources.as_file(resources.files("rlstore") / "envs" / "demos" / "KeyDoor-v0.npz") as p:
         demo = PPODBuffer(4, "cpu", LinearActor(), Algo(), None).load_demo(p)
     assert demo.total_reward == pytest.approx(1.0) and demo.length == 24
+
+
+def test_demo_rewards_keep_their_fractions_with_int_sample_rewards(tmp_path):
+    """Regression (issue 9, one conversion path): a replayed demo reward of 0.5 was cast to the
+    sample's int64 Reward dtype (stored as 0); mixed values are now checked against the stored
+    float32 Reward, like every inserted value."""
+    human = tmp_path / "h"
+    human.mkdir()
+    np.savez(human / "d.npz", Observation=np.zeros((3, 2), np.float32),
+             Action=np.zeros((3, 1)), Reward=np.array([0.5, 0.25, 2.0]))  # fmt: skip
+    actor = LinearActor()
+    buf = PPODBuffer(6, "cpu", actor, Algo(), None, rho=1.0, phi=0.0,
+                     initial_human_demos_dir=str(human), seed=0)  # fmt: skip
+    obs, zero = torch.zeros(2, 2), torch.zeros(2, 1)
+    for _ in range(3):
+        buf.insert_transition({OBS: obs, OBS2: obs, DONE: zero, DONE2: zero, VAL: zero,
+                               ACT: torch.zeros(2, 1, dtype=torch.long), LOGP: zero,
+                               REW: torch.zeros(2, 1, dtype=torch.long)})  # fmt: skip
+        if buf.size == 1:
+            assert buf.sample_demo(0) == 1  # slot 0 replays the demo from step 1 on
+    assert buf.data[REW][1:3, 0, 0].tolist() == [0.5, 0.25]
+    assert buf.data[REW][:3, 1, 0].tolist() == [0.0, 0.0, 0.0]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rlstore.compat.pytorchrl as prl
-from rlstore.compat.pytorchrl._layout import column, gather, index_plan, layout_a, rows
+from rlstore.compat.pytorchrl.vanilla import column, gather, index_plan, layout_a
 from rlstore.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -47,9 +47,10 @@ def test_layout_a_hand_case():
     assert not tr0.any()
 
 
-def test_rows_flattens_time_major():
+def test_gather_flattens_time_major():
     t = torch.arange(12.0).reshape(3, 2, 2)  # (size + 1, N, 2); flat row t * N + n
-    assert rows(t, torch.tensor([3, 0]), length=2).tolist() == [[6.0, 7.0], [0.0, 1.0]]
+    got = gather({"Observation": t}, torch.tensor([3, 0]), 2, recurrent=False)["Observation"]
+    assert got.tolist() == [[6.0, 7.0], [0.0, 1.0]]
 
 
 def test_column_writes_parts_into_zeros_like_the_row():

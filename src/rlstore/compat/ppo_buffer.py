@@ -45,55 +45,44 @@ _NO = torch.zeros(1, dtype=torch.bool)
 _NAMES = {"obs": "obs", "act": "actions", "rew": "rewards", "val": "values", "logp": "logprobs"}
 
 
-class PPOBuffer(FromConfig):
-    """``src.buffers.PPOBuffer(obs_dim, act_dim, size, batch_size, gamma, lam, eps)`` of the
-    ``src.buffers`` package (Spinning Up's PPO epoch buffer: ``store``, ``finish_path``,
-    ``sample_batch``, ``instantiate_from_config[_dict]``, ``schema``), a facade over a one-env
-    :class:`~rlstore.buffers.rollout.RolloutBuffer`: ``finish_path(last_val)`` closes a
-    trajectory with ``truncate_last``; ``adv`` is GAE bootstrapped with ``last_val`` (0 after a
-    termination, else ``V(s_T)``), ``ret`` the bootstrapped reward-to-go; :meth:`sample_batch`
-    normalizes ``adv`` as ``(adv - mean) / (std + eps)`` (population std) and resets the buffer.
+def _shape(name: str, dim: Any) -> tuple[int, ...]:
+    dims = dim if isinstance(dim, tuple | list) else (dim,)
+    return tuple(check_count(name, d, error=E.ConfigError) for d in dims)
 
-    Differences: ``store`` raises :class:`~rlstore.errors.CapacityError` on a full buffer (the
-    original ``assert``\\ s) and :class:`~rlstore.errors.SpecError` naming the key on bad keys,
-    shapes, lossy or non-finite values, storing nothing; ``sample_batch`` refuses an open
-    trajectory and does not require a full buffer; ``finish_path`` takes the original's
-    ``action_obj`` (a value, or a mapping with ``"last_val"`` or ``"val"``) or Spinning Up's
-    ``last_val``, not both; ``batch_size`` (``<= size``) is used by :meth:`minibatches`;
-    ``schema`` is a pydantic model; ``obs_dim`` / ``act_dim`` may be shapes (``act_dim=()``:
-    scalar actions); the ``*_buf`` attributes are read-only zero-padded numpy copies;
-    ``config()`` / ``state_dict()`` / ``load_state_dict()`` make it checkpointable.
+
+class PPOBuffer(FromConfig):
+    """``src.buffers.PPOBuffer(obs_dim, act_dim, size, batch_size, gamma, lam, eps)`` (Spinning
+    Up's PPO epoch buffer: ``store``, ``finish_path``, ``sample_batch``, ``schema``,
+    ``instantiate_from_config[_dict]``) over a one-env :class:`RolloutBuffer`:
+    ``finish_path(last_val)`` closes a trajectory with ``truncate_last``; ``adv`` is GAE
+    bootstrapped with ``last_val`` (0 after a termination, else ``V(s_T)``), ``ret`` the
+    bootstrapped reward-to-go; :meth:`sample_batch` normalizes ``adv`` with the population std
+    (``(adv - mean) / (std + eps)``) and resets the buffer.
+
+    Differs: ``store`` raises CapacityError when full (the original ``assert``\\ s) and SpecError
+    naming the key on bad keys, shapes, lossy or non-finite values, storing nothing;
+    ``sample_batch`` refuses an open trajectory and does not need a full buffer; ``finish_path``
+    takes the original's ``action_obj`` (a value, or a mapping with ``"last_val"`` or ``"val"``)
+    or ``last_val``, not both; ``batch_size`` (``<= size``) is used by :meth:`minibatches`;
+    ``obs_dim`` / ``act_dim`` may be shapes (``()``: scalars); the ``*_buf`` attributes are
+    read-only zero-padded numpy copies; it is checkpointable (``config`` / ``state_dict``).
     """
 
     schema: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
     _KEYS: ClassVar[tuple[str, ...]] = ("obs", "act", "rew", "val", "logp")
 
-    def __init__(
-        self,
-        obs_dim: int | tuple[int, ...],
-        act_dim: int | tuple[int, ...],
-        size: int,
-        batch_size: int,
-        gamma: float = 0.99,
-        lam: float = 0.95,
-        eps: float = 1e-3,
-    ) -> None:
-        self.obs_shape, self.act_shape = (
-            tuple(
-                check_count(k, d, error=E.ConfigError)
-                for d in (v if isinstance(v, tuple | list) else (v,))
-            )
-            for k, v in (("obs_dim", obs_dim), ("act_dim", act_dim))
-        )
-        size = check_count("size", size)
-        if check_count("batch_size", batch_size) > size:
+    def __init__(self, obs_dim: int | tuple[int, ...], act_dim: int | tuple[int, ...], size: int,
+                 batch_size: int, gamma: float = 0.99, lam: float = 0.95,
+                 eps: float = 1e-3) -> None:  # fmt: skip
+        self.obs_shape, self.act_shape = _shape("obs_dim", obs_dim), _shape("act_dim", act_dim)
+        if check_count("batch_size", batch_size) > check_count("size", size):
             raise E.CapacityError(
                 f"batch_size: expected an int in [1, size={size}], got {batch_size}"
             )
         real_number("eps", eps, 0.0, math.inf)
         self._rb = RolloutBuffer(size, 1, gamma=gamma, lam=lam, advantage_normalization="none")
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        self.max_size, self.batch_size = size, int(batch_size)
+        self.max_size, self.batch_size = int(size), int(batch_size)
         self.gamma, self.lam, self.eps = float(gamma), float(lam), float(eps)
         self.path_start_idx = 0
 
@@ -108,15 +97,11 @@ class PPOBuffer(FromConfig):
         scalars ``rew``, ``val`` (V(obs)) and ``logp``; arrays, tensors or numbers."""
         check_keys("buffer_dict", buffer_dict, self._KEYS)
         if len(self) >= self.max_size:
-            raise E.CapacityError(
-                f"store: buffer is full (size={self.max_size}); call finish_path() and "
-                "sample_batch() before storing more steps"
-            )
+            raise E.CapacityError(f"store: buffer is full (size={self.max_size}); call "
+                                  "finish_path() and sample_batch() first")  # fmt: skip
         shapes = (self.obs_shape, self.act_shape, (), (), ())
-        obs, act, rew, val, logp = (
-            torch.from_numpy(rows(k, buffer_dict[k], 1, s, batched=False))
-            for k, s in zip(self._KEYS, shapes, strict=True)
-        )
+        obs, act, rew, val, logp = (torch.from_numpy(rows(k, buffer_dict[k], 1, s, batched=False))
+                                    for k, s in zip(self._KEYS, shapes, strict=True))  # fmt: skip
         self._rb.add(obs, act, logp, val, rew, _NO, _NO)
 
     def finish_path(self, last_val: Any = None, action_obj: Any = None) -> None:
@@ -162,13 +147,10 @@ class PPOBuffer(FromConfig):
         out.flags.writeable = False
         return out
 
-    obs_buf = property(lambda self: self._column("obs"))
-    act_buf = property(lambda self: self._column("act"))
-    rew_buf = property(lambda self: self._column("rew"))
-    val_buf = property(lambda self: self._column("val"))
-    logp_buf = property(lambda self: self._column("logp"))
-    adv_buf = property(lambda self: self._column("adv"))
-    ret_buf = property(lambda self: self._column("ret"))
+    obs_buf, act_buf, rew_buf, val_buf, logp_buf, adv_buf, ret_buf = (
+        property(lambda self, k=k: self._column(k))  # type: ignore[misc]
+        for k in (*_NAMES, "adv", "ret")
+    )
 
     def sample_batch(self) -> dict[str, torch.Tensor]:
         """The stored epoch as new float32 tensors ``obs``, ``act``, ``ret``, ``adv``
@@ -183,14 +165,14 @@ class PPOBuffer(FromConfig):
                 "open trajectory; call finish_path(last_val) first (last_val=V(s_T) if it was "
                 "cut off, 0 if it terminated)"
             )
-        adv, ret = self._targets()
-        adv64 = _returns.normalize_advantages(adv.double(), eps=self.eps)
-        b = self._rb.get()
-        batch = {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("obs", "act", "logp", "val")}
-        batch |= {"ret": ret.clone(), "adv": adv64.float()}
+        (adv, ret), b = self._targets(), self._rb.get()
+        adv = _returns.normalize_advantages(adv.double(), eps=self.eps).float()
+        batch = {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("obs", "act")}
+        batch |= {"ret": ret.clone(), "adv": adv}
+        batch |= {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("logp", "val")}
         self._rb.reset()
         self.path_start_idx = 0
-        return {k: batch[k] for k in ("obs", "act", "ret", "adv", "logp", "val")}
+        return batch
 
     def minibatches(
         self, batch: Mapping[str, torch.Tensor], *, seed: int | torch.Generator | None = None
@@ -225,21 +207,19 @@ class PPOBuffer(FromConfig):
         if not isinstance(sd, Mapping) or set(sd) != {"rollout", "path_start_idx"}:
             keys = sorted(sd) if isinstance(sd, Mapping) else type(sd).__name__
             raise E.CheckpointError(
-                f"state: expected the keys ['path_start_idx', 'rollout'], got {keys}"
+                f"state: expected keys ['path_start_idx', 'rollout'], got {keys}"
             )
         start, rollout = sd["path_start_idx"], sd["rollout"]
         rollout = rollout if isinstance(rollout, Mapping) else {}
         pos, data = rollout.get("pos"), rollout.get("data")
-        ok = isinstance(start, int) and not isinstance(start, bool) and isinstance(pos, int)
-        if not ok or not 0 <= start <= pos:
-            raise E.CheckpointError(
-                f"path_start_idx: expected an int in [0, rollout pos={pos!r}], got {start!r}"
-            )
+        if type(start) is not int or not isinstance(pos, int) or not 0 <= start <= pos:
+            raise E.CheckpointError(f"path_start_idx: expected an int in [0, rollout pos={pos!r}], "
+                                    f"got {start!r}")  # fmt: skip
         for key, shape in (("obs", self.obs_shape), ("actions", self.act_shape)):
-            got = data[key] if isinstance(data, Mapping) and key in data else None
+            got = data.get(key) if isinstance(data, Mapping) else None
             want = (self.max_size, 1, *shape)  # the RolloutBuffer checks them only once filled
-            typed = isinstance(got, torch.Tensor) and got.dtype == torch.float32
-            if got is not None and not (typed and tuple(got.shape) == want):
+            if got is not None and not (isinstance(got, torch.Tensor) and got.dtype == torch.float32
+                                        and tuple(got.shape) == want):  # fmt: skip
                 what = f"{got.dtype} {tuple(got.shape)}" if isinstance(got, torch.Tensor) else got
                 raise E.CheckpointError(f"{key}: expected a float32 tensor {want}, got {what!r}")
         self._rb.load_state_dict(dict(rollout))

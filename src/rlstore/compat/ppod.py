@@ -17,6 +17,7 @@ from rlstore.buffers.demo_files import demo_from_arrays, read_npz
 from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
 from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
 from rlstore.compat.pytorchrl import protocols as K
+from rlstore.compat.pytorchrl.vanilla import check_like
 from rlstore.errors import ConfigError, SpecError
 
 __all__ = ["PPODBuffer"]
@@ -24,135 +25,92 @@ __all__ = ["PPODBuffer"]
 _DEFAULT_DTYPES = {"Action": np.float32, "Observation": np.float32, "Reward": np.float32}
 
 
-def _like(ref: Any, new: np.ndarray) -> torch.Tensor:
-    """``new`` (a fresh array with ``ref``'s rows) as a CPU tensor with ``ref``'s shape and
-    dtype; zero-copy when they already match."""
-    ref = torch.as_tensor(ref)
-    return torch.as_tensor(new).reshape(ref.shape).to(ref.dtype)
+def _store_attr(name: str) -> Any:
+    return property(lambda self: getattr(self.store, name), doc=f"``DemoStore.{name}``.")
 
 
 class PPODBuffer(GAEBuffer):
     """PyTorchRL's ``PPODBuffer`` (``pytorchrl.agent.storages.on_policy.ppod_buffer``): PPO+D
-    demonstration replay inside a :class:`~rlstore.compat.pytorchrl.GAEBuffer`, a facade over
-    :class:`~rlstore.buffers.demos.DemoStore` and :class:`~rlstore.buffers.demo_mixer.DemoMixer`.
-    ``insert_transition`` mixes the sample before storing it: a slot replaying a demo stores the
-    demo's action, reward and next frame, ``LogProbability = 0``, ``Done = 0`` and ``Value``
-    recomputed by ``actor.get_value``; when a demo or an episode ends, the slot's next source is
-    drawn with ``(rho, phi, 1 - rho - phi)``; every finished episode is offered to the store as a
-    reward or value demo. ``seed`` (the demo Generator's) and ``demo_dtypes`` are rlstore's.
+    demo replay inside a :class:`~rlstore.compat.pytorchrl.GAEBuffer`. ``insert_transition``
+    mixes the sample before storing it: a slot replaying a demo stores the demo's action, reward
+    and next frame, ``LogProbability = 0``, ``Done = 0`` and ``Value`` from ``actor.get_value``;
+    when a demo or an episode ends, the slot's next source is drawn with ``(rho, phi, 1 - rho -
+    phi)``; every finished episode is offered to the store. ``seed`` and ``demo_dtypes`` are
+    rlstore's.
 
-    Differences from PyTorchRL: demos are :class:`~rlstore.buffers.demos.Demo` records and
-    rlstore checkpoint files (PyTorchRL's ``.npz`` demos are read too); randomness comes from one
-    seeded Generator; PyTorchRL's MaxValue tracking bug (every value demo kept ``-inf``) is not
-    reproduced, annealing conserves ``rho + phi``, ``MaxValue ** alpha`` is clipped, human demos
-    survive emptying the reward demos; ``track_potential_demos`` is folded into
-    ``insert_transition`` (each step tracked once); ``sample_demo(env_id)`` returns the drawn
-    source; a sample the storage rejects *after* mixing leaves the mixer a step ahead
-    (:meth:`reset`).
+    Differs from PyTorchRL: demos are :class:`~rlstore.buffers.demos.Demo` records in rlstore
+    files (``.npz`` demos are read too); one seeded Generator; the MaxValue tracking bug (value
+    demos kept ``-inf``) is fixed, annealing conserves ``rho + phi``, ``MaxValue ** alpha`` is
+    clipped, human demos survive emptying the reward demos; ``track_potential_demos`` is folded
+    into ``insert_transition`` (each step tracked once); ``sample_demo`` returns the drawn
+    source; a sample rejected *after* mixing leaves the mixer a step ahead (:meth:`reset`).
     """
 
     demos_data_fields: ClassVar[tuple[str, ...]] = ("Observation", "Action", "Reward")
     on_policy_data_fields: ClassVar[tuple[str, ...]] = K.OnPolicyDataKeys
+    mixer: DemoMixer | None
 
-    def __init__(
-        self,
-        size: int,
-        device: str | torch.device,
-        actor: Actor,
-        algorithm: Algorithm,
-        envs: Any,
-        rho: float = 0.1,
-        phi: float = 0.3,
-        gae_lambda: float = 0.95,
-        alpha: float = 10,
-        total_buffer_demo_capacity: int = 51,
-        initial_human_demos_dir: str | None = None,
-        initial_agent_demos_dir: str | None = None,
-        supplementary_demos_dir: str | None = None,
-        target_agent_demos_dir: str | None = None,
-        num_agent_demos_to_save: int = 10,
-        initial_reward_threshold: float | None = None,
-        save_demos_every: int = 10,
-        demo_dtypes: Mapping[str, Any] | None = None,
-        *,
-        seed: int | np.random.Generator | None = None,
-    ) -> None:
+    def __init__(self, size: int, device: str | torch.device, actor: Actor, algorithm: Algorithm,
+                 envs: Any, rho: float = 0.1, phi: float = 0.3, gae_lambda: float = 0.95,
+                 alpha: float = 10, total_buffer_demo_capacity: int = 51,
+                 initial_human_demos_dir: str | None = None,
+                 initial_agent_demos_dir: str | None = None,
+                 supplementary_demos_dir: str | None = None,
+                 target_agent_demos_dir: str | None = None, num_agent_demos_to_save: int = 10,
+                 initial_reward_threshold: float | None = None, save_demos_every: int = 10,
+                 demo_dtypes: Mapping[str, Any] | None = None, *,
+                 seed: int | np.random.Generator | None = None) -> None:  # fmt: skip
         super().__init__(size, device, actor, algorithm, envs, gae_lambda=gae_lambda)
-        self.store = DemoStore(
-            total_buffer_demo_capacity,
-            rho=rho,
-            phi=phi,
-            alpha=alpha,
-            reward_threshold=initial_reward_threshold,
-            seed=seed,
-        )
-        check_count("save_demos_every", save_demos_every, error=ConfigError)
-        check_count(
+        self.store = DemoStore(total_buffer_demo_capacity, rho=rho, phi=phi, alpha=alpha,
+                               reward_threshold=initial_reward_threshold, seed=seed)  # fmt: skip
+        self.save_demos_every = check_count("save_demos_every", save_demos_every, error=ConfigError)
+        self.num_agent_demos_to_save = check_count(
             "num_agent_demos_to_save", num_agent_demos_to_save, minimum=0, error=ConfigError
         )
         self.initial_human_demos_dir = initial_human_demos_dir
         self.initial_agent_demos_dir = initial_agent_demos_dir
         self.supplementary_demos_dir = supplementary_demos_dir
         self.target_agent_demos_dir = target_agent_demos_dir
-        self.num_agent_demos_to_save = int(num_agent_demos_to_save)
-        self.save_demos_every = int(save_demos_every)
         self.demo_dtypes = dict(_DEFAULT_DTYPES if demo_dtypes is None else demo_dtypes)
-        self.iter = 0
-        self.num_loaded_human_demos = 0
+        self.iter = self.num_loaded_human_demos = 0
         self._seen_supplementary: set[str] = set()
-        self.mixer: DemoMixer | None = None
         self.load_initial_demos()
 
-    # ------------------------------------------------------------------ PyTorchRL attributes
-    rho = property(lambda self: self.store.rho, doc="Reward-demo replay probability (annealed).")
-    phi = property(lambda self: self.store.phi, doc="Value-demo replay probability (annealed).")
-    alpha = property(lambda self: self.store.alpha, doc="Value-demo sampling exponent.")
+    rho, phi, alpha = _store_attr("rho"), _store_attr("phi"), _store_attr("alpha")
+    reward_demos, value_demos = _store_attr("reward_demos"), _store_attr("value_demos")
     max_demos = property(lambda self: self.store.capacity, doc="total_buffer_demo_capacity")
-    reward_threshold = property(
-        lambda self: float(self.store.reward_threshold),
-        doc="Minimum total reward of a new reward demo (monotone non-decreasing).",
-    )
-    reward_demos = property(lambda self: self.store.reward_demos, doc="Reward demos, human first.")
-    value_demos = property(lambda self: self.store.value_demos, doc="The value demos.")
+    reward_threshold = property(lambda self: float(self.store.reward_threshold))
 
-    # ------------------------------------------------------------------ demo files
     def load_demo(self, demo_path: str | os.PathLike[str]) -> Demo:
         """Load one demo: a PyTorchRL ``.npz`` file or an rlstore ``<name>_metadata.json``
         (CheckpointError: unreadable; ConfigError: a ``FrameSkip`` unlike the env's)."""
-        path = Path(demo_path)
+        path, fields = Path(demo_path), self.demos_data_fields
         if path.name.endswith("_metadata.json"):
-            demo = load_demo(path.parent, path.name[: -len("_metadata.json")])
-            arrays = {"Observation": demo.observations, "Action": demo.actions}
-            arrays["Reward"] = demo.rewards
+            d = load_demo(path.parent, path.name[: -len("_metadata.json")])
+            arrays = dict(zip(fields, (d.observations, d.actions, d.rewards), strict=True))
         else:
-            arrays = read_npz(path, self.demos_data_fields)
+            arrays = read_npz(path, fields)
             skip, env_skip = arrays.get("FrameSkip"), self._env_kwargs().get("frame_skip")
             if skip is not None and env_skip is not None and int(skip) != int(env_skip):
-                raise ConfigError(
-                    f"{path.name}: FrameSkip {int(skip)} differs from the env's frame_skip "
-                    f"{env_skip}"
-                )
+                raise ConfigError(f"{path.name}: FrameSkip {int(skip)} differs from the env's "
+                                  f"frame_skip {env_skip}")  # fmt: skip
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by Demo
-            obs, act, rew = (
-                np.asarray(arrays[k]).astype(self.demo_dtypes.get(k, np.float32))
-                for k in self.demos_data_fields
-            )
+            obs, act, rew = (arrays[k].astype(self.demo_dtypes.get(k, np.float32)) for k in fields)
         return demo_from_arrays(path.name, obs, act, rew)
 
     def _demo_files(self, directory: str | None) -> list[Path]:
         if directory is None or not Path(directory).is_dir():
             return []
         d = Path(directory)
-        names = [d / f"{n}_metadata.json" for n in list_demos(d)]
-        return sorted([*names, *d.glob("*.npz")])
+        return sorted([*(d / f"{n}_metadata.json" for n in list_demos(d)), *d.glob("*.npz")])
 
     def load_initial_demos(self) -> None:
         """Load the initial human and agent demos as reward demos (CapacityError: too many)."""
-        for directory, human in ((self.initial_human_demos_dir, True),
-                                 (self.initial_agent_demos_dir, False)):  # fmt: skip
-            for path in self._demo_files(directory):
-                demo = self.load_demo(path)
-                self.store.add_initial(Demo(demo.observations, demo.actions, demo.rewards, human))
+        for folder, human in ((self.initial_human_demos_dir, True),
+                              (self.initial_agent_demos_dir, False)):  # fmt: skip
+            for path in self._demo_files(folder):
+                d = self.load_demo(path)
+                self.store.add_initial(Demo(d.observations, d.actions, d.rewards, human))
                 self.num_loaded_human_demos += int(human)
 
     def load_supplementary_demos(self) -> int:
@@ -168,15 +126,14 @@ class PPODBuffer(GAEBuffer):
     def save_demos(self) -> list[Path]:
         """Write the top ``num_agent_demos_to_save`` agent reward demos (by total reward) and
         value demos (by MaxValue) to ``target_agent_demos_dir``; returns the sidecar paths."""
-        if self.target_agent_demos_dir is None:
-            return []
         n, folder = self.num_agent_demos_to_save, self.target_agent_demos_dir
+        if folder is None:
+            return []
         return [save_demo(demo, folder, f"{kind}_demo_{k:03d}") for kind in ("reward", "value")
                 for k, demo in enumerate(self.store.top_demos(kind, n))]  # fmt: skip
 
-    # ------------------------------------------------------------------ PPO+D rules
     def anneal_parameters(self) -> None:
-        """Move replay probability from value demos to reward demos (see DemoStore.anneal)."""
+        """Move replay probability from value demos to reward demos (``DemoStore.anneal``)."""
         self.store.anneal()
 
     def check_demo_buffer_capacity(self) -> list[Demo]:
@@ -190,14 +147,10 @@ class PPODBuffer(GAEBuffer):
         if self.mixer is None:
             if isinstance(obs, Mapping):
                 raise SpecError(f"{K.OBS}: PPODBuffer supports array observations, got a dict")
-            o = to_numpy(K.OBS, obs)
-            has_reset = callable(getattr(self.envs, "reset_single_env", None))
-            self.mixer = DemoMixer(
-                self.store,
-                o.shape[0],
-                reset_env=self._reset_env if has_reset else None,
-                frame_stack=int(self._env_kwargs().get("frame_stack", 1)),
-            )
+            o, reset = to_numpy(K.OBS, obs), getattr(self.envs, "reset_single_env", None)
+            reset_env = self._reset_env if callable(reset) else None  # a method: picklable
+            stack = int(self._env_kwargs().get("frame_stack", 1))
+            self.mixer = DemoMixer(self.store, o.shape[0], reset_env=reset_env, frame_stack=stack)
             self.mixer.reset(o)
         return self.mixer
 
@@ -205,7 +158,7 @@ class PPODBuffer(GAEBuffer):
         """Set the counters to zero and abandon the demo replays in progress (demos are kept)."""
         super().reset()
         self.mixer = None
-        self._tracked: tuple[Mapping[str, Any], dict[str, Any]] | None = None  # see track_...
+        self._tracked: tuple[Mapping[str, Any], dict[str, Any]] | None = None
         self._inserted: Mapping[str, Any] | None = None
 
     def sample_demo(self, env_id: int) -> int:
@@ -231,63 +184,41 @@ class PPODBuffer(GAEBuffer):
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Track and mix demo replays into one vector-env step, then store it (class doc)."""
         tracked, self._tracked = self._tracked, None
-        if tracked is not None and tracked[0] is sample:
-            mixed = tracked[1]
-        else:
-            mixed = self._track(sample)
+        mixed = tracked[1] if tracked is not None and tracked[0] is sample else self._track(sample)
         super().insert_transition(mixed)
         self._inserted = sample
 
     def track_potential_demos(self, sample: Mapping[str, Any]) -> None:
-        """Tracks current episodes looking for potential demos (PyTorchRL's signature): the
-        mixed step is kept for the following :meth:`insert_transition` of the same ``sample``
-        object, so each step is tracked once."""
-        if sample is self._inserted or (self._tracked is not None and self._tracked[0] is sample):
-            return
-        self._tracked = (sample, self._track(sample))
+        """PyTorchRL's episode tracking: the mixed step is kept for the following
+        :meth:`insert_transition` of the same ``sample`` object (each step is tracked once)."""
+        if sample is not self._inserted and (
+            self._tracked is None or self._tracked[0] is not sample
+        ):
+            self._tracked = (sample, self._track(sample))
 
     def _track(self, sample: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate ``sample`` and mix demo replays into it; returns the sample to store
-        (only the keys the mixing changed are new tensors; rewards always float32)."""
-        self._prepare(sample)  # validates (capacity, keys, shapes, dtypes, finite values)
-        mixer = self._ensure_mixer(sample[K.OBS])
-        sample = dict(sample)
-        replaying = mixer.replaying()
-        if replaying.any() and self._next:
-            self._revalue(sample, replaying)
-        done_in = to_numpy(K.DONE2, sample[K.DONE2]).reshape(-1)
-        trunc_in = to_numpy(K.TRUNC2, sample[K.TRUNC2]).reshape(-1) if K.TRUNC2 in sample else None
-        done = done_in != 0
-        trunc = np.zeros_like(done) if trunc_in is None else trunc_in != 0
-        rew = torch.as_tensor(sample[K.REW])
-        mixed = mixer.step(
-            to_numpy(K.ACT, sample[K.ACT]),
-            to_numpy(K.REW, rew).reshape(-1),
-            done & ~trunc,
-            done & trunc,
-            to_numpy(K.OBS2, sample[K.OBS2]),
-            value=to_numpy(K.VAL, sample[K.VAL]).reshape(-1),
-        )
-        demo, starts = mixed.from_demo, mixed.new_episode > ENV
-        any_demo = bool(demo.any())
-        if any_demo:
-            sample[K.ACT] = _like(sample[K.ACT], mixed.action)
-            logp = torch.as_tensor(sample[K.LOGP]).clone()
-            logp[torch.from_numpy(demo)] = 0
-            sample[K.LOGP] = logp
-        if any_demo or rew.dtype != torch.float32:
-            sample[K.REW] = _like(rew, mixed.reward)
-        if any_demo or starts.any():
-            sample[K.OBS2] = _like(sample[K.OBS2], mixed.next_obs)
-        new_done = mixed.terminated | mixed.truncated
-        if not np.array_equal(done_in, new_done):
-            sample[K.DONE2] = _like(sample[K.DONE2], new_done)
-        if trunc_in is not None and not np.array_equal(trunc_in, mixed.truncated):
-            sample[K.TRUNC2] = _like(sample[K.TRUNC2], mixed.truncated)
-        if starts.any() and sample.get(K.RHS2) is not None and not isinstance(sample[K.RHS2], dict):
-            rhs = torch.as_tensor(sample[K.RHS2]).clone()
-            rhs[torch.from_numpy(starts)] = 0
-            sample[K.RHS2] = rhs
+        """Validate ``sample`` and mix demo replays into it; returns the sample to store."""
+        specs = self._prepare(sample)[0]  # validates (capacity, keys, shapes, dtypes, values)
+        mixer, sample = self._ensure_mixer(sample[K.OBS]), dict(sample)
+        if mixer.replaying().any() and self._next:
+            self._revalue(sample, mixer.replaying())
+        done = to_numpy(K.DONE2, sample[K.DONE2]).reshape(-1) != 0
+        trunc = np.zeros_like(done)
+        if K.TRUNC2 in sample:
+            trunc = done & (to_numpy(K.TRUNC2, sample[K.TRUNC2]).reshape(-1) != 0)
+        m = mixer.step(to_numpy(K.ACT, sample[K.ACT]), to_numpy(K.REW, sample[K.REW]).reshape(-1),
+                       done & ~trunc, trunc, to_numpy(K.OBS2, sample[K.OBS2]),
+                       value=to_numpy(K.VAL, sample[K.VAL]).reshape(-1))  # fmt: skip
+        new = {K.ACT: m.action, K.REW: m.reward, K.OBS: m.next_obs,
+               K.DONE: m.terminated | m.truncated, K.TRUNC: m.truncated}  # fmt: skip
+        for k, v in new.items():  # in the stored dtype (a demo's 0.5 reward is no int sample's 0)
+            if (key := K.SHIFTED.get(k, k)) in sample:
+                v = torch.as_tensor(v).reshape(specs[k].shape)
+                sample[key] = check_like(self.device, key, v, specs[k])
+        for key, rows in ((K.LOGP, m.from_demo), (K.RHS2, m.new_episode > ENV)):
+            if sample.get(key) is not None and not isinstance(sample[key], Mapping):
+                sample[key] = torch.as_tensor(sample[key]).clone()
+                sample[key][torch.from_numpy(rows)] = 0  # demo log-probs, fresh hidden states
         return sample
 
     def _revalue(self, sample: dict[str, Any], rows: np.ndarray) -> None:
@@ -310,11 +241,7 @@ class PPODBuffer(GAEBuffer):
         self.load_supplementary_demos()
         if self.iter % self.save_demos_every == 0:
             self.save_demos()
-        info.update(
-            NumRewardDemos=len(self.store.reward_demos),
-            NumValueDemos=len(self.store.value_demos),
-            RewardThreshold=self.reward_threshold,
-            rho=self.rho,
-            phi=self.phi,
-        )
+        store = self.store
+        info.update(NumRewardDemos=len(store.reward_demos), NumValueDemos=len(store.value_demos),
+                    RewardThreshold=self.reward_threshold, rho=self.rho, phi=self.phi)  # fmt: skip
         return info

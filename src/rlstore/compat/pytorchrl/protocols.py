@@ -1,6 +1,5 @@
-"""PyTorchRL's interface: the sample keys (``prl.*`` constants; rlstore's truncation extension
-adds ``NextTruncated`` / ``FinalValue``, see :mod:`rlstore.compat.pytorchrl`) and the
-Actor/Algorithm protocols."""
+"""PyTorchRL's interface: the sample keys (``prl.*`` constants, plus rlstore's truncation
+extension ``NextTruncated`` / ``FinalValue``) and the Actor / Algorithm protocols."""
 
 from __future__ import annotations
 
@@ -29,13 +28,9 @@ SHIFTED = {OBS: OBS2, RHS: RHS2, DONE: DONE2, TRUNC: TRUNC2}  # stored at step +
 
 @runtime_checkable
 class Actor(Protocol):
-    """What the buffers need from PyTorchRL's actor-critic.
-
-    ``obs`` / ``rhs`` / ``done`` are batches with a leading axis ``B`` (``rhs`` may be a dict of
-    tensors, or a placeholder for feed-forward actors). A recurrent actor receives whole env
-    columns flattened time-major (``B = L * E``), ``rhs`` of the first step only (``E`` rows),
-    and ``done`` marking the steps that start an episode (reset the state before them).
-    """
+    """PyTorchRL's actor-critic as the buffers use it: batches have a leading axis ``B``; a
+    recurrent actor gets whole env columns flattened time-major (``B = L * E``), ``rhs`` of their
+    first step (``E`` rows) and ``done`` marking the steps that start an episode."""
 
     is_recurrent: bool
 
@@ -52,12 +47,7 @@ class Actor(Protocol):
 
 @runtime_checkable
 class Algorithm(Protocol):
-    """What the buffers read from PyTorchRL's algorithm object.
-
-    Required: ``gamma``. Optional attributes (read with ``getattr``): ``gamma_intrinsic``
-    (enables the intrinsic stream when the samples carry intrinsic rewards and values) and
-    ``num_mini_batch`` (batching of :meth:`VTraceBuffer.get_updated_action_log_probs`,
-    default 1).
-    """
+    """PyTorchRL's algorithm as the buffers read it: ``gamma``; optional ``gamma_intrinsic``
+    (the intrinsic stream) and ``num_mini_batch`` (VTraceBuffer's re-evaluation, default 1)."""
 
     gamma: float
