@@ -1,6 +1,5 @@
 """PPO, readable top to bottom: the learning-rate schedule, the clipped loss, the update, the
-training loop, the run-folder entry points and evaluation (Schulman et al. 2017; CleanRL's
-``ppo.py``).
+training loop and the run-folder entry points (Schulman et al. 2017; CleanRL's ``ppo.py``).
 
 One update: :func:`~rlstore.agents.rollout.run_rollout` collects ``num_steps`` steps of every
 env into a :class:`~rlstore.buffers.rollout.RolloutBuffer`, which computes the GAE returns
@@ -12,7 +11,8 @@ shares (run folder, logging, curves, seeding, evaluation). The pieces it uses:
 * :mod:`rlstore.agents.networks`: :class:`FCAgent`, :class:`LSTMPPOAgent`,
   :class:`TransformerPPOAgent` (:func:`get_agent`);
 * :mod:`rlstore.agents.envs`: :func:`make_vector_env` (Gymnasium vector envs);
-* :mod:`rlstore.agents.rollout`: :func:`run_rollout`, :class:`RolloutState`;
+* :mod:`rlstore.agents.rollout`: :func:`run_rollout`, :class:`RolloutState`, the episode log
+  and the evaluation episodes (:func:`evaluate_agent`);
 * :mod:`rlstore.agents.ppo_checkpoint`: safetensors + JSON checkpoints, exact resume;
 * :mod:`rlstore.agents.sampling`: :func:`sample_from_agents` (trajectories of trained agents).
 
@@ -38,14 +38,11 @@ and ``learning_curve.png``); :func:`ppo_runner` also creates the run folder and 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
@@ -56,7 +53,6 @@ from rlstore.agents.networks import (
     LSTMPPOAgent,
     PPOAgent,
     TransformerPPOAgent,
-    deterministic_policy,
     get_agent,
     layer_init,
 )
@@ -78,17 +74,21 @@ from rlstore.agents.ppo_config import (
     load_train_config,
     train_config_from_parts,
 )
-from rlstore.agents.rollout import RolloutState, run_rollout
+from rlstore.agents.rollout import (
+    RolloutState,
+    evaluate_agent,
+    evaluate_in_run,
+    finish_stats,
+    log_update,
+    run_rollout,
+)
 from rlstore.agents.run import (
     EVAL_SEED_OFFSET,
-    RunLogger,
     TrainingRun,
     TrainStats,
     adam,
     create_run_dir,
-    evaluate,
     evaluation_due,
-    run_evaluation,
 )
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.agents.sampling import load_trajectories, sample_from_agents
@@ -99,13 +99,13 @@ from rlstore.returns import normalize_advantages
 __all__ = [
     # this module
     "PPOScheduler", "PPOLoss", "ppo_loss", "ppo_update", "TrainResult", "train_ppo",
-    "build_learner", "log_update", "finish_stats", "DEFAULT_CONFIGS", "load_config", "runner",
-    "ppo_runner", "evaluate_agent", "evaluate_in_run",
+    "build_learner", "DEFAULT_CONFIGS", "load_config", "runner", "ppo_runner",
     # the pieces it trains with, importable from here as well
     "TrainConfig", "load_train_config", "RunConfig", "EnvironmentConfig", "OnlineTrainConfig",
     "LSTMModelConfig", "TransformerModelConfig", "PPOAgent", "FCAgent", "LSTMPPOAgent",
     "TransformerPPOAgent", "get_agent", "layer_init", "make_vector_env", "RolloutState",
-    "run_rollout", "TrainStats", "store_model_checkpoint", "load_saved_checkpoint",
+    "run_rollout", "log_update", "finish_stats", "evaluate_agent", "evaluate_in_run",
+    "TrainStats", "store_model_checkpoint", "load_saved_checkpoint",
     "load_all_agents_from_checkpoints", "sample_from_agents", "load_trajectories",
     "EVAL_SEED_OFFSET",
 ]  # fmt: skip
@@ -554,48 +554,9 @@ def build_learner(
     return agent, optimizer, scheduler, buffer
 
 
-_LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
-           "explained_variance")  # fmt: skip
-
-
-def log_update(
-    logger: RunLogger,
-    update: int,
-    state: RolloutState,
-    info: dict[str, float],
-    n_logged: int,
-    **progress: str,
-) -> int:
-    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics
-    (``progress``: more fields for the bar); returns the number of episodes logged so far."""
-    for i in range(n_logged, len(state.episode_returns)):
-        logger.episode(state.episode_returns[i], state.episode_lengths[i],
-                       state.episode_end_steps[i])  # fmt: skip
-    values = {f"losses/{k}": info[k] for k in _LOSSES if k in info}
-    values.update({"charts/learning_rate": info["lr"], "charts/SPS": info["sps"]})
-    logger.scalars(values, state.global_step)
-    recent = state.episode_returns[-20:]
-    ret = f"{np.mean(recent):.1f}" if recent else "-"
-    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update, **progress)
-    return len(state.episode_returns)
-
-
 def _title(cfg: TrainConfig) -> str:
     """The learning curve's title: algorithm, agent, env id and seed."""
     return f"PPO ({cfg.agent}) on {cfg.environment.env_id}, seed {cfg.run.seed}"
-
-
-def finish_stats(run: TrainingRun, state: RolloutState, num_updates: int, title: str) -> None:
-    """Fill ``run.stats`` at the end of a PPO-style run from the rollout ``state`` (whose
-    episode history spans a resumed run's earlier part; the evaluations are read back from
-    ``stats.updates``, which a resumed run restores from its checkpoint) and plot the curve."""
-    stats = run.stats
-    stats.episode_returns = list(state.episode_returns)
-    stats.episode_lengths = list(state.episode_lengths)
-    stats.episode_end_steps = list(state.episode_end_steps)
-    stats.evaluations = [(int(u["global_step"]), u["eval/mean_return"])
-                         for u in stats.updates if "eval/mean_return" in u]  # fmt: skip
-    run.finish(state.global_step, num_updates, title)
 
 
 # ----------------------------------------------------------------- run folders (rlstore train)
@@ -657,54 +618,3 @@ def ppo_runner(
     make_env(environment_config).close()  # a failing env build leaves no run folder behind
     run_dir = create_run_dir(run_config.runs_dir, run_config.exp_name)
     return runner(cfg, run_dir=run_dir, resume=False)
-
-
-# ----------------------------------------------------------------- evaluation
-
-
-@contextmanager
-def _frozen(agent: PPOAgent) -> Iterator[tuple[Callable[[], None], Callable[[np.ndarray], Any]]]:
-    """:func:`deterministic_policy` of ``agent`` in ``eval()`` mode (observation statistics
-    frozen), its training mode restored on exit."""
-    was_training = agent.training
-    agent.eval()
-    try:
-        yield deterministic_policy(agent)
-    finally:
-        agent.train(was_training)
-
-
-def evaluate_agent(
-    agent: PPOAgent,
-    environment_config: EnvironmentConfig,
-    episodes: int,
-    seed: int,
-    *,
-    video_dir: str | Path | None = None,
-) -> list[float]:
-    """Returns of ``episodes`` deterministic episodes of ``agent`` (greedy action for discrete
-    spaces, the mean for continuous ones; ``eval()`` mode, so observation statistics are frozen;
-    recurrent memory reset at each episode start) on one env built like the training envs, via
-    :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
-    records them)."""
-    render = None if video_dir is None else "rgb_array"
-    with _frozen(agent) as (begin, act):
-        return evaluate(act, lambda: make_env(environment_config, render), episodes, seed,
-                        video_dir=video_dir, begin_episode=begin)  # fmt: skip
-
-
-def evaluate_in_run(
-    agent: PPOAgent,
-    environment_config: EnvironmentConfig,
-    rc: RunConfig,
-    stats: TrainStats,
-    logger: RunLogger,
-    step: int,
-) -> float:
-    """The run's evaluation of ``agent`` at env step ``step`` (PPO's and PPO+D's):
-    :func:`rlstore.agents.run.run_evaluation` of the deterministic policy, as
-    :func:`evaluate_agent` plays it; returns the mean return."""
-    with _frozen(agent) as (begin, act):
-        return run_evaluation(rc, stats, logger, step, act,
-                              lambda render: make_env(environment_config, render),
-                              begin_episode=begin)  # fmt: skip

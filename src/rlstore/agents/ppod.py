@@ -52,16 +52,15 @@ from pydantic import Field, model_validator
 from rlstore.agents.config import BaseConfig, folder_runner
 from rlstore.agents.envs import make_vector_env
 from rlstore.agents.networks import PPOAgent
-from rlstore.agents.ppo import (
-    TrainResult,
-    build_learner,
+from rlstore.agents.ppo import TrainResult, build_learner, ppo_update
+from rlstore.agents.ppo_config import TrainConfig
+from rlstore.agents.rollout import (
+    RolloutState,
     evaluate_in_run,
     finish_stats,
     log_update,
-    ppo_update,
+    run_rollout,
 )
-from rlstore.agents.ppo_config import TrainConfig
-from rlstore.agents.rollout import RolloutState, run_rollout
 from rlstore.agents.run import TrainingRun, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo

@@ -1,22 +1,31 @@
-"""On-policy rollout collection with a :class:`~rlstore.agents.networks.PPOAgent` (PPO, PPO+D,
-trajectory sampling, the seed-004 facade).
+"""Acting with a :class:`~rlstore.agents.networks.PPOAgent` (PPO, PPO+D, trajectory sampling,
+the seed-004 facade): training rollouts, their episode log, and evaluation episodes.
 
 :func:`run_rollout` steps vector envs (:func:`rlstore.agents.envs.make_vector_env`) with an
 agent into a :class:`~rlstore.buffers.rollout.RolloutBuffer`, bootstrapping truncated episodes
 from ``V(info["final_obs"])``, and computes the GAE returns (``rlstore.returns.gae`` via the
 buffer); :class:`RolloutState` is what carries over between rollouts (and into checkpoints).
+:func:`log_update` and :func:`finish_stats` report its episodes to the run
+(:mod:`rlstore.agents.run`); :func:`evaluate_agent` / :func:`evaluate_in_run` play the
+deterministic policy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstore.agents.networks import Memory, PPOAgent
+from rlstore.agents.config import EnvironmentConfig, RunConfig
+from rlstore.agents.envs import make_env
+from rlstore.agents.networks import Memory, PPOAgent, deterministic_policy
+from rlstore.agents.run import RunLogger, TrainingRun, TrainStats, evaluate, run_evaluation
 from rlstore.agents.run_checkpoint import check_like
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import CheckpointError, ConfigError
@@ -25,6 +34,10 @@ __all__ = [
     "SAMPLING_METHODS",
     "RolloutState",
     "run_rollout",
+    "log_update",
+    "finish_stats",
+    "evaluate_agent",
+    "evaluate_in_run",
 ]
 
 SAMPLING_METHODS: tuple[str, ...] = ("basic", "greedy", "temperature", "topk")
@@ -242,3 +255,96 @@ def run_rollout(
     buffer.compute_returns(last_value)
     state.next_obs, state.memory, state.episode_time = obs, memory, ep_time
     return state
+
+
+# ----------------------------------------------------------------- the run's episode log
+
+
+_LOSSES = ("loss", "pg_loss", "v_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
+           "explained_variance")  # fmt: skip
+
+
+def log_update(
+    logger: RunLogger,
+    update: int,
+    state: RolloutState,
+    info: dict[str, float],
+    n_logged: int,
+    **progress: str,
+) -> int:
+    """Log the episodes finished since the ``n_logged`` first and the update's diagnostics
+    (``progress``: more fields for the bar); returns the number of episodes logged so far."""
+    for i in range(n_logged, len(state.episode_returns)):
+        logger.episode(state.episode_returns[i], state.episode_lengths[i],
+                       state.episode_end_steps[i])  # fmt: skip
+    values = {f"losses/{k}": info[k] for k in _LOSSES if k in info}
+    values.update({"charts/learning_rate": info["lr"], "charts/SPS": info["sps"]})
+    logger.scalars(values, state.global_step)
+    recent = state.episode_returns[-20:]
+    ret = f"{np.mean(recent):.1f}" if recent else "-"
+    logger.progress(state.global_step, sps=f"{info['sps']:.0f}", ret=ret, upd=update, **progress)
+    return len(state.episode_returns)
+
+
+def finish_stats(run: TrainingRun, state: RolloutState, num_updates: int, title: str) -> None:
+    """Fill ``run.stats`` at the end of a PPO-style run from the rollout ``state`` (whose
+    episode history spans a resumed run's earlier part; the evaluations are read back from
+    ``stats.updates``, which a resumed run restores from its checkpoint) and plot the curve."""
+    stats = run.stats
+    stats.episode_returns = list(state.episode_returns)
+    stats.episode_lengths = list(state.episode_lengths)
+    stats.episode_end_steps = list(state.episode_end_steps)
+    stats.evaluations = [(int(u["global_step"]), u["eval/mean_return"])
+                         for u in stats.updates if "eval/mean_return" in u]  # fmt: skip
+    run.finish(state.global_step, num_updates, title)
+
+
+# ----------------------------------------------------------------- evaluation episodes
+
+
+@contextmanager
+def _frozen(agent: PPOAgent) -> Iterator[tuple[Callable[[], None], Callable[[np.ndarray], Any]]]:
+    """:func:`deterministic_policy` of ``agent`` in ``eval()`` mode (observation statistics
+    frozen), its training mode restored on exit."""
+    was_training = agent.training
+    agent.eval()
+    try:
+        yield deterministic_policy(agent)
+    finally:
+        agent.train(was_training)
+
+
+def evaluate_agent(
+    agent: PPOAgent,
+    environment_config: EnvironmentConfig,
+    episodes: int,
+    seed: int,
+    *,
+    video_dir: str | Path | None = None,
+) -> list[float]:
+    """Returns of ``episodes`` deterministic episodes of ``agent`` (greedy action for discrete
+    spaces, the mean for continuous ones; ``eval()`` mode, so observation statistics are frozen;
+    recurrent memory reset at each episode start) on one env built like the training envs, via
+    :func:`rlstore.agents.run.evaluate` (episode i reset with ``seed + i``; ``video_dir``
+    records them)."""
+    render = None if video_dir is None else "rgb_array"
+    with _frozen(agent) as (begin, act):
+        return evaluate(act, lambda: make_env(environment_config, render), episodes, seed,
+                        video_dir=video_dir, begin_episode=begin)  # fmt: skip
+
+
+def evaluate_in_run(
+    agent: PPOAgent,
+    environment_config: EnvironmentConfig,
+    rc: RunConfig,
+    stats: TrainStats,
+    logger: RunLogger,
+    step: int,
+) -> float:
+    """The run's evaluation of ``agent`` at env step ``step`` (PPO's and PPO+D's):
+    :func:`rlstore.agents.run.run_evaluation` of the deterministic policy, as
+    :func:`evaluate_agent` plays it; returns the mean return."""
+    with _frozen(agent) as (begin, act):
+        return run_evaluation(rc, stats, logger, step, act,
+                              lambda render: make_env(environment_config, render),
+                              begin_episode=begin)  # fmt: skip
