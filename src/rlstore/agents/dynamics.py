@@ -46,6 +46,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rlstore._checks import check_count, real_number
+from rlstore.agents.run import adam
 from rlstore.buffers.model_based import ModelDataset, StandardScaler, ensemble_minibatches
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import make_rng
@@ -235,7 +236,7 @@ def fit(
     val_x = torch.as_tensor(ds.holdout_inputs, dtype=torch.float32)
     val_y = torch.as_tensor(targets.transform(ds.holdout_targets), dtype=torch.float32)
     scaled = ds._replace(train_targets=targets.transform(ds.train_targets))
-    optim = torch.optim.Adam(model.parameters(), lr=lr)
+    optim = adam(model.parameters(), lr)
     rng = make_rng(seed)
     train_losses: list[float] = []
     val_losses: list[float] = []
