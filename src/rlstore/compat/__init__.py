@@ -11,8 +11,7 @@ from rlstore.compat.ppo_buffer import PPOBuffer
 from rlstore.compat.ppod import PPODBuffer
 from rlstore.compat.pytorchrl import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
 from rlstore.compat.simple_replay import SimpleReplayBuffer
-from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
-from rlstore.compat.src_ppo_memory import Memory
+from rlstore.compat.src_ppo_memory import Memory, compute_advantages_vectorized, shift_rows
 from rlstore.compat.velora import BatchExperience, BufferBase
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 
