@@ -287,18 +287,15 @@ class Memory:
 
     def _rollout(self) -> RolloutBuffer:
         """The stored steps as a computed RolloutBuffer, rebuilt only after an :meth:`add` /
-        :meth:`reset` or a change of a ``next_*`` value."""
+        :meth:`reset` or a change of a ``next_*`` value. Layout B -> A: ``done_A[t] = dones[t +
+        1]`` (``next_done`` at ``T - 1``)."""
         if self._filled is not None:
             return self._filled
-        ends = (self.next_value, self.next_done, self.next_truncated, self.next_final_value)
+        nxt = (self.next_value, self.next_done, self.next_truncated, self.next_final_value)
         key = (len(self.experiences), *(None if x is None else torch.as_tensor(x).tolist()
-                                        for x in ends))  # fmt: skip
-        if self._cache is None or self._cache[0] != key:
-            self._cache = (key, self._build_rollout())
-        return self._cache[1]
-
-    def _build_rollout(self) -> RolloutBuffer:
-        """Layout B -> A: ``done_A[t] = dones[t + 1]`` (``next_done`` at ``T - 1``)."""
+                                        for x in nxt))  # fmt: skip
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
         T, N, dev = len(self.experiences), self.num_envs, self.device
         if T == 0:
             raise EmptyBufferError("get_minibatches: no experience stored; call add() first")
@@ -323,6 +320,7 @@ class Memory:
                    final_value=None if tr is None else tr[1],
                    hidden=exp[6] if len(exp) > 6 else None)  # fmt: skip
         rb.compute_returns(torch.as_tensor(self.next_value, device=dev).reshape(N))
+        self._cache = (key, rb)
         return rb
 
     def get_minibatch_indexes(
@@ -335,22 +333,13 @@ class Memory:
         if minibatch_size < 1 or batch_size % minibatch_size:
             raise ConfigError(f"minibatch_size: expected a divisor of batch_size={batch_size}, "
                               f"got {minibatch_size}")  # fmt: skip
-        if recurrence is None:
-            perm = self.rng.permutation(batch_size)
-            return list(perm.reshape(batch_size // minibatch_size, minibatch_size))
-        T = batch_size // self.num_envs
-        if (
-            batch_size % self.num_envs
-            or recurrence < 1
-            or T % recurrence
-            or minibatch_size % recurrence
+        k, T = 1 if recurrence is None else recurrence, batch_size // self.num_envs
+        if recurrence is not None and (
+            batch_size % self.num_envs or k < 1 or T % k or minibatch_size % k
         ):
             raise ConfigError(f"recurrence: expected a divisor of the {T} steps per env and of "
                               f"minibatch_size={minibatch_size}, got {recurrence}")  # fmt: skip
-        starts, per = (
-            self.rng.permutation(np.arange(0, batch_size, recurrence)),
-            minibatch_size // recurrence,
-        )
+        starts, per = self.rng.permutation(np.arange(0, batch_size, k)), minibatch_size // k
         return [starts[i : i + per] for i in range(0, len(starts), per)]
 
     def get_minibatches(
