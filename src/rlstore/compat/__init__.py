@@ -1,8 +1,7 @@
-"""Classes of five other RL libraries with their documented signatures, as thin facades over
-rlstore's core: velora's buffers, PyTorchRL's on-policy, PPO+D and model-based storages,
-DecisionTransformerInterpretability's ``src.ppo`` (:mod:`rlstore.compat.src_ppo`) and the
-``src.buffers`` package's ``PPOBuffer`` / ``SimpleReplayBuffer``. velora's ``ReplayBuffer`` is
-re-exported as ``VeloraReplayBuffer`` (it would shadow :class:`rlstore.ReplayBuffer`)."""
+"""Five other RL libraries' classes with their documented signatures, as thin facades over
+rlstore's core: velora's buffers, PyTorchRL's storages, DecisionTransformerInterpretability's
+``src.ppo`` (:mod:`rlstore.compat.src_ppo`) and ``src.buffers`` (``PPOBuffer``,
+``SimpleReplayBuffer``). velora's ``ReplayBuffer`` is ``VeloraReplayBuffer`` here."""
 
 from __future__ import annotations
 

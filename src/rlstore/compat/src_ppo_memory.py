@@ -42,25 +42,18 @@ def shift_rows(arr: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     or torch like ``arr``."""
     if arr.ndim < 1:
         raise SpecError(f"arr: expected at least 1 dimension (L, ...), got shape {arr.shape}")
-    L = arr.shape[0]
-    src = np.arange(L)[None, :] - np.arange(L)[:, None]
-    keep, idx = (src >= 0).reshape(L, L, *([1] * (arr.ndim - 1))), np.clip(src, 0, None)
-    if isinstance(arr, torch.Tensor):
-        zero = torch.zeros((), dtype=arr.dtype, device=arr.device)
-        return torch.where(torch.from_numpy(keep).to(arr.device), arr[torch.from_numpy(idx)], zero)
-    return np.where(keep, arr[idx], np.zeros((), dtype=arr.dtype))
+    t, L = torch.as_tensor(arr), arr.shape[0]
+    src = (torch.arange(L)[None, :] - torch.arange(L)[:, None]).to(t.device)
+    keep = (src >= 0).reshape(L, L, *([1] * (t.dim() - 1)))
+    out = torch.where(keep, t[src.clamp(min=0)], torch.zeros((), dtype=t.dtype, device=t.device))
+    return out if isinstance(arr, torch.Tensor) else out.numpy()
 
 
 def compute_advantages_vectorized(
-    next_value: torch.Tensor,
-    next_done: torch.Tensor,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    dones: torch.Tensor,
-    device: torch.device | str,
-    gamma: float,
+    next_value: torch.Tensor, next_done: torch.Tensor, rewards: torch.Tensor,
+    values: torch.Tensor, dones: torch.Tensor, device: torch.device | str, gamma: float,
     gae_lambda: float,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """GAE advantages ``(T, N)`` on ``device`` from layout-B ``dones`` ``(T, N)`` and ``(N,)``
     ``next_done`` / ``next_value``, in linear time (the original's closed form: O(T^2 N))."""
     rewards, values, dones, next_value, next_done = (
@@ -76,10 +69,9 @@ def compute_advantages_vectorized(
             raise SpecError(f"{name}: expected shape {shape} like rewards, got {tuple(x.shape)}")
     done_a = torch.cat([dones[1:], next_done.to(dones.device).reshape(1, N)]) != 0
     next_values = torch.cat([values[1:], next_value.reshape(1, N).to(values)])
-    no = torch.zeros_like(done_a)
-    return R.gae(rewards, values, next_values, done_a, no, gamma=gamma, lam=gae_lambda)[0].to(
-        device
-    )
+    adv, _ = R.gae(rewards, values, next_values, done_a, torch.zeros_like(done_a), gamma=gamma,
+                   lam=gae_lambda)  # fmt: skip
+    return adv.to(device)
 
 
 def wandb_run(what: str) -> Any:
@@ -95,9 +87,7 @@ def wandb_run(what: str) -> Any:
     return wandb
 
 
-def process_memory_vars_to_log(
-    memory_vars_to_log: Mapping[int, Mapping[str, Any]],
-) -> dict[str, float]:
+def process_memory_vars_to_log(memory_vars_to_log: Mapping[int, Mapping[str, Any]]) -> dict:
     """``{name: mean, name + "_count": n}`` over the numeric values (numbers, size-1
     arrays/tensors) of ``Memory.vars_to_log`` (``{global_step: {name: value}}``)."""
     got: dict[str, list[float]] = defaultdict(list)
@@ -107,9 +97,8 @@ def process_memory_vars_to_log(
                 value = value.reshape(()).item()
             if isinstance(value, numbers.Real) and not isinstance(value, bool):
                 got[name].append(float(value))
-    return {k: float(np.mean(v)) for k, v in got.items()} | {
-        f"{k}_count": float(len(v)) for k, v in got.items()
-    }
+    means = {k: float(np.mean(v)) for k, v in got.items()}
+    return means | {f"{k}_count": float(len(v)) for k, v in got.items()}
 
 
 def _take(x: Any, i: Any) -> Any:
@@ -118,14 +107,14 @@ def _take(x: Any, i: Any) -> Any:
 
 
 class Memory:
-    """``src.ppo.memory.Memory(envs, args, device)``: the original's loop calls ``add(obs, done,
+    """``src.ppo.memory.Memory(envs, args, device)``. The original's loop calls ``add(obs, done,
     action, logprob, value, reward[, hidden])`` per vector-env step (layout B) and sets
     ``next_obs`` / ``next_done`` / ``next_value`` after the last; the minibatch methods fill a
     :class:`RolloutBuffer` (no advantage normalization: the original's loss normalizes) and draw
-    from it. Or an agent of :mod:`rlstore.compat.src_ppo` fills it (:meth:`record_rollout`),
-    ``memory.state`` carrying the env and recurrent state to the next rollout. ``args`` needs
-    ``gamma``, ``gae_lambda``, ``minibatch_size`` (optional: ``num_minibatches``, ``seed``);
-    ``obs_preprocessor`` (rlstore) maps ``envs.reset()`` observations.
+    from it. An agent of :mod:`rlstore.compat.src_ppo` fills it through
+    :meth:`record_rollout` instead, ``memory.state`` carrying the env and recurrent state.
+    ``args``: ``gamma``, ``gae_lambda``, ``minibatch_size`` (optional ``num_minibatches``,
+    ``seed``); ``obs_preprocessor`` (rlstore) maps ``envs.reset()`` observations.
 
     Differences: ``add(..., truncated=, final_value=)`` and ``next_truncated`` /
     ``next_final_value`` mark time-limit ends, which bootstrap from ``V(final_obs)``;
@@ -135,27 +124,24 @@ class Memory:
     writes to wandb or any writer.
     """
 
+    next_obs: Any = None
+    next_done: torch.Tensor | None = None
+    next_value: torch.Tensor | None = None
+    next_truncated: torch.Tensor | None = None
+    next_final_value: torch.Tensor | None = None
+    state: Any = None  # rlstore's RolloutState, once an agent rolled out into memory
+
     def __init__(
-        self,
-        envs: Any,
-        args: Any,
-        device: torch.device | str = "cpu",
-        *,
+        self, envs: Any, args: Any, device: torch.device | str = "cpu", *,
         obs_preprocessor: Callable[[Any], Any] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if missing := [
-            n for n in ("gamma", "gae_lambda", "minibatch_size") if not hasattr(args, n)
+            k for k in ("gamma", "gae_lambda", "minibatch_size") if not hasattr(args, k)
         ]:
             raise ConfigError(f"args: expected an OnlineTrainConfig-like object; missing {missing}")
         self.envs, self.args, self.num_envs = envs, args, int(envs.num_envs)
         self.device, self.obs_preprocessor = as_device(device), obs_preprocessor
-        self.next_obs: Any = None
-        self.next_done: torch.Tensor | None = None
-        self.next_value: torch.Tensor | None = None
-        self.next_truncated: torch.Tensor | None = None
-        self.next_final_value: torch.Tensor | None = None
         self.global_step, self._episodes_seen = 0, 0  # episodes of ``state`` already logged
-        self.state: Any = None  # rlstore's RolloutState, once an agent rolled out into memory
         self.rng = np.random.default_rng(getattr(args, "seed", None))
         self.reset()
 
@@ -163,10 +149,10 @@ class Memory:
         self, *data: Any, info: Mapping[str, Any] | None = None, truncated: Any = None,
         final_value: Any = None,
     ) -> None:  # fmt: skip
-        """Store one step ``(obs, done, action, logprob, value, reward[, hidden])``: ``(N,
-        ...)`` obs (or a dict), ``(N,)`` flags and scalars, the recurrent state before the
-        step. ``info``: the vector env's (episode statistics); ``truncated`` ``(N,)``: the
-        episode ``done`` ends was truncated, ``final_value`` ``(N,)`` its V(final obs)."""
+        """Store one step ``(obs, done, action, logprob, value, reward[, hidden])``: ``(N, ...)``
+        obs (or a dict), ``(N,)`` flags and scalars, the recurrent state before the step.
+        ``info``: the vector env's (episode statistics); ``truncated`` ``(N,)``: the episode
+        ``done`` ends was truncated, ``final_value`` ``(N,)`` its V(final obs)."""
         if self._filled is not None:
             raise ConfigError("add: memory holds an agent's rollout; call memory.reset() first")
         if len(data) not in (6, 7):
@@ -178,26 +164,22 @@ class Memory:
         cast_lossless("done", done, torch.bool)  # 0/1 (float or int) or bool
         no = torch.zeros(self.num_envs, dtype=torch.bool)
         trunc = no if truncated is None else as_tensor("truncated", truncated)
-        trunc = cast_lossless("truncated", trunc, torch.bool)
-        if not self.experiences and bool(trunc.any()):
-            raise SpecError(
-                "truncated: on the first add of a rollout it would describe the previous "
-                "rollout; set memory.next_truncated / next_final_value instead"
-            )
-        obs, _, action, logprob, value, reward = data[:6]
+        if bool(cast_lossless("truncated", trunc, torch.bool).any()) and not self.experiences:
+            raise SpecError("truncated: on the first add of a rollout it would describe the "
+                            "previous rollout; set memory.next_truncated instead")  # fmt: skip
         self._probe.reset()  # a one-step buffer keeping the first add's shapes checks the rest
+        obs, _, action, logprob, value, reward = data[:6]
         hidden = data[6] if len(data) > 6 else None
-        self._probe.add(obs, action, logprob, value, reward, no, trunc, final_value=final_value,
-                        hidden=hidden)  # fmt: skip
+        self._probe.add(obs, action, logprob, value, reward, no, trunc != 0,
+                        final_value=final_value, hidden=hidden)  # fmt: skip
         self.experiences.append(tuple(data))
         self._trunc.append(None if truncated is None else (truncated, final_value))
         self.global_step += self.num_envs
         for src in (info or {}, (info or {}).get("final_info") or {}):  # vector or per-env stats
             if isinstance(src, Mapping) and "episode" in src and "_episode" in src:
                 mask, ep = np.asarray(src["_episode"], dtype=bool), src["episode"]
-                for length, ret in zip(np.asarray(ep["l"])[mask], np.asarray(ep["r"])[mask],
-                                       strict=True):  # fmt: skip
-                    self._log_episode(length, ret, self.global_step)
+                for n, r in zip(np.asarray(ep["l"])[mask], np.asarray(ep["r"])[mask], strict=True):
+                    self._log_episode(n, r, self.global_step)
 
     def _log_episode(self, length: float, ret: float, step: int) -> None:
         self.episode_lengths.append(float(length))
@@ -259,7 +241,7 @@ class Memory:
 
     def rollout_buffer(self, num_steps: int) -> RolloutBuffer:
         """An empty ``RolloutBuffer`` of ``num_steps`` x ``num_envs`` (``args.gamma`` /
-        ``gae_lambda``, this memory's device and shuffling RNG), e.g. for an agent to fill."""
+        ``gae_lambda``, this memory's device and shuffling RNG) for an agent to fill."""
         return RolloutBuffer(num_steps, self.num_envs, gamma=float(self.args.gamma),
                              lam=float(self.args.gae_lambda), advantage_normalization="none",
                              device=self.device, seed=self.rng)  # fmt: skip
@@ -286,35 +268,35 @@ class Memory:
     """GAE advantages ``(T, N)`` from layout-B flags (:func:`compute_advantages_vectorized`)."""
 
     def _rollout(self) -> RolloutBuffer:
-        """The stored steps as a computed RolloutBuffer, rebuilt only after an :meth:`add` /
-        :meth:`reset` or a change of a ``next_*`` value. Layout B -> A: ``done_A[t] = dones[t +
-        1]`` (``next_done`` at ``T - 1``)."""
+        """The stored steps as a computed RolloutBuffer (layout B -> A: ``done_A[t] = dones[t +
+        1]``, ``next_done`` at ``T - 1``), rebuilt only after an :meth:`add` / :meth:`reset` or
+        a change of a ``next_*`` value."""
         if self._filled is not None:
             return self._filled
         nxt = (self.next_value, self.next_done, self.next_truncated, self.next_final_value)
-        key = (len(self.experiences), *(None if x is None else torch.as_tensor(x).tolist()
-                                        for x in nxt))  # fmt: skip
+        key = (
+            len(self.experiences),
+            *(x if x is None else torch.as_tensor(x).tolist() for x in nxt),
+        )
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        T, N, dev = len(self.experiences), self.num_envs, self.device
-        if T == 0:
+        if not self.experiences:
             raise EmptyBufferError("get_minibatches: no experience stored; call add() first")
         if self.next_value is None or self.next_done is None:
             raise EmptyBufferError("next_value/next_done: set them after the rollout (V and the "
                                    "done flag of the observation after the last step)")  # fmt: skip
-        last = None
-        if self.next_truncated is not None:
-            if self.next_final_value is None:
-                raise SpecError("next_final_value: expected V(final_obs) (N,) with next_truncated")
-            last = (self.next_truncated, self.next_final_value)
+        if self.next_truncated is not None and self.next_final_value is None:
+            raise SpecError("next_final_value: expected V(final_obs) (N,) with next_truncated")
+        last = None if self.next_truncated is None else (self.next_truncated, self.next_final_value)
         ends = [*((e[1], tr) for e, tr in zip(self.experiences[1:], self._trunc[1:], strict=True)),
                 (self.next_done, last)]  # fmt: skip
-        rb = self.rollout_buffer(T)
+        N, dev = self.num_envs, self.device
+        rb = self.rollout_buffer(len(self.experiences))
         for exp, (done_next, tr) in zip(self.experiences, ends, strict=True):
             done = torch.as_tensor(done_next, device=dev).reshape(N) != 0
-            trunc = torch.zeros_like(done)
-            if tr is not None:
-                trunc = done & (torch.as_tensor(tr[0], device=dev).reshape(N) != 0)
+            trunc = done & (
+                torch.as_tensor(0 if tr is None else tr[0], device=dev).reshape(-1) != 0
+            )
             obs, _, action, logprob, value, reward = exp[:6]
             rb.add(obs, action, logprob, value, reward, done & ~trunc, trunc,
                    final_value=None if tr is None else tr[1],
@@ -334,9 +316,8 @@ class Memory:
             raise ConfigError(f"minibatch_size: expected a divisor of batch_size={batch_size}, "
                               f"got {minibatch_size}")  # fmt: skip
         k, T = 1 if recurrence is None else recurrence, batch_size // self.num_envs
-        if recurrence is not None and (
-            batch_size % self.num_envs or k < 1 or T % k or minibatch_size % k
-        ):
+        if recurrence is not None and (batch_size % self.num_envs or k < 1 or T % k
+                                       or minibatch_size % k):  # fmt: skip
             raise ConfigError(f"recurrence: expected a divisor of the {T} steps per env and of "
                               f"minibatch_size={minibatch_size}, got {recurrence}")  # fmt: skip
         starts, per = self.rng.permutation(np.arange(0, batch_size, k)), minibatch_size // k
@@ -362,8 +343,8 @@ class Memory:
             i = torch.as_tensor(np.asarray(ind, dtype=np.int64), device=self.device)
             if i.dim() != 1 or (i.numel() and (int(i.min()) < 0 or int(i.max()) >= len(rb))):
                 raise ConfigError(f"indexes: expected 1-D arrays of flat indices in [0, {len(rb)})")
-            out.append(Minibatch(**{f.name: _take(getattr(every, f.name), i)
-                                    for f in dataclasses.fields(every)}))  # fmt: skip
+            fields = dataclasses.fields(every)
+            out.append(Minibatch(**{f.name: _take(getattr(every, f.name), i) for f in fields}))
         return out
 
     def get_trajectory_minibatches(
@@ -372,6 +353,7 @@ class Memory:
         """Left-padded windows of up to ``timesteps`` past steps of one episode (Transformer
         agents), ``args.minibatch_size`` per minibatch, every step one window's target unless
         moved to its episode end with probability ``prob_go_from_end``."""
-        return list(self._rollout().trajectory_minibatches(
-            timesteps=timesteps, mini_batch_size=int(self.args.minibatch_size),
-            prob_go_from_end=prob_go_from_end))  # fmt: skip
+        size = int(self.args.minibatch_size)
+        rb, p_end = self._rollout(), prob_go_from_end
+        return list(rb.trajectory_minibatches(timesteps=timesteps, mini_batch_size=size,
+                                              prob_go_from_end=p_end))  # fmt: skip
