@@ -52,11 +52,8 @@ def transition_core(
 ) -> ReplayBuffer:
     """A one-env :class:`ReplayBuffer`: float32 ``obs (obs_dim,)``, ``action (act_dim,)``,
     ``reward``, a vector per ``extras`` name, and ``terminated`` / ``truncated`` flags."""
-    shapes = {
-        "obs": (obs_dim,),
-        "action": (act_dim,),
-        "reward": (),
-        **{k: (d,) for k, d in extras.items()},
+    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()} | {
+        k: (d,) for k, d in extras.items()
     }
     specs = {k: FieldSpec(k, s, _F32) for k, s in shapes.items()}
     specs |= {k: FieldSpec(k, (), np.dtype(np.bool_)) for k in ("terminated", "truncated")}

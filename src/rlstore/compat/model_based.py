@@ -53,18 +53,11 @@ class MBReplayBuffer(PyTorchRLStorage):
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
 
     def __init__(
-        self,
-        size: int,
-        device: str | torch.device,
-        actor: Actor | Any,
-        algorithm: Algorithm | Any,
-        envs: Any,
-        *,
-        validation_ratio: float = 0.2,
-        max_holdout: int = 5000,
-        ensemble_size: int | None = None,
+        self, size: int, device: str | torch.device, actor: Actor | Any,
+        algorithm: Algorithm | Any, envs: Any, *, validation_ratio: float = 0.2,
+        max_holdout: int = 5000, ensemble_size: int | None = None,
         seed: int | np.random.Generator | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if not 0.0 <= real_number("validation_ratio", validation_ratio) < 1.0:
             raise ConfigError(f"validation_ratio: expected [0, 1), got {validation_ratio!r}")
         self.max_holdout = check_count("max_holdout", max_holdout, minimum=0)

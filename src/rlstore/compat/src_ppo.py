@@ -74,14 +74,9 @@ class PPOAgent(ppo.PPOAgent):
         return optimizer, PPOScheduler(optimizer, initial_lr, end_lr, num_updates)
 
     def rollout(
-        self,
-        memory: Memory,
-        num_steps: int,
-        envs: Any,
-        trajectory_writer: Any = None,
-        sampling_method: str = "basic",
-        **kwargs: Any,
-    ) -> None:
+        self, memory: Memory, num_steps: int, envs: Any, trajectory_writer: Any = None,
+        sampling_method: str = "basic", **kwargs: Any,
+    ) -> None:  # fmt: skip
         """Collect ``num_steps`` steps of every env into ``memory`` (emptied by
         ``memory.reset()`` since its last rollout), returns computed; ``sampling_method``:
         ``basic``, ``greedy``, ``temperature`` (kwarg ``temperature``), ``topk`` (``k``)."""
@@ -95,13 +90,9 @@ class PPOAgent(ppo.PPOAgent):
         memory.record_rollout(buffer, memory.state)
 
     def learn(
-        self,
-        memory: Memory,
-        args: Any,
-        optimizer: torch.optim.Optimizer,
-        scheduler: PPOScheduler | None,
-        track: bool = False,
-    ) -> None:
+        self, memory: Memory, args: Any, optimizer: torch.optim.Optimizer,
+        scheduler: PPOScheduler | None, track: bool = False,
+    ) -> None:  # fmt: skip
         """:func:`~rlstore.agents.ppo.ppo_update` on the rollout in ``memory``; with ``track``
         its losses and diagnostics go to ``memory.add_vars_to_log``."""
         stats = ppo_update(self, _memory(memory)._rollout(), args, optimizer, scheduler)
@@ -157,23 +148,18 @@ train_ppo.__doc__ = "Train with :func:`rlstore.agents.ppo.train_ppo`; returns th
 
 
 def ppo_runner(
-    run_config: ppo.RunConfig,
-    environment_config: ppo.EnvironmentConfig,
-    online_config: ppo.OnlineTrainConfig,
-    model_config: ppo.ModelConfig,
-) -> None:
+    run_config: ppo.RunConfig, environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig, model_config: ppo.ModelConfig,
+) -> None:  # fmt: skip
     """:func:`rlstore.agents.ppo.ppo_runner` (run folder ``<runs_dir>/<exp_name>``: config,
     logs, checkpoints, learning curve); returns None."""
     ppo.ppo_runner(run_config, environment_config, online_config, model_config)
 
 
 def store_model_checkpoint(
-    agent: ppo.PPOAgent,
-    online_config: ppo.OnlineTrainConfig,
-    run_config: ppo.RunConfig,
-    checkpoint_num: int,
-    checkpoint_artifact: Any,
-) -> int:
+    agent: ppo.PPOAgent, online_config: ppo.OnlineTrainConfig, run_config: ppo.RunConfig,
+    checkpoint_num: int, checkpoint_artifact: Any,
+) -> int:  # fmt: skip
     """Write checkpoint ``checkpoint_num`` into a folder or, for a ``wandb.Artifact`` (anything
     with ``add_dir``), under ``<runs_dir>/<exp_name>/checkpoints`` and add it to the artifact;
     returns ``checkpoint_num + 1``."""
@@ -207,11 +193,9 @@ Probe1, Probe2, Probe3, Probe4, Probe5, Probe6, Probe7 = (
 
 
 def combine_args(
-    run_config: ppo.RunConfig,
-    environment_config: ppo.EnvironmentConfig,
-    online_config: ppo.OnlineTrainConfig,
-    transformer_model_config: ppo.ModelConfig = None,
-) -> dict[str, Any]:
+    run_config: ppo.RunConfig, environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig, transformer_model_config: ppo.ModelConfig = None,
+) -> dict[str, Any]:  # fmt: skip
     """All settings of the configs in one flat dict, later configs winning, plus
     ``online_config``'s derived ``batch_size``, ``minibatch_size`` and ``num_updates``."""
     args: dict[str, Any] = {}

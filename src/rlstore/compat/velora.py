@@ -76,15 +76,9 @@ class BufferBase(ABC):
     """
 
     def __init__(
-        self,
-        capacity: int,
-        state_dim: int,
-        action_dim: int,
-        hidden_dim: int,
-        *,
-        device: torch.device | str | None = None,
-        seed: int | None = None,
-    ) -> None:
+        self, capacity: int, state_dim: int, action_dim: int, hidden_dim: int, *,
+        device: torch.device | str | None = None, seed: int | None = None,
+    ) -> None:  # fmt: skip
         dims = (capacity, state_dim, action_dim, hidden_dim)
         self.capacity, self.state_dim, self.action_dim, self.hidden_dim = (
             check_count(k, v) for k, v in zip(_DIMS, dims, strict=True)
@@ -98,28 +92,17 @@ class BufferBase(ABC):
                                device=self.device, hidden=self.hidden_dim)  # fmt: skip
 
     def add(
-        self,
-        state: TensorLike,
-        action: TensorLike,
-        reward: float | TensorLike,
-        next_state: TensorLike,
-        done: bool | TensorLike,
-        hidden: TensorLike,
-    ) -> None:
+        self, state: TensorLike, action: TensorLike, reward: float | TensorLike,
+        next_state: TensorLike, done: bool | TensorLike, hidden: TensorLike,
+    ) -> None:  # fmt: skip
         """Adds a single experience: :meth:`add_multi` without the ``B`` axis."""
         self._write(self._core, 1, "", state, action, reward, next_state, done, hidden)
 
     def add_multi(
-        self,
-        states: TensorLike,
-        actions: TensorLike,
-        rewards: TensorLike,
-        next_states: TensorLike,
-        dones: TensorLike,
-        hiddens: TensorLike,
-        *,
+        self, states: TensorLike, actions: TensorLike, rewards: TensorLike,
+        next_states: TensorLike, dones: TensorLike, hiddens: TensorLike, *,
         truncated: TensorLike | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Adds ``B`` experiences, oldest first (singleton axes optional: ``(B, 1)`` rewards);
         ``truncated`` (rlstore): ``(B,)`` flags storing those ended episodes as truncations."""
         args = (states, actions, rewards, next_states, dones, hiddens)
