@@ -41,12 +41,14 @@ def shift_rows(arr: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """``out[i, j, ...] = arr[j - i, ...]`` for ``j >= i``, else 0: ``(L, L, *batch)``, numpy
     or torch like ``arr``."""
     if arr.ndim < 1:
-        raise SpecError(f"arr: expected at least 1 dimension (L, ...), got shape {arr.shape}")
-    t, L = torch.as_tensor(arr), arr.shape[0]
-    src = (torch.arange(L)[None, :] - torch.arange(L)[:, None]).to(t.device)
-    keep = (src >= 0).reshape(L, L, *([1] * (t.dim() - 1)))
-    out = torch.where(keep, t[src.clamp(min=0)], torch.zeros((), dtype=t.dtype, device=t.device))
-    return out if isinstance(arr, torch.Tensor) else out.numpy()
+        raise SpecError(f"arr: expected 1 or more dimensions (L, ...), got {tuple(arr.shape)}")
+    L = arr.shape[0]
+    src = np.arange(L)[None, :] - np.arange(L)[:, None]
+    keep, idx = (src >= 0).reshape(L, L, *([1] * (arr.ndim - 1))), np.clip(src, 0, None)
+    if isinstance(arr, torch.Tensor):
+        zero = torch.zeros((), dtype=arr.dtype, device=arr.device)
+        return torch.where(torch.from_numpy(keep).to(arr.device), arr[torch.from_numpy(idx)], zero)
+    return np.where(keep, arr[idx], np.zeros((), dtype=arr.dtype))
 
 
 def compute_advantages_vectorized(

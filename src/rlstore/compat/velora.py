@@ -115,11 +115,9 @@ class BufferBase(ABC):
             rows(k + s, x, b, d, flags=k == "done")
             for k, x, d in zip(_NAMES, args, (S, A, (), S, (), H), strict=True)
         )
-        trunc = (
-            np.zeros(b, bool)
-            if truncated is None
-            else rows("truncated", truncated, b, (), flags=True)
-        )
+        trunc = np.zeros(b, bool)
+        if truncated is not None:
+            trunc = rows("truncated", truncated, b, (), flags=True)
         write(core, (obs, act, rew, nxt, done & ~trunc, done & trunc), hidden=hidden)
 
     @abstractmethod
