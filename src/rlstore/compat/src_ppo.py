@@ -37,6 +37,8 @@ import rlstore.agents.ppo as ppo
 from rlstore.agents.obs import get_obs_preprocessor, get_obs_shape, preprocess_images
 from rlstore.agents.ppo import PPOScheduler, RolloutState, ppo_update, sample_from_agents
 from rlstore.agents.ppo_checkpoint import checkpoint_path
+from rlstore.agents.ppo_config import ModelConfig
+from rlstore.agents.rollout import run_rollout
 from rlstore.agents.run import set_global_seeds  # the one every trainer seeds with
 from rlstore.compat.src_ppo_memory import (
     Memory,
@@ -85,8 +87,8 @@ class PPOAgent(ppo.PPOAgent):
         buffer = memory.rollout_buffer(num_steps)
         if memory.state is None:  # the first rollout: reset the envs and the agent's memory
             memory.state = RolloutState.start(self, envs, getattr(memory.args, "seed", None))
-        ppo.run_rollout(self, buffer, num_steps, envs, memory.state, trajectory_writer,
-                        sampling_method, kwargs)  # fmt: skip
+        run_rollout(self, buffer, num_steps, envs, memory.state, trajectory_writer,
+                    sampling_method, kwargs)  # fmt: skip
         memory.record_rollout(buffer, memory.state)
 
     def learn(
@@ -149,7 +151,7 @@ train_ppo.__doc__ = "Train with :func:`rlstore.agents.ppo.train_ppo`; returns th
 
 def ppo_runner(
     run_config: ppo.RunConfig, environment_config: ppo.EnvironmentConfig,
-    online_config: ppo.OnlineTrainConfig, model_config: ppo.ModelConfig,
+    online_config: ppo.OnlineTrainConfig, model_config: ModelConfig,
 ) -> None:  # fmt: skip
     """:func:`rlstore.agents.ppo.ppo_runner` (run folder ``<runs_dir>/<exp_name>``: config,
     logs, checkpoints, learning curve); returns None."""
@@ -194,7 +196,7 @@ Probe1, Probe2, Probe3, Probe4, Probe5, Probe6, Probe7 = (
 
 def combine_args(
     run_config: ppo.RunConfig, environment_config: ppo.EnvironmentConfig,
-    online_config: ppo.OnlineTrainConfig, transformer_model_config: ppo.ModelConfig = None,
+    online_config: ppo.OnlineTrainConfig, transformer_model_config: ModelConfig = None,
 ) -> dict[str, Any]:  # fmt: skip
     """All settings of the configs in one flat dict, later configs winning, plus
     ``online_config``'s derived ``batch_size``, ``minibatch_size`` and ``num_updates``."""

@@ -89,7 +89,9 @@ def wandb_run(what: str) -> Any:
     return wandb
 
 
-def process_memory_vars_to_log(memory_vars_to_log: Mapping[int, Mapping[str, Any]]) -> dict:
+def process_memory_vars_to_log(
+    memory_vars_to_log: Mapping[int, Mapping[str, Any]],
+) -> dict[str, float]:
     """``{name: mean, name + "_count": n}`` over the numeric values (numbers, size-1
     arrays/tensors) of ``Memory.vars_to_log`` (``{global_step: {name: value}}``)."""
     got: dict[str, list[float]] = defaultdict(list)
