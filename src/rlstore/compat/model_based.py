@@ -123,10 +123,9 @@ class MBReplayBuffer(PyTorchRLStorage):
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1
     ) -> Iterator[dict[str, Any]]:
-        """``train_input`` / ``train_label``, ``holdout_input`` / ``holdout_label``,
-        ``batch_number``, ``max_batches``, ``epoch``: inputs ``concat(obs, action)`` scaled by
-        :attr:`scaler`, labels ``concat(next_obs - obs, reward)`` (no reward with a reward
-        function)."""
+        """``train_input``/``train_label``, ``holdout_input``/``holdout_label``, ``batch_number``,
+        ``max_batches``, ``epoch``: inputs ``concat(obs, action)`` scaled by :attr:`scaler`,
+        labels ``concat(next_obs - obs, reward)`` (no reward with a reward function)."""
         if self.core.size < 2:
             raise EmptyBufferError(f"generate_batches: need >= 2 transitions, got {self.size}")
         model = getattr(self.actor, "dynamics_model", None)

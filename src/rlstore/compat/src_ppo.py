@@ -218,10 +218,9 @@ _FLAG_TYPES: dict[Any, Callable[[str], Any]] = {bool: _boolean, int: int, float:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """One ``--<field>`` per bool / int / float / str field (Optional too) of the run,
-    environment and online configs (their defaults; booleans as ``--track`` or ``--track
-    false``), checked by the configs (ConfigError naming the field; argparse's SystemExit for
-    unknown flags or values of the wrong type)."""
+    """One ``--<field>`` per bool / int / float / str field of the run, environment and online
+    configs (booleans: ``--track`` or ``--track false``), checked by the configs (ConfigError;
+    argparse's SystemExit for unknown flags or values of the wrong type)."""
     parser = argparse.ArgumentParser(description="Train a PPO agent (rlstore).")
     configs = (ppo.RunConfig, ppo.EnvironmentConfig, ppo.OnlineTrainConfig)
     for cfg in configs:

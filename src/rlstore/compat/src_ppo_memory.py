@@ -153,10 +153,9 @@ class Memory:
         self, *data: Any, info: Mapping[str, Any] | None = None, truncated: Any = None,
         final_value: Any = None,
     ) -> None:  # fmt: skip
-        """Store one step ``(obs, done, action, logprob, value, reward[, hidden])``: ``(N, ...)``
-        obs (or a dict), ``(N,)`` flags and scalars, the recurrent state before the step.
-        ``info``: the vector env's (episode statistics); ``truncated`` ``(N,)``: the episode
-        ``done`` ends was truncated, ``final_value`` ``(N,)`` its V(final obs)."""
+        """Store one step ``(obs, done, action, logprob, value, reward[, hidden])`` of ``N``
+        envs; ``info``: the vector env's (episode statistics); ``truncated`` / ``final_value``
+        ``(N,)``: the episode ``done`` ends was truncated, and its V(final obs)."""
         if self._filled is not None:
             raise ConfigError("add: memory holds an agent's rollout; call memory.reset() first")
         if len(data) not in (6, 7):
@@ -312,10 +311,8 @@ class Memory:
     def get_minibatch_indexes(
         self, batch_size: int, minibatch_size: int, recurrence: int | None = None
     ) -> list[np.ndarray]:
-        """Shuffled index arrays, each index once: ``batch_size // minibatch_size`` arrays of
-        flat indices or, with ``recurrence = k``, of chunk starts ``0, k, 2k, ...`` of the
-        env-major batch (``minibatch_size // k`` per array). ConfigError: sizes that do not
-        divide."""
+        """Shuffled index arrays, each index once: flat indices, ``minibatch_size`` per array, or
+        (``recurrence = k``) chunk starts ``0, k, 2k, ...``, ``minibatch_size // k`` per array."""
         if minibatch_size < 1 or batch_size % minibatch_size:
             raise ConfigError(f"minibatch_size: expected a divisor of batch_size={batch_size}, "
                               f"got {minibatch_size}")  # fmt: skip
