@@ -484,7 +484,7 @@ def test_memory_accepts_the_trainer_config():
 
 def test_layout_b_helpers_are_re_exported_and_shared_by_memory():
     import rlstore.compat.src_ppo as src_ppo
-    import rlstore.compat.src_ppo_gae as gae_mod
+    import rlstore.compat.src_ppo_memory as gae_mod
 
     assert src_ppo.compute_advantages_vectorized is gae_mod.compute_advantages_vectorized
     assert src_ppo.shift_rows is gae_mod.shift_rows

@@ -1,8 +1,7 @@
-"""Classes of five other RL libraries with their documented signatures, as thin facades over
-rlstore's core: velora's buffers, PyTorchRL's on-policy, PPO+D and model-based storages,
-DecisionTransformerInterpretability's ``src.ppo`` (:mod:`rlstore.compat.src_ppo`) and the
-``src.buffers`` package's ``PPOBuffer`` / ``SimpleReplayBuffer``. velora's ``ReplayBuffer`` is
-re-exported as ``VeloraReplayBuffer`` (it would shadow :class:`rlstore.ReplayBuffer`)."""
+"""Five other RL libraries' classes with their documented signatures, as thin facades over
+rlstore's core: velora's buffers, PyTorchRL's storages, DecisionTransformerInterpretability's
+``src.ppo`` (:mod:`rlstore.compat.src_ppo`) and ``src.buffers`` (``PPOBuffer``,
+``SimpleReplayBuffer``). velora's ``ReplayBuffer`` is ``VeloraReplayBuffer`` here."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from rlstore.compat.ppo_buffer import PPOBuffer
 from rlstore.compat.ppod import PPODBuffer
 from rlstore.compat.pytorchrl import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
 from rlstore.compat.simple_replay import SimpleReplayBuffer
-from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
-from rlstore.compat.src_ppo_memory import Memory
+from rlstore.compat.src_ppo_memory import Memory, compute_advantages_vectorized, shift_rows
 from rlstore.compat.velora import BatchExperience, BufferBase
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 

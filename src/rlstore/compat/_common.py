@@ -1,6 +1,5 @@
-"""What the facades share: argument checks under the original library's names, one transition
-layout over :class:`rlstore.ReplayBuffer`, config-file constructors, PyTorchRL's factory and
-``update_storage_parameter``."""
+"""What the facades share: checks under the original's argument names, one transition layout
+over :class:`rlstore.ReplayBuffer`, config-file constructors, PyTorchRL's storage API."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def rows(
     name: str, x: Any, b: int, shape: tuple[int, ...], *, flags: bool = False, batched: bool = True
 ) -> np.ndarray:
     """``x`` as ``(b, *shape)`` rows of finite float32 (lossless casts only) or, with ``flags``,
-    of bools (bools or exact 0/1); singleton axes may be added or dropped (``(1, 4)`` for one
-    state, ``(B, 1)`` rewards). SpecError naming ``name`` otherwise."""
+    of bools (bools or exact 0/1); singleton axes may differ (``(B, 1)`` rewards)."""
     a, full = to_numpy(name, x), (b, *shape)
     if a.shape != full and [d for d in a.shape if d != 1] == [d for d in full if d != 1]:
         a = a.reshape(full)
@@ -52,20 +50,19 @@ def rows(
 def transition_core(
     capacity: int, obs_dim: int, act_dim: int, *, seed: Any, device: Any = "cpu", **extras: int
 ) -> ReplayBuffer:
-    """A one-env :class:`ReplayBuffer` of float32 ``obs (obs_dim,)``, ``action (act_dim,)``,
-    scalar ``reward``, a vector per ``extras`` name, and ``terminated``/``truncated`` flags."""
-    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()}
-    specs = {
-        k: FieldSpec(k, s, _F32)
-        for k, s in {**shapes, **{k: (d,) for k, d in extras.items()}}.items()
+    """A one-env :class:`ReplayBuffer`: float32 ``obs (obs_dim,)``, ``action (act_dim,)``,
+    ``reward``, a vector per ``extras`` name, and ``terminated`` / ``truncated`` flags."""
+    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()} | {
+        k: (d,) for k, d in extras.items()
     }
+    specs = {k: FieldSpec(k, s, _F32) for k, s in shapes.items()}
     specs |= {k: FieldSpec(k, (), np.dtype(np.bool_)) for k in ("terminated", "truncated")}
     return ReplayBuffer(capacity, specs=specs, device=device, seed=seed)
 
 
 def write(core: ReplayBuffer, fields: tuple[np.ndarray, ...], **extras: np.ndarray) -> None:
-    """Append checked rows ``(B, ...)``: ``fields`` (obs, action, reward, next_obs, terminated,
-    truncated) and ``extras``, to the single env column of ``core``, oldest first."""
+    """Append checked rows ``(B, ...)`` (obs, action, reward, next_obs, terminated, truncated,
+    ``extras``) to the env column of ``core``, oldest first."""
     if len(fields[0]):
         core.extend(*(f[:, None] for f in fields), **{k: v[:, None] for k, v in extras.items()})
 
@@ -90,8 +87,8 @@ class DimsConfig(StrictModel):
 
 
 class FromConfig:
-    """``src.buffers``' config constructors over a :class:`~rlstore.config.StrictModel`
-    ``schema`` (the original's strictyaml ``Map``); files may be YAML or JSON."""
+    """``src.buffers``' config constructors over a pydantic ``schema`` (the original's
+    strictyaml ``Map``); files may be YAML or JSON."""
 
     schema: ClassVar[type[StrictModel]]
 
@@ -102,8 +99,8 @@ class FromConfig:
 
     @classmethod
     def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> Any:
-        """Build from a dict with the :attr:`schema` keys; every bad key is listed in one
-        :class:`~rlstore.errors.ConfigError`, as are constructor errors (``batch_size > size``)."""
+        """Build from a dict with the :attr:`schema` keys; bad keys and constructor errors
+        (``batch_size > size``) in one ConfigError."""
         values = cls.schema.validate_mapping(config, cls.__name__).model_dump()
         try:
             return cls(**values)
@@ -114,8 +111,7 @@ class FromConfig:
 
 
 class PyTorchRLStorage:
-    """PyTorchRL's storage API shared by the facades: ``create_factory`` and
-    ``update_storage_parameter``."""
+    """PyTorchRL's ``create_factory`` and ``update_storage_parameter``."""
 
     @classmethod
     def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
@@ -129,8 +125,8 @@ class PyTorchRLStorage:
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
         """Set the numeric attribute ``parameter_name`` (e.g. ``gae_lambda``), keeping its type;
-        ConfigError for anything else (PyTorchRL ignored it) or a value that is not a finite
-        number (integral for an int attribute)."""
+        ConfigError for another name (PyTorchRL ignored it) or a non-finite (int attribute:
+        non-integral) value."""
         current = None if parameter_name.startswith("_") else getattr(self, parameter_name, None)
         if (
             isinstance(getattr(type(self), parameter_name, None), property)

@@ -1,4 +1,4 @@
-"""PyTorchRL's ``MBReplayBuffer`` over :class:`rlstore.buffers.model_based.ModelBasedReplay`."""
+"""PyTorchRL's ``MBReplayBuffer`` over :class:`~rlstore.buffers.model_based.ModelBasedReplay`."""
 
 from __future__ import annotations
 
@@ -36,38 +36,28 @@ def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
 
 class MBReplayBuffer(PyTorchRLStorage):
     """PyTorchRL's ``MBReplayBuffer(size, device, actor, algorithm, envs)``
-    (``pytorchrl.agent.storages.model_based``): the transition storage of dynamics-model
-    training, a facade over :class:`~rlstore.buffers.model_based.ModelBasedReplay`. Samples are
-    dicts of PyTorchRL keys with a leading env axis ``N`` (each insert appends ``N`` rows).
-    ``actor.dynamics_model``'s ``reward_function`` (if set) drops the reward target and its
-    ``ensemble_size`` is read when ``ensemble_size`` is None; a Discrete action space one-hot
-    encodes the actions. ``validation_ratio``, ``max_holdout``, ``ensemble_size`` and ``seed``
-    are rlstore's.
+    (``pytorchrl.agent.storages.model_based``): samples are dicts of PyTorchRL keys with a
+    leading env axis ``N`` (``N`` rows per insert). ``actor.dynamics_model``'s
+    ``reward_function`` (if set) drops the reward target, its ``ensemble_size`` is read when
+    ``ensemble_size`` is None; Discrete actions are one-hot encoded. ``validation_ratio``,
+    ``max_holdout``, ``ensemble_size``, ``seed``: rlstore's.
 
-    Differences from PyTorchRL: ``get_all_buffer_data`` / ``get_data_slice`` index rows oldest
-    first across the wrap-around (PyTorchRL's ``[:step]`` dropped the oldest rows); ``reset()``
-    empties the buffer; ``init_tensors`` allocates nothing; ``generate_batches`` holds out a
-    random ``validation_ratio`` of the rows (at most ``max_holdout``), fits :attr:`scaler` on the
-    train rows only, honours ``num_epochs``, never yields an empty batch and, with an ensemble,
-    bootstraps rows per member (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad input
-    raises a :class:`~rlstore.errors.SpecError` naming the key and stores nothing.
+    Differences: rows are read oldest first across the wrap-around (PyTorchRL's ``[:step]``
+    dropped the oldest); ``reset()`` empties; ``init_tensors`` allocates nothing;
+    ``generate_batches`` holds out a random ``validation_ratio`` (at most ``max_holdout``), fits
+    :attr:`scaler` on the train rows, honours ``num_epochs``, never yields an empty batch and
+    bootstraps rows per ensemble member (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad
+    input raises a SpecError naming the key and stores nothing.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
 
     def __init__(
-        self,
-        size: int,
-        device: str | torch.device,
-        actor: Actor | Any,
-        algorithm: Algorithm | Any,
-        envs: Any,
-        *,
-        validation_ratio: float = 0.2,
-        max_holdout: int = 5000,
-        ensemble_size: int | None = None,
+        self, size: int, device: str | torch.device, actor: Actor | Any,
+        algorithm: Algorithm | Any, envs: Any, *, validation_ratio: float = 0.2,
+        max_holdout: int = 5000, ensemble_size: int | None = None,
         seed: int | np.random.Generator | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if not 0.0 <= real_number("validation_ratio", validation_ratio) < 1.0:
             raise ConfigError(f"validation_ratio: expected [0, 1), got {validation_ratio!r}")
         self.max_holdout = check_count("max_holdout", max_holdout, minimum=0)
@@ -86,6 +76,13 @@ class MBReplayBuffer(PyTorchRLStorage):
 
     def init_tensors(self, sample: Mapping[str, Any]) -> None:
         """Nothing to allocate ahead: the first insert allocates the storage."""
+
+    def before_gradients(self) -> None:
+        """Nothing to prepare: batches are built in :meth:`generate_batches`."""
+
+    def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
+        """Returns ``info`` unchanged."""
+        return info
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
         """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
@@ -106,11 +103,10 @@ class MBReplayBuffer(PyTorchRLStorage):
         v = cast_to_spec(tensor_key, v, spec, v.shape[:1], allow_nonfinite=False)
         if tensor_key not in tensor_storage:
             tensor_storage[tensor_key] = np.zeros((self.max_size, *spec.shape), spec.dtype)
-        n = v.shape[0]
-        keep = min(n, self.max_size)
-        pos = (self.core.step + (n - keep) + np.arange(keep)) % self.max_size
-        tensor_storage[tensor_key][pos] = v[n - keep :]
-        return int(n)
+        store = tensor_storage[tensor_key]
+        n, keep = len(v), min(len(v), self.max_size)
+        store[(self.core.step + n - keep + np.arange(keep)) % self.max_size] = v[n - keep :]
+        return n
 
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:
         """Copies of chronological rows ``[start_pos, end_pos)`` (0 = oldest)."""
@@ -124,20 +120,12 @@ class MBReplayBuffer(PyTorchRLStorage):
         """Empty the buffer."""
         self.core.clear()
 
-    def before_gradients(self) -> None:
-        """Nothing to prepare: batches are built in :meth:`generate_batches`."""
-
-    def after_gradients(self, batch: Any, info: dict[str, Any]) -> dict[str, Any]:
-        """Returns ``info`` unchanged."""
-        return info
-
     def generate_batches(
         self, num_mini_batch: int | None = None, mini_batch_size: int = 256, num_epochs: int = 1
     ) -> Iterator[dict[str, Any]]:
-        """Yield ``train_input`` / ``train_label``, ``holdout_input`` / ``holdout_label``,
-        ``batch_number``, ``max_batches``, ``epoch``: inputs ``concat(obs, action)`` scaled by
-        :attr:`scaler`, labels ``concat(next_obs - obs, reward)`` (no reward with a known reward
-        function)."""
+        """``train_input``/``train_label``, ``holdout_input``/``holdout_label``, ``batch_number``,
+        ``max_batches``, ``epoch``: inputs ``concat(obs, action)`` scaled by :attr:`scaler`,
+        labels ``concat(next_obs - obs, reward)`` (no reward with a reward function)."""
         if self.core.size < 2:
             raise EmptyBufferError(f"generate_batches: need >= 2 transitions, got {self.size}")
         model = getattr(self.actor, "dynamics_model", None)

@@ -20,19 +20,15 @@ class SimpleReplayBufferSchema(C.DimsConfig):
 
 
 class SimpleReplayBuffer(C.FromConfig):
-    """``src.buffers.SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)``: the FIFO replay
-    buffer for SAC agents of the ``src.buffers`` package (``store``, ``sample_batch``,
-    ``finish_path``, ``instantiate_from_config[_dict]``, ``schema``), a facade over a one-env
-    :class:`rlstore.ReplayBuffer`. ``buffer_dict`` has Spinning Up's SAC keys ``obs``, ``act``,
-    ``rew``, ``next_obs``, ``done`` (a termination), a leading batch axis storing several steps;
-    ``sample_batch()`` draws uniformly with replacement float32 tensors under the same keys.
+    """``src.buffers.SimpleReplayBuffer(obs_dim, act_dim, size, batch_size)``, the FIFO buffer
+    of SAC agents: ``buffer_dict`` has the keys ``obs``, ``act``, ``rew``, ``next_obs``, ``done``
+    (a termination), a leading batch axis for several steps; ``sample_batch()`` draws float32
+    tensors uniformly with replacement.
 
-    Differences: bad input is a :class:`~rlstore.errors.SpecError` naming the key
-    (``buffer_dict['rew']``) and stores nothing; ``seed=`` (``None``: OS entropy) seeds the
-    sampler; ``finish_path`` is a no-op (its documentation is copied from ``PPOBuffer``);
-    ``schema`` is a pydantic model (the original's is a strictyaml ``Map``) and config files may
-    be YAML or JSON; ``config()`` / ``metadata()`` / ``state_dict()`` / ``load_state_dict()``
-    make it checkpointable.
+    Differences: bad input is a SpecError naming the key (``buffer_dict['rew']``) and stores
+    nothing; ``seed=`` seeds the sampler; ``finish_path`` is a no-op; ``schema`` is a pydantic
+    model, config files may be YAML or JSON; it is checkpointable (``config``, ``metadata``,
+    ``state_dict``, ``load_state_dict``).
     """
 
     schema: ClassVar[type[SimpleReplayBufferSchema]] = SimpleReplayBufferSchema
@@ -70,8 +66,7 @@ class SimpleReplayBuffer(C.FromConfig):
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor kwargs."""
-        keys = ("obs_dim", "act_dim", "size", "batch_size")
-        return {**{k: getattr(self, k) for k in keys}, "seed": self._seed}
+        return {k: getattr(self, k) for k in self.schema.model_fields} | {"seed": self._seed}
 
     def metadata(self) -> dict[str, Any]:
         """Config plus the stored count and bytes."""

@@ -1,11 +1,9 @@
 """DecisionTransformerInterpretability's ``src.ppo`` (``agent``, ``memory``, ``train``,
-``runner``, ``utils``, ``my_probe_envs``) as one namespace over rlstore's PPO trainer
-(:mod:`rlstore.agents.ppo`). The agents are rlstore's with the original's call forms added:
-``rollout(memory, num_steps, envs, trajectory_writer=None, sampling_method="basic")`` runs
-rlstore's rollout loop into a ``RolloutBuffer`` that ``memory`` (:class:`Memory`) then serves,
-``memory.state`` carrying the env and recurrent state between rollouts; ``learn(memory, args,
-optimizer, scheduler, track)`` runs rlstore's PPO update on it (with ``track``, its losses go to
-``memory.vars_to_log``). Differences: envs must autoreset in the same step
+``runner``, ``utils``, ``my_probe_envs``) as one namespace over :mod:`rlstore.agents.ppo`.
+The agents are rlstore's with the original's call forms added: ``rollout(memory, num_steps,
+envs, trajectory_writer=None, sampling_method="basic")`` runs rlstore's rollout into a
+``RolloutBuffer`` that :class:`Memory` then serves; ``learn(memory, args, optimizer, scheduler,
+track)`` runs rlstore's PPO update on it. Differences: envs must autoreset in the same step
 (:func:`~rlstore.agents.ppo.make_vector_env`); truncated episodes bootstrap; checkpoints are
 rlstore's safetensors + JSON folders.
 
@@ -26,14 +24,13 @@ rlstore's safetensors + JSON folders.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 
 import rlstore.agents.ppo as ppo
@@ -43,12 +40,13 @@ from rlstore.agents.ppo_checkpoint import checkpoint_path
 from rlstore.agents.ppo_config import ModelConfig
 from rlstore.agents.rollout import run_rollout
 from rlstore.agents.run import set_global_seeds  # the one every trainer seeds with
-from rlstore.compat.src_ppo_gae import compute_advantages_vectorized, shift_rows
 from rlstore.compat.src_ppo_memory import (
     Memory,
     Minibatch,
     TrajectoryMinibatch,
+    compute_advantages_vectorized,
     process_memory_vars_to_log,
+    shift_rows,
     wandb_run,
 )
 from rlstore.envs import probes
@@ -68,8 +66,7 @@ __all__ = [
 
 class PPOAgent(ppo.PPOAgent):
     """rlstore's :class:`~rlstore.agents.ppo.PPOAgent` with the original's ``make_optimizer``,
-    ``rollout`` / ``learn`` forms (module doc) and ``preprocess_obs``. Abstract, like the
-    original's."""
+    ``rollout`` / ``learn`` (module doc) and ``preprocess_obs``. Abstract, like the original."""
 
     def make_optimizer(
         self, num_updates: int, initial_lr: float, end_lr: float, eps: float = 1e-5
@@ -79,153 +76,101 @@ class PPOAgent(ppo.PPOAgent):
         return optimizer, PPOScheduler(optimizer, initial_lr, end_lr, num_updates)
 
     def rollout(
-        self,
-        memory: Memory,
-        num_steps: int,
-        envs: Any,
-        trajectory_writer: Any = None,
-        sampling_method: str = "basic",
-        **kwargs: Any,
-    ) -> None:
+        self, memory: Memory, num_steps: int, envs: Any, trajectory_writer: Any = None,
+        sampling_method: str = "basic", **kwargs: Any,
+    ) -> None:  # fmt: skip
         """Collect ``num_steps`` steps of every env into ``memory`` (emptied by
         ``memory.reset()`` since its last rollout), returns computed; ``sampling_method``:
         ``basic``, ``greedy``, ``temperature`` (kwarg ``temperature``), ``topk`` (``k``)."""
-        _check_memory(memory)
-        if memory.experiences:
+        if _memory(memory).experiences:
             raise ConfigError("memory: holds the steps of a rollout; call memory.reset() first")
         buffer = memory.rollout_buffer(num_steps)
         if memory.state is None:  # the first rollout: reset the envs and the agent's memory
             memory.state = RolloutState.start(self, envs, getattr(memory.args, "seed", None))
-        run_rollout(
-            self, buffer, num_steps, envs, memory.state, trajectory_writer, sampling_method, kwargs
-        )
+        run_rollout(self, buffer, num_steps, envs, memory.state, trajectory_writer,
+                    sampling_method, kwargs)  # fmt: skip
         memory.record_rollout(buffer, memory.state)
 
     def learn(
-        self,
-        memory: Memory,
-        args: Any,
-        optimizer: torch.optim.Optimizer,
-        scheduler: PPOScheduler | None,
-        track: bool = False,
-    ) -> None:
-        """rlstore's PPO update (:func:`~rlstore.agents.ppo.ppo_update`) on the rollout in
-        ``memory``; returns None. With ``track`` its losses and diagnostics go to
-        ``memory.add_vars_to_log``."""
-        _check_memory(memory)
-        stats = ppo_update(self, memory._rollout(), args, optimizer, scheduler)
+        self, memory: Memory, args: Any, optimizer: torch.optim.Optimizer,
+        scheduler: PPOScheduler | None, track: bool = False,
+    ) -> None:  # fmt: skip
+        """:func:`~rlstore.agents.ppo.ppo_update` on the rollout in ``memory``; with ``track``
+        its losses and diagnostics go to ``memory.add_vars_to_log``."""
+        stats = ppo_update(self, _memory(memory)._rollout(), args, optimizer, scheduler)
         if track:
             memory.add_vars_to_log(**stats)
 
     def preprocess_obs(self, obs: Any) -> torch.Tensor:
-        """Raw observations of ``envs`` ``(N, ...)`` -> what the networks read: float32
-        ``(N, *obs_shape)`` on the agent's device, normalized when normalization is on (its
-        statistics are not updated)."""
+        """Raw observations ``(N, ...)`` as the networks read them: float32 on the agent's
+        device, normalized when normalization is on (statistics not updated)."""
         return self.normalizer.obs(self.preprocess(obs, self.device), False)
 
 
-def _check_memory(memory: Any) -> None:
+def _memory(memory: Any) -> Memory:
     if not isinstance(memory, Memory):
         raise ConfigError(
             f"memory: expected a Memory, got {type(memory).__name__} (rlstore's own loop over a "
             "RolloutBuffer is rlstore.agents.ppo.run_rollout / ppo_update)"
         )
+    return memory
 
 
-class FCAgent(PPOAgent, ppo.FCAgent):
-    __doc__ = ppo.FCAgent.__doc__
-
-
-class LSTMPPOAgent(PPOAgent, ppo.LSTMPPOAgent):
-    __doc__ = ppo.LSTMPPOAgent.__doc__
-
-
-class TransformerPPOAgent(PPOAgent, ppo.TransformerPPOAgent):
-    __doc__ = ppo.TransformerPPOAgent.__doc__
-
-
-_COMPAT_CLASSES: dict[type, type] = {
-    ppo.FCAgent: FCAgent,
-    ppo.LSTMPPOAgent: LSTMPPOAgent,
-    ppo.TransformerPPOAgent: TransformerPPOAgent,
-}
+_CORE = (ppo.FCAgent, ppo.LSTMPPOAgent, ppo.TransformerPPOAgent)
+FCAgent, LSTMPPOAgent, TransformerPPOAgent = _AGENTS = tuple(
+    type(c.__name__, (PPOAgent, c), {"__doc__": c.__doc__, "__module__": __name__}) for c in _CORE
+)
+_BY_CORE: dict[type, type] = dict(zip(_CORE, _AGENTS, strict=True))
 
 
 def _compat_agent(agent: Any) -> PPOAgent:
-    """Give an agent built by rlstore the original's call forms (the compat classes add
-    methods only, so switching the class is exact)."""
+    """An agent built by rlstore with the original's call forms (the compat classes add methods
+    only, so switching the class is exact)."""
     if not isinstance(agent, PPOAgent):
-        agent.__class__ = _COMPAT_CLASSES[type(agent)]
+        agent.__class__ = _BY_CORE[type(agent)]
     return agent
 
 
-def get_agent(
-    model_config: ModelConfig,
-    envs: gym.vector.VectorEnv,
-    environment_config: ppo.EnvironmentConfig,
-    online_config: ppo.OnlineTrainConfig,
-) -> PPOAgent:
-    """:func:`rlstore.agents.ppo.get_agent`, as the compat agent."""
-    return _compat_agent(ppo.get_agent(model_config, envs, environment_config, online_config))
+def _compat(fn: Callable[..., Any], pick: Callable[[Any], Any] = lambda r: r) -> Any:
+    """``fn`` of :mod:`rlstore.agents.ppo` (its signature) returning compat agents."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = pick(fn(*args, **kwargs))
+        return [_compat_agent(a) for a in out] if isinstance(out, list) else _compat_agent(out)
+
+    return call
 
 
-def load_saved_checkpoint(path: str | Path, num_envs: int = 10) -> PPOAgent:
-    """:func:`rlstore.agents.ppo.load_saved_checkpoint`, as the compat agent."""
-    return _compat_agent(ppo.load_saved_checkpoint(path, num_envs))
-
-
-def load_all_agents_from_checkpoints(
-    checkpoint_folder_path: str | Path, num_envs: int = 10
-) -> list[PPOAgent]:
-    """:func:`rlstore.agents.ppo.load_all_agents_from_checkpoints`, as compat agents."""
-    agents = ppo.load_all_agents_from_checkpoints(checkpoint_folder_path, num_envs)
-    return [_compat_agent(a) for a in agents]
-
-
-def train_ppo(
-    run_config: ppo.RunConfig,
-    online_config: ppo.OnlineTrainConfig,
-    environment_config: ppo.EnvironmentConfig,
-    model_config: ModelConfig,
-    envs: gym.vector.VectorEnv,
-    trajectory_writer: Any = None,
-) -> PPOAgent:
-    """Train with :func:`rlstore.agents.ppo.train_ppo` (writes nothing) and return the agent."""
-    result = ppo.train_ppo(
-        run_config, online_config, environment_config, model_config, envs, trajectory_writer
-    )
-    return _compat_agent(result.agent)
+get_agent = _compat(ppo.get_agent)
+load_saved_checkpoint = _compat(ppo.load_saved_checkpoint)
+load_all_agents_from_checkpoints = _compat(ppo.load_all_agents_from_checkpoints)
+train_ppo = _compat(ppo.train_ppo, lambda result: result.agent)
+train_ppo.__doc__ = "Train with :func:`rlstore.agents.ppo.train_ppo`; returns the agent."
 
 
 def ppo_runner(
-    run_config: ppo.RunConfig,
-    environment_config: ppo.EnvironmentConfig,
-    online_config: ppo.OnlineTrainConfig,
-    model_config: ModelConfig,
-) -> None:
-    """:func:`rlstore.agents.ppo.ppo_runner`: train into the run folder
-    ``<runs_dir>/<exp_name>`` (config, logs, checkpoints, learning curve); returns None."""
+    run_config: ppo.RunConfig, environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig, model_config: ModelConfig,
+) -> None:  # fmt: skip
+    """:func:`rlstore.agents.ppo.ppo_runner` (run folder ``<runs_dir>/<exp_name>``: config,
+    logs, checkpoints, learning curve); returns None."""
     ppo.ppo_runner(run_config, environment_config, online_config, model_config)
 
 
 def store_model_checkpoint(
-    agent: ppo.PPOAgent,
-    online_config: ppo.OnlineTrainConfig,
-    run_config: ppo.RunConfig,
-    checkpoint_num: int,
-    checkpoint_artifact: Any,
-) -> int:
-    """Write checkpoint ``checkpoint_num`` of ``agent`` into a folder or, for a
-    ``wandb.Artifact`` (anything with ``add_dir``), under ``<runs_dir>/<exp_name>/checkpoints``
-    and add it to the artifact; returns ``checkpoint_num + 1``."""
+    agent: ppo.PPOAgent, online_config: ppo.OnlineTrainConfig, run_config: ppo.RunConfig,
+    checkpoint_num: int, checkpoint_artifact: Any,
+) -> int:  # fmt: skip
+    """Write checkpoint ``checkpoint_num`` into a folder or, for a ``wandb.Artifact`` (anything
+    with ``add_dir``), under ``<runs_dir>/<exp_name>/checkpoints`` and add it to the artifact;
+    returns ``checkpoint_num + 1``."""
     folder = checkpoint_artifact
     if hasattr(checkpoint_artifact, "add_dir"):
         folder = Path(run_config.runs_dir) / run_config.exp_name / "checkpoints"
     elif not isinstance(checkpoint_artifact, str | os.PathLike):
-        raise ConfigError(
-            "checkpoint_artifact: expected a folder (str or path) or a wandb.Artifact, "
-            f"got {type(checkpoint_artifact).__name__}"
-        )
+        raise ConfigError("checkpoint_artifact: expected a folder (str or path) or a "
+                          f"wandb.Artifact, got {type(checkpoint_artifact).__name__}")  # fmt: skip
     out = ppo.store_model_checkpoint(agent, online_config, run_config, checkpoint_num, folder)
     if folder is not checkpoint_artifact:
         path = checkpoint_path(folder, checkpoint_num)
@@ -235,7 +180,7 @@ def store_model_checkpoint(
 
 class _OriginalReset:
     """The original's probe ``reset(seed=None, return_info=True, options=None)``: ``(obs,
-    info)``, or ``obs`` alone with ``return_info=False``; otherwise rlstore's probe."""
+    info)``, or ``obs`` alone with ``return_info=False``."""
 
     def reset(self, seed: int | None = None, return_info: bool = True, options: Any = None) -> Any:
         obs, info = super().reset(seed=seed, options=options)  # type: ignore[misc]
@@ -250,33 +195,16 @@ Probe1, Probe2, Probe3, Probe4, Probe5, Probe6, Probe7 = (
 
 
 def combine_args(
-    run_config: ppo.RunConfig,
-    environment_config: ppo.EnvironmentConfig,
-    online_config: ppo.OnlineTrainConfig,
-    transformer_model_config: ModelConfig = None,
-) -> dict[str, Any]:
-    """All settings of the configs in one flat dict, later configs winning, with
+    run_config: ppo.RunConfig, environment_config: ppo.EnvironmentConfig,
+    online_config: ppo.OnlineTrainConfig, transformer_model_config: ModelConfig = None,
+) -> dict[str, Any]:  # fmt: skip
+    """All settings of the configs in one flat dict, later configs winning, plus
     ``online_config``'s derived ``batch_size``, ``minibatch_size`` and ``num_updates``."""
     args: dict[str, Any] = {}
     for cfg in (run_config, environment_config, online_config, transformer_model_config):
-        if cfg is not None:
-            args |= cfg.to_dict()
-    args |= {k: getattr(online_config, k) for k in ("batch_size", "minibatch_size", "num_updates")}
-    return args
-
-
-_ARG_CONFIGS = (ppo.RunConfig, ppo.EnvironmentConfig, ppo.OnlineTrainConfig)
-
-
-def _flag_type(annotation: Any) -> Any:
-    """The argparse ``type`` for a config field: bool / int / float / str (Optional too), or
-    None for fields that have no command-line form (``env_kwargs``)."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    base = args[0] if union and len(args) == 1 else annotation
-    if base is bool:
-        return _boolean
-    return base if base in (int, float, str) else None
+        args |= {} if cfg is None else cfg.to_dict()
+    return args | {k: getattr(online_config, k) for k in ("batch_size", "minibatch_size",
+                                                           "num_updates")}  # fmt: skip
 
 
 def _boolean(text: str) -> bool:
@@ -286,22 +214,27 @@ def _boolean(text: str) -> bool:
     return text.lower() in ("true", "1")
 
 
+_FLAG_TYPES: dict[Any, Callable[[str], Any]] = {bool: _boolean, int: int, float: float, str: str}
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """One ``--<field>`` per field of the run, environment and online configs (their defaults;
-    booleans as ``--track`` or ``--track false``), parsed from ``argv`` and checked by the
-    configs (ConfigError naming the field; argparse's SystemExit for unknown flags)."""
+    """One ``--<field>`` per bool / int / float / str field of the run, environment and online
+    configs (booleans: ``--track`` or ``--track false``), checked by the configs (ConfigError;
+    argparse's SystemExit for unknown flags or values of the wrong type)."""
     parser = argparse.ArgumentParser(description="Train a PPO agent (rlstore).")
-    for cfg in _ARG_CONFIGS:
+    configs = (ppo.RunConfig, ppo.EnvironmentConfig, ppo.OnlineTrainConfig)
+    for cfg in configs:
         for name, field in cfg.model_fields.items():
-            kind = _flag_type(field.annotation)
+            inner = [a for a in typing.get_args(field.annotation) if a is not type(None)]
+            optional = type(None) in typing.get_args(field.annotation) and len(inner) == 1
+            kind = _FLAG_TYPES.get(inner[0] if optional else field.annotation)
+            flag: dict[str, Any] = {"nargs": "?", "const": True} if field.annotation is bool else {}
             if kind is not None:
-                extra: dict[str, Any] = (
-                    {"nargs": "?", "const": True} if field.annotation is bool else {}
-                )
-                parser.add_argument(f"--{name}", type=kind, default=field.get_default(
-                    call_default_factory=True), help=field.description, **extra)  # fmt: skip
+                default = field.get_default(call_default_factory=True)
+                parser.add_argument(f"--{name}", type=kind, default=default,
+                                    help=field.description, **flag)  # fmt: skip
     args = parser.parse_args(argv)
-    for cfg in _ARG_CONFIGS:  # the configs' own checks (ranges, ids), before anything uses it
+    for cfg in configs:  # the configs' own checks (ranges, ids), before anything uses it
         cfg.from_dict({k: getattr(args, k) for k in cfg.model_fields if hasattr(args, k)})
     return args
 
@@ -309,9 +242,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def prepare_video_dir(video_path: str | os.PathLike[str]) -> None:
     """Create ``video_path`` (and parents) if needed and delete the ``.mp4`` files in it, so
     that :func:`check_and_upload_new_video` sees only this run's videos."""
-    folder = Path(video_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    for video in folder.glob("*.mp4"):
+    Path(video_path).mkdir(parents=True, exist_ok=True)
+    for video in Path(video_path).glob("*.mp4"):
         video.unlink()
 
 
@@ -321,9 +253,7 @@ def check_and_upload_new_video(
     """Log every ``.mp4`` in ``video_path`` not in ``videos`` to the active wandb run (at
     ``step``; ConfigError without one); returns the names of all ``.mp4`` files there, sorted."""
     current = sorted(p.name for p in Path(video_path).glob("*.mp4"))
-    seen = set(videos)
-    new = [name for name in current if name not in seen]
-    if new:
+    if new := sorted(set(current) - set(videos)):
         wandb = wandb_run("check_and_upload_new_video")
         for name in new:
             video = wandb.Video(str(Path(video_path) / name), fps=4, format="mp4", caption=name)

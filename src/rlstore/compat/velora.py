@@ -1,5 +1,5 @@
-"""velora's buffer API (``velora.buffer``: ``ReplayBuffer``, ``BufferBase``, ``BatchExperience``)
-over :class:`rlstore.ReplayBuffer`."""
+"""velora's ``velora.buffer`` (``ReplayBuffer``, ``BufferBase``, ``BatchExperience``) over a
+one-env :class:`rlstore.ReplayBuffer`."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ __all__ = ["BatchExperience", "BufferBase", "ReplayBuffer", "BufferConfig"]
 
 _CLASS_NAME = "velora.ReplayBuffer"
 _DIMS = ("capacity", "state_dim", "action_dim", "hidden_dim")
+_NAMES = ("state", "action", "reward", "next_state", "done", "hidden")
 _FIELDS = ("states", "actions", "rewards", "next_states", "dones", "hiddens")
 
 TensorLike = torch.Tensor | np.ndarray  # plain Python numbers are accepted for scalars
@@ -30,7 +31,7 @@ TensorLike = torch.Tensor | np.ndarray  # plain Python numbers are accepted for 
 
 @dataclass(frozen=True)
 class BatchExperience:
-    """A batch of agent experience: float32 ``(batch_size, features)`` tensors on the device;
+    """A batch of experience: float32 ``(batch_size, features)`` tensors on the device;
     ``dones`` is 1.0 where the episode *terminated* (truncations bootstrap: 0 here)."""
 
     states: torch.Tensor
@@ -62,31 +63,22 @@ def _count(name: str, x: Any) -> int:
 
 
 class BufferBase(ABC):
-    """velora's ``BufferBase(capacity, state_dim, action_dim, hidden_dim, *, device=None)``:
-    ``add``, ``add_multi``, ``sample``, ``len``, ``save`` / ``load``, ``metadata``,
-    ``state_dict``, a facade over a one-env :class:`rlstore.ReplayBuffer`; ``seed`` (rlstore)
-    seeds the sampler, whose state is saved, so a loaded buffer samples as the original would.
+    """velora's ``BufferBase(capacity, state_dim, action_dim, hidden_dim, *, device=None)``;
+    ``seed`` (rlstore) seeds the sampler, whose state :meth:`save` keeps.
 
-    Differences from velora: ``done`` is stored as a *termination* (no bootstrap);
-    ``add_multi(truncated=...)`` (rlstore) and ``warm`` store time-limit ends as truncations,
-    which bootstrap from ``next_states`` (``BatchExperience.dones`` is 0 there). ``warm`` drops
-    gymnasium's next-step autoreset pseudo-transitions (velora stores them) and raises instead of
-    looping forever when ``n_samples > capacity``. Bad input raises an :mod:`rlstore.errors`
-    class (a ``ValueError``, like velora's) naming velora's argument and stores nothing. ``save``
-    is atomic; ``load_state_dict`` of velora's tensor layout restores the contents with the
-    sampler restarted from the seed (an exact resume goes through :meth:`checkpoint_state`).
+    Differences: ``done`` is stored as a *termination*; ``add_multi(truncated=...)`` (rlstore)
+    and ``warm`` store time-limit ends as truncations, which bootstrap (``dones`` 0). ``warm``
+    drops gymnasium's next-step autoreset pseudo-transitions and raises for ``n_samples >
+    capacity`` (velora loops forever). Bad input raises an :mod:`rlstore.errors` class (a
+    ``ValueError``) naming velora's argument and stores nothing. ``save`` is atomic;
+    ``load_state_dict`` of velora's layout restarts the sampler from the seed (an exact resume
+    goes through :meth:`checkpoint_state`).
     """
 
     def __init__(
-        self,
-        capacity: int,
-        state_dim: int,
-        action_dim: int,
-        hidden_dim: int,
-        *,
-        device: torch.device | str | None = None,
-        seed: int | None = None,
-    ) -> None:
+        self, capacity: int, state_dim: int, action_dim: int, hidden_dim: int, *,
+        device: torch.device | str | None = None, seed: int | None = None,
+    ) -> None:  # fmt: skip
         dims = (capacity, state_dim, action_dim, hidden_dim)
         self.capacity, self.state_dim, self.action_dim, self.hidden_dim = (
             check_count(k, v) for k, v in zip(_DIMS, dims, strict=True)
@@ -100,54 +92,32 @@ class BufferBase(ABC):
                                device=self.device, hidden=self.hidden_dim)  # fmt: skip
 
     def add(
-        self,
-        state: TensorLike,
-        action: TensorLike,
-        reward: float | TensorLike,
-        next_state: TensorLike,
-        done: bool | TensorLike,
-        hidden: TensorLike,
-    ) -> None:
+        self, state: TensorLike, action: TensorLike, reward: float | TensorLike,
+        next_state: TensorLike, done: bool | TensorLike, hidden: TensorLike,
+    ) -> None:  # fmt: skip
         """Adds a single experience: :meth:`add_multi` without the ``B`` axis."""
         self._write(self._core, 1, "", state, action, reward, next_state, done, hidden)
 
     def add_multi(
-        self,
-        states: TensorLike,
-        actions: TensorLike,
-        rewards: TensorLike,
-        next_states: TensorLike,
-        dones: TensorLike,
-        hiddens: TensorLike,
-        *,
+        self, states: TensorLike, actions: TensorLike, rewards: TensorLike,
+        next_states: TensorLike, dones: TensorLike, hiddens: TensorLike, *,
         truncated: TensorLike | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Adds ``B`` experiences, oldest first (singleton axes optional: ``(B, 1)`` rewards);
         ``truncated`` (rlstore): ``(B,)`` flags storing those ended episodes as truncations."""
         args = (states, actions, rewards, next_states, dones, hiddens)
         self._write(self._core, _count("states", states), "s", *args, truncated=truncated)
 
     def _write(self, core: _Core, b: int, s: str, *args: Any, truncated: Any = None) -> None:
-        """Check ``b`` experiences under velora's argument names (plural suffix ``s``), then
-        append them to ``core``."""
-        names = ("state", "action", "reward", "next_state", "done", "hidden")
-        dims = (
-            (self.state_dim,),
-            (self.action_dim,),
-            (),
-            (self.state_dim,),
-            (),
-            (self.hidden_dim,),
-        )
+        """Check ``b`` experiences under velora's names (plural suffix ``s``), then append."""
+        S, A, H = (self.state_dim,), (self.action_dim,), (self.hidden_dim,)
         obs, act, rew, nxt, done, hidden = (
             rows(k + s, x, b, d, flags=k == "done")
-            for k, x, d in zip(names, args, dims, strict=True)
+            for k, x, d in zip(_NAMES, args, (S, A, (), S, (), H), strict=True)
         )
-        trunc = (
-            np.zeros(b, bool)
-            if truncated is None
-            else rows("truncated", truncated, b, (), flags=True)
-        )
+        trunc = np.zeros(b, bool)
+        if truncated is not None:
+            trunc = rows("truncated", truncated, b, (), flags=True)
         write(core, (obs, act, rew, nxt, done & ~trunc, done & trunc), hidden=hidden)
 
     @abstractmethod
@@ -169,10 +139,10 @@ class BufferBase(ABC):
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """velora's ``Dict[str, Tensor]``: the stored items as CPU tensors, oldest first, under
-        the :class:`BatchExperience` names; an exact resume needs :meth:`checkpoint_state`."""
+        the :class:`BatchExperience` names (an exact resume needs :meth:`checkpoint_state`)."""
         d = self._core.gather(np.arange(len(self), dtype=np.int64))
-        cols = [d["obs"], d["action"], d["reward"][:, None], d["next_obs"],
-                d["terminated"][:, None].astype(np.float32), d["hidden"]]  # fmt: skip
+        cols = (d["obs"], d["action"], d["reward"][:, None], d["next_obs"],
+                d["terminated"][:, None].astype(np.float32), d["hidden"])  # fmt: skip
         return {
             k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in zip(_FIELDS, cols, strict=True)
         }
@@ -190,12 +160,10 @@ class BufferBase(ABC):
         if "core" in sd:
             return self._core.load_state_dict(sd["core"])
         if sorted(sd) != sorted(_FIELDS):
-            raise CheckpointError(
-                f"state_dict: expected keys {sorted(_FIELDS)} (or 'core'), got {sorted(sd)}"
-            )
+            raise CheckpointError(f"state_dict: expected keys {sorted(_FIELDS)} (or 'core'), "
+                                  f"got {sorted(sd)}")  # fmt: skip
         try:
-            n = _count("states", sd["states"])
-            if n > self.capacity:
+            if (n := _count("states", sd["states"])) > self.capacity:
                 raise SpecError(f"states: expected <= capacity={self.capacity} rows, got {n}")
             core = self._new_core()
             self._write(core, n, "s", *(sd[k] for k in _FIELDS))
@@ -208,15 +176,13 @@ class BufferBase(ABC):
         """An empty buffer from the ``config`` recorded by :meth:`save` (dims, device, seed)."""
         if missing := [k for k in _DIMS if k not in config]:
             raise CheckpointError(f"config: missing key {missing[0]!r}")
-        return cls(
-            *(config[k] for k in _DIMS), device=config.get("device"), seed=config.get("seed")
-        )
+        dims = (config[k] for k in _DIMS)
+        return cls(*dims, device=config.get("device"), seed=config.get("seed"))
 
     def save(self, dirpath: str | Path, prefix: str = "buffer_") -> None:
         """Saves ``<dirpath>/<prefix>state.safetensors`` and ``<prefix>metadata.json``."""
-        state, meta = self.checkpoint_state(), self.metadata()
-        save_state(dirpath, state, prefix=prefix, class_name=_CLASS_NAME, config=self._dims(),
-                   metadata=meta)  # fmt: skip
+        save_state(dirpath, self.checkpoint_state(), prefix=prefix, class_name=_CLASS_NAME,
+                   config=self._dims(), metadata=self.metadata())  # fmt: skip
 
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[str, Any]) -> BufferBase:
@@ -225,16 +191,15 @@ class BufferBase(ABC):
         file, or metadata that does not describe it."""
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
-        if "save_id" in metadata:
+        if "save_id" in metadata:  # the metadata file's contents
             state, record = load_verified(state_path, metadata), metadata
-            described = metadata.get("metadata", metadata)
-        else:
-            (state, record), described = load_state_file(state_path), metadata
+        else:  # the state file describes itself
+            state, record = load_state_file(state_path)
         if record.get("class") != _CLASS_NAME:
             raise CheckpointError(
                 f"{state_path}: expected a {_CLASS_NAME} checkpoint, got {record.get('class')!r}"
             )
-        config = dict(record.get("config") or {})
+        described, config = metadata.get("metadata", metadata), record.get("config") or {}
         for key in [k for k in _DIMS if k in described and described[k] != config.get(k)]:
             raise CheckpointError(
                 f"metadata.{key}: expected {config.get(key)!r} (state file), got {described[key]!r}"
