@@ -39,7 +39,7 @@ from rlstore.agents.ppo import PPOScheduler, RolloutState, ppo_update, sample_fr
 from rlstore.agents.ppo_checkpoint import checkpoint_path
 from rlstore.agents.ppo_config import ModelConfig
 from rlstore.agents.rollout import run_rollout
-from rlstore.agents.run import set_global_seeds  # the one every trainer seeds with
+from rlstore.agents.run import adam, set_global_seeds  # the ones every trainer uses
 from rlstore.compat.src_ppo_memory import (
     Memory,
     Minibatch,
@@ -72,7 +72,7 @@ class PPOAgent(ppo.PPOAgent):
         self, num_updates: int, initial_lr: float, end_lr: float, eps: float = 1e-5
     ) -> tuple[torch.optim.Optimizer, PPOScheduler]:
         """Adam over all parameters plus a :class:`PPOScheduler` decaying its rate linearly."""
-        optimizer = torch.optim.Adam(self.parameters(), lr=initial_lr, eps=eps)
+        optimizer = adam(self.parameters(), initial_lr, eps=eps)  # PPO's own (fused) Adam
         return optimizer, PPOScheduler(optimizer, initial_lr, end_lr, num_updates)
 
     def rollout(
