@@ -369,31 +369,33 @@ class SideStore:
         return (positions + self.base) % self.capacity
 
     def append(
-        self, keys: np.ndarray | list[int], values: Mapping[str, np.ndarray], min_live_key: int
+        self, keys: np.ndarray | Sequence[int], values: Mapping[str, np.ndarray], min_live_key: int
     ) -> None:
         """Add entries; any order of ``keys`` is accepted (kept sorted internally).
 
         Args:
-            keys: int64 ``(k,)`` (or a list of ints), distinct from the live keys.
+            keys: int64 ``(k,)`` (or a sequence of ints), distinct from the live keys.
             values: ``{name: (k, *shape)}`` for every spec.
             min_live_key: entries with smaller keys are dead and may be dropped.
         """
-        k = len(keys)
+        k, n = len(keys), self.n
         if k == 0:
             return
-        if self.n + k > self.capacity:
+        if n + k > self.capacity:
             self._compact(min_live_key, k)
-        n, cap = self.n, self.capacity
-        self.keys[n : n + k] = keys
-        at = (self.base + n) % cap
+            n = self.n
+        cap, at = self.capacity, self.base + n
+        at = at - cap if at >= cap else at  # the slot of the first new item
         where: Any = slice(at, at + k) if at + k <= cap else (at + np.arange(k)) % cap
         for name, arr in self.arrays.items():
             arr[where] = values[name]
+        stored = self.keys
+        if k == 1:
+            stored[n] = keys[0]
+        else:
+            stored[n : n + k] = keys
         self.n = n + k
-        unsorted = (n > 0 and keys[0] < self.keys[n - 1]) or (
-            k > 1 and bool((np.diff(keys) < 0).any())
-        )
-        if unsorted:
+        if (n and stored[n] < stored[n - 1]) or (k > 1 and bool((np.diff(keys) < 0).any())):
             start = int(np.searchsorted(self.keys[:n], np.min(keys)))
             order = np.argsort(self.keys[start : self.n], kind="stable") + start
             self.keys[start : self.n] = self.keys[order]
