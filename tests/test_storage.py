@@ -100,7 +100,61 @@ def test_side_store_matches_a_dict_model_through_compaction_and_growth() -> None
     back.load_state_dict(side.state_dict(), max_key=next_key, max_capacity=side.capacity)
     assert back.n == side.n and back.capacity == side.capacity
     np.testing.assert_array_equal(back.keys[: back.n], side.keys[: side.n])
-    np.testing.assert_array_equal(back.arrays["o"][: back.n], side.arrays["o"][: side.n])
+    saved = side.state_dict()["arrays"]["o"]  # in key order
+    np.testing.assert_array_equal(back.state_dict()["arrays"]["o"], saved)
+    np.testing.assert_array_equal(back.arrays["o"][back.lookup(back.keys[: back.n])[1]], saved)
+
+
+@pytest.mark.parametrize("window", [1, 7, 40])
+@pytest.mark.parametrize("hold_view", [False, True])
+def test_side_store_fifo_never_moves_a_stored_item(window: int, hold_view: bool) -> None:
+    """A FIFO of ``window`` live entries (one append per step, the oldest dying): every item
+    keeps its slot from its append until it dies (items are written once, never moved by a
+    compaction), the capacity stops growing, and lookups match a dict model through growth
+    with wrapped items (in place, or by copy while a view of the arrays is held)."""
+    rng = np.random.default_rng(window)
+    side = SideStore({"o": FieldSpec("o", (2,), np.float32)}, capacity=1)
+    model: dict[int, np.ndarray] = {}
+    slot_of: dict[int, int] = {}
+    held = []
+    for key in range(12 * window + 30):
+        vals = rng.standard_normal((1, 2)).astype(np.float32)
+        if hold_view:
+            held = [side.arrays["o"][:1]]  # growth must not move memory under it
+        side.append([key], {"o": vals}, key - window + 1)
+        model[key] = vals[0]
+        live = np.arange(max(key - window + 1, 0), key + 1, dtype=np.int64)
+        hit, pos = side.lookup(live)
+        assert hit.all()
+        np.testing.assert_array_equal(side.arrays["o"][pos], np.stack([model[q] for q in live]))
+        slot_of.setdefault(key, int(pos[-1]))
+        if not hold_view:  # (a copy on growth may move items)
+            assert [slot_of[q] for q in live.tolist()] == pos.tolist()
+        if key == 6 * window + 15:
+            cap = side.capacity
+    assert side.capacity == cap <= 4 * window // 3 + 8  # no growth in the steady state
+    del held
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_side_store_grows_with_items_wrapped_around_the_end(seed: int) -> None:
+    """Live windows that widen and shrink at random make the store grow while its items wrap
+    around the end of the arrays; lookups and the saved state still match a dict model."""
+    rng = np.random.default_rng(seed)
+    side = SideStore({"o": FieldSpec("o", (), np.int64)}, capacity=1)
+    key, lo = 0, 0
+    for _ in range(300):
+        k = int(rng.integers(1, 4))
+        keys = np.arange(key, key + k)
+        key += k
+        lo = max(lo, key - int(rng.integers(1, 60)))  # entries below lo are dead
+        side.append(keys, {"o": keys * 10}, lo)  # the item is its key * 10
+        live = np.arange(lo, key)
+        hit, pos = side.lookup(live)
+        assert hit.all()
+        np.testing.assert_array_equal(side.arrays["o"][pos], live * 10)
+        sd = side.state_dict()
+        np.testing.assert_array_equal(sd["arrays"]["o"], sd["keys"] * 10)
 
 
 def test_side_store_empty_lookup_and_bad_state() -> None:

@@ -375,9 +375,12 @@ class ReplayWriter(ReplayState):
         """Keep the pending ``next_obs`` of the columns ``cols`` (``...``: one env), whose next
         ``obs`` jumped, in ``disc`` under the keys of the newest stored row."""
         n, g = self.num_envs, st.rows_written - 1
-        prev = {f.spec.name: _from_bytes(p, f.spec, n)[cols]
+        prev = {f.spec.name: _from_bytes(p, f.spec, n)
                 for f, p in zip(plan.obs, pend, strict=True)}  # fmt: skip
-        keys = [g] if cols is ... else g * n + cols
+        if cols is ...:
+            keys: Any = (g,)
+        else:
+            keys, prev = g * n + cols, {k: v[cols] for k, v in prev.items()}
         self._keep(self._disc, keys, prev, self._min_live_key(st))
 
     def _write_block(
@@ -476,7 +479,8 @@ def _differ(a: np.ndarray, b: np.ndarray, lead: Any) -> np.ndarray:
 
 
 def _from_bytes(b: bytes, spec: FieldSpec, n: int) -> np.ndarray:
-    return np.frombuffer(b, dtype=spec.dtype).reshape(n, *spec.shape)
+    """The read-only array ``(n, *spec.shape)`` over the bytes ``b`` (no copy)."""
+    return np.ndarray((n, *spec.shape), spec.dtype, b)
 
 
 def _shape(name: str, value: Any) -> tuple[int, ...]:

@@ -143,9 +143,9 @@ class FrameRing:
         kernels()[2](np.where(put, -1, g), env, self.n, self.store.flat["kind"], keys, src)
         out = self.store.flat["frame"][np.maximum(src, 0)]  # one copy of every frame
         if (src < 0).any():
-            older = self.side.arrays["older"].reshape(-1, out.shape[-1])
             out[src == -1] = 0
-            out[src < -1] = older[-2 - src[src < -1]]
+            pos, q = np.divmod(-2 - src[src < -1], self.depth - 1)  # entry, older frame
+            out[src < -1] = self.side.arrays["older"][self.side.slots(pos), q]
         if put.any():
             out[put] = self.next[env[put]]
         return out

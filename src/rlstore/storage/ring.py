@@ -333,12 +333,16 @@ def _checked_array(where: str, value: Any, shape: tuple[int, ...], dtype: np.dty
 class SideStore:
     """Compact keyed store for the few observations that cannot live in the ring.
 
-    Entries are ``(key, item per field)`` with int64 keys kept sorted (keys are global transition
-    numbers ``row * num_envs + env``, which only grow), so lookups are one ``searchsorted``.
-    Entries whose key fell behind the oldest live key are dropped lazily: only when an append
-    needs room, live entries are moved to the front, and the arrays grow by half when less than
-    a quarter of them would be free (so that moving the live entries is amortized over many
-    appends).
+    Entries are ``(key, item per field)`` with int64 keys kept sorted in ``keys[:n]`` (keys are
+    global transition numbers ``row * num_envs + env``, which only grow), so lookups are one
+    ``searchsorted``. Items sit in a circle: the item of ``keys[i]`` is in slot
+    ``(base + i) % capacity`` of ``arrays`` (:meth:`lookup` returns slots). Entries whose key
+    fell behind the oldest live key are dropped lazily, only when an append needs room: their
+    keys are shifted out (8 bytes each) and ``base`` moves past their items: an item is
+    written once, and moves only if the arrays grow while it wraps around their end (a buffer
+    of independent transitions keeps one ``next_obs`` per transition here). The arrays grow in
+    place by half when less than a quarter of them would be free (``ndarray.resize``: the
+    allocator extends or remaps a large block without copying it).
 
     Args:
         specs: ``{name: FieldSpec}`` of the stored items.
@@ -351,7 +355,7 @@ class SideStore:
         self._alloc(max(int(capacity), 1))
 
     def _alloc(self, capacity: int) -> None:
-        self.capacity = capacity
+        self.capacity, self.base = capacity, 0
         self.keys = np.zeros(capacity, dtype=np.int64)
         self.arrays = {k: np.zeros((capacity, *s.shape), s.dtype) for k, s in self.specs.items()}
 
@@ -360,67 +364,92 @@ class SideStore:
         """Bytes allocated (keys and items, whole capacity)."""
         return self.keys.nbytes + sum(a.nbytes for a in self.arrays.values())
 
+    def slots(self, positions: np.ndarray) -> np.ndarray:
+        """Slots in ``arrays`` of the items of ``keys[positions]``."""
+        return (positions + self.base) % self.capacity
+
     def append(
-        self, keys: np.ndarray | list[int], values: Mapping[str, np.ndarray], min_live_key: int
+        self, keys: np.ndarray | Sequence[int], values: Mapping[str, np.ndarray], min_live_key: int
     ) -> None:
         """Add entries; any order of ``keys`` is accepted (kept sorted internally).
 
         Args:
-            keys: int64 ``(k,)`` (or a list of ints), distinct from the live keys.
+            keys: int64 ``(k,)`` (or a sequence of ints), distinct from the live keys.
             values: ``{name: (k, *shape)}`` for every spec.
             min_live_key: entries with smaller keys are dead and may be dropped.
         """
-        k = len(keys)
+        k, n = len(keys), self.n
         if k == 0:
             return
-        if self.n + k > self.capacity:
+        if n + k > self.capacity:
             self._compact(min_live_key, k)
-        n = self.n
-        self.keys[n : n + k] = keys
+            n = self.n
+        cap, at = self.capacity, self.base + n
+        at = at - cap if at >= cap else at  # the slot of the first new item
+        where: Any = slice(at, at + k) if at + k <= cap else (at + np.arange(k)) % cap
         for name, arr in self.arrays.items():
-            arr[n : n + k] = values[name]
+            arr[where] = values[name]
+        stored = self.keys
+        if k == 1:
+            stored[n] = keys[0]
+        else:
+            stored[n : n + k] = keys
         self.n = n + k
-        unsorted = (n > 0 and keys[0] < self.keys[n - 1]) or (
-            k > 1 and bool((np.diff(keys) < 0).any())
-        )
-        if unsorted:
+        if (n and stored[n] < stored[n - 1]) or (k > 1 and bool((np.diff(keys) < 0).any())):
             start = int(np.searchsorted(self.keys[:n], np.min(keys)))
             order = np.argsort(self.keys[start : self.n], kind="stable") + start
             self.keys[start : self.n] = self.keys[order]
+            dst, src = self.slots(np.arange(start, self.n)), self.slots(order)
             for arr in self.arrays.values():
-                arr[start : self.n] = arr[order]
+                arr[dst] = arr[src]
 
     def _compact(self, min_live_key: int, extra: int) -> None:
-        first = int(np.searchsorted(self.keys[: self.n], min_live_key))
-        live = self.n - first
+        """Drop the dead entries (their keys; their slots become free), then grow unless a
+        quarter of the capacity is free after ``extra`` more entries, so that compactions are
+        rare (amortized O(1) key moves per append)."""
+        n, cap = self.n, self.capacity
+        first = int(np.searchsorted(self.keys[:n], min_live_key))
         if first:
-            self.keys[:live] = self.keys[first : self.n]
-            for arr in self.arrays.values():
-                arr[:live] = arr[first : self.n]
-            self.n = live
-        if 4 * (live + extra) > 3 * self.capacity:  # grow unless a quarter is free: each
-            # compaction then frees room for many appends (amortized O(1), not O(live) each)
-            old_keys, old_arrays = self.keys, self.arrays
-            self._alloc(max(self.capacity + self.capacity // 2 + 1, live + extra))
-            self.keys[:live] = old_keys[:live]
-            for name, arr in self.arrays.items():
-                arr[:live] = old_arrays[name][:live]
+            self.keys[: n - first] = self.keys[first:n]
+            self.n, self.base = n - first, (self.base + first) % cap
+        if 4 * (self.n + extra) > 3 * cap:
+            self._grow(max(cap + cap // 2 + 1, self.n + extra))
+
+    def _grow(self, capacity: int) -> None:
+        """Enlarge every array to ``capacity`` entries in place; items that wrapped around the
+        old end move to keep the circle (the shorter of its two arcs moves)."""
+        old, base = self.capacity, self.base
+        _grow_rows(self.__dict__, "keys", capacity)  # (its only reference: resized in place)
+        for name in self.arrays:
+            _grow_rows(self.arrays, name, capacity)
+        wrapped, upper = base + self.n - old, old - base  # items in slots [0, wrapped)
+        if wrapped > 0:
+            if wrapped <= min(upper, capacity - old):  # after the old end
+                for arr in self.arrays.values():
+                    arr[old : old + wrapped] = arr[:wrapped]
+            else:  # the upper arc to the new end
+                for arr in self.arrays.values():
+                    arr[capacity - upper :] = arr[base:old]
+                self.base = capacity - upper
+        self.capacity = capacity
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Find ``keys``: returns ``(hit bool (k,), position int64 (k,))``; ``position`` is
-        only meaningful where ``hit``."""
+        """Find ``keys``: returns ``(hit bool (k,), slot int64 (k,))``, the slot in ``arrays``
+        of each key's item; ``slot`` is only meaningful where ``hit``."""
         n = self.n
         if n == 0:
             return np.zeros(len(keys), dtype=bool), np.zeros(len(keys), dtype=np.int64)
         pos = np.searchsorted(self.keys[:n], keys)
         np.minimum(pos, n - 1, out=pos)
-        return self.keys[pos] == keys, pos
+        return self.keys[pos] == keys, self.slots(pos)
 
     def state_dict(self) -> dict[str, Any]:
-        """``keys`` and ``arrays`` of the ``n`` stored entries plus JSON-able ``capacity``."""
+        """``keys`` and ``arrays`` of the ``n`` stored entries (in key order) plus JSON-able
+        ``capacity``."""
+        slots = self.slots(np.arange(self.n))
         return {
             "keys": self.keys[: self.n].copy(),
-            "arrays": {k: a[: self.n].copy() for k, a in self.arrays.items()},
+            "arrays": {k: a.take(slots, axis=0) for k, a in self.arrays.items()},
             "capacity": self.capacity,
         }
 
@@ -468,3 +497,15 @@ class SideStore:
         for k, arr in self.arrays.items():
             arr[:n] = checked[k]
         self.n = n
+
+
+def _grow_rows(owner: dict[str, Any], name: str, rows: int) -> None:
+    """Enlarge the array ``owner[name]`` to ``rows`` rows, new rows zero: in place when
+    nothing else references it (the allocator extends or remaps a large block, no copy),
+    else as a copy."""
+    try:
+        owner[name].resize((rows, *owner[name].shape[1:]), refcheck=True)
+    except ValueError:  # a view of it is alive elsewhere: it must not move under it
+        old = owner[name]
+        owner[name] = np.zeros((rows, *old.shape[1:]), old.dtype)
+        owner[name][: len(old)] = old
