@@ -37,13 +37,15 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
 import numpy as np
+import torch
 
 from rlstore._checks import check_count
-from rlstore._trees import flag_array, real_array
+from rlstore._trees import cast_lossless, flag_array, real_array
 from rlstore.buffers.demo_store import Demo, DemoStore
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 
@@ -88,21 +90,38 @@ class MixedStep(NamedTuple):
 
 
 def _assign_rows(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[j] = src[j]`` for every row ``j`` (numpy's per-row broadcasting and casting)."""
-    if dst.shape[1:] == src.shape[1:]:
-        dst[...] = src
+    """``dst[j] = src[j]`` for every row ``j``, each row broadcast to ``dst``'s (the caller
+    checked the rows with :func:`_check_replayable`: they broadcast and cast losslessly)."""
+    dst[...] = src.reshape(src.shape[:1] + (1,) * (dst.ndim - src.ndim) + src.shape[1:])
+
+
+def _check_replayable(name: str, arr: np.ndarray, row: tuple[int, ...], dtype: np.dtype) -> None:
+    """Raise a :class:`SpecError` naming ``name`` unless every row of ``arr`` broadcasts to
+    ``row`` and its values convert to ``dtype`` losslessly (:func:`~rlstore._trees.
+    cast_lossless`'s rules: no 0.5 into an int, 300 into a uint8, 1e300 into a float32)."""
+    try:
+        fits = np.broadcast_shapes(arr.shape[1:], row) == row
+    except ValueError:
+        fits = False
+    if not fits:
+        raise SpecError(f"{name}: expected rows that broadcast to {row}, got {arr.shape[1:]}")
+    if arr.dtype == dtype or np.can_cast(arr.dtype, dtype, "safe"):
         return
-    for j in range(src.shape[0]):
-        dst[j] = src[j]
+    if arr.dtype.kind == "u" and arr.dtype.itemsize > 1:  # torch lacks min/max of wide uints
+        if arr.size and arr.max() > np.iinfo(np.int64).max:
+            raise SpecError(f"{name}: expected values of dtype {dtype}, got {arr.max()}")
+        arr = arr.astype(np.int64)
+    cast_lossless(name, torch.tensor(arr), torch.from_numpy(np.empty(0, dtype)).dtype)
 
 
 class _DemoBank:
     """Flat copies of the demos being replayed, in one env layout.
 
     A banked demo of length ``L`` occupies rows ``offsets[id(demo)] .. + L - 1`` of ``obs``
-    ``(rows, *frame_shape)``, ``act`` ``(rows, *action_shape)`` (both in the env's dtypes, cast
-    as a per-row assignment would) and ``rew`` ``(rows,)`` float32. The bank keeps a reference
-    to every banked demo, so ``id`` keys stay unique. When it is full, :meth:`rebuild` keeps
+    ``(rows, *frame_shape)``, ``act`` ``(rows, *action_shape)`` (both in the env's dtypes, to
+    which :meth:`DemoMixer._check_demos` checked they convert losslessly) and ``rew``
+    ``(rows,)`` float32. The bank keeps a reference to every banked demo, so ``id`` keys stay
+    unique. When it is full, :meth:`rebuild` keeps
     only the demos still replayed and doubles the room (amortized O(1) copies per row).
     """
 
@@ -264,6 +283,7 @@ class DemoMixer:
         round trip; the replaying slots bank their demos again at the next step."""
         state = self.__dict__.copy()
         state["_bank"], state["_off"] = None, np.full_like(self._off, -1)
+        state["_seen"] = state["_layout"] = state["_checked"] = None  # weak references
         return state
 
     def reset_tracking(self) -> None:
@@ -280,7 +300,9 @@ class DemoMixer:
         self._t = 0  # global index of the next step
         self._ep_start = np.zeros(n, dtype=np.int64)  # _NEVER while replaying
         self._ep_max = np.full(n, -np.inf)
-        self._checked_upto = -1
+        self._seen: tuple[Any, ...] | None = None  # what _check_demos last passed
+        self._layout: tuple[Any, ...] | None = None
+        self._checked: weakref.WeakSet[Demo] = weakref.WeakSet()  # demos fitting _layout
 
     _SLOT_ARRAYS = ("_replaying", "_kind", "_pos", "_len", "_rmax", "_ep_start", "_ep_max")
 
@@ -374,7 +396,7 @@ class DemoMixer:
         """
         if self._obs is None:
             raise EmptyBufferError("begin_episode: call reset(obs) first")
-        self._check_demo_shapes()
+        self._check_demos(self._obs.dtype, self._layout[2] if self._layout else None)
         obs, code = self._begin(i, self._obs[i], after_demo=True, next_t=self._t)
         self._obs[i] = obs
         return self._obs[i].copy(), code
@@ -383,17 +405,31 @@ class DemoMixer:
         obs, act, rew = self._hist.column(i, int(self._ep_start[i]))
         self.store.offer_episode(obs, act, rew, float(self._ep_max[i]))
 
-    def _check_demo_shapes(self) -> None:
-        if self._obs is None or self._checked_upto == self.store._next_id:
+    def _check_demos(self, obs_dtype: np.dtype, act: tuple[Any, ...] | None) -> None:
+        """Raise before anything changes unless every demo a slot may replay (the store's and
+        those being replayed) fits the env: frames shaped like its own, observations and
+        actions (``act = (row shape, dtype)``, None: not known yet) that convert to its dtypes
+        losslessly. A demo is checked once per env layout."""
+        frame = self._frames(cast(np.ndarray, self._obs))[0].shape  # callers checked reset
+        layout, store = (frame, obs_dtype, act), self.store
+        seen = (layout, store._next_id, id(store.reward_demos), id(store.value_demos))
+        if seen == self._seen:
             return
-        frame = self._frames(self._obs)[0].shape
-        for d in (*self.store.reward_demos, *self.store.value_demos):
+        checked = self._checked if layout == self._layout else weakref.WeakSet()
+        for d in (*store.reward_demos, *store.value_demos, *self._demos):
+            if d is None or d in checked:
+                continue
             if d.observations.shape[1:] != frame:
                 raise SpecError(
                     f"demo {d.demo_id}: expected frames shaped {frame} like the env's "
                     f"(frame_stack={self.frame_stack}), got {d.observations.shape[1:]}"
                 )
-        self._checked_upto = self.store._next_id
+            where = f" (demo {d.demo_id})"
+            _check_replayable(f"demo.observations{where}", d.observations, frame, obs_dtype)
+            if act is not None:
+                _check_replayable(f"demo.actions{where}", d.actions, *act)
+            checked.add(d)
+        self._seen, self._layout, self._checked = seen, layout, checked
 
     def _bank_replays(self, rep: np.ndarray, action: np.ndarray, next_obs: np.ndarray) -> None:
         """Give every replaying slot ``rep`` a bank offset (banking its demo if needed)."""
@@ -464,8 +500,9 @@ class DemoMixer:
                 slots): tracks each episode's MaxValue.
 
         Raises:
-            SpecError: bad shapes, or stored demos whose frames do not match the env's
-                (checked before anything changes).
+            SpecError: bad shapes, or demos whose frames do not match the env's or whose
+                observations / actions the env's dtypes cannot hold losslessly (a demo action
+                0.5 into int actions: ``demo.actions``), checked before anything changes.
         """
         if self._obs is None:
             raise EmptyBufferError("step: call reset(obs) first")
@@ -483,7 +520,7 @@ class DemoMixer:
             raise SpecError(f"value: expected shape ({n},), got {vals.shape}")
         if self.track_episodes:
             self._hist.check(action)
-        self._check_demo_shapes()
+        self._check_demos(next_obs.dtype, (action.shape[1:], action.dtype))
         obs, act, rew, nxt = self._obs.copy(), action.copy(), reward.copy(), next_obs.copy()
         replay = self._replaying.copy()
         rep = replay.nonzero()[0]
