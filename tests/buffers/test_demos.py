@@ -264,10 +264,9 @@ def test_single_demo_files(tmp_path):
     assert back.rewards.tolist() == [0.0, 1.0, 0.0] and back.max_value == 2.5
 
 
-def test_generic_checkpoint_save_load_once_registered(tmp_path):
+def test_generic_checkpoint_save_load_by_default(tmp_path):
     from rlstore import checkpoint
 
-    checkpoint.register_checkpointable("DemoStore", DemoStore)
     store = DemoStore(capacity=3, rho=0.2, phi=0.1, seed=0)
     store.add_initial(demo([1.0, 0.0]))
     checkpoint.save(store, tmp_path)
