@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlstore.buffers import demo_mixer
+from rlstore.buffers import _demo_rows
 from rlstore.buffers.demo_mixer import ENV, REWARD_DEMO, VALUE_DEMO, DemoMixer, MixedStep
 from rlstore.buffers.demos import Demo, DemoStore
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
@@ -479,13 +479,13 @@ def test_batched_mixer_matches_the_per_slot_reference(sc):
 def test_batched_mixer_matches_the_reference_on_long_replay_heavy_runs(frame_stack, monkeypatch):
     """Many demo starts: the demo bank must rebuild, the history must grow and slide."""
     calls = {"rebuild": 0}
-    rebuild = demo_mixer._DemoBank.rebuild
+    rebuild = _demo_rows.DemoBank.rebuild
 
     def counting_rebuild(self, demos):
         calls["rebuild"] += 1
         rebuild(self, demos)
 
-    monkeypatch.setattr(demo_mixer._DemoBank, "rebuild", counting_rebuild)
+    monkeypatch.setattr(_demo_rows.DemoBank, "rebuild", counting_rebuild)
     sc = Scenario(seed=3, num_envs=8, frame_stack=frame_stack, track_episodes=True,
                   with_value=True, with_reset_env=True, rho=0.3, phi=0.3, done_p=0.08,
                   act_shape=(1,), begin_p=0.2)  # fmt: skip

@@ -12,9 +12,9 @@ Hot path (one :meth:`DemoMixer.step` per vector-env step) is batched over slots:
 
 * replay state is kept in ``(N,)`` arrays (position, length, row offset, running MaxValue);
   the demos being replayed are copied once into flat arrays in the env's layout
-  (:class:`_DemoBank`), so the demo rows of all replaying slots are gathered with one fancy
+  (:class:`DemoBank`), so the demo rows of all replaying slots are gathered with one fancy
   index per field;
-* the real steps are appended to preallocated ``(H, N, ...)`` arrays (:class:`_StepHistory`)
+* the real steps are appended to preallocated ``(H, N, ...)`` arrays (:class:`StepHistory`)
   that reach back to the oldest open env episode; an ending episode is one column slice.
 
 Python work per step is per *ending* slot (drawing the next source, offering the episode),
@@ -42,10 +42,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
 import numpy as np
-import torch
 
 from rlstore._checks import check_count
-from rlstore._trees import cast_lossless, flag_array, real_array
+from rlstore._trees import flag_array, real_array
+from rlstore.buffers._demo_rows import DemoBank, StepHistory, check_replayable
 from rlstore.buffers.demo_store import Demo, DemoStore
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 
@@ -89,152 +89,6 @@ class MixedStep(NamedTuple):
     new_episode: np.ndarray
 
 
-def _assign_rows(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[j] = src[j]`` for every row ``j``, each row broadcast to ``dst``'s (the caller
-    checked the rows with :func:`_check_replayable`: they broadcast and cast losslessly)."""
-    dst[...] = src.reshape(src.shape[:1] + (1,) * (dst.ndim - src.ndim) + src.shape[1:])
-
-
-def _check_replayable(name: str, arr: np.ndarray, row: tuple[int, ...], dtype: np.dtype) -> None:
-    """Raise a :class:`SpecError` naming ``name`` unless every row of ``arr`` broadcasts to
-    ``row`` and its values convert to ``dtype`` losslessly (:func:`~rlstore._trees.
-    cast_lossless`'s rules: no 0.5 into an int, 300 into a uint8, 1e300 into a float32)."""
-    try:
-        fits = np.broadcast_shapes(arr.shape[1:], row) == row
-    except ValueError:
-        fits = False
-    if not fits:
-        raise SpecError(f"{name}: expected rows that broadcast to {row}, got {arr.shape[1:]}")
-    if arr.dtype == dtype or np.can_cast(arr.dtype, dtype, "safe"):
-        return
-    if arr.dtype.kind == "u" and arr.dtype.itemsize > 1:  # torch lacks min/max of wide uints
-        if arr.size and arr.max() > np.iinfo(np.int64).max:
-            raise SpecError(f"{name}: expected values of dtype {dtype}, got {arr.max()}")
-        arr = arr.astype(np.int64)
-    cast_lossless(name, torch.tensor(arr), torch.from_numpy(np.empty(0, dtype)).dtype)
-
-
-class _DemoBank:
-    """Flat copies of the demos being replayed, in one env layout.
-
-    A banked demo of length ``L`` occupies rows ``offsets[id(demo)] .. + L - 1`` of ``obs``
-    ``(rows, *frame_shape)``, ``act`` ``(rows, *action_shape)`` (both in the env's dtypes, to
-    which :meth:`DemoMixer._check_demos` checked they convert losslessly) and ``rew``
-    ``(rows,)`` float32. The bank keeps a reference to every banked demo, so ``id`` keys stay
-    unique. When it is full, :meth:`rebuild` keeps
-    only the demos still replayed and doubles the room (amortized O(1) copies per row).
-    """
-
-    def __init__(
-        self, key: tuple[Any, ...], frame_shape: tuple[int, ...], act_shape: tuple[int, ...]
-    ) -> None:
-        self.key = key  # (next_obs shape, next_obs dtype, action shape, action dtype)
-        obs_dtype, act_dtype = key[1], key[3]
-        self.obs = np.empty((0, *frame_shape), obs_dtype)
-        self.act = np.empty((0, *act_shape), act_dtype)
-        self.rew = np.empty(0, np.float32)
-        self.rows = 0
-        self.offsets: dict[int, int] = {}
-        self._demos: dict[int, Demo] = {}
-
-    def extend(self, demos: list[Demo]) -> None:
-        """Append ``demos`` (not banked yet); the caller checked the room."""
-        for d in demos:
-            at, L = self.rows, d.length
-            _assign_rows(self.obs[at : at + L], d.observations)
-            _assign_rows(self.act[at : at + L], d.actions)
-            self.rew[at : at + L] = d.rewards
-            self.offsets[id(d)], self._demos[id(d)] = at, d
-            self.rows += L
-
-    def rebuild(self, demos: list[Demo]) -> None:
-        """Keep exactly ``demos`` (distinct), with room for as many rows again."""
-        need = sum(d.length for d in demos)
-        cap = max(64, 2 * need)
-        self.obs = np.empty((cap, *self.obs.shape[1:]), self.obs.dtype)
-        self.act = np.empty((cap, *self.act.shape[1:]), self.act.dtype)
-        self.rew = np.empty(cap, np.float32)
-        self.rows, self.offsets, self._demos = 0, {}, {}
-        self.extend(demos)
-
-
-class _StepHistory:
-    """The real steps ``(frames, action, reward)`` of global steps ``base .. base + len - 1``.
-
-    Rows are ``(N, ...)`` each, stored in preallocated ``(capacity, N, ...)`` arrays that grow by
-    doubling; :meth:`trim` drops rows from the front. The row layout (shapes) is fixed while
-    rows are held; dtypes are promoted when a step brings a wider one.
-    """
-
-    def __init__(self) -> None:
-        self.base = 0  # global step index of the first held row
-        self._start = self._count = 0
-        self._arrays: list[np.ndarray] = []
-
-    def __len__(self) -> int:
-        return self._count
-
-    def check(self, action: np.ndarray) -> None:
-        """Raise before anything changes if ``action``'s rows do not fit the held rows."""
-        if self._count and action.shape[1:] != self._arrays[1].shape[2:]:
-            raise SpecError(
-                f"action: expected rows shaped {self._arrays[1].shape[2:]} like the earlier "
-                f"steps of the open episodes, got {action.shape[1:]}"
-            )
-
-    def append(self, *rows: np.ndarray) -> None:
-        """Append one step's ``(N, ...)`` arrays (copied)."""
-        if not self._count and (
-            not self._arrays
-            or any(a.shape[1:] != r.shape for a, r in zip(self._arrays, rows, strict=True))
-        ):
-            self._arrays = [np.empty((16, *r.shape), r.dtype) for r in rows]
-            self._start = 0
-        for k, r in enumerate(rows):
-            a = self._arrays[k]
-            if r.dtype != a.dtype and not np.can_cast(r.dtype, a.dtype, casting="safe"):
-                self._arrays[k] = a.astype(np.result_type(a, r))
-        cap = self._arrays[0].shape[0]
-        if self._start + self._count == cap:
-            s, n = self._start, self._count
-            if n > cap // 2:  # grow
-                grown = (np.concatenate([a[s : s + n], np.empty_like(a)]) for a in self._arrays)
-                self._arrays = list(grown)
-            else:  # slide the held rows to the front
-                for a in self._arrays:
-                    a[:n] = a[s : s + n]
-            self._start = 0
-        at = self._start + self._count
-        for a, r in zip(self._arrays, rows, strict=True):
-            a[at] = r
-        self._count += 1
-
-    def column(self, i: int, start: int) -> tuple[np.ndarray, ...]:
-        """Copies of env ``i``'s rows from global step ``start`` to the newest row."""
-        s, e = self._start + start - self.base, self._start + self._count
-        return tuple(a[s:e, i].copy() for a in self._arrays)
-
-    def state(self) -> dict[str, Any]:
-        """The held rows (copies) and ``base``, for :meth:`DemoMixer.state_dict`."""
-        s, e = self._start, self._start + self._count
-        return {
-            "base": self.base,
-            "rows": {str(k): a[s:e].copy() for k, a in enumerate(self._arrays)},
-        }
-
-    def load(self, sd: dict[str, Any]) -> None:
-        """Inverse of :meth:`state` (checked by the caller)."""
-        rows = [np.array(sd["rows"][str(k)]) for k in range(len(sd["rows"]))]
-        self.base, self._start, self._count = int(sd["base"]), 0, len(rows[0]) if rows else 0
-        self._arrays = [np.concatenate([r, np.empty_like(r)]) for r in rows] if self._count else []
-
-    def trim(self, keep_from: int) -> None:
-        """Drop the rows of global steps before ``keep_from``."""
-        drop = min(max(0, keep_from - self.base), self._count)
-        self._start, self._count = self._start + drop, self._count - drop
-        self.base = max(self.base, keep_from)
-
-
 class DemoMixer:
     """Per-slot PPO+D replay: new episodes of a vector env become demo replays.
 
@@ -273,7 +127,7 @@ class DemoMixer:
         self.store, self.num_envs, self.reset_env = store, int(num_envs), reset_env
         self.frame_stack, self.track_episodes = int(frame_stack), track_episodes
         self._obs: np.ndarray | None = None
-        self._bank: _DemoBank | None = None
+        self._bank: DemoBank | None = None
         self._no_value = np.full(self.num_envs, -np.inf)  # read-only template
         self._no_start = np.full(self.num_envs, -1, dtype=np.int8)  # copied each step
         self.reset_tracking()
@@ -296,7 +150,7 @@ class DemoMixer:
         self._len = np.zeros(n, dtype=np.int64)
         self._off = np.full(n, -1, dtype=np.int64)  # bank row of the demo's step 0 (-1: none)
         self._rmax = np.full(n, -np.inf)  # running max of V over the replay
-        self._hist = _StepHistory()
+        self._hist = StepHistory()
         self._t = 0  # global index of the next step
         self._ep_start = np.zeros(n, dtype=np.int64)  # _NEVER while replaying
         self._ep_max = np.full(n, -np.inf)
@@ -425,9 +279,9 @@ class DemoMixer:
                     f"(frame_stack={self.frame_stack}), got {d.observations.shape[1:]}"
                 )
             where = f" (demo {d.demo_id})"
-            _check_replayable(f"demo.observations{where}", d.observations, frame, obs_dtype)
+            check_replayable(f"demo.observations{where}", d.observations, frame, obs_dtype)
             if act is not None:
-                _check_replayable(f"demo.actions{where}", d.actions, *act)
+                check_replayable(f"demo.actions{where}", d.actions, *act)
             checked.add(d)
         self._seen, self._layout, self._checked = seen, layout, checked
 
@@ -436,7 +290,7 @@ class DemoMixer:
         key = (next_obs.shape, next_obs.dtype, action.shape, action.dtype)
         if self._bank is None or self._bank.key != key:  # first replay, or the env layout changed
             frame_shape = self._frames(next_obs).shape[1:]
-            self._bank = _DemoBank(key, frame_shape, action.shape[1:])
+            self._bank = DemoBank(key, frame_shape, action.shape[1:])
             self._off[:] = -1
         bank = self._bank
         new = rep[self._off[rep] < 0]
@@ -462,7 +316,7 @@ class DemoMixer:
         ``arrays = (obs, act, rew, term, trunc, nxt)`` and advance the replays; returns the
         slots whose demo ended (their ``nxt`` rows are left for the caller)."""
         obs, act, rew, term, trunc, nxt = arrays
-        bank = cast(_DemoBank, self._bank)  # set by _bank_replays
+        bank = cast(DemoBank, self._bank)  # set by _bank_replays
         pos = self._pos[rep]
         rows = self._off[rep] + pos
         act[rep], rew[rep] = bank.act[rows], bank.rew[rows]
