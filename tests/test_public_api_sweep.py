@@ -416,15 +416,9 @@ def test_ppo_buffer_finish_path_refuses_lossy_last_val(last_val: Any) -> None:
 
 
 @pytest.mark.parametrize("config", [{"capacity": 5, "evil": 1}, [1], {"capacity": "5"}])
-def test_demo_store_load_refuses_configs_that_do_not_fit(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, config: Any
-) -> None:
-    from rlstore.buffers import demo_store  # the module DemoStore.load reads the sidecar from
+def test_demo_store_load_refuses_configs_that_do_not_fit(config: Any) -> None:
+    from rlstore import checkpoint  # the one load path (DemoStore is registered)
 
-    _store().save(tmp_path)
-    real = demo_store.read_metadata
-    monkeypatch.setattr(
-        demo_store, "read_metadata", lambda *a, **kw: {**real(*a, **kw), "config": config}
-    )
+    record = {"class": "DemoStore", "config": config}
     with pytest.raises(CheckpointError, match="config"):
-        DemoStore.load(tmp_path)
+        checkpoint.build_from_record(record, _store().state_dict())

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlstore.buffers import demo_mixer
+from rlstore.buffers import _demo_rows
 from rlstore.buffers.demo_mixer import ENV, REWARD_DEMO, VALUE_DEMO, DemoMixer, MixedStep
 from rlstore.buffers.demos import Demo, DemoStore
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
@@ -479,13 +479,13 @@ def test_batched_mixer_matches_the_per_slot_reference(sc):
 def test_batched_mixer_matches_the_reference_on_long_replay_heavy_runs(frame_stack, monkeypatch):
     """Many demo starts: the demo bank must rebuild, the history must grow and slide."""
     calls = {"rebuild": 0}
-    rebuild = demo_mixer._DemoBank.rebuild
+    rebuild = _demo_rows.DemoBank.rebuild
 
     def counting_rebuild(self, demos):
         calls["rebuild"] += 1
         rebuild(self, demos)
 
-    monkeypatch.setattr(demo_mixer._DemoBank, "rebuild", counting_rebuild)
+    monkeypatch.setattr(_demo_rows.DemoBank, "rebuild", counting_rebuild)
     sc = Scenario(seed=3, num_envs=8, frame_stack=frame_stack, track_episodes=True,
                   with_value=True, with_reset_env=True, rho=0.3, phi=0.3, done_p=0.08,
                   act_shape=(1,), begin_p=0.2)  # fmt: skip
@@ -559,3 +559,78 @@ def test_state_dict_round_trip_continues_identically() -> None:
     bad["pos"] = bad["pos"][:2]
     with pytest.raises(CheckpointError, match="DemoMixer state"):
         build().load_state_dict(bad)
+
+
+# ---------------------------------------------------------------------- demos into env dtypes
+def _state(mixer: DemoMixer) -> dict:
+    bank = mixer._bank
+    held = None if bank is None else (bank.obs.copy(), bank.act.copy(), bank.rows, {**bank.offsets})
+    return {"mixer": mixer.state_dict(), "store": mixer.store.state_dict(), "bank": held}
+
+
+def _dtype_case(obs, act, env_obs_dtype, env_act_dtype, *, when: str):
+    """A 2-slot mixer (rho = 1) whose one demo has ``obs (3, 2)`` and ``act (3, ...)``; the
+    demo is in the store from the start, or added after a step (``when="later"``)."""
+    store = DemoStore(capacity=4, rho=1.0, phi=0.0, seed=0)
+    good = Demo(np.zeros((3, 2)), np.zeros(3), np.zeros(3, np.float32))
+    bad = Demo(np.asarray(obs), np.asarray(act), np.array([0.0, 0.0, 1.0], np.float32))
+    store.add_initial(bad if when == "first" else good)
+    mixer = DemoMixer(store, 2)
+    mixer.reset(np.zeros((2, 2), env_obs_dtype))
+    no, done = np.zeros(2, bool), np.array([True, False])
+    step = (np.zeros(2, env_act_dtype), np.zeros(2), done, no, np.ones((2, 2), env_obs_dtype))
+    if when == "later":  # slot 0 replays the good demo (banked), then the bad one arrives
+        mixer.step(*step)
+        mixer.step(*step)
+        assert mixer._bank is not None
+        store.add_bonus(bad)
+    return mixer, step
+
+
+LOSSY = [  # (demo obs, demo actions, env obs dtype, env action dtype, field)
+    (np.zeros((3, 2)), [0.0, 0.5, 1.0], np.float32, np.int64, "demo.actions"),
+    (np.full((3, 2), 300), [0, 1, 2], np.uint8, np.int64, "demo.observations"),
+    (np.full((3, 2), -1.0), [0, 1, 2], np.uint8, np.int64, "demo.observations"),
+    (np.full((3, 2), 1e300), [0, 1, 2], np.float32, np.int64, "demo.observations"),
+    (np.zeros((3, 2)), [0, 1, 2**40], np.float32, np.int32, "demo.actions"),
+    (np.zeros((3, 2)), np.zeros((3, 4)), np.float32, np.int64, "demo.actions"),  # rows
+]
+
+
+@pytest.mark.parametrize("when", ["first", "later"])
+@pytest.mark.parametrize(("obs", "act", "obs_dtype", "act_dtype", "field"), LOSSY)
+def test_a_demo_the_env_dtypes_cannot_hold_is_refused_before_anything_changes(
+    obs, act, obs_dtype, act_dtype, field, when
+):
+    """Demo values reach the env's dtypes only losslessly: 0.5 is no int action, 300 or -1 no
+    uint8 pixel, 1e300 no float32. The refused step (the first call included) and an explicit
+    begin_episode leave the mixer, its demo bank, the store and the step's arrays as they were."""
+    mixer, step = _dtype_case(obs, act, obs_dtype, act_dtype, when=when)
+    before, args = _state(mixer), [a.copy() for a in step]
+    with pytest.raises(SpecError, match=f"^{field} \\(demo \\d\\): expected"):
+        mixer.step(*step)
+    assert_same(_state(mixer), before, "state")
+    assert_same(list(step), args, "step arrays")
+    if field == "demo.observations":
+        with pytest.raises(SpecError, match=f"^{field}"):
+            mixer.begin_episode(1)
+        assert_same(_state(mixer), before, "state")
+
+
+def test_lossless_demo_values_are_replayed_in_the_env_dtypes():
+    """Integral float frames (a .npz demo stores float32) into uint8, integral float actions
+    into int64, (L,) actions into (N, 1) rows: accepted, replayed exactly."""
+    obs, act = np.arange(6, dtype=np.float32).reshape(3, 2) * 50, [2.0, 1.0, 0.0]
+    store = DemoStore(capacity=4, rho=1.0, phi=0.0, seed=0)
+    store.add_initial(Demo(obs, np.array(act), np.zeros(3, np.float32)))
+    mixer = DemoMixer(store, 1, track_episodes=False)
+    mixer.reset(np.zeros((1, 2), np.uint8))
+    yes, no = np.ones(1, bool), np.zeros(1, bool)
+    outs = [mixer.step(np.zeros((1, 1), np.int64), np.zeros(1), yes, no, np.ones((1, 2), np.uint8))]
+    for _ in range(3):
+        outs.append(
+            mixer.step(np.zeros((1, 1), np.int64), np.zeros(1), no, no, np.ones((1, 2), np.uint8))
+        )
+    assert outs[0].next_obs.dtype == np.uint8 and outs[1].action.dtype == np.int64
+    np.testing.assert_array_equal(np.stack([o.obs[0] for o in outs[1:]]), obs)
+    np.testing.assert_array_equal(np.stack([o.action[0] for o in outs[1:]]), [[2], [1], [0]])

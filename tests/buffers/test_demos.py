@@ -237,8 +237,11 @@ def test_store_save_load_round_trip_draws_the_same(tmp_path):
     for mv in (0.5, 2.0):
         store.offer_episode(np.ones((3, 2)), np.arange(3), np.array([-1.0, 0, 0]), mv)
     store.sample_source()
-    store.save(tmp_path)
-    clone = DemoStore.load(tmp_path)
+    from rlstore import checkpoint
+
+    checkpoint.save(store, tmp_path, prefix="demos_")
+    clone = checkpoint.load(tmp_path, prefix="demos_")
+    assert isinstance(clone, DemoStore)
     assert clone.config() == store.config() and (clone.rho, clone.phi) == (store.rho, store.phi)
     for a, b in zip(
         store.reward_demos + store.value_demos, clone.reward_demos + clone.value_demos, strict=True
@@ -262,19 +265,6 @@ def test_single_demo_files(tmp_path):
     np.testing.assert_array_equal(back.observations, d.observations)
     np.testing.assert_array_equal(back.actions, d.actions)
     assert back.rewards.tolist() == [0.0, 1.0, 0.0] and back.max_value == 2.5
-
-
-def test_generic_checkpoint_save_load_once_registered(tmp_path):
-    from rlstore import checkpoint
-
-    checkpoint.register_checkpointable("DemoStore", DemoStore)
-    store = DemoStore(capacity=3, rho=0.2, phi=0.1, seed=0)
-    store.add_initial(demo([1.0, 0.0]))
-    checkpoint.save(store, tmp_path)
-    clone = checkpoint.load(tmp_path)
-    assert isinstance(clone, DemoStore) and clone.config() == store.config()
-    assert [d.total_reward for d in clone.reward_demos] == [1.0]
-    assert [clone.sample_source() for _ in range(20)] == [store.sample_source() for _ in range(20)]
 
 
 def test_no_loop_twin_in_the_public_demo_api() -> None:

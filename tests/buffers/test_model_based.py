@@ -191,10 +191,9 @@ def test_state_round_trip_through_a_checkpoint(tmp_path):
         ModelBasedReplay(4).load_state_dict(buf.state_dict())
 
 
-def test_generic_checkpoint_save_load_once_registered(tmp_path):
+def test_generic_checkpoint_save_load_by_default(tmp_path):
     from rlstore import checkpoint
 
-    checkpoint.register_checkpointable("ModelBasedReplay", ModelBasedReplay)
     buf = ModelBasedReplay(4, seed=0)
     buf.insert_data_slice(rows(0, 6))
     checkpoint.save(buf, tmp_path)

@@ -267,11 +267,10 @@ def test_schema_lists_the_original_keys():
         PPOBuffer.instantiate_from_config_dict([("obs_dim", 3)])  # type: ignore[arg-type]
 
 
-def test_checkpoint_round_trip_resumes_exactly(tmp_path, monkeypatch):
+def test_checkpoint_round_trip_resumes_exactly(tmp_path):
     from rlstore import checkpoint
     from rlstore.errors import CheckpointError
 
-    monkeypatch.setitem(checkpoint.CHECKPOINT_REGISTRY, "PPOBuffer", PPOBuffer)
     rng = np.random.default_rng(4)
     steps = [{"obs": rng.normal(size=(2, 3)), "act": rng.normal(size=2), "rew": rng.normal(),
               "val": rng.normal(), "logp": -1.0} for _ in range(6)]  # fmt: skip

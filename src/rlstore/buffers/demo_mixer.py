@@ -12,9 +12,9 @@ Hot path (one :meth:`DemoMixer.step` per vector-env step) is batched over slots:
 
 * replay state is kept in ``(N,)`` arrays (position, length, row offset, running MaxValue);
   the demos being replayed are copied once into flat arrays in the env's layout
-  (:class:`_DemoBank`), so the demo rows of all replaying slots are gathered with one fancy
+  (:class:`DemoBank`), so the demo rows of all replaying slots are gathered with one fancy
   index per field;
-* the real steps are appended to preallocated ``(H, N, ...)`` arrays (:class:`_StepHistory`)
+* the real steps are appended to preallocated ``(H, N, ...)`` arrays (:class:`StepHistory`)
   that reach back to the oldest open env episode; an ending episode is one column slice.
 
 Python work per step is per *ending* slot (drawing the next source, offering the episode),
@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
@@ -44,6 +45,7 @@ import numpy as np
 
 from rlstore._checks import check_count
 from rlstore._trees import flag_array, real_array
+from rlstore.buffers._demo_rows import DemoBank, StepHistory, check_replayable
 from rlstore.buffers.demo_store import Demo, DemoStore
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 
@@ -87,135 +89,6 @@ class MixedStep(NamedTuple):
     new_episode: np.ndarray
 
 
-def _assign_rows(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[j] = src[j]`` for every row ``j`` (numpy's per-row broadcasting and casting)."""
-    if dst.shape[1:] == src.shape[1:]:
-        dst[...] = src
-        return
-    for j in range(src.shape[0]):
-        dst[j] = src[j]
-
-
-class _DemoBank:
-    """Flat copies of the demos being replayed, in one env layout.
-
-    A banked demo of length ``L`` occupies rows ``offsets[id(demo)] .. + L - 1`` of ``obs``
-    ``(rows, *frame_shape)``, ``act`` ``(rows, *action_shape)`` (both in the env's dtypes, cast
-    as a per-row assignment would) and ``rew`` ``(rows,)`` float32. The bank keeps a reference
-    to every banked demo, so ``id`` keys stay unique. When it is full, :meth:`rebuild` keeps
-    only the demos still replayed and doubles the room (amortized O(1) copies per row).
-    """
-
-    def __init__(
-        self, key: tuple[Any, ...], frame_shape: tuple[int, ...], act_shape: tuple[int, ...]
-    ) -> None:
-        self.key = key  # (next_obs shape, next_obs dtype, action shape, action dtype)
-        obs_dtype, act_dtype = key[1], key[3]
-        self.obs = np.empty((0, *frame_shape), obs_dtype)
-        self.act = np.empty((0, *act_shape), act_dtype)
-        self.rew = np.empty(0, np.float32)
-        self.rows = 0
-        self.offsets: dict[int, int] = {}
-        self._demos: dict[int, Demo] = {}
-
-    def extend(self, demos: list[Demo]) -> None:
-        """Append ``demos`` (not banked yet); the caller checked the room."""
-        for d in demos:
-            at, L = self.rows, d.length
-            _assign_rows(self.obs[at : at + L], d.observations)
-            _assign_rows(self.act[at : at + L], d.actions)
-            self.rew[at : at + L] = d.rewards
-            self.offsets[id(d)], self._demos[id(d)] = at, d
-            self.rows += L
-
-    def rebuild(self, demos: list[Demo]) -> None:
-        """Keep exactly ``demos`` (distinct), with room for as many rows again."""
-        need = sum(d.length for d in demos)
-        cap = max(64, 2 * need)
-        self.obs = np.empty((cap, *self.obs.shape[1:]), self.obs.dtype)
-        self.act = np.empty((cap, *self.act.shape[1:]), self.act.dtype)
-        self.rew = np.empty(cap, np.float32)
-        self.rows, self.offsets, self._demos = 0, {}, {}
-        self.extend(demos)
-
-
-class _StepHistory:
-    """The real steps ``(frames, action, reward)`` of global steps ``base .. base + len - 1``.
-
-    Rows are ``(N, ...)`` each, stored in preallocated ``(capacity, N, ...)`` arrays that grow by
-    doubling; :meth:`trim` drops rows from the front. The row layout (shapes) is fixed while
-    rows are held; dtypes are promoted when a step brings a wider one.
-    """
-
-    def __init__(self) -> None:
-        self.base = 0  # global step index of the first held row
-        self._start = self._count = 0
-        self._arrays: list[np.ndarray] = []
-
-    def __len__(self) -> int:
-        return self._count
-
-    def check(self, action: np.ndarray) -> None:
-        """Raise before anything changes if ``action``'s rows do not fit the held rows."""
-        if self._count and action.shape[1:] != self._arrays[1].shape[2:]:
-            raise SpecError(
-                f"action: expected rows shaped {self._arrays[1].shape[2:]} like the earlier "
-                f"steps of the open episodes, got {action.shape[1:]}"
-            )
-
-    def append(self, *rows: np.ndarray) -> None:
-        """Append one step's ``(N, ...)`` arrays (copied)."""
-        if not self._count and (
-            not self._arrays
-            or any(a.shape[1:] != r.shape for a, r in zip(self._arrays, rows, strict=True))
-        ):
-            self._arrays = [np.empty((16, *r.shape), r.dtype) for r in rows]
-            self._start = 0
-        for k, r in enumerate(rows):
-            a = self._arrays[k]
-            if r.dtype != a.dtype and not np.can_cast(r.dtype, a.dtype, casting="safe"):
-                self._arrays[k] = a.astype(np.result_type(a, r))
-        cap = self._arrays[0].shape[0]
-        if self._start + self._count == cap:
-            s, n = self._start, self._count
-            if n > cap // 2:  # grow
-                grown = (np.concatenate([a[s : s + n], np.empty_like(a)]) for a in self._arrays)
-                self._arrays = list(grown)
-            else:  # slide the held rows to the front
-                for a in self._arrays:
-                    a[:n] = a[s : s + n]
-            self._start = 0
-        at = self._start + self._count
-        for a, r in zip(self._arrays, rows, strict=True):
-            a[at] = r
-        self._count += 1
-
-    def column(self, i: int, start: int) -> tuple[np.ndarray, ...]:
-        """Copies of env ``i``'s rows from global step ``start`` to the newest row."""
-        s, e = self._start + start - self.base, self._start + self._count
-        return tuple(a[s:e, i].copy() for a in self._arrays)
-
-    def state(self) -> dict[str, Any]:
-        """The held rows (copies) and ``base``, for :meth:`DemoMixer.state_dict`."""
-        s, e = self._start, self._start + self._count
-        return {
-            "base": self.base,
-            "rows": {str(k): a[s:e].copy() for k, a in enumerate(self._arrays)},
-        }
-
-    def load(self, sd: dict[str, Any]) -> None:
-        """Inverse of :meth:`state` (checked by the caller)."""
-        rows = [np.array(sd["rows"][str(k)]) for k in range(len(sd["rows"]))]
-        self.base, self._start, self._count = int(sd["base"]), 0, len(rows[0]) if rows else 0
-        self._arrays = [np.concatenate([r, np.empty_like(r)]) for r in rows] if self._count else []
-
-    def trim(self, keep_from: int) -> None:
-        """Drop the rows of global steps before ``keep_from``."""
-        drop = min(max(0, keep_from - self.base), self._count)
-        self._start, self._count = self._start + drop, self._count - drop
-        self.base = max(self.base, keep_from)
-
-
 class DemoMixer:
     """Per-slot PPO+D replay: new episodes of a vector env become demo replays.
 
@@ -254,7 +127,7 @@ class DemoMixer:
         self.store, self.num_envs, self.reset_env = store, int(num_envs), reset_env
         self.frame_stack, self.track_episodes = int(frame_stack), track_episodes
         self._obs: np.ndarray | None = None
-        self._bank: _DemoBank | None = None
+        self._bank: DemoBank | None = None
         self._no_value = np.full(self.num_envs, -np.inf)  # read-only template
         self._no_start = np.full(self.num_envs, -1, dtype=np.int8)  # copied each step
         self.reset_tracking()
@@ -264,6 +137,7 @@ class DemoMixer:
         round trip; the replaying slots bank their demos again at the next step."""
         state = self.__dict__.copy()
         state["_bank"], state["_off"] = None, np.full_like(self._off, -1)
+        state["_seen"] = state["_layout"] = state["_checked"] = None  # weak references
         return state
 
     def reset_tracking(self) -> None:
@@ -276,11 +150,13 @@ class DemoMixer:
         self._len = np.zeros(n, dtype=np.int64)
         self._off = np.full(n, -1, dtype=np.int64)  # bank row of the demo's step 0 (-1: none)
         self._rmax = np.full(n, -np.inf)  # running max of V over the replay
-        self._hist = _StepHistory()
+        self._hist = StepHistory()
         self._t = 0  # global index of the next step
         self._ep_start = np.zeros(n, dtype=np.int64)  # _NEVER while replaying
         self._ep_max = np.full(n, -np.inf)
-        self._checked_upto = -1
+        self._seen: tuple[Any, ...] | None = None  # what _check_demos last passed
+        self._layout: tuple[Any, ...] | None = None
+        self._checked: weakref.WeakSet[Demo] = weakref.WeakSet()  # demos fitting _layout
 
     _SLOT_ARRAYS = ("_replaying", "_kind", "_pos", "_len", "_rmax", "_ep_start", "_ep_max")
 
@@ -374,7 +250,7 @@ class DemoMixer:
         """
         if self._obs is None:
             raise EmptyBufferError("begin_episode: call reset(obs) first")
-        self._check_demo_shapes()
+        self._check_demos(self._obs.dtype, self._layout[2] if self._layout else None)
         obs, code = self._begin(i, self._obs[i], after_demo=True, next_t=self._t)
         self._obs[i] = obs
         return self._obs[i].copy(), code
@@ -383,24 +259,38 @@ class DemoMixer:
         obs, act, rew = self._hist.column(i, int(self._ep_start[i]))
         self.store.offer_episode(obs, act, rew, float(self._ep_max[i]))
 
-    def _check_demo_shapes(self) -> None:
-        if self._obs is None or self._checked_upto == self.store._next_id:
+    def _check_demos(self, obs_dtype: np.dtype, act: tuple[Any, ...] | None) -> None:
+        """Raise before anything changes unless every demo a slot may replay (the store's and
+        those being replayed) fits the env: frames shaped like its own, observations and
+        actions (``act = (row shape, dtype)``, None: not known yet) that convert to its dtypes
+        losslessly. A demo is checked once per env layout."""
+        frame = self._frames(cast(np.ndarray, self._obs))[0].shape  # callers checked reset
+        layout, store = (frame, obs_dtype, act), self.store
+        seen = (layout, store._next_id, id(store.reward_demos), id(store.value_demos))
+        if seen == self._seen:
             return
-        frame = self._frames(self._obs)[0].shape
-        for d in (*self.store.reward_demos, *self.store.value_demos):
+        checked = self._checked if layout == self._layout else weakref.WeakSet()
+        for d in (*store.reward_demos, *store.value_demos, *self._demos):
+            if d is None or d in checked:
+                continue
             if d.observations.shape[1:] != frame:
                 raise SpecError(
                     f"demo {d.demo_id}: expected frames shaped {frame} like the env's "
                     f"(frame_stack={self.frame_stack}), got {d.observations.shape[1:]}"
                 )
-        self._checked_upto = self.store._next_id
+            where = f" (demo {d.demo_id})"
+            check_replayable(f"demo.observations{where}", d.observations, frame, obs_dtype)
+            if act is not None:
+                check_replayable(f"demo.actions{where}", d.actions, *act)
+            checked.add(d)
+        self._seen, self._layout, self._checked = seen, layout, checked
 
     def _bank_replays(self, rep: np.ndarray, action: np.ndarray, next_obs: np.ndarray) -> None:
         """Give every replaying slot ``rep`` a bank offset (banking its demo if needed)."""
         key = (next_obs.shape, next_obs.dtype, action.shape, action.dtype)
         if self._bank is None or self._bank.key != key:  # first replay, or the env layout changed
             frame_shape = self._frames(next_obs).shape[1:]
-            self._bank = _DemoBank(key, frame_shape, action.shape[1:])
+            self._bank = DemoBank(key, frame_shape, action.shape[1:])
             self._off[:] = -1
         bank = self._bank
         new = rep[self._off[rep] < 0]
@@ -426,7 +316,7 @@ class DemoMixer:
         ``arrays = (obs, act, rew, term, trunc, nxt)`` and advance the replays; returns the
         slots whose demo ended (their ``nxt`` rows are left for the caller)."""
         obs, act, rew, term, trunc, nxt = arrays
-        bank = cast(_DemoBank, self._bank)  # set by _bank_replays
+        bank = cast(DemoBank, self._bank)  # set by _bank_replays
         pos = self._pos[rep]
         rows = self._off[rep] + pos
         act[rep], rew[rep] = bank.act[rows], bank.rew[rows]
@@ -464,8 +354,9 @@ class DemoMixer:
                 slots): tracks each episode's MaxValue.
 
         Raises:
-            SpecError: bad shapes, or stored demos whose frames do not match the env's
-                (checked before anything changes).
+            SpecError: bad shapes, or demos whose frames do not match the env's or whose
+                observations / actions the env's dtypes cannot hold losslessly (a demo action
+                0.5 into int actions: ``demo.actions``), checked before anything changes.
         """
         if self._obs is None:
             raise EmptyBufferError("step: call reset(obs) first")
@@ -483,7 +374,7 @@ class DemoMixer:
             raise SpecError(f"value: expected shape ({n},), got {vals.shape}")
         if self.track_episodes:
             self._hist.check(action)
-        self._check_demo_shapes()
+        self._check_demos(next_obs.dtype, (action.shape[1:], action.dtype))
         obs, act, rew, nxt = self._obs.copy(), action.copy(), reward.copy(), next_obs.copy()
         replay = self._replaying.copy()
         rep = replay.nonzero()[0]

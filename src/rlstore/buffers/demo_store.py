@@ -52,13 +52,12 @@ import numpy as np
 
 from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array
-from rlstore.checkpoint import load_state, metadata_file_path, read_metadata, save_state
+from rlstore.checkpoint._state import load_state, metadata_file_path, save_state
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
     ConfigError,
     EmptyBufferError,
-    RLStoreError,
     SpecError,
 )
 from rlstore.samplers import make_rng, rng_state, set_rng_state
@@ -455,30 +454,6 @@ class DemoStore:
         self.rho, self.phi = rho, phi
         self.reward_threshold, self.max_demo_reward = reward_threshold, max_demo_reward
         self._next_id, self.rng = next_id, rng
-
-    def save(self, dirpath: str | os.PathLike[str], *, prefix: str = "demos_") -> Path:
-        """Atomically write the store (safetensors + JSON sidecar) via :func:`save_state`."""
-        return save_state(
-            dirpath, self.state_dict(), prefix=prefix, class_name="DemoStore", config=self.config()
-        )
-
-    @classmethod
-    def load(cls, dirpath: str | os.PathLike[str], *, prefix: str = "demos_") -> DemoStore:
-        """Rebuild a store written by :meth:`save` (config from the sidecar, then the state)."""
-        cfg = read_metadata(dirpath, prefix=prefix).get("config") or {}
-        known = {"capacity", "rho", "phi", "alpha", "reward_threshold"}
-        if not isinstance(cfg, dict) or not set(cfg) <= known:
-            raise CheckpointError(
-                f"config: expected a dict with keys in {sorted(known)}, got {cfg!r}"
-            )
-        try:
-            store = cls(**cfg)
-        except RLStoreError as exc:
-            raise CheckpointError(
-                f"config: cannot rebuild a DemoStore from {cfg!r} ({exc})"
-            ) from exc
-        store.load_state_dict(load_state(dirpath, prefix=prefix))
-        return store
 
 
 # ---------------------------------------------------------------------- single-demo files

@@ -119,16 +119,22 @@ def _registry() -> dict[str, type]:
     API stands above the buffers, the facades and :mod:`rlstore.config` (no cycle: they import
     the raw layer, :mod:`._state`, never this module); they are imported on first use only
     because importing ``rlstore.checkpoint._state`` runs this ``__init__`` first."""
+    from rlstore.buffers.demo_store import DemoStore
+    from rlstore.buffers.model_based import ModelBasedReplay
     from rlstore.buffers.replay import ReplayBuffer
     from rlstore.buffers.rollout import RolloutBuffer
+    from rlstore.compat.ppo_buffer import PPOBuffer
     from rlstore.compat.simple_replay import SimpleReplayBuffer
     from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 
     for name, cls in (
         ("ReplayBuffer", ReplayBuffer),
         ("RolloutBuffer", RolloutBuffer),
+        ("ModelBasedReplay", ModelBasedReplay),
+        ("DemoStore", DemoStore),
         ("velora.ReplayBuffer", VeloraReplayBuffer),
         ("SimpleReplayBuffer", SimpleReplayBuffer),
+        ("PPOBuffer", PPOBuffer),
     ):
         CHECKPOINT_REGISTRY.setdefault(name, cls)
     return CHECKPOINT_REGISTRY
