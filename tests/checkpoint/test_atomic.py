@@ -233,8 +233,10 @@ def test_orphan_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> Non
 
 
 def _library_temporaries(folder: Path) -> list[Path]:
-    """safetensors' own ``.tmpXXXXXX`` files under ``folder`` (ours are ``.<name>.tmp-...``)."""
-    return [p for p in folder.rglob(".tmp*") if p.is_file()]
+    """safetensors' own ``.tmpXXXXXX`` files under ``folder`` (ours are ``.<name>.tmp-...``),
+    while a save runs: a private folder may vanish between listing ``folder`` and scanning it,
+    which ``os.walk`` skips (``Path.rglob`` raises FileNotFoundError there before Python 3.13)."""
+    return [Path(d, f) for d, _, files in os.walk(folder) for f in files if f.startswith(".tmp")]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
