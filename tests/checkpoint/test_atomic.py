@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,20 +99,32 @@ _CHILD = _CHILD.replace(
 
 _STAGES = {"written": 1, "linked": 1, "state_replaced": 1, "committed": 2}
 
+Spawn = Callable[[Path, str, int], "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    """``spawn(target, mode, n)`` starts ``_CHILD``. At teardown, also after a failure, a child
+    still running is killed, every child is reaped and its pipes are closed: a ``loop`` child
+    left behind would save forever, and its Popen's "still running" ResourceWarning (an error
+    under ``filterwarnings``) would fail whichever later test of this worker collects it."""
+    with contextlib.ExitStack() as stack:
+
+        def start(target: Path, mode: str, n: int) -> subprocess.Popen[str]:
+            args = [sys.executable, "-c", _CHILD, str(target), mode, str(n)]
+            pipe = subprocess.PIPE
+            proc = stack.enter_context(subprocess.Popen(args, stdout=pipe, stderr=pipe, text=True))
+            stack.callback(lambda: proc.poll() is None and proc.kill())  # before Popen's exit
+            return proc
+
+        yield start
+
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-def test_killed_mid_save_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
+def test_killed_mid_save_leaves_a_loadable_checkpoint(tmp_path: Path, spawn: Spawn) -> None:
     """A child dies (SIGKILL) at each stage of a save; the folder always loads, old or new."""
     n = 1 << 18  # 2 MiB of float64
-    procs = {
-        stage: subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(tmp_path / stage), stage, str(n)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for stage in _STAGES
-    }
+    procs = {stage: spawn(tmp_path / stage, stage, n) for stage in _STAGES}
     for stage, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == -signal.SIGKILL, (stage, out, err)
@@ -129,14 +143,8 @@ def test_killed_mid_save_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
         ], stage
 
 
-def _kill_after(target: Path, mode: str, n: int, delay: float) -> int:
-    """Start a saving loop, wait for two complete saves, SIGKILL it ``delay`` s later."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(target), mode, str(n)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _kill_after(proc: subprocess.Popen[str], delay: float) -> int:
+    """Wait for two complete saves of a saving loop, SIGKILL it ``delay`` s later."""
     assert proc.stdout is not None
     completed = [proc.stdout.readline() for _ in range(2)]
     time.sleep(delay)
@@ -148,20 +156,20 @@ def _kill_after(target: Path, mode: str, n: int, delay: float) -> int:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 @pytest.mark.parametrize("delay", [0.0, 0.017])
-def test_killed_at_an_arbitrary_instant(tmp_path: Path, delay: float) -> None:
+def test_killed_at_an_arbitrary_instant(tmp_path: Path, spawn: Spawn, delay: float) -> None:
     """Kill a child that saves an 8 MiB state in a loop; arrays and JSON always agree."""
     n = 1 << 20
-    last = _kill_after(tmp_path, "loop", n, delay)
+    last = _kill_after(spawn(tmp_path, "loop", n), delay)
     loaded = load_state(tmp_path)
     assert loaded["gen"] >= last
     np.testing.assert_array_equal(loaded["x"], np.full(n, loaded["gen"], np.float64))
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-def test_replay_buffer_killed_while_saving(tmp_path: Path) -> None:
+def test_replay_buffer_killed_while_saving(tmp_path: Path, spawn: Spawn) -> None:
     """A child overwrites a 100k-transition buffer (obs_dim 17) and saves it in a loop; after
     SIGKILL the folder loads as one whole generation of the buffer."""
-    last = _kill_after(tmp_path, "buffer", 100_000, 0.005)
+    last = _kill_after(spawn(tmp_path, "buffer", 100_000), 0.005)
     buf = load(tmp_path)
     assert len(buf) == 100_000
     batch = buf.sample(4096)
@@ -233,22 +241,21 @@ def test_orphan_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> Non
 
 
 def _library_temporaries(folder: Path) -> list[Path]:
-    """safetensors' own ``.tmpXXXXXX`` files under ``folder`` (ours are ``.<name>.tmp-...``)."""
-    return [p for p in folder.rglob(".tmp*") if p.is_file()]
+    """safetensors' own ``.tmpXXXXXX`` files under ``folder`` (ours are ``.<name>.tmp-...``),
+    while a save runs: a private folder may vanish between listing ``folder`` and scanning it,
+    which ``os.walk`` skips (``Path.rglob`` raises FileNotFoundError there before Python 3.13)."""
+    return [Path(d, f) for d, _, files in os.walk(folder) for f in files if f.startswith(".tmp")]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-def test_killed_inside_the_library_write_leaves_nothing_behind(tmp_path: Path) -> None:
+def test_killed_inside_the_library_write_leaves_nothing_behind(
+    tmp_path: Path, spawn: Spawn
+) -> None:
     """SIGKILL while safetensors' save_file is writing its own temporary file (the parent
     polls for it): the old checkpoint loads, and the next save removes every temporary,
     the library's included (it lies inside our private folder, named after the dead pid)."""
     n = 1 << 21  # 16 MiB of float64: the library's temporary lives for milliseconds
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(tmp_path), "loop", str(n)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn(tmp_path, "loop", n)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "0"  # one complete save first
     deadline = time.monotonic() + 60

@@ -11,7 +11,7 @@ ray = pytest.importorskip("ray")
 
 from rlstore import ReplayBuffer  # noqa: E402
 from rlstore.distributed import ReplayShards, SampleToInsertRatio  # noqa: E402
-from rlstore.distributed.client import _checked_fragment  # noqa: E402
+from rlstore.distributed.client import STARTUP_TIMEOUT_S, _checked_fragment  # noqa: E402
 from rlstore.distributed.collector import FragmentSender  # noqa: E402
 from rlstore.distributed.shard import ReplayShard  # noqa: E402
 from rlstore.errors import ConfigError, SpecError  # noqa: E402
@@ -98,6 +98,9 @@ class _Sink:
     def __init__(self, max_bytes: int, max_items: int | None) -> None:
         self.coalesce_bytes, self.coalesce_items = max_bytes, max_items
         self.gate, self.calls = _Gate.remote(), []
+        # a new actor's worker may take a minute to start on a loaded machine: wait for it
+        # here, so that the timeouts below measure calls, not the worker's start
+        ray.get(self.gate.__ray_ready__.remote(), timeout=STARTUP_TIMEOUT_S)
 
     def add_async(self, fragment, *, route: int = 0):
         self.calls.append(fragment)
@@ -124,7 +127,8 @@ def test_the_sender_coalesces_what_queued_while_its_calls_were_in_flight(ray_ses
     assert [_firsts(c) for c in sink.calls][2:] == [[12.0], [-1.0]]
     for i in range(5, 8):  # three fragments of 4 transitions, one call: the gate rejects it
         sender.push(_episodes(2, 2, 4 * i))
-    ray.get(sink.gate.release.remote(), timeout=30)
+    ray.get(sink.gate.release.remote(), timeout=30)  # an async actor: runs beside the calls
+    sender.timeout_s = 60.0  # the flush waits for the released calls, not just 0.2 s
     sender.flush()
     assert [_firsts(c) for c in sink.calls][4:] == [[20.0, 24.0, 28.0]]
     assert (sender.calls, sender.lost) == (5, 3)  # the rejected call's three fragments
