@@ -16,7 +16,7 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -315,15 +315,16 @@ class StepChecker:
         if args["final_value"] is None:
             if bool(trunc.any()) and bool((trunc & ~term).any()):  # needs a final_value
                 return None
-            final: torch.Tensor | None = torch.zeros(self.num_envs, device=dev)
+            final = torch.zeros(self.num_envs, device=dev)
         else:
-            final = self._fast_vector(args["final_value"], dev)
-            if final is None:
+            given_final = self._fast_vector(args["final_value"], dev)
+            if given_final is None:
                 return None
-            final = final.to(dev, torch.float32).masked_fill(term | ~trunc, 0.0)  # trunc & ~term
-        vecs.insert(3, final)
+            final = given_final.to(dev, torch.float32).masked_fill(term | ~trunc, 0.0)
+        floats = cast("list[torch.Tensor]", vecs)  # no None: checked above
+        floats.insert(3, final)  # the final_value row keeps only trunc & ~term
         # (K, N) float32; numpy float64 views are cast like ``vector``'s ``.to``
-        block = torch.stack([v.to(dev, torch.float32) for v in vecs if v is not None])
+        block = torch.stack([v.to(dev, torch.float32) for v in floats])
         # one fused reduction over the scalars and every float leaf of obs / action / hidden: the
         # sum is finite unless an entry is NaN / inf (or it overflows, a false alarm that only
         # costs the fallback)
