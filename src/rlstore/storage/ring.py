@@ -339,8 +339,9 @@ class SideStore:
     ``(base + i) % capacity`` of ``arrays`` (:meth:`lookup` returns slots). Entries whose key
     fell behind the oldest live key are dropped lazily, only when an append needs room: their
     keys are shifted out (8 bytes each) and ``base`` moves past their items: an item is
-    written once, and moves only if the arrays grow while it wraps around their end (a buffer
-    of independent transitions keeps one ``next_obs`` per transition here). The arrays grow in
+    written once, and moves only if the arrays grow while it wraps around their end or an
+    append arrives out of key order (a buffer of independent transitions keeps one
+    ``next_obs`` per transition here). The arrays grow in
     place by half when less than a quarter of them would be free (``ndarray.resize``: the
     allocator extends or remaps a large block without copying it).
 
