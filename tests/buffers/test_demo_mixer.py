@@ -634,3 +634,30 @@ def test_lossless_demo_values_are_replayed_in_the_env_dtypes():
     assert outs[0].next_obs.dtype == np.uint8 and outs[1].action.dtype == np.int64
     np.testing.assert_array_equal(np.stack([o.obs[0] for o in outs[1:]]), obs)
     np.testing.assert_array_equal(np.stack([o.action[0] for o in outs[1:]]), [[2], [1], [0]])
+
+
+@pytest.mark.parametrize(
+    ("reset_obs", "message"),
+    [
+        (np.zeros(3, np.uint8), r"expected an observation of shape \(2,\), got \(3,\)"),
+        (np.array([0.5, 1.0]), "reset_env\\(0\\)"),  # 0.5 is no uint8 pixel
+        (np.array([300, 1]), "reset_env\\(0\\)"),  # nor is 300
+        (np.array(["a", "b"]), "reset_env\\(0\\)"),
+    ],
+)
+def test_reset_env_results_are_checked_like_the_env_observations(reset_obs, message):
+    """An env drawn after a demo starts from ``reset_env(i)``: an observation of another shape,
+    or values the env's dtype cannot hold, are a named SpecError, never a silent cast."""
+    store = DemoStore(capacity=4, rho=0.0, phi=0.0, seed=0)  # every draw is a real env
+    mixer = DemoMixer(store, 2, reset_env=lambda i: reset_obs, track_episodes=False)
+    mixer.reset(np.zeros((2, 2), np.uint8))
+    with pytest.raises(SpecError, match=f"^reset_env\\(0\\).*{message}|^{message}"):
+        mixer.begin_episode(0)
+
+
+def test_lossless_reset_env_results_are_stored_in_the_env_dtype():
+    store = DemoStore(capacity=4, rho=0.0, phi=0.0, seed=0)
+    mixer = DemoMixer(store, 1, reset_env=lambda i: np.array([3.0, 255.0]), track_episodes=False)
+    mixer.reset(np.zeros((1, 2), np.uint8))
+    obs, code = mixer.begin_episode(0)
+    assert code == ENV and obs.dtype == np.uint8 and obs.tolist() == [3, 255]

@@ -233,7 +233,7 @@ class DemoMixer:
         if source == "env":
             self._demos[i], self._replaying[i], self._ep_start[i] = None, False, next_t
             if after_demo and self.reset_env is not None:
-                env_obs = self.reset_env(i)
+                env_obs = self._reset_env(i, env_obs)
             return np.asarray(env_obs), ENV
         demo = self.store.sample_demo(source)
         code = REWARD_DEMO if source == "reward_demo" else VALUE_DEMO
@@ -241,6 +241,19 @@ class DemoMixer:
         self._pos[i], self._len[i], self._off[i], self._rmax[i] = 0, demo.length, -1, -np.inf
         self._ep_start[i] = _NEVER
         return self._first_obs(demo), code
+
+    def _reset_env(self, i: int, like: np.ndarray) -> np.ndarray:
+        """``reset_env(i)``'s observation, shaped like the env's ``like`` and convertible to its
+        dtype losslessly, else a :class:`SpecError` naming ``reset_env(i)`` (the env was reset
+        by then: call :meth:`reset` before stepping again)."""
+        name = f"reset_env({i})"
+        obs = real_array(name, cast(Callable[[int], np.ndarray], self.reset_env)(i))
+        if obs.shape != like.shape:
+            raise SpecError(
+                f"{name}: expected an observation of shape {like.shape}, got {obs.shape}"
+            )
+        check_replayable(name, obs[None], like.shape, like.dtype)
+        return obs
 
     def begin_episode(self, i: int) -> tuple[np.ndarray, int]:
         """Abandon slot ``i``'s current episode and draw its next source now.
