@@ -169,3 +169,16 @@ def test_cli_keys_name_the_section() -> None:
                             "lr": "dqn.learning_rate", "gamma": "dqn.gamma", "agent": None,
                             "num_steps": None, "ent_coef": None}  # fmt: skip
     assert impala.CLI_KEYS["lr"] == "impala.learning_rate" and impala.CLI_KEYS["num_shards"] is None
+
+
+def test_each_whole_run_config_names_its_own_budget_and_sections_have_none() -> None:
+    """The budget key a resume may extend belongs to whole-run configs; a section config used
+    to claim PPO's ``online.total_timesteps``, which it does not have."""
+    from rlstore.agents.ppo_config import TrainConfig
+    from rlstore.agents.ppod import PPODTrainConfig
+
+    assert TrainConfig.budget_key() == PPODTrainConfig.budget_key() == "online.total_timesteps"
+    assert DQNTrainConfig.budget_key() == "dqn.total_timesteps"
+    for section in (shared.RunConfig, shared.EnvironmentConfig, shared.AlgorithmConfig):
+        with pytest.raises(NotImplementedError, match="not a whole run's config"):
+            section.budget_key()

@@ -68,8 +68,9 @@ class BaseConfig(StrictModel):
     @classmethod
     def budget_key(cls) -> str:
         """The ``section.field`` of the run's env-step budget, the one key a resumed run may
-        change (``online.total_timesteps`` for PPO and PPO+D)."""
-        return "online.total_timesteps"
+        change. Only whole-run configs have one (PPO's ``TrainConfig``,
+        :class:`AlgorithmTrainConfig`); a section config raises ``NotImplementedError``."""
+        raise NotImplementedError(f"{cls.__name__} is not a whole run's config: no budget key")
 
     def to_yaml(self, path: str | Path) -> None:
         """Write the fully resolved config as YAML (every field, defaults included); the file

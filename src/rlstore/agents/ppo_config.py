@@ -225,6 +225,11 @@ class TrainConfig(BaseConfig):
     transformer: TransformerModelConfig = Field(default_factory=TransformerModelConfig)
     """Used when ``agent == "transformer"``."""
 
+    @classmethod
+    def budget_key(cls) -> str:
+        """``online.total_timesteps`` (PPO and PPO+D)."""
+        return "online.total_timesteps"
+
     @model_validator(mode="after")
     def _check_agent(self) -> TrainConfig:
         if self.agent == "lstm" and self.online.num_steps % self.lstm.recurrence != 0:
