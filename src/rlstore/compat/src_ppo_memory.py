@@ -176,7 +176,7 @@ class Memory:
         self._probe.add(obs, action, logprob, value, reward, no, trunc != 0,
                         final_value=final_value, hidden=hidden)  # fmt: skip
         self.experiences.append(tuple(data))
-        self._trunc.append(None if truncated is None else (truncated, final_value))
+        self._trunc.append((0, None) if truncated is None else (truncated, final_value))
         self.global_step += self.num_envs
         for src in (info or {}, (info or {}).get("final_info") or {}):  # vector or per-env stats
             if isinstance(src, Mapping) and "episode" in src and "_episode" in src:
@@ -227,7 +227,7 @@ class Memory:
     def reset(self) -> None:
         """Clear the stored steps and statistics; reset the envs if there is no ``next_obs``."""
         self.experiences: list[tuple[Any, ...]] = []
-        self._trunc: list[tuple[Any, Any] | None] = []
+        self._trunc: list[tuple[Any, Any]] = []
         self._cache: tuple[Any, RolloutBuffer] | None = None
         self._filled: RolloutBuffer | None = None
         self._probe = RolloutBuffer(1, self.num_envs, device=self.device)
@@ -290,19 +290,17 @@ class Memory:
                                    "done flag of the observation after the last step)")  # fmt: skip
         if self.next_truncated is not None and self.next_final_value is None:
             raise SpecError("next_final_value: expected V(final_obs) (N,) with next_truncated")
-        last = None if self.next_truncated is None else (self.next_truncated, self.next_final_value)
-        ends = [*((e[1], tr) for e, tr in zip(self.experiences[1:], self._trunc[1:], strict=True)),
-                (self.next_done, last)]  # fmt: skip
-        N, dev = self.num_envs, self.device
-        rb = self.rollout_buffer(len(self.experiences))
-        for exp, (done_next, tr) in zip(self.experiences, ends, strict=True):
-            done = torch.as_tensor(done_next, device=dev).reshape(N) != 0
-            trunc = done & (
-                torch.as_tensor(0 if tr is None else tr[0], device=dev).reshape(-1) != 0
-            )
-            obs, _, action, logprob, value, reward = exp[:6]
-            rb.add(obs, action, logprob, value, reward, done & ~trunc, trunc,
-                   final_value=None if tr is None else tr[1],
+        last = (
+            (0, None)
+            if self.next_truncated is None
+            else (self.next_truncated, self.next_final_value)
+        )
+        dones = [*(e[1] for e in self.experiences[1:]), self.next_done]
+        N, dev, rb = self.num_envs, self.device, self.rollout_buffer(len(self.experiences))
+        for exp, d, (tr, fv) in zip(self.experiences, dones, [*self._trunc[1:], last], strict=True):
+            done = torch.as_tensor(d, device=dev).reshape(N) != 0
+            trunc = done & (torch.as_tensor(tr, device=dev).reshape(-1) != 0)
+            rb.add(exp[0], *exp[2:6], done & ~trunc, trunc, final_value=fv,
                    hidden=exp[6] if len(exp) > 6 else None)  # fmt: skip
         rb.compute_returns(torch.as_tensor(self.next_value, device=dev).reshape(N))
         self._cache = (key, rb)
