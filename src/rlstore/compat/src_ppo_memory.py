@@ -209,10 +209,9 @@ class Memory:
         """A progress-bar description with the mean episode length/return ('' if none ended)."""
         if not self.episode_lengths:
             return ""
-        global_step = self.global_step
-        avg_episode_length = float(np.mean(self.episode_lengths))
-        avg_episode_return = float(np.mean(self.episode_returns))
-        return f"{global_step=:<06}\n{avg_episode_length=:<3.2f}\n{avg_episode_return=:<3.2f}"
+        length, ret = np.mean(self.episode_lengths), np.mean(self.episode_returns)
+        return (f"global_step={self.global_step:<06}\navg_episode_length={length:<3.2f}\n"
+                f"avg_episode_return={ret:<3.2f}")  # fmt: skip
 
     def sample_experiences(self) -> None:
         """Print one randomly chosen stored step (a sanity check)."""
@@ -277,10 +276,8 @@ class Memory:
         if self._filled is not None:
             return self._filled
         nxt = (self.next_value, self.next_done, self.next_truncated, self.next_final_value)
-        key = (
-            len(self.experiences),
-            *(x if x is None else torch.as_tensor(x).tolist() for x in nxt),
-        )
+        key = (len(self.experiences), *(None if x is None else torch.as_tensor(x).tolist()
+                                        for x in nxt))  # fmt: skip
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         if not self.experiences:
@@ -290,11 +287,8 @@ class Memory:
                                    "done flag of the observation after the last step)")  # fmt: skip
         if self.next_truncated is not None and self.next_final_value is None:
             raise SpecError("next_final_value: expected V(final_obs) (N,) with next_truncated")
-        last = (
-            (0, None)
-            if self.next_truncated is None
-            else (self.next_truncated, self.next_final_value)
-        )
+        last = (0, None) if self.next_truncated is None else (self.next_truncated,
+                                                               self.next_final_value)  # fmt: skip
         dones = [*(e[1] for e in self.experiences[1:]), self.next_done]
         N, dev, rb = self.num_envs, self.device, self.rollout_buffer(len(self.experiences))
         for exp, d, (tr, fv) in zip(self.experiences, dones, [*self._trunc[1:], last], strict=True):
