@@ -52,9 +52,8 @@ def transition_core(
 ) -> ReplayBuffer:
     """A one-env :class:`ReplayBuffer`: float32 ``obs (obs_dim,)``, ``action (act_dim,)``,
     ``reward``, a vector per ``extras`` name, and ``terminated`` / ``truncated`` flags."""
-    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()} | {
-        k: (d,) for k, d in extras.items()
-    }
+    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()}
+    shapes |= {k: (d,) for k, d in extras.items()}
     specs = {k: FieldSpec(k, s, _F32) for k, s in shapes.items()}
     specs |= {k: FieldSpec(k, (), np.dtype(np.bool_)) for k in ("terminated", "truncated")}
     return ReplayBuffer(capacity, specs=specs, device=device, seed=seed)
@@ -128,15 +127,10 @@ class PyTorchRLStorage:
         ConfigError for another name (PyTorchRL ignored it) or a non-finite (int attribute:
         non-integral) value."""
         current = None if parameter_name.startswith("_") else getattr(self, parameter_name, None)
-        if (
-            isinstance(getattr(type(self), parameter_name, None), property)
-            or isinstance(current, (bool, np.bool_))
-            or not isinstance(current, numbers.Real)
-        ):
-            raise ConfigError(
-                f"parameter_name: {parameter_name!r} is not a numeric parameter of "
-                f"{type(self).__name__}"
-            )
+        prop = isinstance(getattr(type(self), parameter_name, None), property)
+        if prop or isinstance(current, bool | np.bool_) or not isinstance(current, numbers.Real):
+            raise ConfigError(f"parameter_name: {parameter_name!r} is not a numeric parameter of "
+                              f"{type(self).__name__}")  # fmt: skip
         big, integral = sys.float_info.max, isinstance(current, numbers.Integral)
         want = "a number (finite, integral)" if integral else "a number (finite)"
         value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)

@@ -294,7 +294,8 @@ class Memory:
         for exp, d, (tr, fv) in zip(self.experiences, dones, [*self._trunc[1:], last], strict=True):
             done = torch.as_tensor(d, device=dev).reshape(N) != 0
             trunc = done & (torch.as_tensor(tr, device=dev).reshape(-1) != 0)
-            rb.add(exp[0], *exp[2:6], done & ~trunc, trunc, final_value=fv,
+            obs, _, action, logprob, value, reward = exp[:6]
+            rb.add(obs, action, logprob, value, reward, done & ~trunc, trunc, final_value=fv,
                    hidden=exp[6] if len(exp) > 6 else None)  # fmt: skip
         rb.compute_returns(torch.as_tensor(self.next_value, device=dev).reshape(N))
         self._cache = (key, rb)
