@@ -199,11 +199,7 @@ class PPOBuffer(FromConfig):
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output, all or nothing (CheckpointError otherwise)."""
-        if not isinstance(sd, Mapping) or set(sd) != {"rollout", "path_start_idx"}:
-            keys = sorted(sd) if isinstance(sd, Mapping) else type(sd).__name__
-            raise E.CheckpointError(
-                f"state: expected keys ['path_start_idx', 'rollout'], got {keys}"
-            )
+        check_keys("state", sd, ("path_start_idx", "rollout"), E.CheckpointError)
         start, rollout = sd["path_start_idx"], sd["rollout"]
         rollout = rollout if isinstance(rollout, Mapping) else {}
         pos, data = rollout.get("pos"), rollout.get("data")
