@@ -249,3 +249,18 @@ def test_src_buffers_schemas_share_one_model() -> None:
     assert "obs_dim" not in vars(PPOBufferConfig).get("__annotations__", {})
     with pytest.raises(ConfigError, match="act_dim: Input should be greater than 0"):
         PPOBufferConfig(obs_dim=3, act_dim=0, size=4, batch_size=2)
+
+
+def test_load_state_dict_rejects_a_foreign_state_unchanged() -> None:
+    """issue 9: the facades' state checks are one key checker (an extra key was accepted)."""
+    from rlstore.errors import CheckpointError
+
+    rng = np.random.default_rng(0)
+    buf, other = SimpleReplayBuffer(3, 2, 8, 4, seed=9), SimpleReplayBuffer(3, 2, 8, 4, seed=9)
+    buf.store(_transition(rng, 0))
+    for i in range(3):
+        other.store(_transition(rng, i))
+    for sd in (None, {}, {**other.state_dict(), "extra": 1}):
+        with pytest.raises(CheckpointError, match="state_dict: expected"):
+            buf.load_state_dict(sd)  # type: ignore[arg-type]
+        assert len(buf) == 1

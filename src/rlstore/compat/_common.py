@@ -22,13 +22,15 @@ from rlstore.specs import FieldSpec, cast_to_spec
 _F32 = np.dtype(np.float32)
 
 
-def check_keys(name: str, d: Any, keys: tuple[str, ...]) -> None:
-    """A :class:`SpecError` naming ``name`` unless ``d`` is a mapping with exactly ``keys``."""
+def check_keys(
+    name: str, d: Any, keys: tuple[str, ...], error: type[RLStoreError] = SpecError
+) -> None:
+    """An ``error`` naming ``name`` unless ``d`` is a mapping with exactly ``keys``."""
     if not isinstance(d, Mapping):
-        raise SpecError(f"{name}: expected a dict with keys {list(keys)}, got {type(d).__name__}")
+        raise error(f"{name}: expected a dict with keys {list(keys)}, got {type(d).__name__}")
     missing, unknown = [k for k in keys if k not in d], [k for k in d if k not in keys]
     if missing or unknown:
-        raise SpecError(f"{name}: expected keys {list(keys)}; missing {missing}, unknown {unknown}")
+        raise error(f"{name}: expected keys {list(keys)}; missing {missing}, unknown {unknown}")
 
 
 def rows(
@@ -52,9 +54,8 @@ def transition_core(
 ) -> ReplayBuffer:
     """A one-env :class:`ReplayBuffer`: float32 ``obs (obs_dim,)``, ``action (act_dim,)``,
     ``reward``, a vector per ``extras`` name, and ``terminated`` / ``truncated`` flags."""
-    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()} | {
-        k: (d,) for k, d in extras.items()
-    }
+    shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": ()}
+    shapes |= {k: (d,) for k, d in extras.items()}
     specs = {k: FieldSpec(k, s, _F32) for k, s in shapes.items()}
     specs |= {k: FieldSpec(k, (), np.dtype(np.bool_)) for k in ("terminated", "truncated")}
     return ReplayBuffer(capacity, specs=specs, device=device, seed=seed)
@@ -128,15 +129,10 @@ class PyTorchRLStorage:
         ConfigError for another name (PyTorchRL ignored it) or a non-finite (int attribute:
         non-integral) value."""
         current = None if parameter_name.startswith("_") else getattr(self, parameter_name, None)
-        if (
-            isinstance(getattr(type(self), parameter_name, None), property)
-            or isinstance(current, (bool, np.bool_))
-            or not isinstance(current, numbers.Real)
-        ):
-            raise ConfigError(
-                f"parameter_name: {parameter_name!r} is not a numeric parameter of "
-                f"{type(self).__name__}"
-            )
+        prop = isinstance(getattr(type(self), parameter_name, None), property)
+        if prop or isinstance(current, bool | np.bool_) or not isinstance(current, numbers.Real):
+            raise ConfigError(f"parameter_name: {parameter_name!r} is not a numeric parameter of "
+                              f"{type(self).__name__}")  # fmt: skip
         big, integral = sys.float_info.max, isinstance(current, numbers.Integral)
         want = "a number (finite, integral)" if integral else "a number (finite)"
         value = real_number("new_parameter_value", new_parameter_value, -big, big, expected=want)

@@ -108,16 +108,13 @@ class PPOBuffer(FromConfig):
         """Close the current trajectory (no-op without new steps); ``last_val`` (or
         ``action_obj``) is 0 / None after a termination, else ``V(s_T)``, a finite scalar."""
         if last_val is not None and action_obj is not None:
-            raise E.RLStoreError(
-                "finish_path: give last_val or action_obj (its original name), not both"
-            )
+            raise E.RLStoreError("finish_path: give last_val or action_obj (its original name), "
+                                 "not both")  # fmt: skip
         value = last_val if last_val is not None else action_obj
         if isinstance(value, Mapping):
             if len(keys := [k for k in ("last_val", "val") if k in value]) != 1:
-                raise E.SpecError(
-                    f"action_obj: expected a mapping with one of the keys 'last_val' or 'val', "
-                    f"got keys {list(value)}"
-                )
+                raise E.SpecError("action_obj: expected a mapping with one of the keys 'last_val' "
+                                  f"or 'val', got keys {list(value)}")  # fmt: skip
             value = value[keys[0]]
         bootstrap = rows("last_val", 0.0 if value is None else value, 1, (), batched=False)
         if len(self) > self.path_start_idx:
@@ -160,16 +157,14 @@ class PPOBuffer(FromConfig):
         if n == 0:
             raise E.EmptyBufferError("sample_batch: the buffer is empty; store() steps first")
         if self.path_start_idx != n:
-            raise E.RLStoreError(
-                f"sample_batch: the last {n - self.path_start_idx} steps belong to an "
-                "open trajectory; call finish_path(last_val) first (last_val=V(s_T) if it was "
-                "cut off, 0 if it terminated)"
-            )
+            raise E.RLStoreError(f"sample_batch: the last {n - self.path_start_idx} steps belong "
+                                 "to an open trajectory; call finish_path(last_val) first "
+                                 "(V(s_T) if it was cut off, 0 if it terminated)")  # fmt: skip
         (adv, ret), b = self._targets(), self._rb.get()
         adv = _returns.normalize_advantages(adv.double(), eps=self.eps).float()
-        batch = {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("obs", "act")}
-        batch |= {"ret": ret.clone(), "adv": adv}
-        batch |= {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("logp", "val")}
+        cols = {k: getattr(b, _NAMES[k])[:, 0].clone() for k in ("obs", "act", "logp", "val")}
+        batch = {"obs": cols["obs"], "act": cols["act"], "ret": ret.clone(), "adv": adv,
+                 "logp": cols["logp"], "val": cols["val"]}  # fmt: skip
         self._rb.reset()
         self.path_start_idx = 0
         return batch
@@ -204,11 +199,7 @@ class PPOBuffer(FromConfig):
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output, all or nothing (CheckpointError otherwise)."""
-        if not isinstance(sd, Mapping) or set(sd) != {"rollout", "path_start_idx"}:
-            keys = sorted(sd) if isinstance(sd, Mapping) else type(sd).__name__
-            raise E.CheckpointError(
-                f"state: expected keys ['path_start_idx', 'rollout'], got {keys}"
-            )
+        check_keys("state", sd, ("path_start_idx", "rollout"), E.CheckpointError)
         start, rollout = sd["path_start_idx"], sd["rollout"]
         rollout = rollout if isinstance(rollout, Mapping) else {}
         pos, data = rollout.get("pos"), rollout.get("data")

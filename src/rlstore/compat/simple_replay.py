@@ -78,6 +78,5 @@ class SimpleReplayBuffer(C.FromConfig):
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; later samples equal the original's."""
-        if not isinstance(sd, dict) or "core" not in sd:
-            raise CheckpointError("state_dict: expected a dict with key 'core'")
+        C.check_keys("state_dict", sd, ("core",), CheckpointError)
         self._core.load_state_dict(sd["core"])

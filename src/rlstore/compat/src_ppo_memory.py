@@ -176,7 +176,7 @@ class Memory:
         self._probe.add(obs, action, logprob, value, reward, no, trunc != 0,
                         final_value=final_value, hidden=hidden)  # fmt: skip
         self.experiences.append(tuple(data))
-        self._trunc.append(None if truncated is None else (truncated, final_value))
+        self._trunc.append((0, None) if truncated is None else (truncated, final_value))
         self.global_step += self.num_envs
         for src in (info or {}, (info or {}).get("final_info") or {}):  # vector or per-env stats
             if isinstance(src, Mapping) and "episode" in src and "_episode" in src:
@@ -209,10 +209,9 @@ class Memory:
         """A progress-bar description with the mean episode length/return ('' if none ended)."""
         if not self.episode_lengths:
             return ""
-        global_step = self.global_step
-        avg_episode_length = float(np.mean(self.episode_lengths))
-        avg_episode_return = float(np.mean(self.episode_returns))
-        return f"{global_step=:<06}\n{avg_episode_length=:<3.2f}\n{avg_episode_return=:<3.2f}"
+        length, ret = np.mean(self.episode_lengths), np.mean(self.episode_returns)
+        return (f"global_step={self.global_step:<06}\navg_episode_length={length:<3.2f}\n"
+                f"avg_episode_return={ret:<3.2f}")  # fmt: skip
 
     def sample_experiences(self) -> None:
         """Print one randomly chosen stored step (a sanity check)."""
@@ -227,7 +226,7 @@ class Memory:
     def reset(self) -> None:
         """Clear the stored steps and statistics; reset the envs if there is no ``next_obs``."""
         self.experiences: list[tuple[Any, ...]] = []
-        self._trunc: list[tuple[Any, Any] | None] = []
+        self._trunc: list[tuple[Any, Any]] = []
         self._cache: tuple[Any, RolloutBuffer] | None = None
         self._filled: RolloutBuffer | None = None
         self._probe = RolloutBuffer(1, self.num_envs, device=self.device)
@@ -277,10 +276,8 @@ class Memory:
         if self._filled is not None:
             return self._filled
         nxt = (self.next_value, self.next_done, self.next_truncated, self.next_final_value)
-        key = (
-            len(self.experiences),
-            *(x if x is None else torch.as_tensor(x).tolist() for x in nxt),
-        )
+        key = (len(self.experiences), *(None if x is None else torch.as_tensor(x).tolist()
+                                        for x in nxt))  # fmt: skip
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         if not self.experiences:
@@ -290,19 +287,15 @@ class Memory:
                                    "done flag of the observation after the last step)")  # fmt: skip
         if self.next_truncated is not None and self.next_final_value is None:
             raise SpecError("next_final_value: expected V(final_obs) (N,) with next_truncated")
-        last = None if self.next_truncated is None else (self.next_truncated, self.next_final_value)
-        ends = [*((e[1], tr) for e, tr in zip(self.experiences[1:], self._trunc[1:], strict=True)),
-                (self.next_done, last)]  # fmt: skip
-        N, dev = self.num_envs, self.device
-        rb = self.rollout_buffer(len(self.experiences))
-        for exp, (done_next, tr) in zip(self.experiences, ends, strict=True):
-            done = torch.as_tensor(done_next, device=dev).reshape(N) != 0
-            trunc = done & (
-                torch.as_tensor(0 if tr is None else tr[0], device=dev).reshape(-1) != 0
-            )
+        last = (0, None) if self.next_truncated is None else (self.next_truncated,
+                                                               self.next_final_value)  # fmt: skip
+        dones = [*(e[1] for e in self.experiences[1:]), self.next_done]
+        N, dev, rb = self.num_envs, self.device, self.rollout_buffer(len(self.experiences))
+        for exp, d, (tr, fv) in zip(self.experiences, dones, [*self._trunc[1:], last], strict=True):
+            done = torch.as_tensor(d, device=dev).reshape(N) != 0
+            trunc = done & (torch.as_tensor(tr, device=dev).reshape(-1) != 0)
             obs, _, action, logprob, value, reward = exp[:6]
-            rb.add(obs, action, logprob, value, reward, done & ~trunc, trunc,
-                   final_value=None if tr is None else tr[1],
+            rb.add(obs, action, logprob, value, reward, done & ~trunc, trunc, final_value=fv,
                    hidden=exp[6] if len(exp) > 6 else None)  # fmt: skip
         rb.compute_returns(torch.as_tensor(self.next_value, device=dev).reshape(N))
         self._cache = (key, rb)

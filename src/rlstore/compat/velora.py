@@ -15,7 +15,7 @@ from rlstore._checks import as_device, check_count
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _Core
 from rlstore.checkpoint._state import load_state_file, load_verified, save_state
-from rlstore.compat._common import rows, sampled, transition_core, write
+from rlstore.compat._common import check_keys, rows, sampled, transition_core, write
 from rlstore.config import PositiveInt, StrictModel
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 
@@ -143,9 +143,7 @@ class BufferBase(ABC):
         d = self._core.gather(np.arange(len(self), dtype=np.int64))
         cols = (d["obs"], d["action"], d["reward"][:, None], d["next_obs"],
                 d["terminated"][:, None].astype(np.float32), d["hidden"])  # fmt: skip
-        return {
-            k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in zip(_FIELDS, cols, strict=True)
-        }
+        return {k: torch.from_numpy(np.ascontiguousarray(c)) for k, c in zip(_FIELDS, cols)}  # noqa: B905
 
     def checkpoint_state(self) -> dict[str, Any]:
         """``{"core": ...}``: the rlstore buffer state (ring, cursor, sampler RNG) that
@@ -159,14 +157,11 @@ class BufferBase(ABC):
             raise CheckpointError(f"state_dict: expected a dict, got {type(sd).__name__}")
         if "core" in sd:
             return self._core.load_state_dict(sd["core"])
-        if sorted(sd) != sorted(_FIELDS):
-            raise CheckpointError(f"state_dict: expected keys {sorted(_FIELDS)} (or 'core'), "
-                                  f"got {sorted(sd)}")  # fmt: skip
+        check_keys("state_dict", sd, _FIELDS, CheckpointError)
         try:
             if (n := _count("states", sd["states"])) > self.capacity:
                 raise SpecError(f"states: expected <= capacity={self.capacity} rows, got {n}")
-            core = self._new_core()
-            self._write(core, n, "s", *(sd[k] for k in _FIELDS))
+            self._write(core := self._new_core(), n, "s", *(sd[k] for k in _FIELDS))
         except SpecError as exc:
             raise CheckpointError(f"state_dict: {exc}") from exc
         self._core = core
@@ -196,14 +191,12 @@ class BufferBase(ABC):
         else:  # the state file describes itself
             state, record = load_state_file(state_path)
         if record.get("class") != _CLASS_NAME:
-            raise CheckpointError(
-                f"{state_path}: expected a {_CLASS_NAME} checkpoint, got {record.get('class')!r}"
-            )
+            raise CheckpointError(f"{state_path}: expected a {_CLASS_NAME} checkpoint, got "
+                                  f"{record.get('class')!r}")  # fmt: skip
         described, config = metadata.get("metadata", metadata), record.get("config") or {}
         for key in [k for k in _DIMS if k in described and described[k] != config.get(k)]:
-            raise CheckpointError(
-                f"metadata.{key}: expected {config.get(key)!r} (state file), got {described[key]!r}"
-            )
+            raise CheckpointError(f"metadata.{key}: expected {config.get(key)!r} (state file), "
+                                  f"got {described[key]!r}")  # fmt: skip
         buf = cls.from_config({**config, "device": described.get("device")})
         buf.load_state_dict(state)
         return buf
@@ -235,9 +228,8 @@ class ReplayBuffer(BufferBase):
 
         check_count("num_envs", num_envs, minimum=2, error=ConfigError)
         if check_count("n_samples", n_samples) > self.capacity:
-            raise CapacityError(
-                f"n_samples: expected 0 < n_samples <= capacity={self.capacity}, got {n_samples}"
-            )
+            raise CapacityError(f"n_samples: expected 0 < n_samples <= capacity={self.capacity}, "
+                                f"got {n_samples}")  # fmt: skip
         hidden = None
 
         def act(states: np.ndarray) -> np.ndarray:

@@ -194,13 +194,9 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
         """Set and return ``num_channels_obs``: ``Observation`` channels per frame
         (``envs.env_kwargs["frame_stack"]`` frames, else 1)."""
         stack, obs = int(self._env_kwargs().get("frame_stack", 1)), sample[K.OBS]
-        ch = as_tensor(K.OBS, next(iter(obs.values())) if isinstance(obs, Mapping) else obs).shape[
-            1
-        ]
+        ch = as_tensor(K.OBS, [*obs.values()][0] if isinstance(obs, Mapping) else obs).shape[1]
         if stack < 1 or ch % stack:
-            raise SpecError(
-                f"{K.OBS}: expected {ch} channels to be a multiple of frame_stack={stack}"
-            )
+            raise SpecError(f"{K.OBS}: expected {ch} channels, a multiple of frame_stack={stack}")
         self.num_channels_obs = ch // stack
         return self.num_channels_obs
 
@@ -302,7 +298,8 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
                 if t.shape[0] != n:
                     raise SpecError(f"{k}: expected a leading axis of {n}, got {tuple(t.shape)}")
         d = {k: v for k, v in new_data.items() if k != K.TRUNC or K.FVAL in new_data}
-        saved = (self._rb, self._rows, self._next, self._done0, self._fresh, self._view)
+        names = ("_rb", "_rows", "_next", "_done0", "_fresh", "_view")
+        saved = {k: getattr(self, k) for k in names}
         self._rb, self._rows, self._next, self._fresh = None, {}, {}, True
         try:
             for t in range(self.max_size):  # the RHS of a feed-forward actor: its one row
@@ -312,7 +309,7 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
                 }
                 VanillaOnPolicyBuffer.insert_transition(self, s)
         except Exception:
-            self._rb, self._rows, self._next, self._done0, self._fresh, self._view = saved
+            self.__dict__.update(saved)
             raise
         self.data.update(
             {k: d[k].to(self.device) for k in (K.RET, K.ADV, K.IRET, K.IADV) if k in d}
