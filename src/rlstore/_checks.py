@@ -1,4 +1,5 @@
-"""Checks of scalar arguments at the public boundary: counts, real numbers, devices, files.
+"""Checks of scalar arguments at the public boundary: counts, real numbers, devices, files,
+the keys of a loaded state.
 
 One place for the rules every constructor and estimator applies to its plain arguments, so that
 ``True`` is never a capacity, ``"0.9"`` never a discount and ``"cpu:x"`` never reaches torch's
@@ -9,15 +10,35 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlstore.errors import CapacityError, ConfigError, RLStoreError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError, RLStoreError
 
-__all__ = ["as_device", "check_count", "real_number", "read_file"]
+__all__ = ["as_device", "check_count", "check_keys", "real_number", "read_file"]
+
+
+def check_keys(
+    name: str, value: Any, keys: Iterable[str], error: type[RLStoreError] = CheckpointError
+) -> Mapping[str, Any]:
+    """``value`` if it is a mapping with exactly ``keys`` (any order).
+
+    Raises:
+        error (:class:`CheckpointError` unless given): naming ``name``, the keys expected and
+        those missing or unknown (never the values: a loaded state may hold large arrays).
+    """
+    want = sorted(keys)
+    if not isinstance(value, Mapping):
+        raise error(f"{name}: expected keys {want} in a dict, got {type(value).__name__}")
+    missing = [k for k in want if k not in value]
+    unknown = sorted(str(k) for k in value if k not in want)
+    if missing or unknown:
+        raise error(f"{name}: expected keys {want}; missing {missing}, unknown {unknown}")
+    return value
 
 
 def check_count(

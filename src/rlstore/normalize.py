@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from rlstore._checks import check_count, real_number
+from rlstore._checks import check_count, check_keys, real_number
 from rlstore._trees import as_tensor, check_real
 from rlstore.errors import CheckpointError, RLStoreError, SpecError
 
@@ -175,8 +175,7 @@ class RunningMeanStd:
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; raises :class:`CheckpointError` on a shape mismatch."""
-        if not isinstance(sd, Mapping) or sorted(sd) != ["count", "mean", "var"]:
-            raise CheckpointError(f"sd: expected keys ['count', 'mean', 'var'], got {sd!r}")
+        check_keys("sd", sd, ("count", "mean", "var"))
         mean = _checkpoint_array("mean", sd["mean"], self.shape)
         var = _checkpoint_array("var", sd["var"], self.shape)
         try:
@@ -274,9 +273,7 @@ class DiscountedReturnNormalizer:
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; the gamma must match the constructor's."""
-        keys = ["eps", "gamma", "returns", "rms"]
-        if not isinstance(sd, Mapping) or sorted(sd) != keys:
-            raise CheckpointError(f"sd: expected keys {keys}, got {sd!r}")
+        check_keys("sd", sd, ("eps", "gamma", "returns", "rms"))
         try:
             gamma = real_number("gamma", sd["gamma"], 0.0, 1.0)
             eps = real_number("eps", sd["eps"], 0.0, _FMAX, expected="a finite number >= 0")

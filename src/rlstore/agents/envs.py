@@ -35,6 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstore._checks import check_keys
 from rlstore.agents.config import EnvironmentConfig
 from rlstore.errors import CheckpointError, ConfigError
 from rlstore.samplers import rng_state, set_rng_state
@@ -241,8 +242,7 @@ def env_state(envs: Any, cfg: EnvironmentConfig) -> dict[str, Any] | None:
 
 def _check_episode(i: int, ep: Any, acts: Any, log: EpisodeLog) -> None:
     where = f"envs.episodes[{i}]"
-    if not isinstance(ep, dict) or set(ep) != {"seed", "rng"}:
-        raise CheckpointError(f"{where}: expected keys ['rng', 'seed'], got {ep!r}")
+    check_keys(where, ep, ("rng", "seed"))
     seed, rng = ep["seed"], ep["rng"]
     if (seed is None) == (rng is None):
         raise CheckpointError(f"{where}: expected exactly one of seed / rng, got {ep!r}")
@@ -281,8 +281,7 @@ def restore_envs(envs: Any, cfg: EnvironmentConfig, saved: Any, agent: Any, next
     logs = _logs(envs)
     if logs is None:
         raise CheckpointError("envs: expected a vector env built by make_vector_env")
-    if not isinstance(saved, dict) or set(saved) != {"spec", "episodes", "actions"}:
-        raise CheckpointError("envs: expected keys ['actions', 'episodes', 'spec']")
+    check_keys("envs", saved, ("actions", "episodes", "spec"))
     spec = env_spec(cfg, len(logs))
     if saved["spec"] != spec:
         raise CheckpointError(f"envs.spec: expected {spec} like the run, got {saved['spec']!r}")

@@ -48,6 +48,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstore._checks import check_keys
 from rlstore.errors import CheckpointError, SpecError
 from rlstore.normalize import DiscountedReturnNormalizer, RunningMeanStd
 
@@ -407,8 +408,7 @@ class RunNormalizer:
         Raises:
             CheckpointError: missing or extra parts, or malformed statistics.
         """
-        if not isinstance(sd, dict) or set(sd) != {"obs", "reward"}:
-            raise CheckpointError(f"normalizer: expected keys ['obs', 'reward'], got {sd!r}")
+        check_keys("normalizer", sd, ("obs", "reward"))
         obs_rms, reward_norm = None, None
         for key, mine in (("obs", self.obs_rms), ("reward", self.reward_norm)):
             if (sd[key] is None) != (mine is None):

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from rlstore._checks import check_keys
 from rlstore.agents.envs import env_state, has_episode_logs, make_vector_env, restore_envs
 from rlstore.agents.networks import PPOAgent, get_agent
 from rlstore.agents.ppo_config import (
@@ -272,8 +273,7 @@ def restore_training(
     res = payload.get("resume")
     if res is None:
         raise CheckpointError(f"resume: {str(path)!r} holds no training state (model only)")
-    if not isinstance(res, dict) or set(res) != _RESUME_KEYS:
-        raise CheckpointError(f"resume: expected keys {sorted(_RESUME_KEYS)} in {str(path)!r}")
+    check_keys(f"resume ({str(path)!r})", res, _RESUME_KEYS)
     if payload["agent_class"] != type(agent).__name__:
         raise CheckpointError(
             f"agent_class: expected {type(agent).__name__}, "

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstore._checks import check_keys
 from rlstore.checkpoint import metadata_file_path
 from rlstore.errors import CheckpointError
 
@@ -72,8 +73,7 @@ def check_global_rng_state(rng: Any, where: str = "resume.rng") -> None:
     """Raise :class:`CheckpointError` (naming ``where``) unless ``rng`` is a well-formed
     :func:`global_rng_state`."""
     ref = global_rng_state()
-    if not isinstance(rng, dict) or set(rng) != set(ref):
-        raise CheckpointError(f"{where}: expected keys ['numpy', 'python', 'torch']")
+    check_keys(where, rng, ref)
     t = rng["torch"]
     if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.shape != ref["torch"].shape:
         raise CheckpointError(f"{where}.torch: expected a uint8 tensor of {ref['torch'].numel()}")
@@ -139,8 +139,7 @@ def check_optimizer_state(
 ) -> dict[str, Any]:
     """The torch ``state_dict`` for ``optimizer`` from a saved :func:`optimizer_state`, checked
     against its parameter groups and parameters (:class:`CheckpointError` naming ``where``)."""
-    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
-        raise CheckpointError(f"{where}: expected keys ['param_groups', 'state']")
+    check_keys(where, saved, ("param_groups", "state"))
     ref = optimizer.state_dict()
     groups = saved["param_groups"]
     ref_groups = ref["param_groups"]
@@ -225,9 +224,7 @@ def check_like(where: str, got: Any, ref: Any) -> None:
     keys, tensors / arrays of the same shape and dtype, ints >= 0 where ``ref`` has ints, lists
     of finite numbers (ints where ``ref``'s name says lengths or steps)."""
     if isinstance(ref, dict):
-        if not isinstance(got, dict) or set(got) != set(ref):
-            keys = sorted(got) if isinstance(got, dict) else type(got).__name__
-            raise CheckpointError(f"{where}: expected keys {sorted(ref)}, got {keys}")
+        check_keys(where, got, ref)
         for k in ref:
             check_like(f"{where}.{k}", got[k], ref[k])
     elif isinstance(ref, (torch.Tensor, np.ndarray)):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from rlstore._checks import check_keys
 from rlstore.agents.replay_checkpoint import (
     load_replay_checkpoint,
     restore_replay_checkpoint,
@@ -121,8 +122,7 @@ def restore_checkpoint(
     ):
         raise CheckpointError(f"{where}: history lists of unequal lengths")
     check_updates_log(updates, f"{where}: updates")
-    if not isinstance(sd.get("optimizers"), dict) or set(sd["optimizers"]) != set(opts):
-        raise CheckpointError(f"{where}: optimizers: expected keys {sorted(opts)}")
+    check_keys(f"{where}: optimizers", sd.get("optimizers"), opts)
     opt_sd = {
         k: check_optimizer_state(sd["optimizers"][k], o, f"optimizers.{k}") for k, o in opts.items()
     }

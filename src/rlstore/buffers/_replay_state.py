@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlstore._checks import check_keys
 from rlstore._trees import flat_items
 from rlstore.checkpoint._state import load_state, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
@@ -152,9 +153,7 @@ def checked_state(buf: ReplayState, sd: Mapping[str, Any]) -> dict[str, Any]:
     """Check a :meth:`ReplayBuffer.state_dict` whole; return the buffer's new attributes
     (``specs``, ``storage``, ``side``, ``disc`` and the rest), leaving ``buf`` untouched.
     The sampler state is checked by its own setter."""
-    if not isinstance(sd, Mapping) or set(sd) != set(_STATE_KEYS):
-        got = sorted(map(str, sd)) if isinstance(sd, Mapping) else type(sd).__name__
-        raise CheckpointError(f"state_dict: expected the keys {list(_STATE_KEYS)}, got {got}")
+    check_keys("state_dict", sd, _STATE_KEYS)
     cfg = sd["config"]
     if not isinstance(cfg, Mapping):
         raise CheckpointError(f"state_dict.config: expected a dict, got {type(cfg).__name__}")

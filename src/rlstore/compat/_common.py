@@ -22,17 +22,6 @@ from rlstore.specs import FieldSpec, cast_to_spec
 _F32 = np.dtype(np.float32)
 
 
-def check_keys(
-    name: str, d: Any, keys: tuple[str, ...], error: type[RLStoreError] = SpecError
-) -> None:
-    """An ``error`` naming ``name`` unless ``d`` is a mapping with exactly ``keys``."""
-    if not isinstance(d, Mapping):
-        raise error(f"{name}: expected a dict with keys {list(keys)}, got {type(d).__name__}")
-    missing, unknown = [k for k in keys if k not in d], [k for k in d if k not in keys]
-    if missing or unknown:
-        raise error(f"{name}: expected keys {list(keys)}; missing {missing}, unknown {unknown}")
-
-
 def rows(
     name: str, x: Any, b: int, shape: tuple[int, ...], *, flags: bool = False, batched: bool = True
 ) -> np.ndarray:

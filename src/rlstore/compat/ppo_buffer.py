@@ -12,11 +12,11 @@ from pydantic import Field
 
 from rlstore import errors as E
 from rlstore import returns as _returns
-from rlstore._checks import check_count, real_number
+from rlstore._checks import check_count, check_keys, real_number
 from rlstore._trees import real_array
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import gae_targets
-from rlstore.compat._common import DimsConfig, FromConfig, check_keys, rows
+from rlstore.compat._common import DimsConfig, FromConfig, rows
 
 __all__ = ["PPOBuffer", "PPOBufferConfig", "discount_cumsum"]
 
@@ -95,7 +95,7 @@ class PPOBuffer(FromConfig):
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
         """Append one step: exactly ``obs`` (obs_shape, or ``(1, *obs_shape)``), ``act``,
         scalars ``rew``, ``val`` (V(obs)) and ``logp``; arrays, tensors or numbers."""
-        check_keys("buffer_dict", buffer_dict, self._KEYS)
+        check_keys("buffer_dict", buffer_dict, self._KEYS, E.SpecError)
         if len(self) >= self.max_size:
             raise E.CapacityError(f"store: buffer is full (size={self.max_size}); call "
                                   "finish_path() and sample_batch() first")  # fmt: skip
@@ -199,7 +199,7 @@ class PPOBuffer(FromConfig):
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output, all or nothing (CheckpointError otherwise)."""
-        check_keys("state", sd, ("path_start_idx", "rollout"), E.CheckpointError)
+        check_keys("state", sd, ("path_start_idx", "rollout"))
         start, rollout = sd["path_start_idx"], sd["rollout"]
         rollout = rollout if isinstance(rollout, Mapping) else {}
         pos, data = rollout.get("pos"), rollout.get("data")

@@ -6,9 +6,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlstore._checks import check_keys
 from rlstore._trees import to_numpy
 from rlstore.compat import _common as C
-from rlstore.errors import CapacityError, CheckpointError
+from rlstore.errors import CapacityError, SpecError
 
 __all__ = ["SimpleReplayBuffer", "SimpleReplayBufferSchema"]
 
@@ -45,7 +46,7 @@ class SimpleReplayBuffer(C.FromConfig):
 
     def store(self, buffer_dict: dict[str, Any]) -> None:
         """Store one timestep, or a batch with a leading axis ``B`` on each key."""
-        C.check_keys("buffer_dict", buffer_dict, _KEYS)
+        check_keys("buffer_dict", buffer_dict, _KEYS, SpecError)
         batched = to_numpy("buffer_dict['obs']", buffer_dict["obs"]).ndim == 2
         b = len(buffer_dict["obs"]) if batched else 1
         dims = {"obs": (self.obs_dim,), "act": (self.act_dim,), "next_obs": (self.obs_dim,)}
@@ -78,5 +79,5 @@ class SimpleReplayBuffer(C.FromConfig):
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; later samples equal the original's."""
-        C.check_keys("state_dict", sd, ("core",), CheckpointError)
+        check_keys("state_dict", sd, ("core",))
         self._core.load_state_dict(sd["core"])

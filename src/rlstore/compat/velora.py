@@ -11,11 +11,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rlstore._checks import as_device, check_count
+from rlstore._checks import as_device, check_count, check_keys
 from rlstore._trees import to_numpy
 from rlstore.buffers.replay import ReplayBuffer as _Core
 from rlstore.checkpoint._state import load_state_file, load_verified, save_state
-from rlstore.compat._common import check_keys, rows, sampled, transition_core, write
+from rlstore.compat._common import rows, sampled, transition_core, write
 from rlstore.config import PositiveInt, StrictModel
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 
@@ -157,7 +157,7 @@ class BufferBase(ABC):
             raise CheckpointError(f"state_dict: expected a dict, got {type(sd).__name__}")
         if "core" in sd:
             return self._core.load_state_dict(sd["core"])
-        check_keys("state_dict", sd, _FIELDS, CheckpointError)
+        check_keys("state_dict", sd, _FIELDS)
         try:
             if (n := _count("states", sd["states"])) > self.capacity:
                 raise SpecError(f"states: expected <= capacity={self.capacity} rows, got {n}")

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rlstore._checks import check_count, real_number
+from rlstore._checks import check_count, check_keys, real_number
 from rlstore.errors import CheckpointError, ConfigError
 
 __all__ = ["ReplayTimeoutError", "SampleToInsertRatio"]
@@ -158,8 +158,7 @@ class SampleToInsertRatio:
         Raises:
             CheckpointError: missing keys or counters that are not ints >= 0 (nothing changes).
         """
-        if not isinstance(sd, Mapping) or set(sd) != {"inserts", "samples"}:
-            raise CheckpointError(f"rate_limiter: expected keys inserts, samples, got {sd!r}")
+        check_keys("rate_limiter", sd, ("inserts", "samples"))
         for k in ("inserts", "samples"):
             check_count(f"rate_limiter.{k}", sd[k], minimum=0, error=CheckpointError)
         with self._cond:

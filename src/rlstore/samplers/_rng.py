@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstore._checks import check_keys
 from rlstore.errors import CheckpointError, ConfigError
 
 __all__ = ["BIT_GENERATORS", "make_rng", "rng_state", "set_rng_state"]
@@ -73,9 +74,7 @@ def rng_state(rng: np.random.Generator) -> dict[str, Any]:
 def _checked_state_leaf(where: str, path: str, value: Any, template: Any) -> Any:
     """``value`` checked against the leaf ``template`` of a fresh generator's state."""
     if isinstance(template, dict):
-        if not isinstance(value, Mapping) or set(value) != set(template):
-            got = sorted(map(str, value)) if isinstance(value, Mapping) else type(value).__name__
-            raise CheckpointError(f"{where}.{path}: expected keys {sorted(template)}, got {got}")
+        check_keys(f"{where}.{path}", value, template)
         return {
             k: _checked_state_leaf(where, f"{path}.{k}" if path else k, value[k], template[k])
             for k in template
