@@ -176,8 +176,8 @@ class PrioritizedSampler:
         tree = self.tree
         # (N P(i))^-beta / (N P_min)^-beta = (p_min / p_i)^beta: N and the total cancel
         u = self.rng.random(b)
-        ids, weights = _kernels().draw(tree._sum, u, tree.total, tree.min, b_exp, self.lo,
-                                       self._cap(), tree._leaf0, tree._depth)  # fmt: skip
+        ids, weights = _kernels().draw(tree._sum, tree._offs, u, tree.total, tree.min, b_exp,
+                                       self.lo, self._cap())  # fmt: skip
         self.steps += 1
         return SampledIds(ids, weights)
 
