@@ -140,6 +140,8 @@ def test_duplicate_indices_last_write_wins() -> None:
     assert t.total == 2.25 and t.min == 0.25  # the min tree took the same (last) value
     t.update(np.array([3, 3]), np.array([0.0, 7.0]))
     assert t.total == 9.0 and t.min == 2.0
+    t.update(np.array([0, 1, 1, 3, 3]), np.array([1.0, 4.0, 0.5, 7.0, 3.0]))  # sorted input
+    np.testing.assert_array_equal(t.leaves, [1.0, 0.5, 0.0, 3.0])
 
 
 def test_capacity_one_and_empty() -> None:

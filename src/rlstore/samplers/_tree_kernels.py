@@ -153,21 +153,65 @@ def last_writes(ids, cap):  # pragma: no cover - compiled
     """``(sorted distinct slots ids % cap, position in ids of the LAST id of each slot)``: the
     one rule for repeated slots in a batch (last write wins)."""
     slots = ids % cap
-    order = np.argsort(slots, kind="mergesort")  # stable: equal slots keep their batch order
-    k = 0
-    for j in range(order.shape[0]):
-        if j + 1 == order.shape[0] or slots[order[j + 1]] != slots[order[j]]:
-            order[k] = order[j]
-            k += 1
-    last = order[:k].copy()
+    k = slots.shape[0]
+    ordered = True  # a stratified draw comes in slot order: then there is nothing to sort
+    for j in range(1, k):
+        if slots[j] < slots[j - 1]:
+            ordered = False
+            break
+    # stable: equal slots keep their batch order
+    order = np.arange(k) if ordered else np.argsort(slots, kind="mergesort")
+    n = 0
+    for j in range(k):
+        if j + 1 == k or slots[order[j + 1]] != slots[order[j]]:
+            order[n] = order[j]
+            n += 1
+    last = order[:n].copy()
     return slots[last], last
+
+
+@njit(cache=True, nogil=True)
+def priority_leaves(ids, pri, lo, hi, cap, eps, alpha):  # pragma: no cover - compiled
+    """The leaf writes of ``PrioritizedSampler.update_priorities``: the ids in ``[lo, hi)``
+    (older ones are ignored), the last priority of each slot, stored as ``(p + eps) ** alpha``.
+
+    Returns ``(status, slots, stored, raw_max, top, p_top)``: status 1 when a priority is
+    negative or not finite, 2 when an id is outside ``[0, hi)`` (then nothing else is computed;
+    the caller explains), else 0 with the sorted distinct ``slots``, their ``stored`` values,
+    the largest ``p + eps``, the largest stored value and its priority ``p``.
+    """
+    k = ids.shape[0]
+    none = np.empty(0, np.int64)
+    for i in range(k):
+        if not 0 <= pri[i] < np.inf:  # NaN fails too
+            return 1, none, np.empty(0), 0.0, 0.0, 0.0
+    n_live = 0
+    for i in range(k):
+        if ids[i] < 0 or ids[i] >= hi:
+            return 2, none, np.empty(0), 0.0, 0.0, 0.0
+        n_live += ids[i] >= lo
+    pos = np.arange(k)
+    if n_live < k:  # some ids were overwritten since they were drawn
+        pos = pos[ids >= lo]
+    slots, last = last_writes(ids[pos], cap)
+    stored = np.empty(slots.shape[0])
+    raw_max = top = -1.0
+    p_top = 0.0
+    for j in range(slots.shape[0]):
+        p = pri[pos[last[j]]]
+        raw = p + eps
+        stored[j] = raw**alpha  # inf when too large: the caller refuses it
+        raw_max = max(raw_max, raw)
+        if stored[j] > top:
+            top, p_top = stored[j], p
+    return 0, slots, stored, raw_max, top, p_top
 
 
 @njit(cache=True, nogil=True)
 def draw(s, offs, u, total, p_min, beta, lo, cap):  # pragma: no cover - compiled
     """A stratified prioritized draw: mass ``(i + u[i]) * total / B`` in segment ``i``, its leaf
     by :func:`descend`, the id ``lo + (slot - lo) % cap`` living in that slot and the weight
-    ``(p_min / p_slot) ** beta`` (float32). Returns ``(ids, weights)``."""
+    ``(p_min / p_slot) ** beta`` (computed in float32). Returns ``(ids, weights)``."""
     b = u.shape[0]
     seg = total / b
     mass = np.empty(b)
@@ -176,8 +220,9 @@ def draw(s, offs, u, total, p_min, beta, lo, cap):  # pragma: no cover - compile
     ids = np.empty(b, np.int64)
     weights = np.empty(b, np.float32)
     descend(s, offs, mass, ids)
+    b32 = np.float32(beta)
     for i in range(b):
         slot = ids[i]
-        weights[i] = (p_min / s[slot]) ** beta
+        weights[i] = np.float32(p_min / s[slot]) ** b32  # powf: the float32 result, half the time
         ids[i] = lo + (slot - lo) % cap
     return ids, weights

@@ -60,17 +60,23 @@ def _check_indices(name: str, indices: Any, high: int) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def _check_values(
-    name: str, values: Any, n: int, *, low: float = 0.0, high: float = math.inf
-) -> np.ndarray:
-    """``values`` as a float64 array of shape ``(n,)``: real numbers (no bools), finite, in
-    ``[low, high]``."""
+def _real_array(name: str, values: Any, n: int) -> np.ndarray:
+    """``values`` as a float64 array of shape ``(n,)`` of a real dtype (no bools); its values
+    are not checked."""
     arr = values if isinstance(values, np.ndarray) else np.asarray(values)
     if arr.dtype.kind not in "iuf":
         raise SpecError(f"{name}: expected a real-valued array, got dtype {arr.dtype}")
     if arr.shape != (n,):
         raise SpecError(f"{name}: expected shape ({n},) like indices, got {arr.shape}")
-    out = arr.astype(np.float64, copy=False)
+    return arr.astype(np.float64, copy=False)
+
+
+def _check_values(
+    name: str, values: Any, n: int, *, low: float = 0.0, high: float = math.inf
+) -> np.ndarray:
+    """``values`` as a float64 array of shape ``(n,)``: real numbers (no bools), finite, in
+    ``[low, high]``."""
+    out = _real_array(name, values, n)
     if not n:
         return out
     lowest, highest = float(out.min()), float(out.max())  # NaN if any is NaN
