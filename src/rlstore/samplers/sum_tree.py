@@ -17,8 +17,8 @@ or touched ancestor: a batched update writes all leaves, then recomputes each to
 once, level by level; a batched query descends all masses together (level-major, so that the
 cache misses of one level overlap). The walks are compiled with numba (one call per batch, no
 per-item Python loop). Against the binary layout, measured interleaved (CPU time) at a
-capacity of 2**20 with batches of 256: find 12 us (was 20), update 7 us (was 19); at 10**5 the
-find costs about the same (9 us against 7: 8 sums per line, fewer misses to save).
+capacity of 2**20 with batches of 256: find 12 us (was 20), update 7 us (was 19); at 10**5,
+update 5 us (was 8) but find 8 us (was 7: 7 additions per line, fewer misses to save).
 
 Example:
     >>> t = SumTree(4)
