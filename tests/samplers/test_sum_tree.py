@@ -54,19 +54,17 @@ def test_random_batched_updates_keep_sums_and_minimum() -> None:
 
 
 def _assert_parents_exact(t: SumTree) -> None:
-    """Every stored parent is the binary-order sum of its 8 children, and the min of their
+    """Every stored parent is the binary-order sum of its 4 children, and the min of their
     non-empty leaves (level 1) or mins (above)."""
     s, m, offs = t._sum, t._min, t._offs
     for level in range(1, len(offs) - 1):
-        c = s[offs[level - 1] : offs[level]].reshape(-1, 8)
-        want = ((c[:, 0] + c[:, 1]) + (c[:, 2] + c[:, 3])) + (
-            (c[:, 4] + c[:, 5]) + (c[:, 6] + c[:, 7])
-        )
+        c = s[offs[level - 1] : offs[level]].reshape(-1, 4)
+        want = (c[:, 0] + c[:, 1]) + (c[:, 2] + c[:, 3])
         np.testing.assert_array_equal(s[offs[level] : offs[level] + len(c)], want)
         lows = (
             np.where(c > 0, c, np.inf)
             if level == 1
-            else m[offs[level - 1] - offs[1] : offs[level] - offs[1]].reshape(-1, 8)
+            else m[offs[level - 1] - offs[1] : offs[level] - offs[1]].reshape(-1, 4)
         )
         np.testing.assert_array_equal(m[offs[level] - offs[1] :][: len(c)], lows.min(axis=1))
 
@@ -95,7 +93,7 @@ def _binary_tree(leaves: np.ndarray) -> tuple[float, Callable[[float], int]]:
 
 @pytest.mark.parametrize("cap", [1, 5, 8, 9, 64, 100, 1000, 4097])
 def test_root_and_find_are_those_of_the_binary_layout(cap: int) -> None:
-    """The 8-ary layout sums in the binary tree's order and descends its binary levels: the
+    """The 4-ary layout sums in the binary tree's order and descends its binary levels: the
     same root and the same leaf for every mass, bit for bit (the layout it replaced)."""
     rng = np.random.default_rng(cap)
     leaves = rng.exponential(size=cap) * (rng.random(cap) > 0.3)

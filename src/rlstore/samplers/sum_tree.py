@@ -1,24 +1,24 @@
 """A float64 sum tree (with a parallel min tree), vectorized over batches of updates and queries.
 
-Layout: an 8-ary tree (8 float64 = one 64-byte cache line) stored level by level in one flat
-array, the leaves first: ``capacity`` leaves padded to a multiple of 8, then their parents
-(node ``j`` of a level sums nodes ``8j ... 8j + 7`` of the level below), and so on up to one
-root (:attr:`SumTree.total`): 7 levels above 2**20 leaves, against 20 in a binary tree. Sums
-are taken in the binary tree's order (``((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))``) and
-:meth:`SumTree.find` walks the binary levels inside each line, so the root and every found leaf
-are bit for bit those of a binary sum tree over the same leaves (the layout this replaced).
-A parallel min tree (no leaf level: it reads the leaves) holds the minimum of the non-empty
-leaves below each node. Every parent is recomputed from its children, so the root is the sum
-of the leaves up to rounding, and rebuilding from the leaves gives the same bits.
+Layout: a 4-ary tree stored level by level in one flat array, the leaves first: ``capacity``
+leaves padded to a multiple of 4, then their parents (node ``j`` of a level sums nodes ``4j ...
+4j + 3`` of the level below: 32 bytes, within one 64-byte cache line), and so on up to one root
+(:attr:`SumTree.total`): 10 levels above 2**20 leaves, against 20 in a binary tree. Sums are
+taken in the binary tree's order (``(c0 + c1) + (c2 + c3)``) and :meth:`SumTree.find` walks the
+binary levels inside each node, so the root and every found leaf are bit for bit those of a
+binary sum tree over the same leaves (the layout this replaced). A parallel min tree (no leaf
+level: it reads the leaves) holds the minimum of the non-empty leaves below each node. Every
+parent is recomputed from its children, so the root is the sum of the leaves up to rounding,
+and rebuilding from the leaves gives the same bits.
 
 A leaf of value ``0`` is *empty*: :meth:`SumTree.find` never returns it and :attr:`SumTree.min`
 ignores it. Both operations take a whole batch and read one cache line per level and query
 or touched ancestor: a batched update writes all leaves, then recomputes each touched ancestor
 once, level by level; a batched query descends all masses together (level-major, so that the
 cache misses of one level overlap). The walks are compiled with numba (one call per batch, no
-per-item Python loop). Against the binary layout, measured interleaved (CPU time) at a
-capacity of 2**20 with batches of 256: find 12 us (was 20), update 7 us (was 19); at 10**5,
-update 5 us (was 8) but find 8 us (was 7: 7 additions per line, fewer misses to save).
+per-item Python loop). Against the binary layout, measured interleaved (CPU time) with
+batches of 256: at 2**20 leaves find 10 us (was 18), update 7 us (was 17); at 10**5 find 7 us
+(was 7), update 6 us (was 8). 8 children per node (one whole line) took ~1.2x as long to find.
 
 Example:
     >>> t = SumTree(4)
@@ -94,7 +94,7 @@ class SumTree:
     """Sums (and minimum of the non-empty leaves) over ``capacity`` non-negative float64 leaves.
 
     Args:
-        capacity: number of leaves (int >= 1); padded to a multiple of 8 internally.
+        capacity: number of leaves (int >= 1); padded to a multiple of 4 internally.
 
     Attributes:
         capacity: the number of usable leaves.
@@ -210,7 +210,7 @@ class SumTree:
 
 def _aligned(n: int, fill: float) -> np.ndarray:
     """A float64 array of ``n`` elements filled with ``fill``, starting on a 64-byte boundary
-    (so that each node's children share one cache line)."""
+    (so that no node's children straddle two cache lines)."""
     buf = np.empty(n + 8, dtype=np.float64)
     start = (-buf.ctypes.data % 64) // 8
     out = buf[start : start + n]
