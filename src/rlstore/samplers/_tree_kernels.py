@@ -5,7 +5,7 @@ level by level from the leaves (level 0, offset 0) to the root (the last element
 starts at ``offs[l]``, and node ``j`` of level ``l >= 1`` sums the ``FANOUT = 4`` nodes
 ``4j ... 4j + 3`` of level ``l - 1`` (32 bytes, half of one 64-byte cache line), so a walk
 reads one line per level (10 levels at 2**20 leaves). Inside a node the sums are those of a
-binary tree, spelled out by :func:`_sum_line` and :func:`descend`: ``(c0 + c1) + (c2 + c3)``,
+binary tree, spelled out by :func:`_sum_node` and :func:`descend`: ``(c0 + c1) + (c2 + c3)``,
 so every stored node and every choice of :func:`descend` is bit for bit what a binary sum tree
 over the same leaves holds and chooses (the binary level that is not stored is recomputed
 from the children it sums). The min tree ``m`` has the same layout without the leaf level
@@ -44,7 +44,7 @@ def level_offsets(capacity: int) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sum_line(a):  # pragma: no cover - compiled
+def _sum_node(a):  # pragma: no cover - compiled
     """The sum of the 4 children ``a``, in the binary tree's order."""
     return (a[0] + a[1]) + (a[2] + a[3])
 
@@ -54,7 +54,7 @@ def _recompute(s, m, offs, level, p):  # pragma: no cover - compiled
     """Node ``p`` of ``level`` (>= 1): the sum and the min of its children."""
     c0 = offs[level - 1] + p * FANOUT
     a = s[c0 : c0 + FANOUT]
-    s[offs[level] + p] = _sum_line(a)
+    s[offs[level] + p] = _sum_node(a)
     low = np.inf
     if level == 1:  # the children are leaves: 0 is empty, not a minimum
         for c in range(FANOUT):
