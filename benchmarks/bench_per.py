@@ -1,7 +1,7 @@
 """Prioritized replay: ``sample(256)`` + ``update_priorities(256)`` iterations per second.
 
 What is measured: one iteration of a DQN-with-PER training step's replay bookkeeping, on a full
-sampler of capacity ``2**20`` (every slot live, random priorities): a stratified
+sampler of capacity ``2**20`` and of ``10**5`` (every slot live, random priorities): a stratified
 ``PrioritizedSampler.sample(256)`` (indices, float32 weights), then
 ``update_priorities`` of those 256 ids with fresh |TD errors| (ids overwritten since are
 ignored). Index/priority bookkeeping only: gathering the transitions is the buffer's job
@@ -13,7 +13,7 @@ spread, the process CPU time rate (robust on a shared machine) and library versi
 
 Run::
 
-    PYTHONPATH=src python benchmarks/bench_per.py [--capacity 1048576] [--iters 2000]
+    PYTHONPATH=src python benchmarks/bench_per.py [--capacity 1048576 100000] [--iters 2000]
 """
 
 from __future__ import annotations
@@ -49,21 +49,22 @@ def run(capacity: int, batch: int, iters: int, repeats: int) -> dict[str, float]
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--capacity", type=int, default=1 << 20)
+    p.add_argument("--capacity", type=int, nargs="+", default=[1 << 20, 100_000])
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--iters", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
     limit_threads(1)
-    r = run(args.capacity, args.batch, args.iters, args.repeats)
     print(f"machine: {machine_info()}")
     print(f"versions: {library_versions(['rlstore', 'numpy', 'numba'])}")
-    print(
-        f"rlstore PrioritizedSampler, capacity {args.capacity}, batch {args.batch}: "
-        f"sample + update_priorities {format_rate(r['rate'])} it/s wall "
-        f"({format_rate(r['cpu_rate'])} it/s CPU), median of {args.repeats} x {args.iters}, "
-        f"spread {r['spread']:.0%}"
-    )
+    for capacity in args.capacity:
+        r = run(capacity, args.batch, args.iters, args.repeats)
+        print(
+            f"rlstore PrioritizedSampler, capacity {capacity}, batch {args.batch}: "
+            f"sample + update_priorities {format_rate(r['rate'])} it/s wall "
+            f"({format_rate(r['cpu_rate'])} it/s CPU), median of {args.repeats} x {args.iters}, "
+            f"spread {r['spread']:.0%}"
+        )
     return 0
 
 

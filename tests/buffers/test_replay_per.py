@@ -77,7 +77,7 @@ def test_new_transitions_enter_with_max_priority_and_overwritten_updates_are_ign
     buf.update_priorities(np.arange(4), np.array([1.0, 9.0, 3.0, 4.0]))
     tree = buf._sampler.tree
     buf.add(**_row(4, 1))  # id 4 enters with the max priority seen (9); id 0 is overwritten
-    assert tree._sum[tree._leaf0 + 4 % 5] == pytest.approx(9.0)
+    assert tree.leaves[4 % 5] == pytest.approx(9.0)
     buf.add(**_row(5, 1))
     total = tree.total
     buf.update_priorities(np.array([0, 1]), np.array([100.0, 100.0]))  # both overwritten since

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -48,11 +50,62 @@ def test_random_batched_updates_keep_sums_and_minimum() -> None:
     np.testing.assert_array_equal(t.leaves, model)  # same values copied: exact
     assert abs(t.total - model.sum()) <= 1e-9 * model.sum()
     assert t.min == model[model > 0].min()
-    # every parent is exactly the sum of its children
-    s = t._sum
-    np.testing.assert_array_equal(
-        s[1 : t._leaf0], s[2 : 2 * t._leaf0 : 2] + s[3 : 2 * t._leaf0 : 2]
-    )
+    _assert_parents_exact(t)
+
+
+def _assert_parents_exact(t: SumTree) -> None:
+    """Every stored parent is the binary-order sum of its 4 children, and the min of their
+    non-empty leaves (level 1) or mins (above)."""
+    s, m, offs = t._sum, t._min, t._offs
+    for level in range(1, len(offs) - 1):
+        c = s[offs[level - 1] : offs[level]].reshape(-1, 4)
+        want = (c[:, 0] + c[:, 1]) + (c[:, 2] + c[:, 3])
+        np.testing.assert_array_equal(s[offs[level] : offs[level] + len(c)], want)
+        lows = (
+            np.where(c > 0, c, np.inf)
+            if level == 1
+            else m[offs[level - 1] - offs[1] : offs[level] - offs[1]].reshape(-1, 4)
+        )
+        np.testing.assert_array_equal(m[offs[level] - offs[1] :][: len(c)], lows.min(axis=1))
+
+
+def _binary_tree(leaves: np.ndarray) -> tuple[float, Callable[[float], int]]:
+    """The reference binary layout (2L nodes, node k's children 2k and 2k + 1): its root and
+    its one-query descent (right when past the left sum and the right subtree is non-empty)."""
+    n = 1 << (len(leaves) - 1).bit_length()
+    tree = np.zeros(2 * n)
+    tree[n : n + len(leaves)] = leaves
+    for k in range(n - 1, 0, -1):
+        tree[k] = tree[2 * k] + tree[2 * k + 1]
+
+    def find(x: float) -> int:
+        node = 1
+        while node < n:
+            left = tree[2 * node]
+            if x >= left and tree[2 * node + 1] > 0:
+                x, node = x - left, 2 * node + 1
+            else:
+                node = 2 * node
+        return node - n
+
+    return float(tree[1]), find
+
+
+@pytest.mark.parametrize("cap", [1, 5, 8, 9, 64, 100, 1000, 4097])
+def test_root_and_find_are_those_of_the_binary_layout(cap: int) -> None:
+    """The 4-ary layout sums in the binary tree's order and descends its binary levels: the
+    same root and the same leaf for every mass, bit for bit (the layout it replaced)."""
+    rng = np.random.default_rng(cap)
+    leaves = rng.exponential(size=cap) * (rng.random(cap) > 0.3)
+    leaves[rng.integers(0, cap)] = 0.5  # at least one non-empty leaf
+    t = SumTree(cap)
+    t.update(np.arange(cap), leaves)
+    total, find = _binary_tree(leaves)
+    assert t.total == total
+    _assert_parents_exact(t)
+    masses = np.concatenate([rng.random(2000) * total, [0.0, total, np.nextafter(total, 0)]])
+    masses = np.concatenate([masses, np.cumsum(leaves)[:50]])  # prefix sums: the boundaries
+    np.testing.assert_array_equal(t.find(masses), [find(x) for x in masses.tolist()])
 
 
 def test_find_matches_cumsum_search() -> None:
@@ -85,6 +138,8 @@ def test_duplicate_indices_last_write_wins() -> None:
     assert t.total == 2.25 and t.min == 0.25  # the min tree took the same (last) value
     t.update(np.array([3, 3]), np.array([0.0, 7.0]))
     assert t.total == 9.0 and t.min == 2.0
+    t.update(np.array([0, 1, 1, 3, 3]), np.array([1.0, 4.0, 0.5, 7.0, 3.0]))  # sorted input
+    np.testing.assert_array_equal(t.leaves, [1.0, 0.5, 0.0, 3.0])
 
 
 def test_capacity_one_and_empty() -> None:
@@ -142,7 +197,7 @@ def test_state_dict_round_trip_is_exact() -> None:
     assert set(sd) == {"capacity", "leaves"} and sd["leaves"].flags.writeable
     b = SumTree(100)
     b.load_state_dict(sd)
-    # each parent is the float sum of the same two children, whatever the order of rebuilding
+    # each parent is the float sum of the same children in the same order, however rebuilt
     np.testing.assert_array_equal(a._sum, b._sum)
     np.testing.assert_array_equal(a._min, b._min)
     masses = rng.random(1000) * a.total

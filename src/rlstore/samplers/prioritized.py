@@ -33,7 +33,7 @@ from rlstore._checks import check_count, real_number
 from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers._rng import make_rng, rng_state, set_rng_state
-from rlstore.samplers.sum_tree import SumTree, _check_values
+from rlstore.samplers.sum_tree import SumTree, _check_values, _real_array
 from rlstore.samplers.uniform import SampledIds, check_window
 from rlstore.storage.ring import _count, _mapping
 
@@ -176,8 +176,8 @@ class PrioritizedSampler:
         tree = self.tree
         # (N P(i))^-beta / (N P_min)^-beta = (p_min / p_i)^beta: N and the total cancel
         u = self.rng.random(b)
-        ids, weights = _kernels().draw(tree._sum, u, tree.total, tree.min, b_exp, self.lo,
-                                       self._cap(), tree._leaf0, tree._depth)  # fmt: skip
+        ids, weights = _kernels().draw(tree._sum, tree._offs, u, tree.total, tree.min, b_exp,
+                                       self.lo, self._cap())  # fmt: skip
         self.steps += 1
         return SampledIds(ids, weights)
 
@@ -201,29 +201,23 @@ class PrioritizedSampler:
             raise SpecError(
                 f"indices: expected a 1-D integer array, got {idx.dtype} of shape {idx.shape}"
             )
-        pri = _check_values("priorities", priorities, len(idx))
-        if not idx.size:
-            return
-        oldest = int(idx.min())
-        if oldest < 0 or int(idx.max()) >= self.hi:
+        pri = _real_array("priorities", priorities, len(idx))
+        status, slots, stored, raw_max, top, p_top = _kernels().priority_leaves(
+            idx.astype(np.int64, copy=False), pri, self.lo, self.hi, self.capacity or 1,
+            self.eps, self.alpha)  # fmt: skip
+        if status:  # the kernel found a bad value: say which
+            _check_values("priorities", pri, len(pri))  # raises on a negative or non-finite one
             bad = idx[(idx < 0) | (idx >= self.hi)][0]
             raise SpecError(f"indices: expected ids in [0, {self.hi}) (written), got {bad}")
-        if oldest < self.lo:  # some ids were overwritten since they were drawn
-            keep = idx >= self.lo
-            idx, pri = idx[keep], pri[keep]
-        slots, last = _kernels().last_writes(idx.astype(np.int64, copy=False), self._cap())
         if not len(slots):
             return
-        raw = pri[last] + self.eps
-        stored = _power(raw, self.alpha)
-        top = float(stored.max())
         if not top <= self.tree.max_value:  # inf after the power, or a sum that could overflow
             raise SpecError(
                 f"priorities: expected (p + eps)^alpha <= {self.tree.max_value:.6g}, got "
-                f"{top} from p = {float(raw[np.argmax(stored)] - self.eps)}"
+                f"{top} from p = {p_top}"
             )
         self.tree._set_unique(slots, stored)
-        self.max_priority = max(self.max_priority, float(raw.max()))
+        self.max_priority = max(self.max_priority, raw_max)
 
     def state_dict(self) -> dict[str, Any]:
         """The tree's leaves (a copy) and JSON-able scalars (window, counters, RNG state)."""
