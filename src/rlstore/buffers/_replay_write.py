@@ -371,9 +371,9 @@ class ReplayWriter(ReplayState):
             st.put_row(st.cursor, dict(zip(plan.names, no, strict=True)))
             self._pending = [v.tobytes() for v in no]
         if done is not None:
-            cols = np.flatnonzero(done)
+            cols = done.nonzero()[0]  # (array methods: numpy's module functions cost ~1 us more)
             ended = {
-                f.spec.name: np.reshape(v, f.item)[cols] for f, v in zip(plan.obs, no, strict=True)
+                f.spec.name: v.reshape(f.item)[cols] for f, v in zip(plan.obs, no, strict=True)
             }
             self._keep(self._side, g0 * n + cols, ended, self._min_live_key(st))
         if done is not None or not self._prev_all:
@@ -381,10 +381,13 @@ class ReplayWriter(ReplayState):
 
     def _jumps(self, plan: WritePlan, obs: list[Any], pend: list[bytes]) -> np.ndarray | None:
         """Columns whose ``obs`` differs from their open pending ``next_obs`` (None: none)."""
+        po, prev = self._prev_open, plan.unbytes(pend).values()
+        if all(a[po].tobytes() == p[po].tobytes() for a, p in zip(obs, prev, strict=True)):
+            return None  # (the usual case: only columns whose episode ended changed)
         n, jump = self.num_envs, np.zeros(self.num_envs, dtype=bool)
-        for a, p in zip(obs, plan.unbytes(pend).values(), strict=True):
+        for a, p in zip(obs, prev, strict=True):
             jump |= _differ(a, p, n)
-        cols = np.flatnonzero(jump & self._prev_open)
+        cols = (jump & po).nonzero()[0]
         return cols if len(cols) else None
 
     def _keep_pending(self, plan: WritePlan, pend: list[bytes], cols: Any, st: Storage) -> None:
