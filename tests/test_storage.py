@@ -330,3 +330,21 @@ def test_write_row_equals_a_one_row_block(tmp_path, n: int, kind: str) -> None:
         a, b = by_row.gather(idx), by_block.gather(idx)
         for k in specs:
             np.testing.assert_array_equal(a[k], b[k], err_msg=f"{k} at step {step}")
+
+
+def test_side_store_single_keys_in_any_order_stay_sorted() -> None:
+    """One key per append, mostly rising (the cheap in-order case) with some arriving below
+    the newest stored key (the sorting case): lookups match a dict model."""
+    rng = np.random.default_rng(1)
+    side = SideStore({"o": FieldSpec("o", (2,), np.int64)}, capacity=1)
+    keys = np.arange(0, 400, 2)
+    swap = 2 * rng.choice(len(keys) // 2, 40, replace=False)  # disjoint pairs
+    keys[swap], keys[swap + 1] = keys[swap + 1], keys[swap]
+    seen: list[int] = []
+    for key in keys.tolist():
+        side.append((key,), {"o": np.array([[key, -key]])}, 0)
+        seen.append(key)
+        assert np.all(np.diff(side.keys[: side.n]) > 0)
+    hit, pos = side.lookup(np.array(sorted(seen)))
+    assert hit.all()
+    np.testing.assert_array_equal(side.arrays["o"][pos, 0], sorted(seen))

@@ -341,3 +341,32 @@ def test_differ_matches_a_per_item_byte_comparison(dtype: Any, shape: tuple[int,
                          for t in range(5)])  # fmt: skip
         np.testing.assert_array_equal(_differ(a, b, (5, 3)), want)
         np.testing.assert_array_equal(_differ(a[:, 0], b[:, 0], 5), want[:, 0])
+
+
+def test_jump_beside_an_episode_end_keeps_only_the_jumped_column() -> None:
+    """Three envs: env 0 ends, then env 1's obs jumps while env 0 starts from a reset and
+    env 2 continues; only env 1's previous next_obs becomes a discontinuity, and every
+    stored transition reads back its exact next_obs (the open columns are compared whole
+    first, column by column only when one of them differs)."""
+    rng = np.random.default_rng(5)
+    buf = ReplayBuffer(12, num_envs=3, seed=0)
+    obs = rng.standard_normal((3, 4)).astype(np.float32)
+    rows = []
+    for step in range(4):
+        nxt = rng.standard_normal((3, 4)).astype(np.float32)
+        term = np.array([step == 1, False, False])
+        row = dict(obs=obs, action=rng.standard_normal((3, 2)).astype(np.float32),
+                   reward=np.zeros(3, np.float32), next_obs=nxt, terminated=term,
+                   truncated=np.zeros(3, bool))  # fmt: skip
+        buf.add(**row)
+        rows.append(row)
+        obs = nxt.copy()
+        if step == 1:
+            obs[0] = rng.standard_normal(4)  # env 0: a reset obs after its end
+        if step == 2:
+            obs[1] = rng.standard_normal(4)  # env 1: a jump without an end
+    meta = buf.metadata()
+    assert (meta["side_entries"], meta["discontinuities"]) == (1, 1)
+    got = buf.gather(np.arange(len(buf)))
+    want = np.concatenate([r["next_obs"] for r in rows])
+    np.testing.assert_array_equal(got["next_obs"].view(np.uint32), want.view(np.uint32))

@@ -164,6 +164,19 @@ class WritePlan:
         order = [pos[k] for k in stored] or [0, 0]  # (the plan of a first add writes nothing)
         self.stored = itemgetter(*order) if len(order) > 1 else lambda v: (v[order[0]],)
         self.term, self.trunc = pos["terminated"], pos["truncated"]
+        self.plain = not (schema.dict_obs or schema.extra_names)  # args need no flattening
+        self.fin_obs = [(i, f) for i, f in enumerate(self.obs) if f.fin]  # NaN-checked obs
+        self.pend_types = [
+            (k, f.item, f.spec.dtype) for k, f in zip(self.names, self.obs, strict=True)
+        ]
+
+    def unbytes(self, pend: list[bytes]) -> dict[str, np.ndarray]:
+        """The pending ``next_obs`` row: read-only arrays ``(n, *shape)`` over its bytes
+        (no copy)."""
+        if self.k == 1:  # (one obs field: no loop)
+            name, shape, dtype = self.pend_types[0]
+            return {name: np.ndarray(shape, dtype, pend[0])}
+        return {k: np.ndarray(s, d, p) for (k, s, d), p in zip(self.pend_types, pend, strict=True)}
 
     def __reduce__(self) -> tuple[Any, ...]:
         return WritePlan, self.args
@@ -257,10 +270,9 @@ class ReplayWriter(ReplayState):
         schema = TransitionSchema(specs, allow_nonfinite=self.allow_nonfinite)
         return WritePlan(schema, n, self.allow_nonfinite, False, [])  # obs checked whole
 
-    def _validate(self, plan: WritePlan, t: int | None, obs: Any, next_obs: Any,
-                  core: tuple[Any, ...], extra: Mapping[str, Any]) -> list[Any]:  # fmt: skip
-        """Every argument checked and converted, in the plan's order: rows for an add
-        (``t is None``), ``(T, num_envs, *shape)`` blocks for ``extend``."""
+    def _arguments(self, plan: WritePlan, obs: Any, next_obs: Any, core: tuple[Any, ...],
+                   extra: Mapping[str, Any]) -> tuple[Any, ...]:  # fmt: skip
+        """The arguments in the plan's order (obs and next_obs flattened, extras checked)."""
         schema = plan.schema
         if extra or schema.extra_names:
             if sorted(extra) != sorted(schema.extra_names):
@@ -274,33 +286,37 @@ class ReplayWriter(ReplayState):
             and (isinstance(obs, Mapping) or isinstance(next_obs, Mapping))
         ):
             fo, fno = schema.flatten_obs("obs", obs), schema.flatten_obs("next_obs", next_obs)
-            args = (*(fo[k] for k in schema.obs_names), *(fno[k] for k in schema.obs_names), *core)
-        else:
-            args = (obs, next_obs, *core)
-        if t is None:
-            return list(map(call, plan.rows, args))  # one check per argument (same order)
-        lead = (t, self.num_envs)
-        return [f.cast(v, lead) for f, v in zip(plan.fields, args, strict=True)]
+            return (*(fo[k] for k in schema.obs_names), *(fno[k] for k in schema.obs_names), *core)
+        return (obs, next_obs, *core)
 
     # ------------------------------------------------------------------ writing
     def _write(self, t: int | None, obs: Any, action: Any, reward: Any, next_obs: Any,
                terminated: Any, truncated: Any, extra: Mapping[str, Any]) -> None:  # fmt: skip
         """Validate the whole input (``t is None``: one add), then write it (blocks of at
         most ``capacity_per_env`` rows)."""
-        plan = self._plan or self._infer(obs, action, reward, extra, t)
-        vals = self._validate(plan, t, obs, next_obs, (action, reward, terminated, truncated),
-                              extra)  # fmt: skip
+        plan, first = self._plan, self._plan is None
+        if plan is None:
+            plan = self._infer(obs, action, reward, extra, t)
+        if plan.plain and not extra and type(obs) is _NDARRAY and type(next_obs) is _NDARRAY:
+            args: tuple[Any, ...] = (obs, next_obs, action, reward, terminated, truncated)
+        else:
+            args = self._arguments(plan, obs, next_obs, (action, reward, terminated, truncated),
+                                   extra)  # fmt: skip
+        if t is None:  # one check per argument (same order)
+            vals = list(map(call, plan.rows, args))
+        else:
+            lead = (t, self.num_envs)
+            vals = [f.cast(v, lead) for f, v in zip(plan.fields, args, strict=True)]
         if self._layout.kind == "frames":  # stacks must share frames as the layout declares
-            k, lead = plan.k, (1, self.num_envs) if t is None else ()
-            o, no = ({f.spec.name: np.asarray(v).reshape(lead + f.item[1:]) if lead else v
+            k, shape = plan.k, (1, self.num_envs) if t is None else ()
+            o, no = ({f.spec.name: np.asarray(v).reshape(shape + f.item[1:]) if shape else v
                       for f, v in zip(plan.fields[a : a + k], vals[a : a + k], strict=True)}
                      for a in (0, k))  # fmt: skip
             check_shared_frames(plan.schema.specs, self._layout.stack_axis, o, no)
-        if self._plan is None:  # first add: allocate only once everything passed
+        if first:  # allocate only once everything passed
             self._allocate(plan.schema.specs)
-        st, plan = self._storage, self._plan or plan
-        if st is None:  # _allocate sets it
-            raise SpecError("specs: storage missing after validation")
+            plan = self._plan or plan
+        st: Storage = self._storage  # type: ignore[assignment]  # (allocated)
         if t is None:
             self._write_row(plan, vals, st)
         else:
@@ -332,9 +348,9 @@ class ReplayWriter(ReplayState):
             else:
                 check = not self._prev_all
         if check:
-            for f, v in zip(plan.obs, vals, strict=False):
-                if f.fin and not all_finite(v):
-                    f.cast(v)  # raises the named error
+            for i, f in plan.fin_obs:
+                if not all_finite(vals[i]):
+                    f.cast(vals[i])  # raises the named error
         te, tr = vals[plan.term], vals[plan.trunc]
         if n == 1:
             done = _ONE if te or tr else None
@@ -355,9 +371,9 @@ class ReplayWriter(ReplayState):
             st.put_row(st.cursor, dict(zip(plan.names, no, strict=True)))
             self._pending = [v.tobytes() for v in no]
         if done is not None:
-            cols = np.flatnonzero(done)
+            cols = done.nonzero()[0]  # (array methods: numpy's module functions cost ~1 us more)
             ended = {
-                f.spec.name: np.reshape(v, f.item)[cols] for f, v in zip(plan.obs, no, strict=True)
+                f.spec.name: v.reshape(f.item)[cols] for f, v in zip(plan.obs, no, strict=True)
             }
             self._keep(self._side, g0 * n + cols, ended, self._min_live_key(st))
         if done is not None or not self._prev_all:
@@ -365,18 +381,20 @@ class ReplayWriter(ReplayState):
 
     def _jumps(self, plan: WritePlan, obs: list[Any], pend: list[bytes]) -> np.ndarray | None:
         """Columns whose ``obs`` differs from their open pending ``next_obs`` (None: none)."""
+        po, prev = self._prev_open, plan.unbytes(pend).values()
+        if all(a[po].tobytes() == p[po].tobytes() for a, p in zip(obs, prev, strict=True)):
+            return None  # (the usual case: only columns whose episode ended changed)
         n, jump = self.num_envs, np.zeros(self.num_envs, dtype=bool)
-        for a, p, f in zip(obs, pend, plan.obs, strict=True):
-            jump |= _differ(a, _from_bytes(p, f.spec, n), n)
-        cols = np.flatnonzero(jump & self._prev_open)
+        for a, p in zip(obs, prev, strict=True):
+            jump |= _differ(a, p, n)
+        cols = (jump & po).nonzero()[0]
         return cols if len(cols) else None
 
     def _keep_pending(self, plan: WritePlan, pend: list[bytes], cols: Any, st: Storage) -> None:
         """Keep the pending ``next_obs`` of the columns ``cols`` (``...``: one env), whose next
         ``obs`` jumped, in ``disc`` under the keys of the newest stored row."""
         n, g = self.num_envs, st.rows_written - 1
-        prev = {f.spec.name: _from_bytes(p, f.spec, n)
-                for f, p in zip(plan.obs, pend, strict=True)}  # fmt: skip
+        prev = plan.unbytes(pend)
         if cols is ...:
             keys: Any = (g,)
         else:
@@ -476,11 +494,6 @@ def _differ(a: np.ndarray, b: np.ndarray, lead: Any) -> np.ndarray:
     b8 = np.ascontiguousarray(b).view(np.uint8).reshape(*lead, -1)
     word = next(w for size, w in _WORDS if a8.shape[-1] % size == 0)  # same bytes, fewer compares
     return (a8.view(word) != b8.view(word)).any(axis=-1)
-
-
-def _from_bytes(b: bytes, spec: FieldSpec, n: int) -> np.ndarray:
-    """The read-only array ``(n, *spec.shape)`` over the bytes ``b`` (no copy)."""
-    return np.ndarray((n, *spec.shape), spec.dtype, b)
 
 
 def _shape(name: str, value: Any) -> tuple[int, ...]:

@@ -385,17 +385,18 @@ class SideStore:
         if n + k > self.capacity:
             self._compact(min_live_key, k)
             n = self.n
-        cap, at = self.capacity, self.base + n
+        cap, at, stored = self.capacity, self.base + n, self.keys
         at = at - cap if at >= cap else at  # the slot of the first new item
         where: Any = slice(at, at + k) if at + k <= cap else (at + np.arange(k)) % cap
         for name, arr in self.arrays.items():
             arr[where] = values[name]
-        stored = self.keys
-        if k == 1:
-            stored[n] = keys[0]
+        self.n = n + k
+        if k == 1:  # (an add)
+            stored[n] = key = keys[0]
+            if not n or key >= stored[n - 1]:
+                return
         else:
             stored[n : n + k] = keys
-        self.n = n + k
         if (n and stored[n] < stored[n - 1]) or (k > 1 and bool((np.diff(keys) < 0).any())):
             start = int(np.searchsorted(self.keys[:n], np.min(keys)))
             order = np.argsort(self.keys[start : self.n], kind="stable") + start
