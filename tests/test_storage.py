@@ -66,7 +66,9 @@ def test_ring_state_round_trip_and_bad_state() -> None:
         RingStorage.from_state_dict(sd)
     sd = st.state_dict()
     del sd["cursor"]
-    with pytest.raises(CheckpointError, match="expected the keys .* got .*'arrays'"):
+    with pytest.raises(
+        CheckpointError, match=r"expected keys .*; missing \['cursor'\], unknown \[\]"
+    ):
         RingStorage.from_state_dict(sd)
     sd = st.state_dict()
     sd["cursor"] = 3

@@ -77,8 +77,11 @@ _CASES = {
         _set("storage.specs", lambda s: [{"shape": [3], "dtype": "<f4"}] + s[1:]),
         "storage.specs\\[0\\]",
     ),  # fmt: skip
-    "storage not a dict": (_set("storage", [1, 2]), "storage: expected a dict, got list"),
-    "extra key": (_set("storage.extra", 1), "storage: expected the keys"),
+    "storage not a dict": (
+        _set("storage", [1, 2]),
+        r"storage: expected keys .* in a dict, got list",
+    ),
+    "extra key": (_set("storage.extra", 1), "storage: expected keys"),
     "prev_open flipped": (_set("prev_open", lambda p: ~p), "prev_open: expected the newest"),
     "prev_open shape": (_set("prev_open", np.zeros(3, bool)), "prev_open: expected shape"),
     "config allow_nonfinite": (_set("config.allow_nonfinite", True), "allow_nonfinite"),

@@ -211,7 +211,7 @@ def _leaves(values: list[float], dtype: type = np.float64) -> np.ndarray:
 @pytest.mark.parametrize(
     ("sd", "match"),
     [
-        ({"capacity": 3}, "sum_tree: expected the keys"),
+        ({"capacity": 3}, "sum_tree: expected keys"),
         ({"capacity": 4, "leaves": _leaves([1, 2, 3])}, "capacity: expected 3 like this tree"),
         ({"capacity": True, "leaves": _leaves([1, 2, 3])}, "capacity: expected an int"),
         ({"capacity": 3, "leaves": _leaves([1, 2])}, r"leaves: expected shape \(3,\)"),

@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from rlstore._checks import check_count, real_number
+from rlstore._checks import check_count, check_keys, real_number
 from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers._rng import make_rng, rng_state, set_rng_state
 from rlstore.samplers.sum_tree import SumTree, _check_values, _real_array
 from rlstore.samplers.uniform import SampledIds, check_window
-from rlstore.storage.ring import _count, _mapping
+from rlstore.storage.ring import _count
 
 __all__ = ["LinearSchedule", "PrioritizedSampler"]
 
@@ -248,7 +248,9 @@ class PrioritizedSampler:
             CheckpointError: a malformed or mismatching state; ``self`` is unchanged.
         """
         cap = self._cap()
-        sd = _mapping(where, sd, ("tree", "alpha", "eps", "max_priority", "steps", "window", "rng"))
+        sd = check_keys(
+            where, sd, ("tree", "alpha", "eps", "max_priority", "steps", "window", "rng")
+        )
         for name in ("alpha", "eps"):
             value = sd[name]
             if not isinstance(value, float) or value != getattr(self, name):

@@ -30,10 +30,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlstore._checks import check_count
+from rlstore._checks import check_count, check_keys
 from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
 from rlstore.samplers.prioritized import PrioritizedSampler
-from rlstore.storage.ring import _checked_array, _count, _mapping
+from rlstore.storage.ring import _checked_array, _count
 
 __all__ = ["SequenceSample", "SequenceSampler"]
 
@@ -214,7 +214,7 @@ class SequenceSampler:
         Raises:
             CheckpointError: a missing, malformed or mismatching entry; nothing changes.
         """
-        sd = _mapping(where, sd, ("start_row", "phase", "hi", "keys", "prio"))
+        sd = check_keys(where, sd, ("start_row", "phase", "hi", "keys", "prio"))
         shape = (self.capacity_per_env, self.num_envs)
         start = _checked_array(f"{where}.start_row", sd["start_row"], shape, np.dtype(np.int64))
         phase = _checked_array(f"{where}.phase", sd["phase"], shape[1:], np.dtype(np.int64))

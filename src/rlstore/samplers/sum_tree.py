@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from rlstore._checks import check_count
+from rlstore._checks import check_count, check_keys
 from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
-from rlstore.storage.ring import _checked_array, _count, _mapping
+from rlstore.storage.ring import _checked_array, _count
 
 __all__ = ["SumTree"]
 
@@ -190,7 +190,7 @@ class SumTree:
             CheckpointError: keys other than ``capacity`` and ``leaves``, a capacity other than
                 this tree's, leaves not a float64 ``(capacity,)`` array of finite values ``>= 0``.
         """
-        sd = _mapping(where, sd, ("capacity", "leaves"))
+        sd = check_keys(where, sd, ("capacity", "leaves"))
         capacity = _count(f"{where}.capacity", sd["capacity"], 1)
         if capacity != self.capacity:
             raise CheckpointError(

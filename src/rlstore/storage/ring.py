@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstore._checks import check_keys
 from rlstore.errors import CapacityError, CheckpointError
 from rlstore.specs import FieldSpec
 
@@ -231,9 +232,9 @@ class RingStorage:
         Raises:
             CheckpointError: naming the first entry that is missing or wrong.
         """
-        sd = _mapping(where, sd, ("arrays", *_COUNTERS))
+        sd = check_keys(where, sd, ("arrays", *_COUNTERS))
         rows, n_envs, specs = checked_layout(sd, where)
-        arrays = _mapping(f"{where}.arrays", sd["arrays"], tuple(specs))
+        arrays = check_keys(f"{where}.arrays", sd["arrays"], tuple(specs))
         checked = {
             k: _checked_array(f"{where}.arrays.{k}", arrays[k], (rows, n_envs, *s.shape), s.dtype)
             for k, s in specs.items()
@@ -269,17 +270,6 @@ def checked_counts(sd: Mapping[str, Any], where: str, rows: int) -> tuple[int, i
             f"rows_written {rows_written}, capacity_per_env {rows}"
         )
     return cursor, size, rows_written
-
-
-def _mapping(where: str, value: Any, keys: Sequence[str]) -> Mapping[str, Any]:
-    """``value`` if it is a mapping holding exactly ``keys``, else a CheckpointError."""
-    if not isinstance(value, Mapping):
-        raise CheckpointError(f"{where}: expected a dict, got {type(value).__name__}")
-    if set(value) != set(keys):
-        raise CheckpointError(
-            f"{where}: expected the keys {sorted(keys)}, got {sorted(map(str, value))}"
-        )
-    return value
 
 
 _MAX_COUNT = 1 << 62
@@ -470,7 +460,7 @@ class SideStore:
             CheckpointError: missing keys, keys unsorted, repeated or out of range, arrays of
                 the wrong shape or dtype, or a capacity out of range; ``self`` is unchanged.
         """
-        sd = _mapping(where, sd, ("keys", "arrays", "capacity"))
+        sd = check_keys(where, sd, ("keys", "arrays", "capacity"))
         keys = sd["keys"]
         if not isinstance(keys, np.ndarray) or keys.dtype != np.int64 or keys.ndim != 1:
             raise CheckpointError(
@@ -489,7 +479,7 @@ class SideStore:
             raise CheckpointError(
                 f"{where}.capacity: expected an int in [{n}, {top}], got {capacity}"
             )
-        arrays = _mapping(f"{where}.arrays", sd["arrays"], tuple(self.specs))
+        arrays = check_keys(f"{where}.arrays", sd["arrays"], tuple(self.specs))
         checked = {
             k: _checked_array(f"{where}.arrays.{k}", arrays[k], (n, *s.shape), s.dtype)
             for k, s in self.specs.items()
