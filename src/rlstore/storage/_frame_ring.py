@@ -21,9 +21,10 @@ def _differ(a: Any, i: int, b: Any, j: int, count: int) -> bool:
     xor-or pass without branches: the compiler vectorizes it.)"""
     if count <= 0:
         return False
-    acc = a[i] ^ b[j]
+    x, y = a[i : i + count], b[j : j + count]  # (slices: the loop indexes from 0, vectorized)
+    acc = x[0] ^ y[0]
     for q in range(1, count):
-        acc |= a[i + q] ^ b[j + q]
+        acc |= x[q] ^ y[q]
     return acc != 0
 
 
@@ -31,25 +32,45 @@ def _nonzero(a: Any, count: int) -> bool:
     """Is any of the words ``a[:count]`` non-zero (1-D)?"""
     if count <= 0:
         return False
-    acc = a[0]
+    x = a[:count]
+    acc = x[0]
     for q in range(1, count):
-        acc |= a[q]
+        acc |= x[q]
     return acc != 0
 
 
-def _classify(w: np.ndarray, tail: np.ndarray, after: bool, kind: np.ndarray) -> int:
-    """Kind of each stack of ``w (k, n, S, W)`` into ``kind (k, n)``; ``tail (n, S, W)`` is the
-    previous row if ``after`` (rows were written). Returns the number of SIDE kinds."""
+def _classify(w: Any, kind: Any, frames: Any, kinds: Any, keys: Any, older: Any, base: int,
+              g0: int) -> int:  # fmt: skip
+    """Kind of each stack of ``w (k, n, S, W)`` (global rows ``g0, g0 + 1, ...``) into
+    ``kind (k, n)``; the stored rows (``frames``, ``kinds``, side ``keys`` and ``older`` frames
+    in a circle from ``base``) give the stacks of row ``g0 - 1``. Returns the number of SIDE
+    kinds."""
     k, n, s, m = w.shape
-    last, sides = (s - 1) * m, 0
+    last, sides, src = (s - 1) * m, 0, np.empty(s, dtype=np.int64)
     for t in range(k):
         for e in range(n):
             cur = w[t, e].ravel()
-            if t > 0 or after:
-                prev = w[t - 1, e].ravel() if t else tail[e].ravel()
-                if not _differ(cur, 0, prev, m, last):
-                    kind[t, e] = LINK
-                    continue
+            if t:
+                link = not _differ(cur, 0, w[t - 1, e].ravel(), m, last)
+            elif g0:  # compare with the stored row g0 - 1, frame by frame from its sources
+                _source(g0 - 1, e, n, kinds, keys, src)
+                link = True
+                for q in range(s - 1):
+                    p = src[q + 1]
+                    if p >= 0:
+                        link = not _differ(cur, q * m, frames[p], 0, m)
+                    elif p == -1:
+                        link = not _nonzero(cur[q * m :], m)
+                    else:
+                        entry, j = divmod(-2 - p, s - 1)
+                        link = not _differ(cur, q * m, older[(base + entry) % len(older), j], 0, m)
+                    if not link:
+                        break
+            else:
+                link = False
+            if link:
+                kind[t, e] = LINK
+                continue
             repeat = True
             for q in range(s - 1):
                 if _differ(cur, q * m, cur, last, m):
@@ -72,10 +93,9 @@ def _unshared(a: np.ndarray, b: np.ndarray) -> int:
     return -1
 
 
-def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int) -> None:
+def _commit(w: Any, kind: Any, frames: Any, kinds: Any, g0: int) -> None:
     """Newest frames and kinds of ``w (k, n, S, W)`` into ``frames (slots * n, W)`` and
-    ``kinds (slots * n,)`` at the slots of global rows ``g0, g0 + 1, ...``; the last row into
-    ``tail``."""
+    ``kinds (slots * n,)`` at the slots of global rows ``g0, g0 + 1, ...``."""
     k, n, s, m = w.shape
     slots = len(kinds) // n
     for t in range(k):
@@ -83,40 +103,44 @@ def _commit(w: Any, kind: Any, frames: Any, kinds: Any, tail: Any, g0: int) -> N
         for e in range(n):
             frames[at + e, :] = w[t, e, s - 1, :]
             kinds[at + e] = kind[t, e]
-    tail[:] = w[k - 1]
 
 
-def _write(w: Any, tail: Any, kind: Any, frames: Any, kinds: Any, g0: int, commit: bool) -> int:
+def _write(w: Any, kind: Any, frames: Any, kinds: Any, keys: Any, older: Any, base: int, g0: int,
+           commit: bool) -> int:  # fmt: skip
     """Classify the stacks ``w (k, n, S, W)`` as global rows ``g0, g0 + 1, ...`` into ``kind``
-    (``tail``: row ``g0 - 1``, if any), then, if ``commit``, write them (:func:`_commit`).
-    Returns the number of SIDE kinds."""
-    sides = _classify(w, tail, g0 > 0, kind)
+    (:func:`_classify`), then, if ``commit``, write them (:func:`_commit`). Returns the number
+    of SIDE kinds."""
+    sides = _classify(w, kind, frames, kinds, keys, older, base, g0)
     if commit:
-        _commit(w, kind, frames, kinds, tail, g0)
+        _commit(w, kind, frames, kinds, g0)
     return sides
 
 
-def _sources(g: Any, env: Any, n: int, kinds: Any, keys: Any, src: Any) -> None:
-    """Where each frame of the stacks of global rows ``g (B,)``, envs ``env (B,)`` comes from,
-    into ``src (B, S)``: a frame slot ``>= 0``, ``-1`` for zeros, ``-2 - i`` for frame ``i`` of
-    the side store's flattened older frames. From the newest frame, follow ``LINK`` rows back
+def _source(h: int, e: int, n: int, kinds: Any, keys: Any, src: Any) -> None:
+    """Where each frame of the stack of global row ``h``, env ``e`` comes from, into
+    ``src (S,)``: a frame slot ``>= 0``, ``-1`` for zeros, ``-2 - i`` for frame ``i`` of the
+    side store's flattened older frames. From the newest frame, follow ``LINK`` rows back
     until a row of another kind gives the rest."""
-    s, slots = src.shape[1], len(kinds) // n
-    for b in range(len(g)):
-        h, e = g[b], env[b]
+    s, slots = len(src), len(kinds) // n
+    pos = h % slots * n + e
+    src[s - 1] = pos if h >= 0 else -1
+    p = s - 2
+    while p >= 0 and h >= 0 and kinds[pos] == LINK:
+        h -= 1
         pos = h % slots * n + e
-        src[b, s - 1] = pos if h >= 0 else -1
-        p = s - 2
-        while p >= 0 and h >= 0 and kinds[pos] == LINK:
-            h -= 1
-            pos = h % slots * n + e
-            src[b, p] = pos
-            p -= 1
-        shift = s - 2 - p  # row h's stack is row g's shifted by g - h: its older frame q + shift
-        side = np.searchsorted(keys, h * n + e) * (s - 1) + shift
-        for q in range(p + 1):
-            kind = kinds[pos] if h >= 0 else ZERO
-            src[b, q] = pos if kind == REPEAT else -1 if kind == ZERO else -2 - (side + q)
+        src[p] = pos
+        p -= 1
+    shift = s - 2 - p  # row h's stack is row g's shifted by g - h: its older frame q + shift
+    side = np.searchsorted(keys, h * n + e) * (s - 1) + shift
+    for q in range(p + 1):
+        kind = kinds[pos] if h >= 0 else ZERO
+        src[q] = pos if kind == REPEAT else -1 if kind == ZERO else -2 - (side + q)
+
+
+def _sources(g: Any, env: Any, n: int, kinds: Any, keys: Any, src: Any) -> None:
+    """:func:`_source` of global rows ``g (B,)``, envs ``env (B,)`` into ``src (B, S)``."""
+    for b in range(len(g)):
+        _source(g[b], env[b], n, kinds, keys, src[b])
 
 
 _KERNELS: list[Any] = []
@@ -129,7 +153,7 @@ def kernels() -> list[Any]:
         from numba import njit
 
         jit, scope = njit(cache=True, nogil=True), globals()
-        for name in ("_differ", "_nonzero", "_classify", "_commit"):
+        for name in ("_differ", "_nonzero", "_source", "_classify", "_commit"):
             scope[name] = jit(scope[name])
         _KERNELS.extend(jit(f) for f in (_write, _sources, _unshared))
     return _KERNELS
@@ -153,9 +177,9 @@ def as_words(
 
 class FrameRing:
     """One frame-stack field: newest frames (flattened, ``F`` items) + kinds in a ring of
-    ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store, the newest written
-    stacks (``tail``, for the next sharing check) and the pending put's stacks (``next``).
-    Stacks are compared bytewise, as 64-bit words when a frame's bytes allow it."""
+    ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store and the pending
+    put's stacks (``next``). Stacks are compared bytewise (a new row with the stored previous
+    row, frame by frame), as 64-bit words when a frame's bytes allow it."""
 
     def __init__(
         self, spec: FieldSpec, axis: int, rows: int, num_envs: int, store: RingStorage | None
@@ -176,8 +200,6 @@ class FrameRing:
         self.side = SideStore({"older": older}, capacity=1)
         self.pending = False  # the next row (global rows_written) was put ahead of its write:
         self.next = np.zeros((num_envs, self.depth, size), spec.dtype)  # its stacks
-        words = size * spec.dtype.itemsize // self.word.itemsize
-        self.tail = np.zeros((num_envs, self.depth, words), self.word)  # the newest row
         self._views()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -221,7 +243,10 @@ class FrameRing:
         dropped). Returns their kinds ``(k, n)``."""
         store, slots = self.store, self.slots
         g0, kind = store.rows_written, np.empty(w.shape[:2], dtype=np.uint8)
-        sides = kernels()[0](w, self.tail, kind, self._frames, self._kinds, g0, commit)
+        side = self.side
+        older = side.arrays["older"].view(self.word)
+        keys = side.keys[: side.n]
+        sides = kernels()[0](w, kind, self._frames, self._kinds, keys, older, side.base, g0, commit)
         if not commit:
             return kind
         store.rows_written += len(w)  # the kernel wrote the rows: advance the store's counters

@@ -33,6 +33,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,6 +96,16 @@ def restack(obs: np.ndarray, newest: np.ndarray, axis: int, item_ndim: int) -> n
     return np.concatenate([obs[(slice(None),) * ax + (slice(1, None),)], newest], axis=ax)
 
 
+@functools.lru_cache(maxsize=256)
+def _stack_layout(spec: FieldSpec, axis: int) -> tuple[int, int, int, np.dtype] | None:
+    """``(stack axis >= 0, S, frame size, word)`` of a uint8 frame-stack field, else None."""
+    shape = spec.shape
+    if spec.dtype != np.uint8 or not -len(shape) <= axis < len(shape) or shape[axis] < 2:
+        return None
+    size = math.prod(shape) // shape[axis]
+    return axis % len(shape), shape[axis], size, word_of(size, 1)
+
+
 def check_shared_frames(
     specs: Mapping[str, FieldSpec],
     axis: int,
@@ -110,21 +122,20 @@ def check_shared_frames(
     """
     checked = False
     for k, a in obs.items():
-        spec = specs[k]
-        shape, ax = spec.shape, axis % len(spec.shape) if spec.shape else 0
-        if spec.dtype != np.uint8 or not -len(shape) <= axis < len(shape) or shape[ax] < 2:
+        layout = _stack_layout(specs[k], axis)
+        if layout is None:
             continue
-        checked = True
-        size = a.size // max(a.shape[0] * a.shape[1] * shape[ax], 1)
-        word = word_of(size, 1)
+        checked, (ax, depth, size, word) = True, layout
         lead = a.shape[:2]
-        wa, wb = (as_words(x, lead, ax, shape[ax], size, word) for x in (a, next_obs[k]))
-        bad = kernels()[2](wa, wb)
+        bad = kernels()[2](
+            as_words(a, lead, ax, depth, size, word),
+            as_words(next_obs[k], lead, ax, depth, size, word),
+        )
         if bad >= 0:
             t, e = divmod(bad, a.shape[1])
             raise SpecError(
-                f"next_{k}: expected frames 0..{shape[ax] - 2} along stack axis {axis} to equal "
-                f"frames 1..{shape[ax] - 1} of {k} (storage kind 'frames' stores each frame "
+                f"next_{k}: expected frames 0..{depth - 2} along stack axis {axis} to equal "
+                f"frames 1..{depth - 1} of {k} (storage kind 'frames' stores each frame "
                 f"once), got a stack that shares none at row {t}, env {e}"
             )
     if not checked:
@@ -202,10 +213,9 @@ class FrameStackStorage:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the ring, the frame rings, side stores and newest-stack tails."""
+        """Bytes held: the ring, the frame rings, side stores and pending stacks."""
         return self.ring.nbytes + sum(
-            f.store.nbytes + f.side.nbytes + f.tail.nbytes + f.next.nbytes
-            for f in self.frames.values()
+            f.store.nbytes + f.side.nbytes + f.next.nbytes for f in self.frames.values()
         )
 
     def _plan(self) -> None:
@@ -270,12 +280,13 @@ class FrameStackStorage:
         if not len(broken[0]):
             return
         t, e = int(broken[0][0]), int(broken[1][0])
-        ref = w[t - 1, e, 1:] if t else f.tail[e, 1:] if f.store.rows_written else None
-        name = next(k for k, g in self.frames.items() if g is f)
+        g = np.array([f.store.rows_written - 1])  # the stored row before block row 0
+        ref = w[t - 1, e] if t else f.read(g, np.array([e]))[0].view(f.word) if g[0] >= 0 else None
+        name = next(k for k, ring in self.frames.items() if ring is f)
         got = (
             "no previous row"
             if ref is None
-            else f"{(w[t, e, :-1] == ref).all(axis=1).sum()} of {f.depth - 1} equal"
+            else f"{(w[t, e, :-1] == ref[1:]).all(axis=1).sum()} of {f.depth - 1} equal"
         )
         raise SpecError(
             f"{name}: env {e} block row {t} was declared continuing: expected "
@@ -449,8 +460,6 @@ class FrameStackStorage:
             bad = (kind > SIDE).any() or (len(g) and g[0] == 0 and (kind[0] == LINK).any())
             if bad or not f.side.lookup(g[t] * n + e)[0].all():
                 raise CheckpointError(f"{at}: kinds out of range or a SIDE row without side frames")
-            if rw:
-                f.tail[:] = f.read(np.full(n, rw - 1), np.arange(n)).view(f.word)
             counts.add(rw)
         if len(counts) > 1:
             raise CheckpointError(f"{where}: expected one rows_written for all rings, got {counts}")
