@@ -142,6 +142,21 @@ def check_shared_frames(
         _frame_names(specs, axis, None)  # raises: no frame-stack field
 
 
+def _item(v: Any, name: str, shape: tuple[int, ...], item: tuple[int, ...] | None) -> Any:
+    """A ring field's value of one row: ``v`` of the row ``shape`` (one env: its item), or of
+    the ``item`` shape (one env only).
+
+    Raises:
+        SpecError: naming the field, the expected and the given shape.
+    """
+    got = np.shape(v)
+    if got == shape:
+        return v if item is None else v[0]
+    if got == item:
+        return v
+    raise SpecError(f"{name}: expected an array of shape {shape}, got {got}")
+
+
 class FrameStackStorage:
     """A ring of ``rows x num_envs`` items whose frame-stack fields keep each frame once.
 
@@ -219,13 +234,17 @@ class FrameStackStorage:
         )
 
     def _plan(self) -> None:
-        """What a write checks, computed once per layout: per field in ``specs`` order its
-        name, frame ring (None: a ring field), row shape and (one env) item shape."""
-        n = self.num_envs
-        self._fields = [
-            (k, self.frames.get(k), (n, *s.shape), s.shape if n == 1 else None)
-            for k, s in self.specs.items()
+        """What a write checks, computed once per layout: the frame fields' positions in
+        ``specs`` order, the ring fields' positions, names, row and (one env) item shapes, and
+        the shapes a row of ring fields arrives with when nothing needs converting."""
+        n, fields = self.num_envs, list(self.specs.items())
+        self._stack_at = [
+            (i, k, self.frames[k]) for i, (k, _) in enumerate(fields) if k in self.frames
         ]
+        plain = [(i, k, s.shape) for i, (k, s) in enumerate(fields) if k not in self.frames]
+        self._plain_at = [i for i, _, _ in plain]
+        self._plain_specs = [(k, (n, *shape), shape if n == 1 else None) for _, k, shape in plain]
+        self._plain_want = [shape if n == 1 else (n, *shape) for _, _, shape in plain]
 
     def write_block(self, values: Mapping[str, np.ndarray], continuing: Any = None) -> None:
         """Write every field ``(k, num_envs, *shape)`` at ``cursor``; it advances ``k`` rows.
@@ -247,15 +266,14 @@ class FrameStackStorage:
             raise SpecError(f"values: expected the fields {sorted(self.specs)}, got "
                             f"{sorted(values)}")  # fmt: skip
         lead = (k, self.num_envs)
-        stacks = [(f, f.words(name, values[name], lead)) for name, f, _, _ in self._fields if f]
+        stacks = [(f, f.words(name, values[name], lead)) for _, name, f in self._stack_at]
         plain = {}
-        for name, f, shape, _ in self._fields:
+        for name, shape, _ in self._plain_specs:
             v = values[name]
-            if f is None:
-                if getattr(v, "shape", None) != (k, *shape):
-                    raise SpecError(f"{name}: expected an array of shape {(k, *shape)}, got "
-                                    f"{getattr(v, 'shape', type(v).__name__)}")  # fmt: skip
-                plain[name] = v
+            if getattr(v, "shape", None) != (k, *shape):
+                raise SpecError(f"{name}: expected an array of shape {(k, *shape)}, got "
+                                f"{getattr(v, 'shape', type(v).__name__)}")  # fmt: skip
+            plain[name] = v
         if continuing is not None and (
             getattr(continuing, "shape", None) != lead or continuing.dtype != np.bool_
         ):
@@ -302,23 +320,16 @@ class FrameStackStorage:
             SpecError: not one value per field, a wrong shape or frame dtype; nothing is
                 written then.
         """
-        if len(values) != len(self._fields):
+        if len(values) != len(self.specs):
             raise SpecError(f"values: expected one per field {list(self.specs)}, got "
                             f"{len(values)}")  # fmt: skip
-        lead, stacks, plain = (1, self.num_envs), [], []
-        for (name, f, shape, item), v in zip(self._fields, values, strict=True):
-            if f is not None:
-                stacks.append((f, f.words(name, v, lead, row=True)))
-                continue
-            got = () if type(v) in _SCALARS else getattr(v, "shape", None)
-            if got is None:  # lists
-                got = np.shape(v)
-            if got == shape:
-                plain.append(v if item is None else v[0])  # one env: the ring takes items
-            elif got == item:
-                plain.append(v)
-            else:
-                raise SpecError(f"{name}: expected an array of shape {shape}, got {got}")
+        lead = (1, self.num_envs)
+        stacks = [(f, f.words(name, values[i], lead, row=True)) for i, name, f in self._stack_at]
+        plain = [values[i] for i in self._plain_at]
+        if [() if type(v) in _SCALARS else getattr(v, "shape", None) for v in plain] != (
+            self._plain_want
+        ):
+            plain = [_item(v, *spec) for v, spec in zip(plain, self._plain_specs, strict=True)]
         if plain:
             self.ring.write_row(plain)
         for f, w in stacks:
