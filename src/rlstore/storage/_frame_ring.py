@@ -204,7 +204,7 @@ class FrameRing:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        del state["_frames"], state["_kinds"]  # views: rebuilt
+        del state["_frames"], state["_kinds"], state["_next"]  # views: rebuilt
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -212,11 +212,13 @@ class FrameRing:
         self._views()
 
     def _views(self) -> None:
-        """The store's frames as words and its kinds (the write kernel's arguments)."""
+        """The store's frames as words, its kinds (the write kernel's arguments) and the
+        pending stacks as words."""
         self._frames, self._kinds = (
             self.store.flat["frame"].view(self.word),
             self.store.flat["kind"],
         )
+        self._next = self.next.view(self.word)
 
     def words(self, name: str, v: Any, lead: tuple[int, ...], row: bool = False) -> np.ndarray:
         """Stacks ``v`` checked and as words ``(*lead, S, W)``: ``v`` is ``(*lead, *shape)`` of
@@ -241,16 +243,15 @@ class FrameRing:
         """Classify the stacks ``w (k, n, S, W)`` as the next rows and, if ``commit``, write
         them: newest frames and kinds, then the older frames of ``SIDE`` rows (a pending put is
         dropped). Returns their kinds ``(k, n)``."""
-        store, slots = self.store, self.slots
+        store, slots, side = self.store, self.slots, self.side
         g0, kind = store.rows_written, np.empty(w.shape[:2], dtype=np.uint8)
-        side = self.side
-        older = side.arrays["older"].view(self.word)
-        keys = side.keys[: side.n]
-        sides = kernels()[0](w, kind, self._frames, self._kinds, keys, older, side.base, g0, commit)
+        older = side.arrays["older"].view(self.word)  # (the side store may have grown)
+        sides = kernels()[0](w, kind, self._frames, self._kinds, side.keys[: side.n], older,
+                             side.base, g0, commit)  # fmt: skip
         if not commit:
             return kind
-        store.rows_written += len(w)  # the kernel wrote the rows: advance the store's counters
-        store.cursor, store.size = store.rows_written % slots, min(store.rows_written, slots)
+        store.rows_written = g = g0 + len(w)  # the kernel wrote the rows: advance the counters
+        store.cursor, store.size = g % slots, g if g < slots else slots
         self.pending = False
         if sides:
             t, e = np.nonzero(kind == SIDE)
@@ -261,7 +262,7 @@ class FrameRing:
 
     def put(self, w: np.ndarray) -> None:
         """Keep the stacks ``w (num_envs, S, W)`` of the pending next row."""
-        self.next.view(self.word)[...] = w
+        self._next[...] = w
         self.pending = True
 
     def read(self, g: np.ndarray, env: np.ndarray) -> np.ndarray:

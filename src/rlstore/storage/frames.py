@@ -360,7 +360,7 @@ class FrameStackStorage:
             if got != shape and not (lead == (1,) and got == shape[1:]):
                 raise SpecError(f"{name}: expected an array of shape {shape}, got {got}")
             plain[name] = v
-        if stacks and row != self.cursor:
+        if stacks and row != self._clock.rows_written % self.rows:  # (the cursor)
             raise SpecError(f"row: frame fields {[f for f in values if f in frames]} can "
                             f"only be put at the cursor row {self.cursor} (the pending next "
                             f"row), got row {row}")  # fmt: skip
