@@ -368,3 +368,22 @@ def test_check_shared_frames_names_the_first_bad_row_and_env() -> None:
         check_shared_frames(specs, -1, {"obs": obs}, {"obs": nxt})
     nxt[2, 1, 0, 0, 1] -= 1
     check_shared_frames(specs, -1, {"obs": obs}, {"obs": nxt})
+
+
+def test_write_row_with_the_stack_axis_last_equals_write_block() -> None:
+    """One env, stack axis last: item-shaped rows (moved to stack-first words) store what
+    blocks store."""
+    specs = {"obs": FieldSpec("obs", (2, 4, 3), np.uint8), "r": FieldSpec("r", (), np.float32)}
+    by_row, by_block = (FrameStackStorage(3, 1, specs, stack_axis=-1) for _ in range(2))
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 3, (9, 2, 4), dtype=np.uint8)
+    for t in range(6):
+        stack = np.moveaxis(frames[t : t + 3], 0, -1)  # (2, 4, 3), a continuation each step
+        by_row.write_row((stack, float(t)))
+        by_block.write_block({"obs": stack[None, None], "r": np.full((1, 1), t, np.float32)})
+        by_row.put_row(by_row.cursor, {"obs": stack})
+        by_block.put_row(by_block.cursor, {"obs": stack[None]})
+    _assert_state_equal(by_row.state_dict(), by_block.state_dict())
+    np.testing.assert_array_equal(
+        by_row.gather(np.arange(3))["obs"], by_block.gather(np.arange(3))["obs"]
+    )
