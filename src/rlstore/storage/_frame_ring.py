@@ -46,17 +46,17 @@ def _classify(w: Any, kind: Any, frames: Any, kinds: Any, keys: Any, older: Any,
     in a circle from ``base``) give the stacks of row ``g0 - 1``. Returns the number of SIDE
     kinds."""
     k, n, s, m = w.shape
-    last, sides, src = (s - 1) * m, 0, np.empty(s, dtype=np.int64)
+    last, sides, src = (s - 1) * m, 0, np.empty((1, s), dtype=np.int64)
     for t in range(k):
         for e in range(n):
             cur = w[t, e].ravel()
             if t:
                 link = not _differ(cur, 0, w[t - 1, e].ravel(), m, last)
             elif g0:  # compare with the stored row g0 - 1, frame by frame from its sources
-                _source(g0 - 1, e, n, kinds, keys, src)
+                _source(g0 - 1, e, n, kinds, keys, src, 0)
                 link = True
                 for q in range(s - 1):
-                    p = src[q + 1]
+                    p = src[0, q + 1]
                     if p >= 0:
                         link = not _differ(cur, q * m, frames[p], 0, m)
                     elif p == -1:
@@ -116,31 +116,31 @@ def _write(w: Any, kind: Any, frames: Any, kinds: Any, keys: Any, older: Any, ba
     return sides
 
 
-def _source(h: int, e: int, n: int, kinds: Any, keys: Any, src: Any) -> None:
+def _source(h: int, e: int, n: int, kinds: Any, keys: Any, src: Any, b: int) -> None:
     """Where each frame of the stack of global row ``h``, env ``e`` comes from, into
-    ``src (S,)``: a frame slot ``>= 0``, ``-1`` for zeros, ``-2 - i`` for frame ``i`` of the
+    ``src[b] (S,)``: a frame slot ``>= 0``, ``-1`` for zeros, ``-2 - i`` for frame ``i`` of the
     side store's flattened older frames. From the newest frame, follow ``LINK`` rows back
     until a row of another kind gives the rest."""
-    s, slots = len(src), len(kinds) // n
+    s, slots = src.shape[1], len(kinds) // n
     pos = h % slots * n + e
-    src[s - 1] = pos if h >= 0 else -1
+    src[b, s - 1] = pos if h >= 0 else -1
     p = s - 2
     while p >= 0 and h >= 0 and kinds[pos] == LINK:
         h -= 1
         pos = h % slots * n + e
-        src[p] = pos
+        src[b, p] = pos
         p -= 1
     shift = s - 2 - p  # row h's stack is row g's shifted by g - h: its older frame q + shift
     side = np.searchsorted(keys, h * n + e) * (s - 1) + shift
     for q in range(p + 1):
         kind = kinds[pos] if h >= 0 else ZERO
-        src[q] = pos if kind == REPEAT else -1 if kind == ZERO else -2 - (side + q)
+        src[b, q] = pos if kind == REPEAT else -1 if kind == ZERO else -2 - (side + q)
 
 
 def _sources(g: Any, env: Any, n: int, kinds: Any, keys: Any, src: Any) -> None:
     """:func:`_source` of global rows ``g (B,)``, envs ``env (B,)`` into ``src (B, S)``."""
     for b in range(len(g)):
-        _source(g[b], env[b], n, kinds, keys, src[b])
+        _source(g[b], env[b], n, kinds, keys, src, b)
 
 
 _KERNELS: list[Any] = []
@@ -154,7 +154,7 @@ def kernels() -> list[Any]:
 
         jit, scope = njit(cache=True, nogil=True), globals()
         for name in ("_differ", "_nonzero", "_source", "_classify", "_commit"):
-            scope[name] = jit(scope[name])
+            scope[name] = njit(cache=True, nogil=True, inline="always")(scope[name])
         _KERNELS.extend(jit(f) for f in (_write, _sources, _unshared))
     return _KERNELS
 
