@@ -313,3 +313,77 @@ def test_benchmark_worker_runs_and_checks_its_stacks() -> None:
     assert r["stacks_checked"] is True and r["add"]["rate"] > 0 and r["sample256"]["rate"] > 0
     # 129 rows + 3 frame rows, x 2 envs, one 7,056-byte frame each, plus tails, pending stacks
     assert 7056 <= r["own_per_transition"] <= 7056 * 1.5
+
+
+def test_write_row_rejects_bad_rows_and_changes_nothing() -> None:
+    """``write_row`` checks every value before writing (a count that is not one per field is a
+    SpecError too, no bare ValueError from ``zip``)."""
+    fs = _filled()
+    before = fs.state_dict()
+    obs = np.ones((2, 3, 2, 4), np.uint8)
+    act = np.zeros((2, 2), np.float32)
+    with pytest.raises(SpecError, match=r"values: expected one per field \['obs.a', 'action'"):
+        fs.write_row((obs, act))
+    with pytest.raises(SpecError, match=r"obs.b: expected an array of shape \(2, 3, 2, 4\) dtype"):
+        fs.write_row((obs, act, obs.astype(np.int16)))
+    with pytest.raises(SpecError, match=r"action: expected an array of shape \(2, 2\), got \(2,\)"):
+        fs.write_row((obs, act[0], obs))
+    _assert_state_equal(fs.state_dict(), before)
+
+
+@pytest.mark.parametrize("reload", ["none", "state_dict", "pickle"])
+def test_a_row_continuing_a_stored_side_row_links_to_it(reload: str) -> None:
+    """A new row is compared with the stored previous row (rebuilt from its frame sources, here
+    a SIDE row's side frames), also after a reload: it links (no new side entry) and reads back
+    exactly."""
+    specs = {"obs": FieldSpec("obs", (3, 2, 4), np.uint8)}
+    fs = FrameStackStorage(4, 1, specs)
+    rng = np.random.default_rng(3)
+    side_stack = rng.integers(1, 9, (3, 2, 4), dtype=np.uint8)  # a discontinuity: SIDE
+    fs.write_row((side_stack,))
+    if reload == "state_dict":
+        fs = FrameStackStorage.from_state_dict(fs.state_dict())
+    elif reload == "pickle":
+        fs = pickle.loads(pickle.dumps(fs))
+    nxt = np.concatenate([side_stack[1:], rng.integers(1, 9, (1, 2, 4), dtype=np.uint8)])
+    fs.write_row((nxt,))
+    f = fs.frames["obs"]
+    assert f.side.n == 1 and f.store.arrays["kind"][1, 0] == 0  # LINK
+    np.testing.assert_array_equal(fs.gather(np.array([0, 1]))["obs"], np.stack([side_stack, nxt]))
+
+
+def test_check_shared_frames_names_the_first_bad_row_and_env() -> None:
+    from rlstore.storage.frames import check_shared_frames
+
+    specs = {"obs": FieldSpec("obs", (2, 3, 4), np.uint8)}  # stack axis last: (2, 3, S=4)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (3, 2, 6, 2, 3), dtype=np.uint8)  # (T, n, frames, 2, 3)
+    obs = np.moveaxis(frames[:, :, :4], 2, -1)  # non-contiguous views
+    nxt = np.moveaxis(frames[:, :, 1:5], 2, -1).copy()
+    check_shared_frames(specs, -1, {"obs": obs}, {"obs": nxt})
+    nxt[2, 1, 0, 0, 1] += 1  # frame 1 of row 2, env 1
+    nxt[2, 1, 0, 0, 3] += 1  # its newest frame: not compared
+    with pytest.raises(SpecError, match=r"next_obs: expected frames 0..2 along stack axis -1 .* "
+                       r"at row 2, env 1"):  # fmt: skip
+        check_shared_frames(specs, -1, {"obs": obs}, {"obs": nxt})
+    nxt[2, 1, 0, 0, 1] -= 1
+    check_shared_frames(specs, -1, {"obs": obs}, {"obs": nxt})
+
+
+def test_write_row_with_the_stack_axis_last_equals_write_block() -> None:
+    """One env, stack axis last: item-shaped rows (moved to stack-first words) store what
+    blocks store."""
+    specs = {"obs": FieldSpec("obs", (2, 4, 3), np.uint8), "r": FieldSpec("r", (), np.float32)}
+    by_row, by_block = (FrameStackStorage(3, 1, specs, stack_axis=-1) for _ in range(2))
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 3, (9, 2, 4), dtype=np.uint8)
+    for t in range(6):
+        stack = np.moveaxis(frames[t : t + 3], 0, -1)  # (2, 4, 3), a continuation each step
+        by_row.write_row((stack, float(t)))
+        by_block.write_block({"obs": stack[None, None], "r": np.full((1, 1), t, np.float32)})
+        by_row.put_row(by_row.cursor, {"obs": stack})
+        by_block.put_row(by_block.cursor, {"obs": stack[None]})
+    _assert_state_equal(by_row.state_dict(), by_block.state_dict())
+    np.testing.assert_array_equal(
+        by_row.gather(np.arange(3))["obs"], by_block.gather(np.arange(3))["obs"]
+    )

@@ -33,6 +33,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,10 +42,13 @@ import numpy as np
 
 from rlstore.errors import CapacityError, CheckpointError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec
-from rlstore.storage._frame_ring import LINK, SIDE, FrameRing, kernels
+from rlstore.storage._frame_ring import LINK, SIDE, FrameRing, as_words, kernels, word_of
 from rlstore.storage.ring import RingStorage
 
 __all__ = ["FrameStackStorage"]
+
+_SCALARS = {int, float, bool}
+"""Python scalars: shape ``()`` (``np.shape`` would build an array: a microsecond)."""
 
 
 def _frame_names(specs: Mapping[str, FieldSpec], axis: int, names: Any) -> list[str]:
@@ -91,6 +96,16 @@ def restack(obs: np.ndarray, newest: np.ndarray, axis: int, item_ndim: int) -> n
     return np.concatenate([obs[(slice(None),) * ax + (slice(1, None),)], newest], axis=ax)
 
 
+@functools.lru_cache(maxsize=256)
+def _stack_layout(spec: FieldSpec, axis: int) -> tuple[int, int, int, np.dtype] | None:
+    """``(stack axis >= 0, S, frame size, word)`` of a uint8 frame-stack field, else None."""
+    shape = spec.shape
+    if spec.dtype != np.uint8 or not -len(shape) <= axis < len(shape) or shape[axis] < 2:
+        return None
+    size = math.prod(shape) // shape[axis]
+    return axis % len(shape), shape[axis], size, word_of(size, 1)
+
+
 def check_shared_frames(
     specs: Mapping[str, FieldSpec],
     axis: int,
@@ -98,26 +113,48 @@ def check_shared_frames(
     next_obs: Mapping[str, np.ndarray],
 ) -> None:
     """Check that every transition's ``next_obs`` stack continues its ``obs`` stack: frames
-    ``1..S-1`` of ``obs`` are frames ``0..S-2`` of ``next_obs`` (arrays ``(k, num_envs, *shape)``).
+    ``1..S-1`` of ``obs`` are frames ``0..S-2`` of ``next_obs`` (arrays ``(k, num_envs, *shape)``
+    of the frame-stack fields among ``obs``'s keys; one compiled pass over the words).
 
     Raises:
-        SpecError: naming the field, the first env and row whose stacks do not share frames.
+        SpecError: naming the field, the first env and row whose stacks do not share frames;
+            or no frame-stack field in ``specs``.
     """
-    for k in _frame_names(specs, axis, None):
-        ax = 2 + axis % len(specs[k].shape)
-        a, b = obs[k], next_obs[k]
-        s, pre = a.shape[ax], (slice(None),) * ax
-        tail, head = a[(*pre, slice(1, None))], b[(*pre, slice(0, s - 1))]  # views
-        if np.array_equal(tail, head):
+    checked = False
+    for k, a in obs.items():
+        layout = _stack_layout(specs[k], axis)
+        if layout is None:
             continue
-        bad = np.argwhere((tail != head).reshape(*a.shape[:2], -1).any(-1))
-        if len(bad):
-            t, e = bad[0]
+        checked, (ax, depth, size, word) = True, layout
+        lead = a.shape[:2]
+        bad = kernels()[2](
+            as_words(a, lead, ax, depth, size, word),
+            as_words(next_obs[k], lead, ax, depth, size, word),
+        )
+        if bad >= 0:
+            t, e = divmod(bad, a.shape[1])
             raise SpecError(
-                f"next_{k}: expected frames 0..{s - 2} along stack axis {axis} to equal frames "
-                f"1..{s - 1} of {k} (storage kind 'frames' stores each frame once), got a stack "
-                f"that shares none at row {t}, env {e}"
+                f"next_{k}: expected frames 0..{depth - 2} along stack axis {axis} to equal "
+                f"frames 1..{depth - 1} of {k} (storage kind 'frames' stores each frame "
+                f"once), got a stack that shares none at row {t}, env {e}"
             )
+    if not checked:
+        _frame_names(specs, axis, None)  # raises: no frame-stack field
+
+
+def _item(v: Any, name: str, shape: tuple[int, ...], item: tuple[int, ...] | None) -> Any:
+    """A ring field's value of one row: ``v`` of the row ``shape`` (one env: its item), or of
+    the ``item`` shape (one env only).
+
+    Raises:
+        SpecError: naming the field, the expected and the given shape.
+    """
+    got = np.shape(v)
+    if got == shape:
+        return v if item is None else v[0]
+    if got == item:
+        return v
+    raise SpecError(f"{name}: expected an array of shape {shape}, got {got}")
 
 
 class FrameStackStorage:
@@ -160,6 +197,7 @@ class FrameStackStorage:
             for k in names
         }
         self._clock = self.frames[names[0]].store  # its counters are every ring's counters
+        self._plan()
 
     def _layout(
         self, rows: Any, n: Any, specs: Mapping[str, FieldSpec], axis: Any, names: Any
@@ -190,60 +228,23 @@ class FrameStackStorage:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the ring, the frame rings, side stores and newest-stack tails."""
+        """Bytes held: the ring, the frame rings, side stores and pending stacks."""
         return self.ring.nbytes + sum(
-            f.store.nbytes + f.side.nbytes + f.tail.nbytes + f.next.nbytes
-            for f in self.frames.values()
+            f.store.nbytes + f.side.nbytes + f.next.nbytes for f in self.frames.values()
         )
 
-    def _plan(
-        self, values: Mapping[str, Any], lead: tuple[int, ...], continuing: Any = None
-    ) -> list[tuple[FrameRing, np.ndarray, np.ndarray, int]]:
-        """Check names, shapes and frame dtypes of ``values`` (and the declared continuations),
-        then return each frame field's ``(frames, stacks (k, n, S, F), kinds (k, n))``."""
-        specs, frames = self.specs, self.frames
-        if not (values.keys() == specs.keys() if len(lead) == 2 else values.keys() <= specs.keys()):
-            raise SpecError(f"values: expected {'the' if len(lead) == 2 else 'some of the'} "
-                            f"fields {sorted(specs)}, got {sorted(values)}")  # fmt: skip
-        for k, v in values.items():
-            spec, shape = specs[k], getattr(v, "shape", None)
-            if shape != (*lead, *spec.shape) or (k in frames and v.dtype != spec.dtype):
-                got = f"{shape} {getattr(v, 'dtype', type(v).__name__)}"
-                raise SpecError(f"{k}: expected an array of shape {(*lead, *spec.shape)} dtype "
-                                f"{spec.dtype}, got {got}")  # fmt: skip
-        if continuing is not None and (
-            getattr(continuing, "shape", None) != lead or continuing.dtype != np.bool_
-        ):
-            got = f"{np.shape(continuing)} {getattr(continuing, 'dtype', type(continuing))}"
-            raise SpecError(f"continuing: expected a bool array of shape {lead}, got {got}")
-        plan = []
-        for name, f in frames.items():
-            if name not in values or not lead[0]:
-                continue
-            x = values[name] if len(lead) == 2 else values[name][None]
-            x = np.moveaxis(x, 2 + f.axis, 2) if f.axis else x  # (k, n, S, *frame)
-            x = np.ascontiguousarray(x).reshape(*x.shape[:3], -1)
-            if len(lead) == 1:  # a put: stored whole until written
-                plan.append((f, x, x[:0, :, 0, 0], 0))
-                continue
-            w, kind = x.view(f.word), np.empty(x.shape[:2], dtype=np.uint8)
-            sides = kernels()[0](w, f.tail if self.rows_written else f.tail[:0], kind)
-            broken = None if continuing is None else np.nonzero(continuing & (kind != LINK))
-            if broken is not None and len(broken[0]):
-                t, e = int(broken[0][0]), int(broken[1][0])
-                ref = w[t - 1, e, 1:] if t else f.tail[e, 1:] if f.store.rows_written else None
-                got = (
-                    "no previous row"
-                    if ref is None
-                    else f"{(w[t, e, :-1] == ref).all(axis=1).sum()} of {f.depth - 1} equal"
-                )
-                raise SpecError(
-                    f"{name}: env {e} block row {t} was declared continuing: expected "
-                    f"{name}[:-1] along stack axis {f.axis} to equal the previous row's "
-                    f"{name}[1:] ({f.depth - 1} shared frames), got {got}"
-                )
-            plan.append((f, x, kind, sides))
-        return plan
+    def _plan(self) -> None:
+        """What a write checks, computed once per layout: the frame fields' positions in
+        ``specs`` order, the ring fields' positions, names, row and (one env) item shapes, and
+        the shapes a row of ring fields arrives with when nothing needs converting."""
+        n, fields = self.num_envs, list(self.specs.items())
+        self._stack_at = [
+            (i, k, self.frames[k]) for i, (k, _) in enumerate(fields) if k in self.frames
+        ]
+        plain = [(i, k, s.shape) for i, (k, s) in enumerate(fields) if k not in self.frames]
+        self._plain_at = [i for i, _, _ in plain]
+        self._plain_specs = [(k, (n, *shape), shape if n == 1 else None) for _, k, shape in plain]
+        self._plain_want = [shape if n == 1 else (n, *shape) for _, _, shape in plain]
 
     def write_block(self, values: Mapping[str, np.ndarray], continuing: Any = None) -> None:
         """Write every field ``(k, num_envs, *shape)`` at ``cursor``; it advances ``k`` rows.
@@ -261,20 +262,78 @@ class FrameStackStorage:
         k = int(np.shape(next(iter(values.values())))[0]) if values else 0
         if k > self.rows:
             raise CapacityError(f"block: expected at most rows={self.rows} rows, got {k}")
-        plan = self._plan(values, (k, self.num_envs), continuing)
-        if k:
-            self.ring.write_block({key: v for key, v in values.items() if key not in self.frames})
-        for f, x, kind, sides in plan:
-            f.commit(x, kind, sides)
+        if values.keys() != self.specs.keys():
+            raise SpecError(f"values: expected the fields {sorted(self.specs)}, got "
+                            f"{sorted(values)}")  # fmt: skip
+        lead = (k, self.num_envs)
+        stacks = [(f, f.words(name, values[name], lead)) for _, name, f in self._stack_at]
+        plain = {}
+        for name, shape, _ in self._plain_specs:
+            v = values[name]
+            if getattr(v, "shape", None) != (k, *shape):
+                raise SpecError(f"{name}: expected an array of shape {(k, *shape)}, got "
+                                f"{getattr(v, 'shape', type(v).__name__)}")  # fmt: skip
+            plain[name] = v
+        if continuing is not None and (
+            getattr(continuing, "shape", None) != lead or continuing.dtype != np.bool_
+        ):
+            got = f"{np.shape(continuing)} {getattr(continuing, 'dtype', type(continuing))}"
+            raise SpecError(f"continuing: expected a bool array of shape {lead}, got {got}")
+        if not k:
+            return
+        if continuing is not None:  # a first pass classifies only
+            for f, w in stacks:
+                self._check_continuing(f, w, f.write(w, commit=False), continuing)
+        if plain:
+            self.ring.write_block(plain)
+        for f, w in stacks:
+            f.write(w)
+
+    def _check_continuing(
+        self, f: FrameRing, w: np.ndarray, kind: np.ndarray, continuing: np.ndarray
+    ) -> None:
+        """Raise if a row declared continuing does not share ``S - 1`` frames with the previous
+        row of its env (``w (k, n, S, W)`` of kinds ``kind``)."""
+        broken = np.nonzero(continuing & (kind != LINK))
+        if not len(broken[0]):
+            return
+        t, e = int(broken[0][0]), int(broken[1][0])
+        g = np.array([f.store.rows_written - 1])  # the stored row before block row 0
+        ref = w[t - 1, e] if t else f.read(g, np.array([e]))[0].view(f.word) if g[0] >= 0 else None
+        name = next(k for k, ring in self.frames.items() if ring is f)
+        got = (
+            "no previous row"
+            if ref is None
+            else f"{(w[t, e, :-1] == ref[1:]).all(axis=1).sum()} of {f.depth - 1} equal"
+        )
+        raise SpecError(
+            f"{name}: env {e} block row {t} was declared continuing: expected "
+            f"{name}[:-1] along stack axis {f.axis} to equal the previous row's "
+            f"{name}[1:] ({f.depth - 1} shared frames), got {got}"
+        )
 
     def write_row(self, values: Sequence[Any]) -> None:
         """One row at ``cursor`` (one value per field in ``specs`` order, each
-        ``(num_envs, *shape)``, or ``shape`` with one env): :meth:`write_block` of one row."""
-        n, block = self.num_envs, {}
-        for (k, s), v in zip(self.specs.items(), values, strict=True):
-            a = np.asarray(v)  # ndarray methods, not np.shape / np.reshape: 1 us less per field
-            block[k] = a.reshape(1, n, *s.shape) if a.shape == s.shape else a[None]
-        self.write_block(block)
+        ``(num_envs, *shape)``, or ``shape`` with one env): :meth:`write_block` of one row.
+
+        Raises:
+            SpecError: not one value per field, a wrong shape or frame dtype; nothing is
+                written then.
+        """
+        if len(values) != len(self.specs):
+            raise SpecError(f"values: expected one per field {list(self.specs)}, got "
+                            f"{len(values)}")  # fmt: skip
+        lead = (1, self.num_envs)
+        stacks = [(f, f.words(name, values[i], lead, row=True)) for i, name, f in self._stack_at]
+        plain = [values[i] for i in self._plain_at]
+        if [() if type(v) in _SCALARS else getattr(v, "shape", None) for v in plain] != (
+            self._plain_want
+        ):
+            plain = [_item(v, *spec) for v, spec in zip(plain, self._plain_specs, strict=True)]
+        if plain:
+            self.ring.write_row(plain)
+        for f, w in stacks:
+            f.write(w)
 
     def put_row(self, row: int, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some fields ``(num_envs, *shape)`` of physical ``row``; cursor unchanged.
@@ -288,19 +347,27 @@ class FrameStackStorage:
         """
         if not isinstance(row, (int, np.integer)) or not 0 <= row < self.rows:
             raise CapacityError(f"row: expected an int in [0, {self.rows}), got {row!r}")
-        if self.num_envs == 1:  # one env: an item of the field's shape is its row
-            shapes = {k: s.shape for k, s in self.specs.items()}
-            values = {k: v[None] if np.shape(v) == shapes.get(k) else v for k, v in values.items()}
-        plan = self._plan(values, (self.num_envs,))
-        if plan and row != self.cursor:
-            raise SpecError(f"row: frame fields {[f for f in values if f in self.frames]} can "
+        if not values.keys() <= self.specs.keys():
+            raise SpecError(f"values: expected some of the fields {sorted(self.specs)}, got "
+                            f"{sorted(values)}")  # fmt: skip
+        frames, lead = self.frames, (self.num_envs,)
+        stacks, plain = [], {}
+        for name, v in values.items():
+            if (f := frames.get(name)) is not None:
+                stacks.append((f, f.words(name, v, lead, row=True)))
+                continue
+            shape, got = (*lead, *self.specs[name].shape), np.shape(v)
+            if got != shape and not (lead == (1,) and got == shape[1:]):
+                raise SpecError(f"{name}: expected an array of shape {shape}, got {got}")
+            plain[name] = v
+        if stacks and row != self._clock.rows_written % self.rows:  # (the cursor)
+            raise SpecError(f"row: frame fields {[f for f in values if f in frames]} can "
                             f"only be put at the cursor row {self.cursor} (the pending next "
                             f"row), got row {row}")  # fmt: skip
-        for key, v in values.items():
-            if key not in self.frames:
-                self.ring.arrays[key][row] = v
-        for f, x, _, _ in plan:
-            f.next[:], f.pending = x[0], True
+        if plain:
+            self.ring.put_row(row, plain)
+        for f, w in stacks:
+            f.put(w)
 
     def gather(self, flat: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Contiguous copies ``{name: (B, *shape)}`` at ``flat = physical_row * num_envs + env``,
@@ -404,10 +471,9 @@ class FrameStackStorage:
             bad = (kind > SIDE).any() or (len(g) and g[0] == 0 and (kind[0] == LINK).any())
             if bad or not f.side.lookup(g[t] * n + e)[0].all():
                 raise CheckpointError(f"{at}: kinds out of range or a SIDE row without side frames")
-            if rw:
-                f.tail[:] = f.read(np.full(n, rw - 1), np.arange(n)).view(f.word)
             counts.add(rw)
         if len(counts) > 1:
             raise CheckpointError(f"{where}: expected one rows_written for all rings, got {counts}")
         st._clock = next(iter(st.frames.values())).store
+        st._plan()
         return st
