@@ -301,6 +301,7 @@ def test_write_row_equals_a_one_row_block(tmp_path, n: int, kind: str) -> None:
         "obs": FieldSpec("obs", (4, 2, 2), np.uint8),
         "action": FieldSpec("action", (3,), np.float32),
         "terminated": FieldSpec("terminated", (), np.bool_),
+        "step": FieldSpec("step", (), np.int64),  # (1,)-shaped ints broke the packed record
     }
 
     def make(sub: str):
@@ -317,10 +318,16 @@ def test_write_row_equals_a_one_row_block(tmp_path, n: int, kind: str) -> None:
             "obs": rng.integers(0, 4, (n, 4, 2, 2), dtype=np.uint8),
             "action": rng.standard_normal((n, 3)).astype(np.float32),
             "terminated": rng.random(n) < 0.5,
+            "step": rng.integers(0, 9, n),
         }
         values = [row[k] for k in specs]
         if n == 1 and step % 2:  # one env: items and scalars
-            values = [row["obs"][0], row["action"][0], bool(row["terminated"][0])]
+            values = [
+                row["obs"][0],
+                row["action"][0],
+                bool(row["terminated"][0]),
+                int(row["step"][0]),
+            ]
         by_row.write_row(tuple(values))
         by_block.write_block({k: v[None] for k, v in row.items()})
         assert (by_row.cursor, by_row.size, by_row.rows_written) == (

@@ -177,7 +177,7 @@ def test_state_dict_round_trip_is_exact_and_writes_go_on_alike() -> None:
 
 def test_state_dict_rejects_damaged_states() -> None:
     fs = _filled()
-    with pytest.raises(CheckpointError, match="storage: expected a dict with keys"):
+    with pytest.raises(CheckpointError, match="storage: expected keys"):
         FrameStackStorage.from_state_dict({**fs.state_dict(), "extra": 1})
     sd = fs.state_dict()
     sd["frames"]["obs.b"]["side"] = {"keys": np.zeros(0, np.int64), "arrays": {"older":

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstore._checks import check_keys
 from rlstore.errors import CapacityError, CheckpointError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec
 from rlstore.storage._frame_ring import LINK, SIDE, FrameRing, as_words, kernels, word_of
@@ -426,10 +427,7 @@ class FrameStackStorage:
         Raises:
             CheckpointError: naming the first entry that is missing or wrong.
         """
-        keys = {"rows", "num_envs", "stack_axis", "specs", "ring", "frames"}
-        if not isinstance(sd, Mapping) or set(sd) != keys:
-            got = sorted(map(str, sd)) if isinstance(sd, Mapping) else type(sd).__name__
-            raise CheckpointError(f"{where}: expected a dict with keys {sorted(keys)}, got {got}")
+        check_keys(where, sd, ("rows", "num_envs", "stack_axis", "specs", "ring", "frames"))
         st, frames = cls.__new__(cls), sd["frames"]
         try:
             specs = {d["name"]: FieldSpec.from_json(d) for d in sd["specs"]}
@@ -449,8 +447,7 @@ class FrameStackStorage:
         counts, st.frames = {st.ring.rows_written} if others else set(), {}
         for k, fsd in frames.items():
             at = f"{where}.frames.{k}"
-            if not isinstance(fsd, Mapping) or set(fsd) != {"store", "side", "pending", "next"}:
-                raise CheckpointError(f"{at}: expected a dict with keys store, side, pending, next")
+            check_keys(at, fsd, ("store", "side", "pending", "next"))
             store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
             f = st.frames[k] = FrameRing(specs[k], st.stack_axis, st.rows, n, store)
             if (store.specs, fsd["store"]["capacity_per_env"]) != (f.store_specs, f.slots):

@@ -161,15 +161,22 @@ class RingStorage:
         """Write one row at ``cursor`` and advance it: one value per field in ``specs`` order,
         each ``(num_envs, *shape)`` (with one env also ``shape``, or a scalar)."""
         c = self.cursor
-        if self._rec1 is not None:  # one env, packed: one tuple assignment of the record
-            self._rec1[c] = values if type(values) is tuple else tuple(values)
-        else:
+        if self._rec1 is None or not self._write_record(c, values):
             for arr, v in zip(self._row_arrays, values, strict=True):
                 arr[c] = v
         self.cursor = c + 1 if c + 1 < self.rows else 0
         self.rows_written += 1
         if self.size < self.rows:
             self.size += 1
+
+    def _write_record(self, c: int, values: Sequence[Any]) -> bool:
+        """One env, packed: row ``c`` in one tuple assignment of its record; False (nothing
+        written) for values that keep their env axis, which numpy cannot assign that way."""
+        try:
+            self._rec1[c] = values if type(values) is tuple else tuple(values)  # type: ignore[index]
+        except (ValueError, TypeError):
+            return False
+        return True
 
     def write_block(self, values: Mapping[str, np.ndarray]) -> None:
         """Write ``k`` consecutive rows starting at ``cursor`` (wrapping) and advance it.
