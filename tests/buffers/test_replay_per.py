@@ -171,3 +171,13 @@ def test_memmap_keep_false_removes_its_files(tmp_path) -> None:
     del buf
     gc.collect()
     assert not list(d.glob("*.npy"))
+
+
+def test_a_sampler_built_for_the_buffers_capacity_gets_an_error_that_says_what_to_do() -> None:
+    """The buffer binds its sampler to capacity_per_env + 1 rows (the spare row of the pending
+    next_obs): a PrioritizedSampler(1000) for a 1000-transition buffer used to fail with
+    "expected 1000 like the sampler was built for, got 1001" and no hint."""
+    with pytest.raises(ConfigError, match=r"^sampler: .*got 1001; .*without a capacity"):
+        ReplayBuffer(1000, sampler=PrioritizedSampler(1000))
+    buf = ReplayBuffer(1000, sampler=PrioritizedSampler(alpha=0.6))  # unbound: the buffer binds
+    assert buf.config()["sampler"]["kind"] == "prioritized"

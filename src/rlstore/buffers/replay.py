@@ -147,7 +147,14 @@ class ReplayBuffer(ReplayWriter, ReplayState):
             )
         self._seed = int(seed) if isinstance(seed, (int, np.integer)) else None
         self._sampler = make_sampler(sampler, seed)
-        self._sampler.bind((self.capacity_per_env + 1) * self.num_envs)
+        slots = (self.capacity_per_env + 1) * self.num_envs  # a spare row: the pending next_obs
+        try:
+            self._sampler.bind(slots)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"sampler: {exc}; the buffer binds its sampler to its {slots} slots, so build "
+                "the sampler without a capacity (e.g. PrioritizedSampler(alpha=0.6))"
+            ) from exc
         self.specs: dict[str, FieldSpec] | None = None
         self._schema: TransitionSchema | None = None
         self._storage: Storage | None = None
