@@ -66,7 +66,8 @@ def test_fragments_are_whole_and_continuous_and_weights_sync_by_version(ray_sess
     pool = _pool(queue)
     try:
         pool.publish(0, _weights(0.0))
-        a, b = queue.get(timeout_s=60), queue.get(timeout_s=60)
+        # under load a collector actor takes up to the pool's 120 s start-up limit to start
+        a, b = queue.get(timeout_s=180), queue.get(timeout_s=60)
         for f in (a, b):
             assert f["obs"].shape == (T, N, 4) and f["next_obs"].shape == (T, N, 4)
             assert f["action"].shape == f["reward"].shape == f["logp"].shape == (T, N)
@@ -77,7 +78,7 @@ def test_fragments_are_whole_and_continuous_and_weights_sync_by_version(ray_sess
             np.testing.assert_array_equal(f["next_obs"][-1][~done[-1]], f["last_obs"][~done[-1]])
         np.testing.assert_array_equal(b["obs"][0], a["last_obs"])  # fragments follow on
         # a fragment's steps are reported at the collector's next sync, after its push: poll
-        for _ in range(600):
+        for _ in range(1200):  # up to 60 s (steps are a running total)
             steps, _ = pool.drain()
             if steps >= 2 * T * N:
                 break
