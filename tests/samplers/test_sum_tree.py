@@ -55,7 +55,11 @@ def test_random_batched_updates_keep_sums_and_minimum() -> None:
 
 def _assert_parents_exact(t: SumTree) -> None:
     """Every stored parent is the binary-order sum of its 4 children, and the min of their
-    non-empty leaves (level 1) or mins (above)."""
+    non-empty leaves (level 1) or mins (above).
+
+    Exact equality is sound on any CPU: both sides are the same scalar IEEE additions in the
+    same order, ``(c0 + c1) + (c2 + c3)`` element by element (numba compiles the kernels
+    without fastmath, so nothing is reassociated), and a min is exact."""
     s, m, offs = t._sum, t._min, t._offs
     for level in range(1, len(offs) - 1):
         c = s[offs[level - 1] : offs[level]].reshape(-1, 4)
@@ -94,7 +98,9 @@ def _binary_tree(leaves: np.ndarray) -> tuple[float, Callable[[float], int]]:
 @pytest.mark.parametrize("cap", [1, 5, 8, 9, 64, 100, 1000, 4097])
 def test_root_and_find_are_those_of_the_binary_layout(cap: int) -> None:
     """The 4-ary layout sums in the binary tree's order and descends its binary levels: the
-    same root and the same leaf for every mass, bit for bit (the layout it replaced)."""
+    same root and the same leaf for every mass, bit for bit (the layout it replaced). The
+    reference performs the same additions in the same order (pairwise, level by level), so
+    exact equality holds on any CPU."""
     rng = np.random.default_rng(cap)
     leaves = rng.exponential(size=cap) * (rng.random(cap) > 0.3)
     leaves[rng.integers(0, cap)] = 0.5  # at least one non-empty leaf
