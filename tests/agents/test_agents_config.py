@@ -171,6 +171,19 @@ def test_cli_keys_name_the_section() -> None:
     assert impala.CLI_KEYS["lr"] == "impala.learning_rate" and impala.CLI_KEYS["num_shards"] is None
 
 
+def test_ent_coef_flag_reaches_impala_whose_loss_has_an_entropy_bonus() -> None:
+    """``--ent-coef`` was refused for IMPALA ("not an option of --algo impala") although its
+    loss has the same entropy bonus as PPO's (``impala.ent_coef``)."""
+    import argparse
+
+    from rlstore.agents.train_cli import add_arguments, build_config
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args(["--algo", "impala", "--ent-coef", "0"]))
+    assert cfg.impala.ent_coef == 0.0
+
+
 def test_each_whole_run_config_names_its_own_budget_and_sections_have_none() -> None:
     """The budget key a resume may extend belongs to whole-run configs; a section config used
     to claim PPO's ``online.total_timesteps``, which it does not have."""

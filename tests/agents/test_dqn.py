@@ -337,7 +337,7 @@ def test_resume_names_the_misshapen_parameter_like_the_other_trainers(tmp_path: 
 
 
 def test_shipped_config_has_rl_zoo_settings_but_lr_and_final_eps() -> None:
-    assert set(DEFAULT_CONFIGS) == {"CartPole-v1"}
+    assert next(iter(DEFAULT_CONFIGS)) == "CartPole-v1"  # the fallback of other envs
     cfg = load_config(CONFIGS / DEFAULT_CONFIGS["CartPole-v1"])
     d = cfg.dqn
     zoo = (1e-3, 64, 100_000, 1000, 0.99, 10, 256, 128, 0.16, 0.01, [256, 256], 50_000)
@@ -345,6 +345,31 @@ def test_shipped_config_has_rl_zoo_settings_but_lr_and_final_eps() -> None:
             d.target_update_interval, d.train_freq, d.gradient_steps, d.exploration_fraction,
             d.exploration_final_eps, d.hidden_sizes, d.total_timesteps) == zoo  # fmt: skip
     assert d.double_q and cfg.environment.env_id == "CartPole-v1"
+
+
+def test_mountain_car_gets_its_own_zoo_config_not_cartpoles() -> None:
+    """``rlstore train --algo dqn --env MountainCar-v0`` used CartPole's config (50k steps,
+    lr 1e-3, target copied every 10 steps, train_freq 256) and stayed at -200 (the car never
+    reached the flag); RL Zoo's MountainCar-v0 settings (hyperparams/dqn.yml) reach -103 to -126
+    (greedy evaluation at 120k, seeds 1-3, 2026-11-24)."""
+    import argparse
+
+    from rlstore.agents import dqn
+    from rlstore.agents.train_cli import add_arguments, build_config, default_config
+
+    path, fallback = default_config("dqn", dqn, "MountainCar-v0", None)
+    assert path.name == "dqn_MountainCar-v0.yaml" and not fallback
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args(["--algo", "dqn", "--env", "MountainCar-v0"]))
+    d = cfg.dqn
+    zoo = (4e-3, 128, 10_000, 1000, 0.98, 600, 16, 8, 0.2, 0.07, [256, 256], 120_000)
+    assert (d.learning_rate, d.batch_size, d.buffer_size, d.learning_starts, d.gamma,
+            d.target_update_interval, d.train_freq, d.gradient_steps, d.exploration_fraction,
+            d.exploration_final_eps, d.hidden_sizes, d.total_timesteps) == zoo  # fmt: skip
+    # SB3's DQN: no double Q, uniform replay, 1-step targets
+    assert (d.double_q, d.prioritized, d.n_step, d.tau) == (False, False, 1, 1.0)
+    assert cfg.environment.env_id == "MountainCar-v0"
 
 
 @pytest.mark.parametrize(

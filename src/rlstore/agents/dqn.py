@@ -81,7 +81,10 @@ __all__ = [
     "train_dqn",
 ]
 
-DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "dqn_CartPole-v1.yaml"}
+DEFAULT_CONFIGS: dict[str, str] = {
+    "CartPole-v1": "dqn_CartPole-v1.yaml",
+    "MountainCar-v0": "dqn_MountainCar-v0.yaml",
+}
 """Env id -> packaged config file in ``rlstore/configs/``."""
 
 

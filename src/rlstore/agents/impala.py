@@ -119,6 +119,7 @@ CLI_KEYS: dict[str, str | None] = {
     **ImpalaTrainConfig.cli_keys(),
     "num_collectors": "impala.num_collectors",
     "address": "impala.address",
+    "ent_coef": "impala.ent_coef",
     "num_shards": None,  # fragments go through a queue, not replay shards
 }
 """``rlstore train`` flags -> keys of this config (None: refused for IMPALA)."""
