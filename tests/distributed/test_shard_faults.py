@@ -15,13 +15,14 @@ ray = pytest.importorskip("ray")
 from ray import cloudpickle  # noqa: E402
 
 from rlstore import ReplayBuffer  # noqa: E402
-from rlstore.checkpoint import metadata_file_path  # noqa: E402
+from rlstore.checkpoint import load_state, metadata_file_path  # noqa: E402
 from rlstore.distributed import (  # noqa: E402
     ReplayShards,
     ReplayTimeoutError,
     SampleToInsertRatio,
     ShardUnavailableError,
 )
+from rlstore.errors import CheckpointError  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors of this module's classes
@@ -34,6 +35,14 @@ def wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s} s")
         time.sleep(0.1)
+
+
+def saved_added(folder, prefix: str) -> int:
+    """``added`` of the shard checkpoint on disk (-1: none yet, or being replaced just now)."""
+    try:
+        return int(load_state(folder, prefix=prefix)["added"])
+    except CheckpointError:
+        return -1
 
 
 def test_a_killed_shard_resumes_exactly_from_its_checkpoint(ray_session, fragment, tmp_path):
@@ -59,7 +68,8 @@ def test_a_killed_shard_resumes_exactly_from_its_checkpoint(ray_session, fragmen
         assert shards.size() == 56
         ray_session.kill(shards.actors()[0], no_restart=True)  # gone for good
         with pytest.raises(ShardUnavailableError, match="shard ckpt/0: the actor is gone"):
-            for _ in range(100):  # ray.kill takes effect asynchronously
+            deadline = time.monotonic() + 60  # ray.kill takes effect asynchronously
+            while time.monotonic() < deadline:
                 shards.add(fragment(1, 2, 0))
                 time.sleep(0.1)
     finally:
@@ -87,8 +97,8 @@ def test_killed_shards_and_learners_leave_the_rest_running(ray_session, fragment
     try:
         for i in range(10):
             shards.add(fragment(4, 2, 100 * i), route=i)  # 40 items per shard
-        wait_for(lambda: metadata_file_path(tmp_path, "auto_0_").exists(), "periodic checkpoint")
-        time.sleep(0.5)  # a checkpoint after the last add
+        # a periodic checkpoint after the last add (not just any: one may predate some adds)
+        wait_for(lambda: saved_added(tmp_path, "auto_0_") == 40, "a checkpoint of all 40 adds")
         # a shard killed while collectors add: the client re-resolves it and goes on
         ray_session.kill(shards.actors()[0], no_restart=False)
         for i in range(10):
@@ -117,8 +127,12 @@ def test_killed_shards_and_learners_leave_the_rest_running(ray_session, fragment
 
 def test_the_rate_limiter_blocks_the_faster_side_through_ray(ray_session, fragment) -> None:
     limiter = SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=8, error_buffer=8.0)
+    # the limiter holds a call for timeout_s / 2 = 3 s, then the shard answers with its error:
+    # the other 3 s before the client's deadline cover the Ray round trip under load (p99
+    # 0.2 s, max 0.4 s for two calls at load 11 on 2 cores; 2.0 s left only 1 s), and the
+    # sample that releases the waiting add_async below must arrive within those 3 s
     shards = ReplayShards(
-        lambda: ReplayBuffer(400, seed=0), name="limited", rate_limiter=limiter, timeout_s=2.0
+        lambda: ReplayBuffer(400, seed=0), name="limited", rate_limiter=limiter, timeout_s=6.0
     )
     try:
         shards.add(fragment(4, 1, 0))
@@ -135,7 +149,7 @@ def test_the_rate_limiter_blocks_the_faster_side_through_ray(ray_session, fragme
         impatient = copy.copy(shards)  # a client whose deadline comes before the limiter's
         impatient.timeout_s = 0.3
         with pytest.raises(ReplayTimeoutError, match="shard limited/0: add got no answer within"):
-            impatient.add(fragment(4, 1, 28))  # held by the limiter for 1 s
+            impatient.add(fragment(4, 1, 28))  # held by the limiter for 3 s
         assert limiter.inserts == 0  # the client's own object is only a config
     finally:
         shards.close()

@@ -42,10 +42,12 @@ def test_adds_are_routed_and_samples_follow_shard_sizes(three, fragment) -> None
         np.testing.assert_array_equal(b.reward, b.obs[:, 0] / 2)
         assert b.weights.dtype == np.float32 and (b.weights == 1).all()
         assert b.obs.flags.writeable  # fresh arrays: torch.from_numpy without a warning
-    # shard frequencies proportional to sizes, within 3 sigma of the binomial
+    # shard frequencies proportional to sizes, within 5 sigma of the binomial: a false alarm
+    # for at most 1 seed in 500,000 (3 sigma: 1 in 120), while a split ignoring the sizes
+    # (1/3 each) is off by 16 sigma on the first shard
     n, p = len(ids), np.array(sizes) / sum(sizes)
     counts = np.bincount(ids % 3, minlength=3)
-    assert (np.abs(counts - n * p) <= 3 * np.sqrt(n * p * (1 - p))).all(), counts
+    assert (np.abs(counts - n * p) <= 5 * np.sqrt(n * p * (1 - p))).all(), counts
 
 
 def test_small_shards_and_object_refs(three, fragment, ray_session) -> None:
