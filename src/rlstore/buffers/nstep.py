@@ -105,14 +105,14 @@ def episode_ends(
     arrays: dict[str, np.ndarray], shape: tuple[int, int], obs: tuple[str, ...]
 ) -> np.ndarray:
     """``(B, W)`` bool: step ``k`` of each window ends its episode (terminated, truncated, or the
-    next step's ``obs`` does not continue this step's ``next_obs``, compared like the buffer's
-    write path does; the last step only by its flags). ``arrays`` are gathered windows
-    flattened to ``B * W`` rows; ``obs`` their observation fields."""
+    next step's ``obs`` does not continue this step's ``next_obs`` byte for byte, as the
+    buffer's write path compares: ``-0.0`` does not continue ``0.0``, a NaN continues itself;
+    the last step only by its flags). ``arrays`` are gathered windows flattened to ``B * W``
+    rows; ``obs`` their observation fields."""
     ends = (arrays["terminated"] | arrays["truncated"]).reshape(shape)
     for k in obs:
-        now, nxt = arrays[k].reshape(*shape, -1), arrays["next_" + k].reshape(*shape, -1)
-        if now.dtype == np.float16:  # numba compares in float32 (exact)
-            now, nxt = now.astype(np.float32), nxt.astype(np.float32)
+        now, nxt = (np.ascontiguousarray(arrays[j]).view(np.uint8).reshape(*shape, -1)
+                    for j in (k, "next_" + k))  # fmt: skip
         _kernels().mark_jumps(now, nxt, ends)
     return ends
 
