@@ -180,6 +180,8 @@ def test_bad_indices_and_empty_buffer() -> None:
     for bad in ([1], [0.5], [[0]]):
         with pytest.raises(SpecError, match="indices: expected"):
             NStepReplay(buf, 2, 0.9).batch(bad)
+    empty = NStepReplay(buf, 2, 0.9).batch(np.array([], np.int64))  # like buf.gather([])
+    assert empty.steps.shape == (0,) and empty.next_obs.shape == (0, 2)
     b = NStepReplay(buf, 2, 0.9).batch([0])  # reading never mutates
     assert b.steps.tolist() == [1]
     after = buf.gather(np.arange(len(buf)))
