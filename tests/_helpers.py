@@ -46,8 +46,9 @@ def rollout_step(num_envs: int, **over: Any) -> dict[str, Any]:
 
 def event_stream(codes: np.ndarray) -> dict[str, np.ndarray]:
     """``(T, N)`` transition arrays of a stream with events 0 continue, 1 terminated,
-    2 truncated, 3 jump (the next obs does not continue this next_obs): ``obs = [env, counter]``
-    (every observation distinct), ``action = t * N + env``; no reward or extras (the caller
+    2 truncated, 3 jump (the next obs does not continue this next_obs), 4 a jump in the sign of
+    zero only (next_obs ``[env, 0.0]``, the next obs ``[env, -0.0]``): ``obs = [env, counter]``
+    (distinct but for those zeros), ``action = t * N + env``; no reward or extras (the caller
     adds them)."""
     t_len, n = codes.shape
     counter = iter(range(1, 10**6))
@@ -58,6 +59,9 @@ def event_stream(codes: np.ndarray) -> dict[str, np.ndarray]:
         for e in range(n):
             obs[t, e, 1] = cur[e]
             nxt[t, e, 1] = next(counter)
-            cur[e] = next(counter) if codes[t, e] else nxt[t, e, 1]
+            if codes[t, e] == 4:  # a jump in the bytes only: -0.0 does not continue 0.0
+                nxt[t, e, 1], cur[e] = 0.0, -0.0
+            else:
+                cur[e] = next(counter) if codes[t, e] else nxt[t, e, 1]
     return dict(obs=obs, action=np.arange(t_len * n).reshape(t_len, n), next_obs=nxt,
                 terminated=codes == 1, truncated=codes == 2)  # fmt: skip

@@ -21,11 +21,12 @@ def rollouts(draw):
     T = draw(st.integers(1, 12))
     N = draw(st.integers(1, 4))
     flags = draw(st.lists(st.sampled_from(["-", "term", "trunc"]), min_size=T * N, max_size=T * N))
-    return T, N, np.array(flags).reshape(T, N)
+    spare = draw(st.integers(0, 2))  # buffer rows left unfilled: a partial rollout
+    return T, N, np.array(flags).reshape(T, N), spare
 
 
-def build(T: int, N: int, flags: np.ndarray, seed: int) -> RolloutBuffer:
-    rb = RolloutBuffer(T, N, seed=seed, advantage_normalization="minibatch")
+def build(T: int, N: int, flags: np.ndarray, seed: int, spare: int = 0) -> RolloutBuffer:
+    rb = RolloutBuffer(T + spare, N, seed=seed, advantage_normalization="minibatch")
     rng = np.random.default_rng(seed)
     for t in range(T):
         idx = torch.arange(N, dtype=torch.float32) + t * N
@@ -66,10 +67,10 @@ def naive_segments(T: int, N: int, flags: np.ndarray) -> dict[tuple[int, int], t
     seed=st.integers(0, 2**16),
 )
 def test_recurrent_sequences(r, seq_len, num_mb, epochs, seed):
-    T, N, flags = r
+    T, N, flags, spare = r
     if seq_len is None and N % num_mb:
         num_mb = 1
-    rb = build(T, N, flags, seed)
+    rb = build(T, N, flags, seed, spare)
     segs = naive_segments(T, N, flags)
     n_seq = len({(t, n) for (t, n), (a, _) in segs.items() if (t - a) % (seq_len or T) == 0})
     if seq_len is not None:
@@ -123,10 +124,10 @@ def test_recurrent_sequences(r, seq_len, num_mb, epochs, seed):
     seed=st.integers(0, 2**16),
 )
 def test_trajectory_windows(r, W, mb_div, p_end, seed):
-    T, N, flags = r
+    T, N, flags, spare = r
     total = T * N
     size = total // mb_div if total % mb_div == 0 else total
-    rb = build(T, N, flags, seed)
+    rb = build(T, N, flags, seed, spare)
     segs = naive_segments(T, N, flags)
     ep_time = rb.get().episode_time
     targets: list[int] = []

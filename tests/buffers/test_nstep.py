@@ -29,7 +29,7 @@ def naive(data: dict, lo: int, hi: int, r: int, e: int, n: int, gamma: float) ->
         nxt = data["next_obs"][t, e]
         if data["terminated"][t, e]:
             return g, 0.0, nxt, k + 1
-        cont = t + 1 < hi and (data["obs"][t + 1, e] == nxt).all()
+        cont = t + 1 < hi and data["obs"][t + 1, e].tobytes() == nxt.tobytes()
         if data["truncated"][t, e] or k == n - 1 or not cont:
             return g, gamma ** (k + 1), nxt, k + 1
     raise AssertionError
@@ -56,7 +56,7 @@ def fill(data: dict, capacity: int, splits: list[int]) -> ReplayBuffer:
 )
 def test_nstep_matches_naive_model(envs, t_len, capacity, n, gamma, seed, splits) -> None:
     rng = np.random.default_rng(seed)
-    codes = rng.choice(4, size=(t_len, envs), p=[0.6, 0.15, 0.15, 0.1])
+    codes = rng.choice(5, size=(t_len, envs), p=[0.6, 0.15, 0.15, 0.05, 0.05])
     data = stream(codes, seed)
     buf = fill(data, capacity, splits)
     hi = t_len
@@ -69,7 +69,7 @@ def test_nstep_matches_naive_model(envs, t_len, capacity, n, gamma, seed, splits
         assert b.reward[i].item() == pytest.approx(g, rel=1e-5, abs=1e-5)
         assert b.discount[i].item() == pytest.approx(disc, rel=1e-6, abs=1e-12)
         assert b.steps[i].item() == m and r + m <= hi  # never past the head
-        np.testing.assert_array_equal(b.next_obs[i].numpy(), nxt)  # also: the same env column
+        assert b.next_obs[i].numpy().tobytes() == nxt.tobytes()  # the same env column, sign of 0
         assert bool(b.terminated[i]) == bool(data["terminated"][r + m - 1, e])
     np.testing.assert_array_equal(b.obs.numpy(), buf.gather(idx)["obs"])
     np.testing.assert_array_equal(b.extras["hidden"].numpy(), buf.gather(idx)["hidden"])
@@ -114,6 +114,24 @@ def test_hand_computed_truncation_and_head() -> None:
     assert b.next_obs[:, 0].tolist() == [10.0, 10.0, 6.0]
     assert b.steps.tolist() == [2, 1, 1] and b.truncated.tolist() == [True, True, False]
     assert b.indices.tolist() == [0, 1, 2] and b.reward.dtype == torch.float32
+
+
+@pytest.mark.parametrize(("nxt", "obs", "jump"), [(-0.0, 0.0, True), (np.nan, np.nan, False)])
+def test_continuity_is_byte_equality_like_the_write_path(nxt, obs, jump) -> None:
+    """A window continues only where the next ``obs`` is the previous ``next_obs`` byte for byte,
+    as the buffer stores it: ``-0.0`` then ``0.0`` is a jump (the buffer keeps ``-0.0`` aside),
+    a NaN then the same NaN is not (``!=`` on values said the opposite of both)."""
+    from rlstore import SequenceReplay
+
+    buf = ReplayBuffer(10, seed=0, allow_nonfinite=True)
+    buf.add(np.array([1.0]), 0, 1.0, np.array([nxt]), False, False)
+    buf.add(np.array([obs]), 0, 2.0, np.array([3.0]), False, False)
+    assert np.signbit(buf.gather([0])["next_obs"][0, 0]) == np.signbit(nxt)  # stored exactly
+    mask = SequenceReplay(buf, 2, hidden=None).sample(1).mask
+    assert mask.tolist() == [[True, not jump]]
+    b = NStepReplay(buf, 2, 0.5).batch(np.array([0]))
+    assert b.steps.tolist() == ([1] if jump else [2])
+    assert b.reward.tolist() == ([1.0] if jump else [2.0])
 
 
 def test_dict_obs_and_uniform_sample_follow_the_buffer_rng() -> None:
@@ -162,6 +180,8 @@ def test_bad_indices_and_empty_buffer() -> None:
     for bad in ([1], [0.5], [[0]]):
         with pytest.raises(SpecError, match="indices: expected"):
             NStepReplay(buf, 2, 0.9).batch(bad)
+    empty = NStepReplay(buf, 2, 0.9).batch(np.array([], np.int64))  # like buf.gather([])
+    assert empty.steps.shape == (0,) and empty.next_obs.shape == (0, 2)
     b = NStepReplay(buf, 2, 0.9).batch([0])  # reading never mutates
     assert b.steps.tolist() == [1]
     after = buf.gather(np.arange(len(buf)))

@@ -21,7 +21,8 @@ from rlstore.storage import StorageLayout
 def _stream(rng: np.random.Generator, n: int, steps: int, shape: tuple[int, ...], p_end: float,
             p_jump: float):  # fmt: skip
     """Yield ``(obs, next_obs, terminated, truncated)`` of ``n`` envs of stacked frames: episodes
-    end at random, and with probability ``p_jump`` an add does not continue the previous one."""
+    end at random (the reset stack repeats its frame or pads it with zeros), and with probability
+    ``p_jump`` an add does not continue the previous one."""
     stack = rng.integers(0, 4, (n, *shape), dtype=np.uint8)
     for _ in range(steps):
         if rng.random() < p_jump:  # an independent transition (a new stack from nowhere)
@@ -32,27 +33,39 @@ def _stream(rng: np.random.Generator, n: int, steps: int, shape: tuple[int, ...]
         trunc = ~term & (rng.random(n) < p_end)
         yield stack, nxt, term, trunc
         stack = nxt.copy()
-        for e in np.flatnonzero(term | trunc):  # reset: a stack of one repeated frame
+        for e in np.flatnonzero(term | trunc):  # reset: one frame repeated or zero-padded
             stack[e] = rng.integers(0, 4, shape[1:], dtype=np.uint8)[None]
+            stack[e, :-1] *= rng.random() < 0.5
 
 
 @settings(max_examples=25, deadline=None)
 @given(
     n=st.integers(1, 3),
-    capacity=st.integers(4, 24),
+    capacity=st.integers(1, 24),
     steps=st.integers(1, 60),
     p_end=st.sampled_from([0.0, 0.1, 0.4]),
     p_jump=st.sampled_from([0.0, 0.1]),
     seed=st.integers(0, 2**16),
+    block=st.integers(1, 5),
 )
-def test_frames_layout_matches_the_memory_layout(n, capacity, steps, p_end, p_jump, seed):
+def test_frames_layout_matches_the_memory_layout(n, capacity, steps, p_end, p_jump, seed, block):
+    """Single adds (``block = 1``) or ``extend`` blocks of up to ``block`` rows."""
     shape = (4, 3, 2)
     frames = ReplayBuffer(capacity, num_envs=n, storage=StorageLayout.frames(), seed=seed)
     plain = ReplayBuffer(capacity, num_envs=n, seed=seed)
     rng = np.random.default_rng(seed)
-    for obs, nxt, term, trunc in _stream(rng, n, steps, shape, p_end, p_jump):
+    rows = list(_stream(rng, n, steps, shape, p_end, p_jump))
+    while rows:
+        k = min(int(rng.integers(1, block + 1)), len(rows))
+        obs, nxt, term, trunc = (np.stack(x) for x in zip(*rows[:k], strict=True))
+        del rows[:k]
         for buf in (frames, plain):
-            buf.add(obs, np.zeros(n, np.int64), np.ones(n, np.float32), nxt, term, trunc)
+            if block == 1:
+                buf.add(obs[0], np.zeros(n, np.int64), np.ones(n, np.float32), nxt[0], term[0],
+                        trunc[0])  # fmt: skip
+            else:
+                buf.extend(obs, np.zeros((k, n), np.int64), np.ones((k, n), np.float32), nxt,
+                           term, trunc)  # fmt: skip
     assert len(frames) == len(plain)
     idx = np.arange(len(plain))
     got, want = frames.gather(idx), plain.gather(idx)

@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,6 +47,7 @@ import torch
 
 from rlstore._checks import check_count, real_number
 from rlstore._trees import to_numpy
+from rlstore.buffers._replay_write import _WORDS
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 
 __all__ = ["NStepBatch", "NStepReplay"]
@@ -105,14 +107,16 @@ def episode_ends(
     arrays: dict[str, np.ndarray], shape: tuple[int, int], obs: tuple[str, ...]
 ) -> np.ndarray:
     """``(B, W)`` bool: step ``k`` of each window ends its episode (terminated, truncated, or the
-    next step's ``obs`` does not continue this step's ``next_obs``, compared like the buffer's
-    write path does; the last step only by its flags). ``arrays`` are gathered windows
-    flattened to ``B * W`` rows; ``obs`` their observation fields."""
+    next step's ``obs`` does not continue this step's ``next_obs`` byte for byte, as the
+    buffer's write path compares: ``-0.0`` does not continue ``0.0``, a NaN continues itself;
+    the last step only by its flags). ``arrays`` are gathered windows flattened to ``B * W``
+    rows; ``obs`` their observation fields."""
     ends = (arrays["terminated"] | arrays["truncated"]).reshape(shape)
-    for k in obs:
-        now, nxt = arrays[k].reshape(*shape, -1), arrays["next_" + k].reshape(*shape, -1)
-        if now.dtype == np.float16:  # numba compares in float32 (exact)
-            now, nxt = now.astype(np.float32), nxt.astype(np.float32)
+    for k in obs:  # in the widest unsigned words that divide a row's bytes
+        row = arrays[k].itemsize * math.prod(arrays[k].shape[1:])
+        word = next(w for size, w in _WORDS if row % size == 0)
+        now, nxt = (np.ascontiguousarray(arrays[j]).view(np.uint8).reshape(*shape, row).view(word)
+                    for j in (k, "next_" + k))  # fmt: skip
         _kernels().mark_jumps(now, nxt, ends)
     return ends
 
