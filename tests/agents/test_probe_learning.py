@@ -95,7 +95,7 @@ def test_probe6_state_dependent_policy(seed: int) -> None:
     nor one fitting only the linear trend of the targets (it gets some t wrong); and the median
     state > 0.95, near the regularised optimum: a run that learns too little fails.
 
-    Not min > 0.9 (``rlstore probe``'s criterion): late knock-backs (see probe_cli) leave one
+    ``rlstore probe``'s criterion too. Not min > 0.9: late knock-backs (see probe_cli) leave one
     state at 0.72-0.90 on 4 seeds in 26 (0.92-0.99 on the rest; at 80k steps still 1 in 20),
     so 0.9 held for seeds 0-2 on this CPU by luck. Seeds 0-25: lowest state 0.718, lowest
     median 0.98 (2026-11-24)."""
@@ -140,6 +140,29 @@ def test_evaluate_probe_fails_an_untrained_agent() -> None:
     (check,) = evaluate_probe(4, "fc", agent, gamma=0.99)
     # the actor's output layer is initialised with std 0.01: pi(1) ~ 0.5
     assert not check.passed and abs(check.measured - 0.5) < 0.05
+
+
+@pytest.mark.parametrize(
+    ("name", "correct", "passed"),
+    [
+        ("solved", [0.99] * 10, True),
+        ("one state knocked back", [0.99] * 9 + [0.72], True),
+        ("ignores t", [0.7, 0.3] * 5, False),  # pi(a=1) = 0.3 everywhere
+        ("one state wrong", [0.99] * 9 + [0.4], False),
+        ("learned too little", [0.9] * 10, False),
+    ],
+)
+def test_probe6_criterion(monkeypatch: pytest.MonkeyPatch, name, correct, passed) -> None:
+    """Greedy action right in every state (min > 0.5) and the median state > 0.95."""
+    import rlstore.agents.probe_cli as probe_cli
+
+    t = np.arange(10)
+    probs = np.empty((10, 2))
+    probs[t, t % 2] = correct
+    probs[t, 1 - t % 2] = 1 - np.asarray(correct)
+    monkeypatch.setattr(probe_cli, "trace_episode", lambda agent, ep: (probs, np.zeros(10)))
+    checks = evaluate_probe(6, "fc", agent=None, gamma=0.0)
+    assert all(c.passed for c in checks) == passed, (name, checks)
 
 
 def test_cli_probe_passes_and_fails(capsys: pytest.CaptureFixture[str]) -> None:

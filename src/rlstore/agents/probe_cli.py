@@ -12,7 +12,8 @@ Probe2    fc                     abs(V([r]) - r) < 0.02 for r = -1, +1
 Probe3    fc                     abs(V([0]) - gamma) < 0.02 and abs(V([1]) - 1) < 0.02
 Probe4    fc                     pi(a=1) > 0.95
 Probe5    fc                     pi(a=o | o) > 0.9 for o = 0, 1
-Probe6    fc                     pi(a = t mod 2 | t) > 0.9 for every t = 0..9
+Probe6    fc                     pi(a = t mod 2 | t) > 0.5 for every t = 0..9 (the greedy
+                                 action is right in every state) and its median > 0.95
 Probe7    lstm, transformer, fc  mean episode reward > 0.9 (memory agents); the FC agent
                                  must stay below 0.7 (negative control: memory is needed)
 ========  =====================  ===================================================
@@ -89,7 +90,12 @@ DEFAULT_AGENTS: dict[int, tuple[str, ...]] = {
 # the rare wrong action of a nearly solved batch very large) and solved again, so the final
 # min_t pi depended on where the run stopped (0.567-0.924 on seeds 0-2). Annealed to 0 (the
 # CleanRL default), min_t pi measured 0.936-0.987 on seeds 0-5 at 40k steps and 0.943-0.988 on
-# seeds 0-11 at 60k (2026-11-22).
+# seeds 0-11 at 60k (2026-11-22). Late knock-backs remain on a few seeds: over seeds 0-25 at 40k,
+# 4 ended with one state at 0.72-0.90 (the rest 0.92-0.99, every median >= 0.98), and neither 80k
+# steps, 8 epochs, clip 0.1 nor 128 or 256 hidden units removed them (2026-11-24). Hence the
+# criterion: the greedy action right in every state (min_t pi > 0.5, which no policy ignoring t
+# reaches: half the states want each action) and the median state > 0.95 (a run that learned too
+# little fails), not min_t pi > 0.9, which a correct PPO missed on about 1 seed in 7.
 # Probe 7 needs credit assignment over 4 steps.
 _SHORT: dict[str, Any] = dict(
     total_timesteps=2048,
@@ -248,7 +254,10 @@ def evaluate_probe(
     probs = traces[0][0]
     correct = probs[np.arange(10), np.arange(10) % 2]
     worst = int(np.argmin(correct))
-    return [_gt_check(f"min_t pi(t mod 2|t) (t={worst})", correct[worst], 0.9)]
+    return [
+        _gt_check(f"min_t pi(t mod 2|t) (t={worst})", correct[worst], 0.5),
+        _gt_check("median_t pi(t mod 2|t)", float(np.median(correct)), 0.95),
+    ]
 
 
 def run_probe(
