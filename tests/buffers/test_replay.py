@@ -257,6 +257,17 @@ def test_capacity_and_sampling_errors() -> None:
         buf.sample(5)
     with pytest.raises(CapacityError, match="batch_size: expected an int >= 1"):
         buf.sample(0)
+    # 3 envs: capacity 4 is held as 3 columns of 2 rows, so 6 transitions fit and can be drawn
+    buf = ReplayBuffer(4, num_envs=3, seed=0)
+    for i in range(2):
+        buf.add(
+            np.full((3, 2), i), np.zeros(3), np.zeros(3), np.full((3, 2), i + 1), [0] * 3, [0] * 3
+        )
+    assert len(buf) == 6 and buf.sample(6).obs.shape == (6, 2)
+    with pytest.raises(
+        CapacityError, match=r"capacity=6 \(4 rounded up to whole env rows\), got 7"
+    ):
+        buf.sample(7)
 
 
 def test_explicit_specs_and_config_round_trip() -> None:

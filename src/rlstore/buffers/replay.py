@@ -213,7 +213,10 @@ class ReplayBuffer(ReplayWriter, ReplayState):
         check_count("batch_size", batch_size)
         cap = self.capacity_per_env * self.num_envs  # capacity rounded up to whole rows
         if batch_size > cap:
-            raise CapacityError(f"batch_size: expected <= capacity={cap}, got {batch_size}")
+            held = (
+                "" if cap == self.capacity else f" ({self.capacity} rounded up to whole env rows)"
+            )
+            raise CapacityError(f"batch_size: expected <= capacity={cap}{held}, got {batch_size}")
         size = len(self)
         if batch_size > size:
             raise EmptyBufferError(
