@@ -370,3 +370,17 @@ def test_jump_beside_an_episode_end_keeps_only_the_jumped_column() -> None:
     got = buf.gather(np.arange(len(buf)))
     want = np.concatenate([r["next_obs"] for r in rows])
     np.testing.assert_array_equal(got["next_obs"].view(np.uint32), want.view(np.uint32))
+
+
+def test_extends_of_ended_episodes_keep_a_checkpoint_that_loads() -> None:
+    """Blocks of ended episodes drop the final observations gone with the previous block: the
+    side store stays within what a load accepts (it grew past it when the live key was read
+    before the block was written)."""
+    buf = ReplayBuffer(20, seed=0)
+    for t in (15, 20, 14, 20):  # (found by search: the smallest capacity that overgrew)
+        obs = np.arange(2 * t, dtype=np.float32).reshape(t, 1, 2)
+        ones, zeros = np.ones((t, 1), bool), np.zeros((t, 1))
+        buf.extend(obs, zeros.astype(np.int64), zeros.astype(np.float32), obs + 1, ones, ~ones)
+    twin = ReplayBuffer(20, seed=0)
+    twin.load_state_dict(buf.state_dict())
+    assert flat_state(twin) == flat_state(buf)

@@ -414,7 +414,7 @@ class ReplayWriter(ReplayState):
         te, tr = vals["terminated"], vals["truncated"]
         zero = bytes(te.size)  # bool bytes are 0/1: all-zero bytes <=> no episode ended
         done = te | tr if te.tobytes() != zero or tr.tobytes() != zero else None
-        g0, lo = st.rows_written, self._min_live_key(st)
+        g0 = st.rows_written
         if self._prev_open_any:  # is obs[0] the pending next_obs of its column?
             pend, first = self._pending or self._pending_bytes(st), [o[k][0] for k in names]
             if [v.tobytes() for v in first] != pend:
@@ -430,6 +430,7 @@ class ReplayWriter(ReplayState):
         st.write_block({**o, **vals})
         st.put_row(st.cursor, {k: v[-1] for k, v in no.items()})
         self._pending = [v[-1].tobytes() for v in no.values()]
+        lo = self._min_live_key(st)  # after the write: entries of overwritten rows are dead
         if done is not None:
             ti, ni = np.nonzero(done)
             self._keep(self._side, (g0 + ti) * n + ni, {k: v[ti, ni] for k, v in no.items()}, lo)
