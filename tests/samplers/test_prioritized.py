@@ -212,6 +212,8 @@ def test_sample_errors() -> None:
         ({"alpha": -0.1}, "alpha"),
         ({"alpha": np.inf}, "alpha"),
         ({"eps": 0.0}, "eps: expected a finite number > 0"),
+        # a zero priority would be stored as 0 ** ... == 0: an empty leaf, never drawn again
+        ({"eps": 1e-200, "alpha": 2.0}, r"eps: expected eps \*\* alpha > 0"),
         ({"beta": "0.4"}, "beta"),
         ({"beta": np.nan}, "beta"),
         ({"seed": -1}, "seed"),

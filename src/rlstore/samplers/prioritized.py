@@ -76,7 +76,8 @@ class PrioritizedSampler:
         alpha: priority exponent ``>= 0`` (0: uniform sampling).
         beta: importance exponent ``>= 0`` (0: unit weights), or a :class:`LinearSchedule`
             evaluated at the number of :meth:`sample` calls made so far.
-        eps: ``> 0`` added to every priority, so that a zero error can still be drawn.
+        eps: ``> 0`` added to every priority, so that a zero error can still be drawn
+            (``eps ** alpha`` must not underflow to 0).
         seed: ``int``, ``np.random.Generator`` (shared, not copied) or ``None``.
 
     Raises:
@@ -96,6 +97,9 @@ class PrioritizedSampler:
         self.eps = real_number("eps", eps, 0.0, _FLOAT_MAX, expected="a finite number > 0")
         if self.eps == 0.0:
             raise ConfigError(f"eps: expected a finite number > 0, got {eps!r}")
+        if not _power(np.float64(self.eps), self.alpha) > 0:  # the least stored priority
+            raise ConfigError(f"eps: expected eps ** alpha > 0 (a priority 0 must stay drawable), "
+                              f"got {self.eps!r} ** {self.alpha!r} = 0.0")  # fmt: skip
         self.rng = make_rng(seed)
         self.capacity: int | None = None
         self.tree = SumTree(1)
