@@ -229,6 +229,10 @@ def test_rejected_writes_name_the_problem_and_change_nothing() -> None:
         fs.write_block({k: v for k, v in good.items() if k != "action"})
     with pytest.raises(CapacityError, match="at most rows=4 rows, got 5"):
         fs.write_block({k: np.concatenate([v, v, v[:1]]) for k, v in good.items()})
+    with pytest.raises(
+        SpecError, match=r"action: expected an array of shape \(2, 2, 2\), got float"
+    ):
+        fs.write_block({"action": 1.0, **{k: v for k, v in good.items() if k != "action"}})
     with pytest.raises(SpecError, match=r"frame fields \['obs.b'\] can only be put at the cursor"):
         fs.put_row((fs.cursor + 1) % 4, {"obs.b": good["obs.b"][0]})
     with pytest.raises(SpecError, match="names: expected fields of"):

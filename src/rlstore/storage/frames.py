@@ -260,7 +260,7 @@ class FrameStackStorage:
                 continuation that does not share frames; nothing is written then.
             CapacityError: ``k > rows``.
         """
-        k = int(np.shape(next(iter(values.values())))[0]) if values else 0
+        k = next((int(s[0]) for s in map(np.shape, values.values()) if s), 0)  # (a scalar: named)
         if k > self.rows:
             raise CapacityError(f"block: expected at most rows={self.rows} rows, got {k}")
         if values.keys() != self.specs.keys():
