@@ -126,13 +126,25 @@ def test_rejected_sampler_state_leaves_the_buffer_unchanged() -> None:
     assert flat_state(b) == before
 
 
-def test_sampler_and_seed_arguments() -> None:
+def test_sampler_and_seed_arguments(tmp_path) -> None:
     with pytest.raises(ConfigError, match="seed: give the seed to the sampler"):
         ReplayBuffer(4, seed=0, sampler=PrioritizedSampler())
     with pytest.raises(ConfigError, match="sampler: expected"):
         ReplayBuffer(4, sampler="per")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="capacity: expected 4"):
         ReplayBuffer(8, sampler=PrioritizedSampler(4))  # 8 + 1 spare row = 9 slots
+    per = PrioritizedSampler(alpha=0.6, seed=0)  # a refused buffer leaves its sampler unbound
+    specs = [{"name": "obs", "shape": [2], "dtype": "float32"},
+             {"name": "action", "shape": [], "dtype": "int64"}]  # fmt: skip
+    with pytest.raises(SpecError, match="specs: expected 'obs'"):
+        ReplayBuffer(8, specs=specs[:1], sampler=per)
+    with pytest.raises(SpecError, match="frame-stack field"):
+        ReplayBuffer(8, specs=specs, storage=StorageLayout.frames(), sampler=per)
+    disk = StorageLayout.memmap(tmp_path)
+    with pytest.raises(ConfigError, match="capacity: expected 4"):  # and no file is left
+        ReplayBuffer(8, specs=specs, storage=disk, sampler=PrioritizedSampler(4))
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert per.capacity is None and ReplayBuffer(16, sampler=per)._sampler is per
     cfg = {"kind": "prioritized", "alpha": 0.5, "beta": {"start": 0.4, "end": 1.0, "steps": 10},
            "eps": 1e-6}  # fmt: skip
     buf = ReplayBuffer(4, seed=3, sampler=cfg)

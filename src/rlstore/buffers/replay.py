@@ -147,14 +147,6 @@ class ReplayBuffer(ReplayWriter, ReplayState):
             )
         self._seed = int(seed) if isinstance(seed, (int, np.integer)) else None
         self._sampler = make_sampler(sampler, seed)
-        slots = (self.capacity_per_env + 1) * self.num_envs  # a spare row: the pending next_obs
-        try:
-            self._sampler.bind(slots)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"sampler: {exc}; the buffer binds its sampler to its {slots} slots, so build "
-                "the sampler without a capacity (e.g. PrioritizedSampler(alpha=0.6))"
-            ) from exc
         self.specs: dict[str, FieldSpec] | None = None
         self._schema: TransitionSchema | None = None
         self._storage: Storage | None = None
@@ -167,6 +159,17 @@ class ReplayBuffer(ReplayWriter, ReplayState):
         parsed = TransitionSchema.parse(specs)
         if parsed is not None:
             self._allocate(parsed)
+        slots = (self.capacity_per_env + 1) * self.num_envs  # a spare row: the pending next_obs
+        try:  # last: a refused buffer leaves the caller's sampler unbound
+            self._sampler.bind(slots)
+        except ConfigError as exc:
+            remove = getattr(self._storage, "remove", None)  # a memory-mapped one's files
+            if remove is not None:
+                remove()
+            raise ConfigError(
+                f"sampler: {exc}; the buffer binds its sampler to its {slots} slots, so build "
+                "the sampler without a capacity (e.g. PrioritizedSampler(alpha=0.6))"
+            ) from exc
 
     # ------------------------------------------------------------------ layout
     def _allocate(self, specs: dict[str, FieldSpec], storage: Storage | None = None) -> None:
