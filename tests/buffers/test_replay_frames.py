@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlstore import ReplayBuffer, checkpoint
-from rlstore.errors import SpecError
+from rlstore.errors import ConfigError, SpecError
 from rlstore.storage import StorageLayout
 
 
@@ -105,6 +105,54 @@ def test_frames_buffer_saves_and_loads_exactly():
     for k, v in buf.gather(idx).items():
         np.testing.assert_array_equal(back.gather(idx)[k], v, err_msg=k)
     assert torch.equal(back.sample(16).obs, buf.sample(16).obs)
+
+
+def test_named_frame_fields_leave_other_uint8_keys_alone():
+    """A dict obs with a frame stack and an ordinary uint8 vector (e.g. inventory counts): by
+    default every uint8 stack-shaped key counts as frames, so the vector is refused; naming the
+    frame field stores the vector as is. Checked against a memory-layout twin, and saved."""
+    rng, n = np.random.default_rng(2), 2
+    streams = list(_stream(rng, n, 50, (4, 6, 6), 0.1, 0.05))
+    vecs = rng.integers(0, 255, (51, n, 3), dtype=np.uint8)  # random: never shares "frames"
+
+    def feed(buf: ReplayBuffer) -> ReplayBuffer:
+        for t, (obs, nxt, term, trunc) in enumerate(streams):
+            vec, vec_next = vecs[t], vecs[t + 1]
+            buf.add({"pixels": obs, "vec": vec}, np.zeros(n, np.int64), np.ones(n, np.float32),
+                    {"pixels": nxt, "vec": vec_next}, term, trunc)  # fmt: skip
+        return buf
+
+    with pytest.raises(SpecError, match="next_obs.vec"):
+        feed(ReplayBuffer(30, num_envs=n, storage=StorageLayout.frames(), seed=0))
+    layout = StorageLayout.frames(frame_fields=["obs.pixels"])
+    assert StorageLayout.parse(layout.to_json()) == layout
+    buf = feed(ReplayBuffer(30, num_envs=n, storage=layout, seed=0))
+    twin = feed(ReplayBuffer(30, num_envs=n, seed=0))
+    idx = np.arange(len(buf))
+    got, want = buf.gather(idx), twin.gather(idx)
+    assert got.keys() == want.keys() and any("vec" in k for k in got)
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    assert buf.nbytes < twin.nbytes  # the pixels are still deduplicated
+    with tempfile.TemporaryDirectory() as d:
+        checkpoint.save(buf, d)
+        back = checkpoint.load(d)
+    assert back.config()["storage"]["frame_fields"] == ["obs.pixels"]
+    for k, v in back.gather(idx).items():
+        np.testing.assert_array_equal(v, want[k], err_msg=k)
+
+
+def test_bad_frame_fields_are_named():
+    with pytest.raises(ConfigError, match="storage.frame_fields"):
+        StorageLayout("memory", frame_fields=("obs",))
+    for bad in ([], ["obs", "obs"], [3]):
+        with pytest.raises(ConfigError, match="storage.frame_fields"):
+            StorageLayout.frames(frame_fields=bad)
+    buf = ReplayBuffer(8, storage=StorageLayout.frames(frame_fields=["obs.nope"]), seed=0)
+    obs = np.zeros((4, 2, 2), np.uint8)
+    with pytest.raises(SpecError, match="frame_fields: 'obs.nope'"):
+        buf.add(obs, 0, 0.0, obs, False, False)
+    assert len(buf) == 0 and buf.specs is None
 
 
 def _atari_buffer(cap: int) -> ReplayBuffer:

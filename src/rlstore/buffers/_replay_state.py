@@ -222,7 +222,9 @@ def side_specs(specs: dict[str, FieldSpec], layout: StorageLayout) -> dict[str, 
     """Specs of the side stores' items: the observation fields, cut to their newest frame on
     the frames layout (the buffer checks that every ``next_obs`` continues its ``obs``)."""
     obs = {k: s for k, s in specs.items() if k == "obs" or k.startswith("obs.")}
-    return newest_frame_specs(obs, layout.stack_axis) if layout.kind == "frames" else obs
+    if layout.kind != "frames":
+        return obs
+    return newest_frame_specs(obs, layout.stack_axis, layout.frame_fields)
 
 
 def stored_specs(specs: dict[str, FieldSpec], once: bool) -> dict[str, FieldSpec]:

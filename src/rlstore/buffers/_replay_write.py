@@ -312,7 +312,8 @@ class ReplayWriter(ReplayState):
             o, no = ({f.spec.name: np.asarray(v).reshape(shape + f.item[1:]) if shape else v
                       for f, v in zip(plan.fields[a : a + k], vals[a : a + k], strict=True)}
                      for a in (0, k))  # fmt: skip
-            check_shared_frames(plan.schema.specs, self._layout.stack_axis, o, no)
+            lay = self._layout
+            check_shared_frames(plan.schema.specs, lay.stack_axis, o, no, lay.frame_fields)
         if first:  # allocate only once everything passed
             self._allocate(plan.schema.specs)
             plan = self._plan or plan

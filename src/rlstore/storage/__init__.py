@@ -99,12 +99,16 @@ class StorageLayout:
         directory: folder of the memory-mapped files (``memmap`` only).
         keep: keep the files once the buffer is gone (``memmap`` only).
         stack_axis: the stack axis of stacked-frame observations (``frames`` only).
+        frame_fields: the uint8 observation fields holding frame stacks, e.g. ``("obs.pixels",)``
+            (``frames`` only); default: every uint8 ``obs`` / ``obs.<key>`` with a stack axis
+            of size >= 2 (name them when another uint8 observation key is not a stack).
     """
 
     kind: str = "memory"
     directory: str | None = None
     keep: bool = True
     stack_axis: int = 0
+    frame_fields: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("memory", "memmap", "frames"):
@@ -113,6 +117,15 @@ class StorageLayout:
             )
         if type(self.stack_axis) is not int:
             raise ConfigError(f"storage.stack_axis: expected an int, got {self.stack_axis!r}")
+        names = self.frame_fields
+        if names is not None:
+            ok = isinstance(names, list | tuple) and all(isinstance(k, str) for k in names)
+            if not ok or not names or len(set(names)) != len(names) or self.kind != "frames":
+                raise ConfigError(
+                    "storage.frame_fields: expected distinct field names (e.g. ['obs.pixels']) "
+                    f"for kind 'frames', got {names!r} for kind {self.kind!r}"
+                )
+            object.__setattr__(self, "frame_fields", tuple(names))  # JSON gives a list
         if (self.kind == "memmap") != isinstance(self.directory, str) or (
             self.directory is not None and not self.directory
         ):
@@ -129,9 +142,14 @@ class StorageLayout:
         return cls("memmap", str(directory), keep)
 
     @classmethod
-    def frames(cls, stack_axis: int = 0) -> StorageLayout:
-        """Stacked frames (e.g. uint8 ``(4, 84, 84)`` observations) with each frame stored once."""
-        return cls("frames", stack_axis=stack_axis)
+    def frames(
+        cls, stack_axis: int = 0, frame_fields: Sequence[str] | None = None
+    ) -> StorageLayout:
+        """Stacked frames (e.g. uint8 ``(4, 84, 84)`` observations) with each frame stored once;
+        ``frame_fields``: which observation fields are stacks (default: every uint8 one with a
+        stack axis of size >= 2)."""
+        names = None if frame_fields is None else tuple(frame_fields)
+        return cls("frames", stack_axis=stack_axis, frame_fields=names)
 
     @classmethod
     def parse(cls, value: StorageLayout | Mapping[str, Any] | None) -> StorageLayout:
@@ -140,16 +158,21 @@ class StorageLayout:
             return cls()
         if isinstance(value, StorageLayout):
             return value
-        if isinstance(value, Mapping) and set(value) <= {"kind", "directory", "keep", "stack_axis"}:
+        keys = {"kind", "directory", "keep", "stack_axis", "frame_fields"}
+        if isinstance(value, Mapping) and set(value) <= keys:
             return cls(**value)
         raise ConfigError(
-            f"storage: expected a StorageLayout or its dict {{kind, directory, keep, stack_axis}}, "
-            f"got "
+            f"storage: expected a StorageLayout or its dict {{{', '.join(sorted(keys))}}}, got "
             f"{value!r}"
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.frame_fields is None:
+            del out["frame_fields"]  # the JSON of layouts saved before the option existed
+        else:
+            out["frame_fields"] = list(self.frame_fields)
+        return out
 
     def adopt(self, ring: RingStorage, old: Any) -> Any:
         """``ring`` (a checked, loaded copy) as a storage of this layout; ``old`` is the storage
@@ -171,7 +194,9 @@ class StorageLayout:
                 rows, num_envs, specs, directory=str(self.directory), keep=self.keep
             )
         if self.kind == "frames":
-            return FrameStackStorage(rows, num_envs, specs, stack_axis=self.stack_axis)
+            return FrameStackStorage(
+                rows, num_envs, specs, stack_axis=self.stack_axis, frame_fields=self.frame_fields
+            )
         return RingStorage(rows, num_envs, specs)
 
     def load(self, sd: Mapping[str, Any], *, where: str) -> Any:

@@ -72,11 +72,14 @@ def _frame_names(specs: Mapping[str, FieldSpec], axis: int, names: Any) -> list[
     return list(names)
 
 
-def newest_frame_specs(specs: Mapping[str, FieldSpec], axis: int) -> dict[str, FieldSpec]:
-    """``specs`` with every frame-stack field cut to its newest frame (stack axis of size 1):
-    what a buffer keeps aside for a ``next_obs`` that continues its ``obs`` (see
-    :func:`check_shared_frames`); the rest of the stack is rebuilt from ``obs``."""
-    names = _frame_names(specs, axis, None)
+def newest_frame_specs(
+    specs: Mapping[str, FieldSpec], axis: int, names: Sequence[str] | None = None
+) -> dict[str, FieldSpec]:
+    """``specs`` with every frame-stack field (``names``, else the default ones) cut to its
+    newest frame (stack axis of size 1): what a buffer keeps aside for a ``next_obs`` that
+    continues its ``obs`` (see :func:`check_shared_frames`); the rest of the stack is rebuilt
+    from ``obs``."""
+    names = _frame_names(specs, axis, names)
     out = dict(specs)
     for k in names:
         shape = list(specs[k].shape)
@@ -112,20 +115,26 @@ def check_shared_frames(
     axis: int,
     obs: Mapping[str, np.ndarray],
     next_obs: Mapping[str, np.ndarray],
+    names: Sequence[str] | None = None,
 ) -> None:
     """Check that every transition's ``next_obs`` stack continues its ``obs`` stack: frames
     ``1..S-1`` of ``obs`` are frames ``0..S-2`` of ``next_obs`` (arrays ``(k, num_envs, *shape)``
-    of the frame-stack fields among ``obs``'s keys; one compiled pass over the words).
+    of the frame-stack fields: ``names``, else the uint8 stacks among ``obs``'s keys; one
+    compiled pass over the words).
 
     Raises:
         SpecError: naming the field, the first env and row whose stacks do not share frames;
-            or no frame-stack field in ``specs``.
+            a named field that is not an observation's uint8 stack; or no frame-stack field.
     """
     checked = False
-    for k, a in obs.items():
-        layout = _stack_layout(specs[k], axis)
+    for k in obs if names is None else names:
+        layout = _stack_layout(specs[k], axis) if k in specs and k in obs else None
+        if layout is None and names is not None:
+            raise SpecError(f"frame_fields: {k!r}: expected a uint8 observation field with a "
+                            f"stack axis {axis} of size >= 2, got {specs.get(k)}")  # fmt: skip
         if layout is None:
             continue
+        a = obs[k]
         checked, (ax, depth, size, word) = True, layout
         lead = a.shape[:2]
         bad = kernels()[2](
