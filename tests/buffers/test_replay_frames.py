@@ -145,7 +145,7 @@ def test_named_frame_fields_leave_other_uint8_keys_alone():
 def test_bad_frame_fields_are_named():
     with pytest.raises(ConfigError, match="storage.frame_fields"):
         StorageLayout("memory", frame_fields=("obs",))
-    for bad in ([], ["obs", "obs"], [3]):
+    for bad in ([], ["obs", "obs"], [3], "obs.pixels"):  # a str is not a list of names
         with pytest.raises(ConfigError, match="storage.frame_fields"):
             StorageLayout.frames(frame_fields=bad)
     buf = ReplayBuffer(8, storage=StorageLayout.frames(frame_fields=["obs.nope"]), seed=0)

@@ -484,18 +484,23 @@ _ONE = np.ones(1, dtype=bool)
 
 
 _WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8))
-"""Unsigned words by size, widest first (``_differ`` compares items in the widest that fits)."""
+"""Unsigned words by size, widest first (:func:`row_words` uses the widest that fits)."""
+
+
+def row_words(a: np.ndarray, lead: Any) -> np.ndarray:
+    """The bytes of each item of ``a`` (``(*lead, *item)``, possibly empty) as ``(*lead, W)``
+    unsigned words, the widest that divide an item's bytes (same bytes, fewer compares; a view
+    of C-contiguous ``a``). Items are continuous only when equal byte for byte, so that
+    ``-0.0`` and NaN payloads come back exactly: compare these, not the values."""
+    lead = (lead,) if isinstance(lead, int) else tuple(lead)
+    row = a.dtype.itemsize * math.prod(a.shape[len(lead) :])
+    a8 = np.ascontiguousarray(a).view(np.uint8).reshape(*lead, row)
+    return a8.view(next(w for size, w in _WORDS if row % size == 0))
 
 
 def _differ(a: np.ndarray, b: np.ndarray, lead: Any) -> np.ndarray:
-    """Per item of the ``lead`` axes: do ``a`` and ``b`` differ in any byte? (Bytes, not
-    values: a successor is continuous only when it is bit for bit the next ``obs``, so that
-    ``-0.0`` and NaN payloads come back exactly.)"""
-    lead = (lead,) if isinstance(lead, int) else lead
-    a8 = np.ascontiguousarray(a).view(np.uint8).reshape(*lead, -1)
-    b8 = np.ascontiguousarray(b).view(np.uint8).reshape(*lead, -1)
-    word = next(w for size, w in _WORDS if a8.shape[-1] % size == 0)  # same bytes, fewer compares
-    return (a8.view(word) != b8.view(word)).any(axis=-1)
+    """Per item of the ``lead`` axes: do ``a`` and ``b`` differ in any byte?"""
+    return (row_words(a, lead) != row_words(b, lead)).any(axis=-1)
 
 
 def _shape(name: str, value: Any) -> tuple[int, ...]:

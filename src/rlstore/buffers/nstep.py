@@ -39,7 +39,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,7 +46,7 @@ import torch
 
 from rlstore._checks import check_count, real_number
 from rlstore._trees import to_numpy
-from rlstore.buffers._replay_write import _WORDS
+from rlstore.buffers._replay_write import row_words
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 
 __all__ = ["NStepBatch", "NStepReplay"]
@@ -112,10 +111,8 @@ def episode_ends(
     the last step only by its flags). ``arrays`` are gathered windows flattened to ``B * W``
     rows; ``obs`` their observation fields."""
     ends = (arrays["terminated"] | arrays["truncated"]).reshape(shape)
-    for k in obs:  # in the widest unsigned words that divide a row's bytes
-        row = arrays[k].itemsize * math.prod(arrays[k].shape[1:])
-        word = next(w for size, w in _WORDS if row % size == 0)
-        now, nxt = (np.ascontiguousarray(arrays[j]).view(np.uint8).reshape(*shape, row).view(word)
+    for k in obs:
+        now, nxt = (row_words(arrays[j].reshape(*shape, *arrays[j].shape[1:]), shape)
                     for j in (k, "next_" + k))  # fmt: skip
         _kernels().mark_jumps(now, nxt, ends)
     return ends

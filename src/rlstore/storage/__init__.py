@@ -108,7 +108,7 @@ class StorageLayout:
     directory: str | None = None
     keep: bool = True
     stack_axis: int = 0
-    frame_fields: tuple[str, ...] | None = None
+    frame_fields: Sequence[str] | None = None  # kept as a tuple
 
     def __post_init__(self) -> None:
         if self.kind not in ("memory", "memmap", "frames"):
@@ -148,8 +148,7 @@ class StorageLayout:
         """Stacked frames (e.g. uint8 ``(4, 84, 84)`` observations) with each frame stored once;
         ``frame_fields``: which observation fields are stacks (default: every uint8 one with a
         stack axis of size >= 2)."""
-        names = None if frame_fields is None else tuple(frame_fields)
-        return cls("frames", stack_axis=stack_axis, frame_fields=names)
+        return cls("frames", stack_axis=stack_axis, frame_fields=frame_fields)
 
     @classmethod
     def parse(cls, value: StorageLayout | Mapping[str, Any] | None) -> StorageLayout:
