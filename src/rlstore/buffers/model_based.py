@@ -4,7 +4,7 @@
 (:class:`~rlstore.storage.RingStorage`, one env column, ``max_size`` rows, allocated from the first
 insert) with a write cursor ``step`` and a fill level ``size``.
 
-**Decision on the seed's ``get_all_buffer_data`` (``[:step]``).** PyTorchRL returns the rows
+**Decision on PyTorchRL's ``MBReplayBuffer.get_all_buffer_data`` (``[:step]``).** It returns the rows
 before the cursor, which after a wrap-around is only the newest part (and nothing right after a
 wrap that lands on 0). rlstore does not copy that: :meth:`ModelBasedReplay.get_all` returns all
 ``size`` rows in chronological order (oldest first), which equals ``[:step]`` until the first
@@ -19,7 +19,7 @@ bootstrap indices per ensemble member. :func:`model_dataset` builds inputs
 ``concat(next_obs - obs, reward)``, with a :class:`StandardScaler` fit on the train rows only
 (the older PyTorchRL split fit it on all rows, leaking holdout statistics).
 :func:`ensemble_minibatches` reshuffles each member's bootstrap rows every epoch and yields
-``ceil(N_train / batch_size)`` non-empty batches (the seed's ``N // mbs + 1`` yielded an empty
+``ceil(N_train / batch_size)`` non-empty batches (PyTorchRL's ``N // mbs + 1`` yielded an empty
 last batch when ``mbs`` divides ``N``).
 
 Example:
@@ -225,7 +225,7 @@ class ModelBasedReplay:
         return {k: v[pos] for k, v in self.data.items()}
 
     def get_all(self) -> dict[str, np.ndarray]:
-        """Copies of all ``size`` rows, oldest first (module doc: the seed's ``[:step]``)."""
+        """Copies of all ``size`` rows, oldest first (module doc: PyTorchRL's ``[:step]``)."""
         return self.get_data_slice(0, self.size)
 
     def clear(self) -> None:

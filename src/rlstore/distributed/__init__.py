@@ -1,7 +1,7 @@
 """Distributed replay on Ray (optional extra: ``pip install "rlstore[ray]"``).
 
 * :func:`start_ray` / :func:`stop_ray`: a local Ray instance bound to loopback (or join a
-  cluster), with the settings of ``reference/ray.md``.
+  cluster), with the settings of :mod:`rlstore.distributed._ray`.
 * :class:`ReplayShards`: ``S`` named actors, each serving any rlstore replay buffer unchanged
   (:class:`ReplayShard`); routed fragment adds, sampling across shards in proportion to their
   sizes or priority masses with importance weights correct across shards, ``sample_many``,

@@ -1,4 +1,4 @@
-"""Starting and stopping Ray with the settings rlstore needs (see ``reference/ray.md``).
+"""Starting and stopping Ray with the settings rlstore needs.
 
 A local instance is bound to 127.0.0.1 only, with usage stats off, no dashboard, token auth
 disabled (Ray 2.60 writes ``~/.ray/auth_token`` otherwise and crashes with an unwritable home)
