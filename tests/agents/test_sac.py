@@ -367,22 +367,27 @@ def test_ou_noise_state_resumes_and_resets_at_episode_ends(tmp_path):
     assert stats0.episode_returns[1:] != stats1.episode_returns[1:]
 
 
-def test_ou_noisy_actions_stay_in_the_bounds():
-    """sigma 1e3 pushes every noisy action to a bound: clipped like SB3, never outside."""
-    cfg = tiny(ou_noise_std=1e3, total_timesteps=120, num_checkpoints=0, learning_starts=60)
+def test_ou_noise_is_scaled_clipped_and_reset_by_hand(monkeypatch):
+    """Policy action 0, every draw z = 1, sigma 5 (steps of sigma * sqrt(dt) = 0.5), Pendulum's
+    bounds +-2 (half range 2): x1 = 0.5 -> a = 1.0; x2 = 0.9985 * 0.5 + 0.5 = 0.99925 ->
+    a = 1.9985; x3 = 0.9985 * 0.99925 + 0.5 = 1.49775 -> 2.9955, clipped to 2.0 (and every later
+    step). The episode ends after 50 steps: step 51 starts again from x = 0 -> a = 1.0."""
     seen = []
-    orig = ReplayBuffer.add
+    add = ReplayBuffer.add
 
     def spy(self, obs, action, *rest):
         seen.append(np.asarray(action).copy())
-        return orig(self, obs, action, *rest)
+        return add(self, obs, action, *rest)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ReplayBuffer, "add", spy)
-        train_sac(cfg)
-    acts = np.concatenate(seen[60:]).ravel()  # Pendulum's bounds are +-2
-    assert acts.dtype == np.float32 and np.all(np.abs(acts) <= 2.0)
-    assert np.mean(np.abs(acts) == 2.0) > 0.9
+    monkeypatch.setattr(ReplayBuffer, "add", spy)
+    monkeypatch.setattr(SACAgent, "act", lambda self, obs, deterministic=False: np.zeros(
+        (len(obs), 1), np.float32))  # fmt: skip
+    monkeypatch.setattr(torch, "randn", lambda *shape, **kw: torch.ones(*shape, **kw))
+    train_sac(tiny(ou_noise_std=5.0, total_timesteps=53, learning_starts=0, num_checkpoints=0))
+    acts = np.concatenate(seen)[:, 0]
+    assert acts.dtype == np.float32 and len(acts) == 53
+    want = [1.0, 1.9985] + [2.0] * 48 + [1.0, 1.9985, 2.0]
+    np.testing.assert_allclose(acts, want, rtol=1e-6)
 
 
 @pytest.mark.parametrize(
