@@ -4,6 +4,7 @@ do not apply are refused, ``--resume`` finds the run's algorithm and extends its
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -68,3 +69,34 @@ def test_sac_runs_and_extends_from_the_cli(tmp_path, capsys) -> None:
     assert yaml.safe_load((run / "config.yaml").read_text())["sac"]["total_timesteps"] == 400
     assert main(["train", "--resume", str(run), "--total-steps", "300"]) == 2
     assert "sac.total_timesteps: expected at least 400" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("algo", "env_id"), [("sac", "MountainCarContinuous-v0"), ("impala", "Acrobot-v1")]
+)
+def test_packaged_env_configs_are_picked_for_their_env_and_load(algo, env_id) -> None:
+    """Both envs fell back to the algorithm's first config (SAC: Pendulum's, which stood still
+    on MountainCarContinuous-v0; IMPALA: CartPole's 250k steps, training return -112 / -116 on
+    Acrobot-v1): each now has its own file, picked without the fallback warning."""
+    import argparse
+
+    from rlstore.agents.train_cli import add_arguments, build_config, default_config
+
+    module = importlib.import_module(ALGORITHMS[algo])
+    path, fallback = default_config(algo, module, env_id, None)
+    assert path.name == f"{algo}_{env_id}.yaml" and not fallback
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args(["--algo", algo, "--env", env_id]))
+    assert cfg.environment.env_id == env_id
+    assert getattr(cfg, algo) == getattr(module.load_config(path), algo)
+
+
+def test_impala_acrobot_config_is_cartpoles_run_for_500k_steps() -> None:
+    from rlstore.agents import impala
+
+    configs = Path(__file__).resolve().parents[2] / "src" / "rlstore" / "configs"
+    acro = impala.load_config(configs / "impala_Acrobot-v1.yaml").impala.model_dump()
+    cart = impala.load_config(configs / "impala_CartPole-v1.yaml").impala.model_dump()
+    assert (cart.pop("total_timesteps"), acro.pop("total_timesteps")) == (250_000, 500_000)
+    assert acro == cart

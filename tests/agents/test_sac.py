@@ -25,6 +25,7 @@ from rlstore.agents.sac import (
     TwinQ,
     load_config,
     make_optimizers,
+    ou_noise,
     polyak_update,
     runner,
     squashed_log_prob,
@@ -298,7 +299,7 @@ def test_runner_writes_the_run_folder(tmp_path):
 
 
 def test_packaged_config_has_the_zoo_settings():
-    assert DEFAULT_CONFIGS == {"Pendulum-v1": "sac_Pendulum-v1.yaml"}
+    assert next(iter(DEFAULT_CONFIGS)) == "Pendulum-v1"  # the fallback of other envs
     cfg = load_config(CONFIGS / DEFAULT_CONFIGS["Pendulum-v1"])
     assert cfg.environment.env_id == "Pendulum-v1"
     s = cfg.sac
@@ -308,9 +309,93 @@ def test_packaged_config_has_the_zoo_settings():
     )  # fmt: skip
 
 
+def test_mountain_car_continuous_gets_the_sb2_zoo_recipe_with_ou_noise():
+    """``rlstore train --algo sac --env MountainCarContinuous-v0`` fell back to Pendulum's
+    config and stood still (eval 0.0 at 20k); the SB2 RL Zoo's recipe (OU noise 0.5) ships."""
+    import argparse
+
+    from rlstore.agents import sac
+    from rlstore.agents.train_cli import add_arguments, build_config, default_config
+
+    path, fallback = default_config("sac", sac, "MountainCarContinuous-v0", None)
+    assert path.name == "sac_MountainCarContinuous-v0.yaml" and not fallback
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args(["--algo", "sac", "--env", "MountainCarContinuous-v0"]))
+    assert cfg.environment.env_id == "MountainCarContinuous-v0"
+    s = cfg.sac
+    zoo = (60_000, 3e-4, 50_000, 64, "auto", 1, 1, 0, [64, 64], 0.5)
+    assert (s.total_timesteps, s.learning_rate, s.buffer_size, s.batch_size, s.ent_coef,
+            s.train_freq, s.gradient_steps, s.learning_starts, s.hidden_sizes,
+            s.ou_noise_std) == zoo  # fmt: skip
+
+
+# ------------------------------------------------------------------ Ornstein-Uhlenbeck noise
+
+
+def test_ou_noise_steps_like_sb3_by_hand():
+    # x' = x - 0.15 * 0.01 * x + sigma * sqrt(0.01) * z, sigma = 0.5:
+    # 0.2 - 0.0003 + 0.05 * 1 = 0.2497; -1 + 0.0015 + 0.05 * -2 = -1.0985; 0 + 0 + 0 = 0
+    x = ou_noise(np.array([[0.2, -1.0, 0.0]]), 0.5, np.array([[1.0, -2.0, 0.0]]))
+    np.testing.assert_allclose(x, [[0.2497, -1.0985, 0.0]], rtol=1e-12)
+    # no draws: decays geometrically by (1 - 0.0015) per step
+    x = np.array([[1.0]])
+    for _ in range(10):
+        x = ou_noise(x, 0.5, np.zeros((1, 1)))
+    np.testing.assert_allclose(x, [[0.9985**10]], rtol=1e-12)
+
+
+def test_ou_noise_state_resumes_and_resets_at_episode_ends(tmp_path):
+    """Pendulum episodes of 50 steps; checkpoints at steps 133 (mid-episode: noise carried) and
+    400 (an episode just ended: noise reset to 0); resuming from 133 repeats the run exactly."""
+    cfg = tiny(ou_noise_std=0.5)
+    a, b = tmp_path / "a", tmp_path / "b"
+    agent1, stats1 = train_sac(cfg, run_dir=a)
+    mid = load_state(a / "checkpoints" / "checkpoint_0000", prefix="sac_")["episode"]["noise"]
+    end = load_state(a / "checkpoints" / "checkpoint_0002", prefix="sac_")["episode"]["noise"]
+    assert mid.shape == (1, 1) and mid.dtype == np.float32 and mid[0, 0] != 0.0
+    np.testing.assert_array_equal(end, np.zeros((1, 1), np.float32))
+    shutil.copytree(a, b)
+    for k in ("checkpoint_0001", "checkpoint_0002"):
+        shutil.rmtree(b / "checkpoints" / k)
+    agent2, stats2 = train_sac(cfg, run_dir=b, resume=True)
+    for (k, v1), v2 in zip(agent1.state_dict().items(), agent2.state_dict().values(), strict=True):
+        assert torch.equal(v1, v2), k
+    assert stats2.episode_returns == stats1.episode_returns
+    # the noise changes what is collected: another run than without it
+    _, stats0 = train_sac(tiny(), run_dir=None)
+    assert stats0.episode_returns[1:] != stats1.episode_returns[1:]
+
+
+def test_ou_noise_is_scaled_clipped_and_reset_by_hand(monkeypatch):
+    """Policy action 0, every draw z = 1, sigma 5 (steps of sigma * sqrt(dt) = 0.5), Pendulum's
+    bounds +-2 (half range 2): x1 = 0.5 -> a = 1.0; x2 = 0.9985 * 0.5 + 0.5 = 0.99925 ->
+    a = 1.9985; x3 = 0.9985 * 0.99925 + 0.5 = 1.49775 -> 2.9955, clipped to 2.0 (and every later
+    step). The episode ends after 50 steps: step 51 starts again from x = 0 -> a = 1.0."""
+    seen = []
+    add = ReplayBuffer.add
+
+    def spy(self, obs, action, *rest):
+        seen.append(np.asarray(action).copy())
+        return add(self, obs, action, *rest)
+
+    monkeypatch.setattr(ReplayBuffer, "add", spy)
+    monkeypatch.setattr(SACAgent, "act", lambda self, obs, deterministic=False: np.zeros(
+        (len(obs), 1), np.float32))  # fmt: skip
+    monkeypatch.setattr(torch, "randn", lambda *shape, **kw: torch.ones(*shape, **kw))
+    train_sac(tiny(ou_noise_std=5.0, total_timesteps=53, learning_starts=0, num_checkpoints=0))
+    acts = np.concatenate(seen)[:, 0]
+    assert acts.dtype == np.float32 and len(acts) == 53
+    want = [1.0, 1.9985] + [2.0] * 48 + [1.0, 1.9985, 2.0]
+    np.testing.assert_allclose(acts, want, rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("sac", "match"),
     [
+        ({"ou_noise_std": -0.1}, "ou_noise_std"),
+        ({"ou_noise_std": float("nan")}, "ou_noise_std"),
+        ({"ou_noise_std": "0.5"}, "ou_noise_std"),
         ({"unknown": 1}, "unknown"),
         ({"ent_coef": 0.0}, "ent_coef"),
         ({"ent_coef": "fixed"}, "ent_coef"),

@@ -66,7 +66,10 @@ __all__ = [
     "vtrace_update",
 ]
 
-DEFAULT_CONFIGS: dict[str, str] = {"CartPole-v1": "impala_CartPole-v1.yaml"}
+DEFAULT_CONFIGS: dict[str, str] = {
+    "CartPole-v1": "impala_CartPole-v1.yaml",
+    "Acrobot-v1": "impala_Acrobot-v1.yaml",
+}
 """Env id -> packaged config file in ``rlstore/configs/``."""
 
 

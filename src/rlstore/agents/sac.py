@@ -13,6 +13,9 @@ checkpoint holds is in :mod:`rlstore.agents.sac_checkpoint`).
 * **Entropy**: ``alpha = exp(log_alpha)`` tuned to the target entropy ``-|A|`` with the loss
   ``-log_alpha * (log pi + target_entropy)`` (Stable-Baselines3's form), or fixed.
 * **Replay**: :class:`rlstore.ReplayBuffer` (uniform, seeded), saved beside the networks.
+* **Exploration**: the policy's own samples, plus optionally Ornstein-Uhlenbeck action noise
+  (``ou_noise_std``, :func:`ou_noise`; SB3's ``action_noise``), which MountainCarContinuous-v0
+  needs.
 
 The update order follows Stable-Baselines3's SAC (alpha, critics, actor, then targets), and the
 first ``learning_starts`` steps take uniform random actions, so the same hyperparameters mean
@@ -65,9 +68,10 @@ __all__ = [
     "load_config",
     "runner",
 ]
-__all__ += ["squashed_log_prob", "td_target", "train_sac"]
+__all__ += ["ou_noise", "squashed_log_prob", "td_target", "train_sac"]
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of the policy's log std
+OU_THETA, OU_DT = 0.15, 0.01  # Stable-Baselines3's OrnsteinUhlenbeckActionNoise defaults
 
 
 # ============================================================================ config
@@ -108,6 +112,11 @@ class SACConfig(AlgorithmConfig):
     """Target entropy of the policy; ``"auto"`` is ``-|A|`` (minus the action dimension)."""
     hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
     """Hidden layer widths of the actor and of each critic."""
+    ou_noise_std: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """sigma of Ornstein-Uhlenbeck noise added to the policy's actions while collecting, in
+    units of half the action range (SB3's ``action_noise``, :func:`ou_noise`; reset to 0 when
+    an episode ends; the noisy action, clipped to the bounds, is stored); 0: none. Temporally
+    correlated noise is what explores MountainCarContinuous-v0."""
     log_freq: int = Field(1_000, ge=1)
     """Env steps between logged update diagnostics (losses, alpha, steps/s)."""
     num_checkpoints: int = Field(5, ge=0)
@@ -135,7 +144,10 @@ class SACTrainConfig(AlgorithmTrainConfig):
     default_env_id: ClassVar[str] = "Pendulum-v1"
 
 
-DEFAULT_CONFIGS: dict[str, str] = {"Pendulum-v1": "sac_Pendulum-v1.yaml"}
+DEFAULT_CONFIGS: dict[str, str] = {
+    "Pendulum-v1": "sac_Pendulum-v1.yaml",
+    "MountainCarContinuous-v0": "sac_MountainCarContinuous-v0.yaml",
+}
 """Env id -> packaged config file in ``rlstore/configs/``."""
 
 load_config = SACTrainConfig.from_file
@@ -283,6 +295,17 @@ class SACAgent(nn.Module):
         return (self.actor.sample(x)[0] if train_mode else self.actor.mean_action(x)), None
 
 
+def ou_noise(prev: np.ndarray, sigma: float, z: np.ndarray) -> np.ndarray:
+    """One step of Ornstein-Uhlenbeck noise (mean 0, SB3's ``OrnsteinUhlenbeckActionNoise``):
+    ``x' = x - theta * dt * x + sigma * sqrt(dt) * z`` with ``theta = 0.15``, ``dt = 0.01``.
+
+    Args:
+        prev: the previous noise ``x`` ``(N, A)`` (0 at an episode's start); sigma: >= 0;
+        z: standard normal draws ``(N, A)``.
+    """
+    return prev - OU_THETA * OU_DT * prev + sigma * math.sqrt(OU_DT) * z
+
+
 # ============================================================================ one update
 
 
@@ -372,7 +395,10 @@ def train_sac(
             opts = make_optimizers(agent, sc)
             buffer = ReplayBuffer(sc.buffer_size, num_envs=n, seed=rc.seed, device=device)
             adapter = TransitionAdapter.from_env(envs)
-            state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64))
+            act_dim = agent.actor.scale.numel()
+            noise = np.zeros((n, act_dim), np.float32) if sc.ou_noise_std else None
+            state = LoopState(envs.reset(seed=rc.seed)[0], np.zeros(n), np.zeros(n, np.int64),
+                              noise=noise)  # fmt: skip
             if resume:
                 path = None if run.ckpt_dir is None else latest_checkpoint(run.ckpt_dir, PREFIX)
                 if path is None:
@@ -384,6 +410,8 @@ def train_sac(
             # SB3 samples a batch with replacement from fewer transitions; the buffer wants a batch
             learn_after = max(sc.learning_starts, sc.batch_size - 1)
             low, width = agent.actor.bias - agent.actor.scale, 2 * agent.actor.scale
+            scale = agent.actor.scale.cpu().numpy()
+            bounds = act_space.low, act_space.high  # type: ignore[attr-defined]
             run.start(num_iters * n, state.iteration * n, "SAC", cfg.to_dict())
             diag: dict[str, torch.Tensor] = {}
             for it in range(state.iteration, num_iters):
@@ -391,6 +419,10 @@ def train_sac(
                     action = (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
                 else:
                     action = agent.act(state.obs)
+                    if state.noise is not None:  # SB3: clip(a + noise, -1, 1) in [-1, 1] units
+                        z = torch.randn(state.noise.shape).numpy()
+                        state.noise = ou_noise(state.noise, sc.ou_noise_std, z)
+                        action = np.clip(action + scale * state.noise, *bounds)
                 next_obs, reward, terminated, truncated, info = envs.step(action)
                 tr = adapter.step(state.obs, action, reward, terminated, truncated, info, next_obs)
                 buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated,
@@ -401,6 +433,8 @@ def train_sac(
                 for i in np.flatnonzero(terminated | truncated):
                     run.episode(float(state.ep_return[i]), int(state.ep_length[i]), step)
                     state.ep_return[i], state.ep_length[i] = 0.0, 0
+                    if state.noise is not None:
+                        state.noise[i] = 0.0
                 if step > learn_after and (it + 1) % sc.train_freq == 0:
                     for _ in range(sc.gradient_steps):
                         diag = sac_update(agent, buffer.sample(sc.batch_size), opts, sc)

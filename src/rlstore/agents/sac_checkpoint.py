@@ -66,6 +66,7 @@ class LoopState:
     iteration: int = 0  # vector steps done (env steps = iteration * N)
     num_updates: int = 0  # gradient steps done
     checkpoint_num: int = 0  # number of the next checkpoint
+    noise: np.ndarray | None = None  # (N, A) float32: Ornstein-Uhlenbeck state (ou_noise_std)
 
 
 def _payload(cfg: SACTrainConfig, agent: SACAgent, state: LoopState, stats: TrainStats) -> dict:
@@ -73,7 +74,11 @@ def _payload(cfg: SACTrainConfig, agent: SACAgent, state: LoopState, stats: Trai
     return {
         "counters": {k: getattr(state, k) for k in ("iteration", "num_updates", "checkpoint_num")},
         "obs": np.array(state.obs, copy=True),
-        "episode": {"return": state.ep_return.copy(), "length": state.ep_length.copy()},
+        "episode": {
+            "return": state.ep_return.copy(),
+            "length": state.ep_length.copy(),
+            **({} if state.noise is None else {"noise": state.noise.copy()}),
+        },
         "history": {
             "episode_returns": list(stats.episode_returns),
             "episode_lengths": list(stats.episode_lengths),
@@ -129,6 +134,7 @@ def restore_checkpoint(
     optimizers = [(o, opt_sd[k]) for k, o in opts.items()]
     restore_replay_checkpoint(sd, buffer_sd, cfg, agent, buffer, envs, optimizers)
     state.obs, state.ep_return, state.ep_length = sd["obs"], ep["return"], ep["length"]
+    state.noise = ep.get("noise")
     state.iteration, state.num_updates = sd["counters"]["iteration"], sd["counters"]["num_updates"]
     state.checkpoint_num = sd["counters"]["checkpoint_num"] + 1
     stats.episode_returns = [float(x) for x in h["episode_returns"]]
