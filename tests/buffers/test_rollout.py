@@ -439,6 +439,29 @@ def test_vtrace_off_policy_matches_reference_loop():
     torch.testing.assert_close(rb.get().values, torch.as_tensor(data["values"]))  # unchanged
 
 
+def test_dict_obs_final_obs_is_stored_and_re_evaluated_by_vtrace():
+    # a dict final_obs was refused as "expected a dict like the first add, got dict"
+    rb = RolloutBuffer(2, 2, gamma=0.5)
+    z, f = torch.zeros(2), torch.zeros(2, dtype=torch.bool)
+    obs = {"pos": torch.zeros(2, 3), "img": torch.zeros(2, 1, 2, dtype=torch.uint8)}
+    final = {"pos": torch.full((2, 3), 7.0), "img": torch.full((2, 1, 2), 9, dtype=torch.uint8)}
+    rb.add(obs, z, z, z, torch.ones(2), f, torch.tensor([True, False]), final_value=z + 3,
+           final_obs=final)  # fmt: skip
+    rb.add(obs, z, z, z, torch.ones(2), f, f)
+    b = rb.get()
+    assert b.final_obs["pos"][0].tolist() == [[7.0] * 3, [0.0] * 3]  # env 1 not truncated: zeros
+    assert b.final_obs["img"].dtype == torch.uint8 and b.final_obs["img"][0, 0].tolist() == [[9, 9]]
+    assert b.final_obs_given.tolist() == [[True, False], [False, False]]
+
+    def evaluate(o, a, h):  # V(obs) = pos[..., 0]: 0 on stored steps, 7 on the final obs
+        return torch.zeros(o["pos"].shape[:2]), o["pos"][..., 0]
+
+    rb.compute_vtrace(evaluate, torch.full((2,), 2.0))
+    # env 0: step 0 truncated, vs = 1 + 0.5 * 7; step 1 bootstraps: 1 + 0.5 * 2
+    # env 1: vs_1 = 2, vs_0 = 1 + 0.5 * vs_1 (rho = c = 1, V = 0)
+    assert rb.get().returns.tolist() == [[4.5, 2.0], [2.0, 2.0]]
+
+
 def test_vtrace_evaluate_output_is_validated():
     rb = RolloutBuffer(2, 1)
     rb.add([[0.0]], [0], [0.0], [0.0], [1.0], [False], [False])

@@ -153,13 +153,14 @@ class StepChecker:
         return t
 
     def tree(self, name: str, x: Any, stored: Any) -> Any:
-        """A tensor / dict (obs) / tuple (hidden) tree with a leading env axis, like ``stored``.
+        """A tensor / dict (obs, final_obs) / tuple (hidden) tree with a leading env axis, like
+        ``stored``.
 
         ``stored`` is the ``(T, N, ...)`` storage allocated from the first add (None before it):
         later adds must match its structure, per-step shapes and dtypes.
         """
         N = self.num_envs
-        if isinstance(x, dict) and name == "obs":
+        if isinstance(x, dict) and name in ("obs", "final_obs"):
             if stored is not None and (not isinstance(stored, dict) or set(x) != set(stored)):
                 want = sorted(stored) if isinstance(stored, dict) else "an array"
                 raise SpecError(f"{name}: expected keys {want} like the first add, got {sorted(x)}")
