@@ -452,6 +452,29 @@ def test_mixed_float32_float64_promotes_to_float64() -> None:
     assert adv.dtype == np.float64
 
 
+def test_numpy_float64_beside_tensors_promotes_the_tensor_output_to_float64() -> None:
+    # torch float32 rewards (or only torch flags) with numpy float64 values came back as a
+    # float32 tensor: the numpy inputs were left out of the promotion
+    r, z, f = np.array([1.0, 1e-9]), np.zeros(2), np.zeros(2, dtype=bool)
+    adv, _ = gae(r, z, z, torch.from_numpy(f), torch.from_numpy(f), gamma=1.0, lam=1.0)
+    assert adv.dtype == torch.float64
+    assert adv.tolist() == pytest.approx([1.0 + 1e-9, 1e-9], rel=1e-12)
+    adv, _ = gae(torch.ones(2), z, z, f, f)
+    assert adv.dtype == torch.float64
+    adv, _ = gae(torch.ones(2, dtype=torch.float16), z.astype(np.float32), z, f, f)
+    assert adv.dtype == torch.float64
+    adv, _ = gae(
+        torch.ones(2, dtype=torch.bfloat16), z.astype(np.float16), z.astype(np.float16), f, f
+    )
+    assert adv.dtype == torch.float32  # like torch.promote_types(bfloat16, float16)
+
+
+def test_longdouble_is_computed_in_float64_not_float32() -> None:
+    x = np.array([1.0, 1.0 + 2**-30], dtype=np.longdouble)  # 2**-30 is below float32's eps
+    y = discount_cumsum(x, 1.0)
+    assert y.dtype == np.longdouble and float(y[1]) == 1.0 + 2**-30
+
+
 def test_empty_rollout_gives_empty_outputs() -> None:
     e = np.zeros((0, 3))
     f = np.zeros((0, 3), dtype=bool)

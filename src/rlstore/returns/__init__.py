@@ -15,9 +15,10 @@ Conventions (stated once here, used by every estimator and buffer in rlstore):
   cut the lambda-trace. The last row ``t = T-1`` always cuts the trace (there is no data after it)
   and bootstraps unless terminated.
 * **Types.** numpy arrays or torch tensors (any device) in, the same type out, on the device of
-  the first tensor argument. The output dtype is the promotion of the floating-point inputs
-  (integer or bool rewards are cast to it); float32 stays float32. float16/bfloat16 are computed
-  in float32 and cast back. Outputs carry no autograd history (targets are constants).
+  the first tensor argument. The output dtype is the promotion of the floating-point inputs,
+  tensors and arrays alike (integer or bool rewards are cast to it); float32 stays float32.
+  float16/bfloat16 are computed in float32 and cast back, wider floats (longdouble) in float64.
+  Outputs carry no autograd history (targets are constants).
 * **Errors.** Arrays of the wrong shape, dtype or flag values raise
   :class:`~rlstore.errors.SpecError`; hyperparameters (``gamma``, ``lam``, ``discount``, clipping
   thresholds, ``n``, ``eps``) must be real numbers (Python or numpy scalars) in range, else
