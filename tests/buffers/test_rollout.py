@@ -462,6 +462,26 @@ def test_dict_obs_final_obs_is_stored_and_re_evaluated_by_vtrace():
     assert rb.get().returns.tolist() == [[4.5, 2.0], [2.0, 2.0]]
 
 
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"rho_bar": 0.0}, "rho_bar: expected a number > 0"),
+        ({"c_bar": 0}, r"c_bar: expected a number > 0 \(inf allowed\), got 0$"),
+        ({"pg_rho_bar": -1.0}, "pg_rho_bar"),
+        ({"lam": 1.5}, r"lam: expected a number in \[0, 1\]"),
+    ],
+)
+def test_vtrace_thresholds_are_refused_before_evaluate_runs(kw, match):
+    # a zero threshold passed the buffer's check, evaluate ran the caller's networks, and only
+    # then did returns.vtrace refuse it ("got 0.0" for the 0 given)
+    rb = RolloutBuffer(2, 1)
+    rb.add([[0.0]], [0], [0.0], [0.0], [1.0], [False], [False])
+    calls = []
+    with pytest.raises(ConfigError, match=match):
+        rb.compute_vtrace(lambda o, a, h: calls.append(1), [0.0], **kw)
+    assert calls == [] and not rb.computed
+
+
 def test_vtrace_evaluate_output_is_validated():
     rb = RolloutBuffer(2, 1)
     rb.add([[0.0]], [0], [0.0], [0.0], [1.0], [False], [False])
