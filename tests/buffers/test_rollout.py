@@ -834,6 +834,18 @@ def test_truncate_last_equals_adding_the_step_truncated():
         RolloutBuffer(num_steps=2, num_envs=1).truncate_last(torch.zeros(1))
 
 
+def test_truncate_last_on_a_terminated_step_stores_what_add_stores():
+    # truncate_last kept final_value for an env whose last step terminated; add() zeroes it
+    after, direct = (RolloutBuffer(num_steps=2, num_envs=2) for _ in "ab")
+    z, term = torch.zeros(2), torch.tensor([True, False])
+    after.add(z[:, None], z, z, z, z, term, torch.zeros(2, dtype=torch.bool))
+    direct.add(z[:, None], z, z, z, z, term, torch.ones(2, dtype=torch.bool), final_value=z + 5)
+    after.truncate_last(z + 5)
+    for field in ("terminated", "truncated", "final_values", "final_obs_given"):
+        assert torch.equal(getattr(after.get(), field), getattr(direct.get(), field)), field
+    assert after.get().final_values.tolist() == [[0.0, 5.0]]
+
+
 def test_terminate_last_equals_adding_the_step_terminated():
     """``terminate_last`` ends chosen envs' episodes after their last step was stored (PPO+D)."""
     rng = np.random.default_rng(1)

@@ -294,8 +294,8 @@ class RolloutBuffer(RolloutMinibatches):
         """
         p = self._require_steps("truncate_last")
         value = self._finite("final_value", final_value)
-        self._data["truncated"][p - 1] = True
-        self._data["final_values"][p - 1] = value
+        self._data["truncated"][p - 1] = True  # terminated steps: no bootstrap, value zeroed
+        self._data["final_values"][p - 1] = value.masked_fill(self._data["terminated"][p - 1], 0)
         self._next_episode_time.zero_()
         self._results = {}
 
