@@ -455,6 +455,11 @@ def stage_rollout_state(
     for k, v in data.items():
         for leaf in tree_leaves(v):
             _check_state_leaf(f"data.{k}", leaf, (T, N), fixed.get(k))
+    computed = ["advantages", "returns"] + (["int_advantages", "int_returns"] if intrinsic else [])
+    if results and sorted(results) != sorted(computed):
+        raise CheckpointError(
+            f"results: expected none or {sorted(computed)}, got {sorted(results)}"
+        )
     for k, v in results.items():
         _check_state_leaf(f"results.{k}", v, (int(pos), N), torch.float32)
     _check_state_leaf("next_episode_time", nxt, (N,), torch.int64)
