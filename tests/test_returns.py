@@ -148,6 +148,25 @@ def test_normalize_advantages_mask_uses_real_entries_only() -> None:
     assert normalize_advantages(np.array([5.0]))[0] == 0.0
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [[0.5, 1, 1, 0], [np.nan, 1, 1, 0], [2, 1, 1, 0], ["a", "b", "c", "d"], [1j, 0, 1, 1]],
+    ids=["half", "nan", "two", "str", "complex"],
+)
+@pytest.mark.parametrize("io", ["numpy", "torch"])
+def test_normalize_advantages_mask_must_be_bool_or_0_1(bad: list, io: str) -> None:
+    # a 0.5, NaN, 2, string or complex mask entry was taken as True (a raw TypeError in torch)
+    adv = np.array([1.0, 2.0, 3.0, 4.0])
+    m = np.array(bad)
+    a = torch.from_numpy(adv) if io == "torch" else adv
+    mask = torch.from_numpy(m) if io == "torch" and m.dtype.kind != "U" else m
+    with pytest.raises(SpecError, match="mask: expected bool or 0/1"):
+        normalize_advantages(a, mask=mask)
+    good = np.array([1, 1, 1, 0]) if io == "numpy" else torch.tensor([1.0, 1.0, 1.0, 0.0])
+    out = normalize_advantages(a, mask=good, eps=0.0)  # exact 0/1 numbers are flags
+    np.testing.assert_allclose(np.asarray(out), [-1.224745, 0.0, 1.224745, 0.0], atol=1e-6)
+
+
 # ----------------------------------------------------------------------- closed forms
 
 

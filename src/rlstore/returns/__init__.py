@@ -46,6 +46,7 @@ from rlstore.errors import SpecError
 from rlstore.returns._io import (
     _check_count,
     _check_eps,
+    _check_flags,
     _check_positive,
     _check_unit,
     _prepare,
@@ -328,6 +329,14 @@ def normalize_advantages(adv: ArrayT, *, mask: ArrayT | None = None, eps: float 
     return _normalize_numpy(to_numpy("adv", adv), mask, e)
 
 
+def _mask_like(shape: Any, mask: Any) -> np.ndarray:
+    """``mask`` as a numpy array of ``shape`` (SpecError naming it otherwise)."""
+    m = to_numpy("mask", mask)
+    if m.shape != tuple(shape):
+        raise SpecError(f"mask: expected shape {tuple(shape)} like adv, got {m.shape}")
+    return m
+
+
 def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
     if not adv.is_floating_point():
         raise SpecError(f"adv: expected a floating-point dtype, got {adv.dtype}")
@@ -335,10 +344,13 @@ def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
         if adv.numel() == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
         return (adv - adv.mean()) / (adv.std(correction=0) + eps)
-    m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask))
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+        m = mask
+    else:  # checked on the CPU (0/1 numbers only), a copy back
+        m = torch.tensor(_check_flags("mask", _mask_like(adv.shape, mask)))
     if tuple(m.shape) != tuple(adv.shape):
         raise SpecError(f"mask: expected shape {tuple(adv.shape)} like adv, got {tuple(m.shape)}")
-    m = m.to(adv.device) != 0
+    m = m.to(adv.device)
     if not bool(m.any()):
         raise SpecError("mask: expected at least one true entry, got none")
     sel = adv[m]
@@ -353,10 +365,7 @@ def _normalize_numpy(adv: np.ndarray, mask: Any, eps: float) -> np.ndarray:
         if adv.size == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
         return ((adv - adv.mean()) / (adv.std() + eps)).astype(adv.dtype, copy=False)
-    m = to_numpy("mask", mask)
-    if m.shape != adv.shape:
-        raise SpecError(f"mask: expected shape {adv.shape} like adv, got {m.shape}")
-    m = m != 0
+    m = _check_flags("mask", _mask_like(adv.shape, mask))
     if not m.any():
         raise SpecError("mask: expected at least one true entry, got none")
     sel = adv[m]

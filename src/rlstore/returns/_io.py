@@ -180,19 +180,24 @@ def _prepare(
         f = to_numpy(name, x)
         if f.shape != shape:
             raise SpecError(f"{name}: expected shape {shape} like {ref_name}, got {f.shape}")
-        if f.dtype != np.bool_:
-            if f.dtype.kind not in "biuf":
-                raise SpecError(f"{name}: expected bool or 0/1 flags, got dtype {f.dtype}")
-            ok = (f == 0) | (f == 1)
-            if not ok.all():
-                bad = f[~ok].ravel()[0]
-                raise SpecError(f"{name}: expected bool or 0/1 flags, got a value {bad!r}")
-            f = f != 0
-        barrs.append(np.ascontiguousarray(f))
+        barrs.append(np.ascontiguousarray(_check_flags(name, f)))
     if shape2 is not shape:
         farrs = [a.reshape(shape2) for a in farrs]
         barrs = [a.reshape(shape2) for a in barrs]
     return farrs, barrs, _Out(tensors, out_dt, beside), shape
+
+
+def _check_flags(name: str, f: np.ndarray) -> np.ndarray:
+    """``f`` as bool: bools, or real numbers that are exactly 0 or 1 (not 0.5, 2, NaN, "a")."""
+    if f.dtype == np.bool_:
+        return f
+    if f.dtype.kind not in "biuf":
+        raise SpecError(f"{name}: expected bool or 0/1 flags, got dtype {f.dtype}")
+    ok = (f == 0) | (f == 1)
+    if not ok.all():
+        bad = f[~ok].ravel()[0]
+        raise SpecError(f"{name}: expected bool or 0/1 flags, got a value {bad!r}")
+    return f != 0
 
 
 _NUMPY_OUT = {"f": _Out([], _F32), "d": _Out([], _F64)}
