@@ -333,6 +333,21 @@ def test_next_value_after_termination_is_never_read(garbage: float) -> None:
         assert np.isfinite(b).all()
 
 
+@pytest.mark.parametrize("which", ["behaviour_logp", "target_logp"])
+@pytest.mark.parametrize("bars", [(1.0, 1.0, 1.0), (np.inf, 2.0, np.inf)])
+def test_vtrace_nan_log_prob_propagates_instead_of_being_clipped(which: str, bars: tuple) -> None:
+    # min(rho_bar, NaN) is rho_bar: a NaN log-prob came out as a finite, clipped target
+    r = v = nv = np.ones(4)
+    f = np.zeros(4, dtype=bool)
+    logp = {"behaviour_logp": np.zeros(4), "target_logp": np.zeros(4)}
+    logp[which][2] = np.nan
+    rb, cb, pb = bars
+    for fn in (vtrace, vtrace_reference):
+        vs, pg = fn(*logp.values(), r, v, nv, f, f, rho_bar=rb, c_bar=cb, pg_rho_bar=pb)
+        assert np.isnan(vs[:3]).all() and np.isfinite(vs[3])  # the trace carries it backwards
+        assert np.isnan(pg[2]) and np.isfinite(pg[3])
+
+
 @pytest.mark.parametrize("flag", ["terminated", "truncated"])
 def test_splitting_a_trajectory_at_an_episode_end_changes_nothing(flag: str) -> None:
     rng = np.random.default_rng(7)
