@@ -276,6 +276,23 @@ def test_rejected_add_names_field_and_leaves_buffer_unchanged(field, bad, match)
     assert same_state(before, snapshot(rb))
 
 
+def test_float_0_1_flags_are_flags_like_bools():
+    # CleanRL keeps dones as float tensors: exact 0.0 / 1.0 were refused as "expected bool or 0/1
+    # flags, got torch.float32 [1.0, 0.0]" (the estimators in rlstore.returns accept them)
+    flt, ref = (RolloutBuffer(3, 2, seed=0) for _ in "ab")
+    z = torch.zeros(2)
+    flt.add(z[:, None], z, z, z, z, torch.tensor([1.0, 0.0]), np.array([0.0, 1.0]), final_value=z)
+    ref.add(z[:, None], z, z, z, z, torch.tensor([True, False]), torch.tensor([False, True]),
+            final_value=z)  # fmt: skip
+    for b in (flt, ref):
+        b.add(z[:, None], z, z, z, z, torch.zeros(2, dtype=torch.bool), torch.zeros(2).bool())
+    flt.terminate_last(np.array([0.0, 1.0]))
+    ref.terminate_last(torch.tensor([False, True]))
+    assert same_state(snapshot(flt), snapshot(ref))
+    with pytest.raises(SpecError, match="terminated: expected bool or 0/1"):
+        flt.add(z[:, None], z, z, z, z, torch.tensor([float("nan"), 0.0]), z)
+
+
 def test_truncated_without_final_value_and_full_buffer_errors():
     rb = RolloutBuffer(1, 2)
     with pytest.raises(

@@ -134,7 +134,7 @@ class StepChecker:
             raise SpecError(f"{name}: expected shape ({N},) (one per env), got {tuple(t.shape)}")
         if flag:
             if t.dtype != torch.bool:
-                if t.is_floating_point() or t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
+                if t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
                     raise SpecError(
                         f"{name}: expected bool or 0/1 flags, got {t.dtype} {t.tolist()}"
                     )
