@@ -167,6 +167,21 @@ def test_normalize_advantages_mask_must_be_bool_or_0_1(bad: list, io: str) -> No
     np.testing.assert_allclose(np.asarray(out), [-1.224745, 0.0, 1.224745, 0.0], atol=1e-6)
 
 
+@pytest.mark.parametrize("io", ["numpy", "torch"])
+def test_normalize_advantages_half_precision_is_computed_in_float32(io: str) -> None:
+    # in float16 the eps 1e-8 underflowed (constant advantages -> NaN) and the squares of
+    # +-60000 overflowed (-> [0, -0] instead of [1, -1])
+    def norm(x: list, **kw):
+        a = np.array(x, np.float16)
+        out = normalize_advantages(torch.from_numpy(a) if io == "torch" else a, **kw)
+        assert out.dtype == (torch.float16 if io == "torch" else np.float16)
+        return np.asarray(out, np.float64).tolist()
+
+    assert norm([3.0, 3.0, 3.0]) == [0.0, 0.0, 0.0]
+    assert norm([60000.0, -60000.0]) == [1.0, -1.0]
+    assert norm([60000.0, -60000.0, 7.0], mask=np.array([True, True, False])) == [1.0, -1.0, 0.0]
+
+
 # ----------------------------------------------------------------------- closed forms
 
 

@@ -314,7 +314,8 @@ def normalize_advantages(adv: ArrayT, *, mask: ArrayT | None = None, eps: float 
     ``sqrt((n-1)/n)``. The result has mean 0 and (population) std ``std / (std + eps)`` ~ 1.
 
     Args:
-        adv: any shape, float, numpy or torch (any device; computed in place there).
+        adv: any shape, float, numpy or torch (any device; computed there, float16/bfloat16
+            in float32).
         mask: optional bool (or 0/1) array of the same shape; the statistics use the entries where
             it is true (e.g. unpadded steps of recurrent sequences), and the masked-out entries of
             the result are 0.
@@ -340,10 +341,11 @@ def _mask_like(shape: Any, mask: Any) -> np.ndarray:
 def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
     if not adv.is_floating_point():
         raise SpecError(f"adv: expected a floating-point dtype, got {adv.dtype}")
+    x = adv if adv.dtype in (torch.float32, torch.float64) else adv.float()  # half: in float32
     if mask is None:
         if adv.numel() == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
-        return (adv - adv.mean()) / (adv.std(correction=0) + eps)
+        return ((x - x.mean()) / (x.std(correction=0) + eps)).to(adv.dtype)
     if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
         m = mask
     else:  # checked on the CPU (0/1 numbers only), a copy back
@@ -353,21 +355,22 @@ def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
     m = m.to(adv.device)
     if not bool(m.any()):
         raise SpecError("mask: expected at least one true entry, got none")
-    sel = adv[m]
-    normed = (adv - sel.mean()) / (sel.std(correction=0) + eps)
-    return torch.where(m, normed, adv.new_zeros(()))
+    sel = x[m]
+    normed = (x - sel.mean()) / (sel.std(correction=0) + eps)
+    return torch.where(m, normed, x.new_zeros(())).to(adv.dtype)
 
 
 def _normalize_numpy(adv: np.ndarray, mask: Any, eps: float) -> np.ndarray:
     if adv.dtype.kind != "f":
         raise SpecError(f"adv: expected a floating-point dtype, got {adv.dtype}")
+    x = adv.astype(np.float32) if adv.dtype.itemsize < 4 else adv  # float16: in float32
     if mask is None:
         if adv.size == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
-        return ((adv - adv.mean()) / (adv.std() + eps)).astype(adv.dtype, copy=False)
+        return ((x - x.mean()) / (x.std() + eps)).astype(adv.dtype, copy=False)
     m = _check_flags("mask", _mask_like(adv.shape, mask))
     if not m.any():
         raise SpecError("mask: expected at least one true entry, got none")
-    sel = adv[m]
-    normed = (adv - sel.mean()) / (sel.std() + eps)
+    sel = x[m]
+    normed = (x - sel.mean()) / (sel.std() + eps)
     return np.where(m, normed, 0.0).astype(adv.dtype, copy=False)
