@@ -741,6 +741,72 @@ def test_contents_after_any_sequence_of_adds_match_a_list_model(ops):
             assert b.obs[:, 0, 0].tolist() == [r for r, _ in model]
 
 
+@given(
+    ops=st.lists(
+        st.sampled_from(["add", "add", "add", "truncate_last", "terminate_last", "reset", "load"]),
+        max_size=20,
+    ),
+    seed=st.integers(0, 2**16),
+    gamma=st.sampled_from([0.0, 0.9, 1.0]),
+    lam=st.sampled_from([0.0, 0.8, 1.0]),
+)
+def test_any_sequence_of_operations_matches_a_list_model(ops, seed, gamma, lam):
+    """adds with random flags, truncate_last, terminate_last, reset and a state_dict round trip
+    into a fresh buffer, against a list of rows and per-env episode counters; then returns
+    against naive_gae and episode_time against the counters."""
+    T, N = 4, 2
+    rng = np.random.default_rng(seed)
+    rb = RolloutBuffer(T, N, gamma=gamma, lam=lam, seed=seed)
+    rows: list[dict] = []
+    counter = np.zeros(N, dtype=np.int64)  # the model's episode step of the next add
+    for op in ops:
+        if op == "reset":
+            rb.reset()
+            rows.clear()
+        elif op == "load":
+            fresh = RolloutBuffer(T, N, gamma=gamma, lam=lam)
+            fresh.load_state_dict(rb.state_dict())
+            rb = fresh
+        elif op == "add" and len(rows) < T:
+            row = {
+                "rewards": rng.normal(size=N).astype(np.float32),
+                "values": rng.normal(size=N).astype(np.float32),
+                "terminated": rng.random(N) < 0.3,
+                "truncated": rng.random(N) < 0.3,
+                "final_values": rng.normal(size=N).astype(np.float32),
+                "episode_time": counter.copy(),
+            }
+            rb.add(torch.zeros(N, 1), torch.zeros(N), torch.zeros(N), row["values"],
+                   row["rewards"], row["terminated"], row["truncated"],
+                   final_value=row["final_values"])  # fmt: skip
+            counter = np.where(row["terminated"] | row["truncated"], 0, counter + 1)
+            rows.append(row)
+        elif op == "truncate_last" and rows:
+            value = rng.normal(size=N).astype(np.float32)
+            rb.truncate_last(value)
+            rows[-1]["truncated"] = np.ones(N, dtype=bool)
+            rows[-1]["final_values"] = value
+            counter[:] = 0
+        elif op == "terminate_last" and rows:
+            envs = rng.random(N) < 0.5
+            rb.terminate_last(envs)
+            rows[-1]["terminated"] = rows[-1]["terminated"] | envs
+            counter[envs] = 0
+    assert rb.pos == len(rows)
+    if not rows:
+        return
+    data = {k: np.stack([row[k] for row in rows]) for k in rows[0]}
+    last = rng.normal(size=N).astype(np.float32)
+    rb.compute_returns(last)
+    adv, ret = naive_gae(data, last, gamma, lam)
+    b = rb.get()
+    for k in ("rewards", "values", "terminated", "truncated", "episode_time"):
+        np.testing.assert_array_equal(getattr(b, k).numpy(), data[k], err_msg=k)
+    np.testing.assert_allclose(b.advantages.numpy(), adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b.returns.numpy(), ret, rtol=1e-5, atol=1e-5)
+    assert rb.state_dict()["next_episode_time"].tolist() == counter.tolist()
+
+
 # ----------------------------------------------------------------------------- fast add path
 
 
