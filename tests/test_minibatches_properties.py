@@ -25,24 +25,34 @@ def rollouts(draw):
     return T, N, np.array(flags).reshape(T, N), spare
 
 
+def rollout_args(N: int, flags_t: np.ndarray, t: int, rng: np.random.Generator) -> dict:
+    """``RolloutBuffer.add`` arguments of step ``t``; obs, action, hidden encode ``t * N + n``."""
+    idx = torch.arange(N, dtype=torch.float32) + t * N
+    return {
+        "obs": idx[:, None],
+        "action": torch.arange(N) + t * N,
+        "logp": torch.zeros(N),
+        "value": torch.as_tensor(rng.normal(size=N), dtype=torch.float32),
+        "reward": torch.as_tensor(rng.normal(size=N), dtype=torch.float32),
+        "terminated": torch.as_tensor(flags_t == "term"),
+        "truncated": torch.as_tensor(flags_t == "trunc"),
+        "final_value": torch.as_tensor(rng.normal(size=N), dtype=torch.float32),
+        "hidden": (idx[:, None, None].repeat(1, 2, 3), -idx[:, None]),
+    }
+
+
 def build(T: int, N: int, flags: np.ndarray, seed: int, spare: int = 0) -> RolloutBuffer:
     rb = RolloutBuffer(T + spare, N, seed=seed, advantage_normalization="minibatch")
     rng = np.random.default_rng(seed)
     for t in range(T):
-        idx = torch.arange(N, dtype=torch.float32) + t * N
-        rb.add(
-            idx[:, None],
-            torch.arange(N) + t * N,
-            torch.zeros(N),
-            torch.as_tensor(rng.normal(size=N), dtype=torch.float32),
-            torch.as_tensor(rng.normal(size=N), dtype=torch.float32),
-            torch.as_tensor(flags[t] == "term"),
-            torch.as_tensor(flags[t] == "trunc"),
-            final_value=torch.zeros(N),
-            hidden=(idx[:, None, None].repeat(1, 2, 3), -idx[:, None]),
-        )
+        rb.add(**rollout_args(N, flags[t], t, rng))
     rb.compute_returns(torch.zeros(N))
     return rb
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """(T, N, ...) -> (T * N, ...): row t * N + n is step (t, n)."""
+    return x.reshape(-1, *x.shape[2:])
 
 
 def naive_segments(T: int, N: int, flags: np.ndarray) -> dict[tuple[int, int], tuple[int, int]]:
@@ -153,3 +163,78 @@ def test_trajectory_windows(r, W, mb_div, p_end, seed):
         assert sorted(targets) == list(range(total))  # every step a target exactly once
     else:
         assert len(targets) == total
+
+
+@given(
+    r=rollouts(),
+    mb_div=st.integers(1, 4),
+    epochs=st.integers(1, 3),
+    norm=st.sampled_from(["none", "batch", "minibatch"]),
+    seed=st.integers(0, 2**16),
+)
+def test_flat_minibatches(r, mb_div, epochs, norm, seed):
+    T, N, flags, spare = r
+    total = T * N
+    n_mb = mb_div if total % mb_div == 0 else 1
+    rb = build(T, N, flags, seed, spare)
+    rb.advantage_normalization = norm
+    b = rb.get()
+    h0, h1 = (_flat(h) for h in b.hidden)
+    raw = b.advantages.reshape(-1).double()
+    mbs = list(rb.minibatches(num_minibatches=n_mb, num_epochs=epochs))
+    assert len(mbs) == n_mb * epochs
+    for e in range(epochs):  # every stored step (none of the spare rows) once per epoch
+        idx = torch.cat([mb.indices for mb in mbs[e * n_mb : (e + 1) * n_mb]])
+        assert sorted(idx.tolist()) == list(range(total))
+    for mb in mbs:
+        i = mb.indices
+        assert mb.obs[:, 0].tolist() == i.float().tolist()  # obs[t, n] = t * N + n
+        assert torch.equal(mb.actions, i) and mb.mask is None
+        assert torch.equal(mb.recurrence_memory[0], h0[i]) and torch.equal(
+            mb.recurrence_memory[1], h1[i]
+        )
+        assert torch.equal(mb.values, _flat(b.values)[i]) and torch.equal(
+            mb.returns, _flat(b.returns)[i]
+        )
+        scope = raw if norm == "batch" else raw[i]
+        if norm == "none" or len(scope) < 2:
+            expect = raw[i]
+        else:  # population std, eps 1e-8
+            expect = (raw[i] - scope.mean()) / (scope.std(correction=0) + 1e-8)
+        cond = float(scope.abs().max() / (scope.std(correction=0) + 1e-12)) if len(scope) > 1 else 1
+        torch.testing.assert_close(mb.advantages.double(), expect, rtol=0, atol=1e-5 * max(1, cond))
+
+
+@given(r=rollouts(), cut=st.integers(0, 12), seed=st.integers(0, 2**16))
+def test_resume_mid_rollout_continues_exactly(r, cut, seed):
+    """A buffer loaded from a state_dict taken after any number of adds (and after drawing
+    minibatches from the previous rollout) stores, computes and draws what the original does."""
+    T, N, flags, spare = r
+    cut = min(cut, T)
+    first = build(T, N, flags, seed, spare)
+    list(first.minibatches(num_minibatches=1))  # advance the RNG
+    first.reset()  # episode counters carry over
+    twin = build(T, N, flags, seed, spare)
+    list(twin.minibatches(num_minibatches=1))
+    twin.reset()
+    rng = np.random.default_rng(seed)
+    steps = [rollout_args(N, flags[t], t, rng) for t in range(T)]
+    for s in steps[:cut]:
+        first.add(**s)
+        twin.add(**s)
+    loaded = RolloutBuffer(T + spare, N, seed=seed + 1)  # another seed: the state's RNG wins
+    loaded.load_state_dict(twin.state_dict())
+    for rb in (first, loaded):
+        for s in steps[cut:]:
+            rb.add(**s)
+        rb.compute_returns(torch.ones(N))
+    a, b = first.get(), loaded.get()
+    for name in ("obs", "terminated", "truncated", "episode_time", "advantages", "returns"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert all(torch.equal(x, y) for x, y in zip(a.hidden, b.hidden, strict=True))
+    for x, y in zip(
+        first.recurrent_minibatches(num_minibatches=1, seq_len=2, num_epochs=2),
+        loaded.recurrent_minibatches(num_minibatches=1, seq_len=2, num_epochs=2),
+        strict=True,
+    ):
+        assert torch.equal(x.indices, y.indices) and torch.equal(x.episode_starts, y.episode_starts)

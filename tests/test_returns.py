@@ -148,6 +148,40 @@ def test_normalize_advantages_mask_uses_real_entries_only() -> None:
     assert normalize_advantages(np.array([5.0]))[0] == 0.0
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [[0.5, 1, 1, 0], [np.nan, 1, 1, 0], [2, 1, 1, 0], ["a", "b", "c", "d"], [1j, 0, 1, 1]],
+    ids=["half", "nan", "two", "str", "complex"],
+)
+@pytest.mark.parametrize("io", ["numpy", "torch"])
+def test_normalize_advantages_mask_must_be_bool_or_0_1(bad: list, io: str) -> None:
+    # a 0.5, NaN, 2, string or complex mask entry was taken as True (a raw TypeError in torch)
+    adv = np.array([1.0, 2.0, 3.0, 4.0])
+    m = np.array(bad)
+    a = torch.from_numpy(adv) if io == "torch" else adv
+    mask = torch.from_numpy(m) if io == "torch" and m.dtype.kind != "U" else m
+    with pytest.raises(SpecError, match="mask: expected bool or 0/1"):
+        normalize_advantages(a, mask=mask)
+    good = np.array([1, 1, 1, 0]) if io == "numpy" else torch.tensor([1.0, 1.0, 1.0, 0.0])
+    out = normalize_advantages(a, mask=good, eps=0.0)  # exact 0/1 numbers are flags
+    np.testing.assert_allclose(np.asarray(out), [-1.224745, 0.0, 1.224745, 0.0], atol=1e-6)
+
+
+@pytest.mark.parametrize("io", ["numpy", "torch"])
+def test_normalize_advantages_half_precision_is_computed_in_float32(io: str) -> None:
+    # in float16 the eps 1e-8 underflowed (constant advantages -> NaN) and the squares of
+    # +-60000 overflowed (-> [0, -0] instead of [1, -1])
+    def norm(x: list, **kw):
+        a = np.array(x, np.float16)
+        out = normalize_advantages(torch.from_numpy(a) if io == "torch" else a, **kw)
+        assert out.dtype == (torch.float16 if io == "torch" else np.float16)
+        return np.asarray(out, np.float64).tolist()
+
+    assert norm([3.0, 3.0, 3.0]) == [0.0, 0.0, 0.0]
+    assert norm([60000.0, -60000.0]) == [1.0, -1.0]
+    assert norm([60000.0, -60000.0, 7.0], mask=np.array([True, True, False])) == [1.0, -1.0, 0.0]
+
+
 # ----------------------------------------------------------------------- closed forms
 
 
@@ -314,6 +348,21 @@ def test_next_value_after_termination_is_never_read(garbage: float) -> None:
         assert np.isfinite(b).all()
 
 
+@pytest.mark.parametrize("which", ["behaviour_logp", "target_logp"])
+@pytest.mark.parametrize("bars", [(1.0, 1.0, 1.0), (np.inf, 2.0, np.inf)])
+def test_vtrace_nan_log_prob_propagates_instead_of_being_clipped(which: str, bars: tuple) -> None:
+    # min(rho_bar, NaN) is rho_bar: a NaN log-prob came out as a finite, clipped target
+    r = v = nv = np.ones(4)
+    f = np.zeros(4, dtype=bool)
+    logp = {"behaviour_logp": np.zeros(4), "target_logp": np.zeros(4)}
+    logp[which][2] = np.nan
+    rb, cb, pb = bars
+    for fn in (vtrace, vtrace_reference):
+        vs, pg = fn(*logp.values(), r, v, nv, f, f, rho_bar=rb, c_bar=cb, pg_rho_bar=pb)
+        assert np.isnan(vs[:3]).all() and np.isfinite(vs[3])  # the trace carries it backwards
+        assert np.isnan(pg[2]) and np.isfinite(pg[3])
+
+
 @pytest.mark.parametrize("flag", ["terminated", "truncated"])
 def test_splitting_a_trajectory_at_an_episode_end_changes_nothing(flag: str) -> None:
     rng = np.random.default_rng(7)
@@ -450,6 +499,29 @@ def test_mixed_float32_float64_promotes_to_float64() -> None:
     f = np.zeros(2, dtype=bool)
     adv, _ = gae(np.ones(2, np.float32), np.zeros(2, np.float64), np.zeros(2, np.float32), f, f)
     assert adv.dtype == np.float64
+
+
+def test_numpy_float64_beside_tensors_promotes_the_tensor_output_to_float64() -> None:
+    # torch float32 rewards (or only torch flags) with numpy float64 values came back as a
+    # float32 tensor: the numpy inputs were left out of the promotion
+    r, z, f = np.array([1.0, 1e-9]), np.zeros(2), np.zeros(2, dtype=bool)
+    adv, _ = gae(r, z, z, torch.from_numpy(f), torch.from_numpy(f), gamma=1.0, lam=1.0)
+    assert adv.dtype == torch.float64
+    assert adv.tolist() == pytest.approx([1.0 + 1e-9, 1e-9], rel=1e-12)
+    adv, _ = gae(torch.ones(2), z, z, f, f)
+    assert adv.dtype == torch.float64
+    adv, _ = gae(torch.ones(2, dtype=torch.float16), z.astype(np.float32), z, f, f)
+    assert adv.dtype == torch.float64
+    adv, _ = gae(
+        torch.ones(2, dtype=torch.bfloat16), z.astype(np.float16), z.astype(np.float16), f, f
+    )
+    assert adv.dtype == torch.float32  # like torch.promote_types(bfloat16, float16)
+
+
+def test_longdouble_is_computed_in_float64_not_float32() -> None:
+    x = np.array([1.0, 1.0 + 2**-30], dtype=np.longdouble)  # 2**-30 is below float32's eps
+    y = discount_cumsum(x, 1.0)
+    assert y.dtype == np.longdouble and float(y[1]) == 1.0 + 2**-30
 
 
 def test_empty_rollout_gives_empty_outputs() -> None:

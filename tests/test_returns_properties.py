@@ -210,3 +210,50 @@ def test_next_values_after_termination_never_matter(
     b = _estimators(*arrs, gamma, lam)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+@given(rollouts(), unit, unit)
+def test_td_lambda_is_the_lambda_weighted_sum_of_n_step_returns(
+    d: dict, gamma: float, lam: float
+) -> None:
+    # Sutton & Barto's lambda-return, G = (1-lam) sum_k lam**(k-1) G^(k), built from nstep (whose
+    # G^(k) stops growing once the window reaches the episode or rollout end): an identity
+    # between two estimators that share no code
+    r, nv, te, tr = d["r"], d["nv"], d["te"], d["tr"]
+    T = r.shape[0]
+    lam_return = np.zeros(r.shape)
+    for k in range(1, T + 1):
+        weight = lam ** (k - 1) if k == T else (1.0 - lam) * lam ** (k - 1)
+        lam_return += weight * nstep(r, nv, te, tr, n=k, gamma=gamma).astype(np.float64)
+    out = td_lambda(r, nv, te, tr, gamma=gamma, lam=lam)
+    np.testing.assert_allclose(out, lam_return, **_tol(d["dtype"]))
+
+
+@given(rollouts(), unit, unit, st.sampled_from(["torch", "torch_strided", "fortran", "grad"]))
+def test_tensor_and_strided_inputs_give_the_numpy_results(
+    d: dict, gamma: float, lam: float, io: str
+) -> None:
+    # the torch hot path, the general path (strided views, tensors requiring grad) and numpy
+    # arrays in Fortran order all compute what C-ordered numpy computes, in the caller's type
+    keys = ("r", "v", "nv", "te", "tr", "bl", "tl")
+
+    def convert(a: np.ndarray):
+        if io == "fortran":
+            return np.asfortranarray(a)
+        t = torch.from_numpy(a)
+        if io == "torch_strided" and a.ndim == 2:
+            t = torch.from_numpy(np.ascontiguousarray(a.T)).T  # a non-contiguous view
+        if io == "grad" and t.is_floating_point():
+            t = t.clone().requires_grad_(True)
+        return t
+
+    base = _estimators(*(d[k] for k in keys), gamma, lam)
+    other = _estimators(*(convert(d[k]) for k in keys), gamma, lam)
+    for b, o in zip(base, other, strict=True):
+        if io == "fortran":
+            assert isinstance(o, np.ndarray) and o.dtype == b.dtype
+        else:
+            assert isinstance(o, torch.Tensor) and not o.requires_grad
+            assert o.dtype == torch.from_numpy(b).dtype and tuple(o.shape) == b.shape
+            o = o.numpy()
+        np.testing.assert_allclose(o, b, **_tol(d["dtype"]))

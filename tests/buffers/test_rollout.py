@@ -276,6 +276,23 @@ def test_rejected_add_names_field_and_leaves_buffer_unchanged(field, bad, match)
     assert same_state(before, snapshot(rb))
 
 
+def test_float_0_1_flags_are_flags_like_bools():
+    # CleanRL keeps dones as float tensors: exact 0.0 / 1.0 were refused as "expected bool or 0/1
+    # flags, got torch.float32 [1.0, 0.0]" (the estimators in rlstore.returns accept them)
+    flt, ref = (RolloutBuffer(3, 2, seed=0) for _ in "ab")
+    z = torch.zeros(2)
+    flt.add(z[:, None], z, z, z, z, torch.tensor([1.0, 0.0]), np.array([0.0, 1.0]), final_value=z)
+    ref.add(z[:, None], z, z, z, z, torch.tensor([True, False]), torch.tensor([False, True]),
+            final_value=z)  # fmt: skip
+    for b in (flt, ref):
+        b.add(z[:, None], z, z, z, z, torch.zeros(2, dtype=torch.bool), torch.zeros(2).bool())
+    flt.terminate_last(np.array([0.0, 1.0]))
+    ref.terminate_last(torch.tensor([False, True]))
+    assert same_state(snapshot(flt), snapshot(ref))
+    with pytest.raises(SpecError, match="terminated: expected bool or 0/1"):
+        flt.add(z[:, None], z, z, z, z, torch.tensor([float("nan"), 0.0]), z)
+
+
 def test_truncated_without_final_value_and_full_buffer_errors():
     rb = RolloutBuffer(1, 2)
     with pytest.raises(
@@ -437,6 +454,49 @@ def test_vtrace_off_policy_matches_reference_loop():
     np.testing.assert_allclose(rb.get().returns.numpy(), vs, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(rb.get().advantages.numpy(), pg, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(rb.get().values, torch.as_tensor(data["values"]))  # unchanged
+
+
+def test_dict_obs_final_obs_is_stored_and_re_evaluated_by_vtrace():
+    # a dict final_obs was refused as "expected a dict like the first add, got dict"
+    rb = RolloutBuffer(2, 2, gamma=0.5)
+    z, f = torch.zeros(2), torch.zeros(2, dtype=torch.bool)
+    obs = {"pos": torch.zeros(2, 3), "img": torch.zeros(2, 1, 2, dtype=torch.uint8)}
+    final = {"pos": torch.full((2, 3), 7.0), "img": torch.full((2, 1, 2), 9, dtype=torch.uint8)}
+    rb.add(obs, z, z, z, torch.ones(2), f, torch.tensor([True, False]), final_value=z + 3,
+           final_obs=final)  # fmt: skip
+    rb.add(obs, z, z, z, torch.ones(2), f, f)
+    b = rb.get()
+    assert b.final_obs["pos"][0].tolist() == [[7.0] * 3, [0.0] * 3]  # env 1 not truncated: zeros
+    assert b.final_obs["img"].dtype == torch.uint8 and b.final_obs["img"][0, 0].tolist() == [[9, 9]]
+    assert b.final_obs_given.tolist() == [[True, False], [False, False]]
+
+    def evaluate(o, a, h):  # V(obs) = pos[..., 0]: 0 on stored steps, 7 on the final obs
+        return torch.zeros(o["pos"].shape[:2]), o["pos"][..., 0]
+
+    rb.compute_vtrace(evaluate, torch.full((2,), 2.0))
+    # env 0: step 0 truncated, vs = 1 + 0.5 * 7; step 1 bootstraps: 1 + 0.5 * 2
+    # env 1: vs_1 = 2, vs_0 = 1 + 0.5 * vs_1 (rho = c = 1, V = 0)
+    assert rb.get().returns.tolist() == [[4.5, 2.0], [2.0, 2.0]]
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"rho_bar": 0.0}, "rho_bar: expected a number > 0"),
+        ({"c_bar": 0}, r"c_bar: expected a number > 0 \(inf allowed\), got 0$"),
+        ({"pg_rho_bar": -1.0}, "pg_rho_bar"),
+        ({"lam": 1.5}, r"lam: expected a number in \[0, 1\]"),
+    ],
+)
+def test_vtrace_thresholds_are_refused_before_evaluate_runs(kw, match):
+    # a zero threshold passed the buffer's check, evaluate ran the caller's networks, and only
+    # then did returns.vtrace refuse it ("got 0.0" for the 0 given)
+    rb = RolloutBuffer(2, 1)
+    rb.add([[0.0]], [0], [0.0], [0.0], [1.0], [False], [False])
+    calls = []
+    with pytest.raises(ConfigError, match=match):
+        rb.compute_vtrace(lambda o, a, h: calls.append(1), [0.0], **kw)
+    assert calls == [] and not rb.computed
 
 
 def test_vtrace_evaluate_output_is_validated():
@@ -681,6 +741,72 @@ def test_contents_after_any_sequence_of_adds_match_a_list_model(ops):
             assert b.obs[:, 0, 0].tolist() == [r for r, _ in model]
 
 
+@given(
+    ops=st.lists(
+        st.sampled_from(["add", "add", "add", "truncate_last", "terminate_last", "reset", "load"]),
+        max_size=20,
+    ),
+    seed=st.integers(0, 2**16),
+    gamma=st.sampled_from([0.0, 0.9, 1.0]),
+    lam=st.sampled_from([0.0, 0.8, 1.0]),
+)
+def test_any_sequence_of_operations_matches_a_list_model(ops, seed, gamma, lam):
+    """adds with random flags, truncate_last, terminate_last, reset and a state_dict round trip
+    into a fresh buffer, against a list of rows and per-env episode counters; then returns
+    against naive_gae and episode_time against the counters."""
+    T, N = 4, 2
+    rng = np.random.default_rng(seed)
+    rb = RolloutBuffer(T, N, gamma=gamma, lam=lam, seed=seed)
+    rows: list[dict] = []
+    counter = np.zeros(N, dtype=np.int64)  # the model's episode step of the next add
+    for op in ops:
+        if op == "reset":
+            rb.reset()
+            rows.clear()
+        elif op == "load":
+            fresh = RolloutBuffer(T, N, gamma=gamma, lam=lam)
+            fresh.load_state_dict(rb.state_dict())
+            rb = fresh
+        elif op == "add" and len(rows) < T:
+            row = {
+                "rewards": rng.normal(size=N).astype(np.float32),
+                "values": rng.normal(size=N).astype(np.float32),
+                "terminated": rng.random(N) < 0.3,
+                "truncated": rng.random(N) < 0.3,
+                "final_values": rng.normal(size=N).astype(np.float32),
+                "episode_time": counter.copy(),
+            }
+            rb.add(torch.zeros(N, 1), torch.zeros(N), torch.zeros(N), row["values"],
+                   row["rewards"], row["terminated"], row["truncated"],
+                   final_value=row["final_values"])  # fmt: skip
+            counter = np.where(row["terminated"] | row["truncated"], 0, counter + 1)
+            rows.append(row)
+        elif op == "truncate_last" and rows:
+            value = rng.normal(size=N).astype(np.float32)
+            rb.truncate_last(value)
+            rows[-1]["truncated"] = np.ones(N, dtype=bool)
+            rows[-1]["final_values"] = value
+            counter[:] = 0
+        elif op == "terminate_last" and rows:
+            envs = rng.random(N) < 0.5
+            rb.terminate_last(envs)
+            rows[-1]["terminated"] = rows[-1]["terminated"] | envs
+            counter[envs] = 0
+    assert rb.pos == len(rows)
+    if not rows:
+        return
+    data = {k: np.stack([row[k] for row in rows]) for k in rows[0]}
+    last = rng.normal(size=N).astype(np.float32)
+    rb.compute_returns(last)
+    adv, ret = naive_gae(data, last, gamma, lam)
+    b = rb.get()
+    for k in ("rewards", "values", "terminated", "truncated", "episode_time"):
+        np.testing.assert_array_equal(getattr(b, k).numpy(), data[k], err_msg=k)
+    np.testing.assert_allclose(b.advantages.numpy(), adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b.returns.numpy(), ret, rtol=1e-5, atol=1e-5)
+    assert rb.state_dict()["next_episode_time"].tolist() == counter.tolist()
+
+
 # ----------------------------------------------------------------------------- fast add path
 
 
@@ -789,6 +915,18 @@ def test_truncate_last_equals_adding_the_step_truncated():
     torch.testing.assert_close(after.get().returns, direct.get().returns)
     with pytest.raises(EmptyBufferError):
         RolloutBuffer(num_steps=2, num_envs=1).truncate_last(torch.zeros(1))
+
+
+def test_truncate_last_on_a_terminated_step_stores_what_add_stores():
+    # truncate_last kept final_value for an env whose last step terminated; add() zeroes it
+    after, direct = (RolloutBuffer(num_steps=2, num_envs=2) for _ in "ab")
+    z, term = torch.zeros(2), torch.tensor([True, False])
+    after.add(z[:, None], z, z, z, z, term, torch.zeros(2, dtype=torch.bool))
+    direct.add(z[:, None], z, z, z, z, term, torch.ones(2, dtype=torch.bool), final_value=z + 5)
+    after.truncate_last(z + 5)
+    for field in ("terminated", "truncated", "final_values", "final_obs_given"):
+        assert torch.equal(getattr(after.get(), field), getattr(direct.get(), field)), field
+    assert after.get().final_values.tolist() == [[0.0, 5.0]]
 
 
 def test_terminate_last_equals_adding_the_step_terminated():

@@ -157,6 +157,8 @@ CORRUPT = [
     ("data/obs", torch.zeros(3, N, 3)),
     ("data/bogus", torch.zeros(4, N)),
     ("results/advantages", torch.zeros(4)),
+    ("results/bogus", torch.zeros(3, N)),  # loaded, then every get() raised a TypeError
+    ("results/int_returns", torch.zeros(3, N)),  # no intrinsic stream
     ("next_episode_time", torch.zeros(N + 1, dtype=torch.int64)),
     ("config/num_envs", 3),
 ]

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._checks import as_device, real_number
+from rlstore._checks import as_device
 from rlstore._trees import (
     tree_leaves,
     tree_map,
@@ -65,6 +65,7 @@ from rlstore.minibatches import (
     RolloutBatch,
 )
 from rlstore.normalize import DiscountedReturnNormalizer
+from rlstore.returns._io import _check_positive, _check_unit
 from rlstore.samplers import make_rng, rng_state, set_rng_state
 
 __all__ = ["RolloutBuffer", "RolloutBatch", "IntrinsicConfig"]
@@ -293,8 +294,8 @@ class RolloutBuffer(RolloutMinibatches):
         """
         p = self._require_steps("truncate_last")
         value = self._finite("final_value", final_value)
-        self._data["truncated"][p - 1] = True
-        self._data["final_values"][p - 1] = value
+        self._data["truncated"][p - 1] = True  # terminated steps: no bootstrap, value zeroed
+        self._data["final_values"][p - 1] = value.masked_fill(self._data["terminated"][p - 1], 0)
         self._next_episode_time.zero_()
         self._results = {}
 
@@ -408,9 +409,10 @@ class RolloutBuffer(RolloutMinibatches):
                 f"values), got {type(evaluate).__name__}"
             )
         last = self._finite("last_value", last_value)
-        lam = real_number("lam", lam, 0.0, 1.0)
+        # checked like rlstore.returns.vtrace checks them, before evaluate runs the networks
+        lam = _check_unit("lam", lam)
         clip = {"rho_bar": rho_bar, "c_bar": c_bar, "pg_rho_bar": pg_rho_bar}
-        clip = {k: real_number(k, v, 0.0) for k, v in clip.items()}
+        clip = {k: _check_positive(k, v) for k, v in clip.items()}
         batch = self._view(p)
         self._results = vtrace_targets(batch, evaluate, last, gamma=self.gamma, lam=lam, **clip)
 

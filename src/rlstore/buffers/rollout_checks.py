@@ -134,7 +134,7 @@ class StepChecker:
             raise SpecError(f"{name}: expected shape ({N},) (one per env), got {tuple(t.shape)}")
         if flag:
             if t.dtype != torch.bool:
-                if t.is_floating_point() or t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
+                if t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
                     raise SpecError(
                         f"{name}: expected bool or 0/1 flags, got {t.dtype} {t.tolist()}"
                     )
@@ -153,13 +153,14 @@ class StepChecker:
         return t
 
     def tree(self, name: str, x: Any, stored: Any) -> Any:
-        """A tensor / dict (obs) / tuple (hidden) tree with a leading env axis, like ``stored``.
+        """A tensor / dict (obs, final_obs) / tuple (hidden) tree with a leading env axis, like
+        ``stored``.
 
         ``stored`` is the ``(T, N, ...)`` storage allocated from the first add (None before it):
         later adds must match its structure, per-step shapes and dtypes.
         """
         N = self.num_envs
-        if isinstance(x, dict) and name == "obs":
+        if isinstance(x, dict) and name in ("obs", "final_obs"):
             if stored is not None and (not isinstance(stored, dict) or set(x) != set(stored)):
                 want = sorted(stored) if isinstance(stored, dict) else "an array"
                 raise SpecError(f"{name}: expected keys {want} like the first add, got {sorted(x)}")
@@ -454,6 +455,11 @@ def stage_rollout_state(
     for k, v in data.items():
         for leaf in tree_leaves(v):
             _check_state_leaf(f"data.{k}", leaf, (T, N), fixed.get(k))
+    computed = ["advantages", "returns"] + (["int_advantages", "int_returns"] if intrinsic else [])
+    if results and sorted(results) != sorted(computed):
+        raise CheckpointError(
+            f"results: expected none or {sorted(computed)}, got {sorted(results)}"
+        )
     for k, v in results.items():
         _check_state_leaf(f"results.{k}", v, (int(pos), N), torch.float32)
     _check_state_leaf("next_episode_time", nxt, (N,), torch.int64)

@@ -15,9 +15,10 @@ Conventions (stated once here, used by every estimator and buffer in rlstore):
   cut the lambda-trace. The last row ``t = T-1`` always cuts the trace (there is no data after it)
   and bootstraps unless terminated.
 * **Types.** numpy arrays or torch tensors (any device) in, the same type out, on the device of
-  the first tensor argument. The output dtype is the promotion of the floating-point inputs
-  (integer or bool rewards are cast to it); float32 stays float32. float16/bfloat16 are computed
-  in float32 and cast back. Outputs carry no autograd history (targets are constants).
+  the first tensor argument. The output dtype is the promotion of the floating-point inputs,
+  tensors and arrays alike (integer or bool rewards are cast to it); float32 stays float32.
+  float16/bfloat16 are computed in float32 and cast back, wider floats (longdouble) in float64.
+  Outputs carry no autograd history (targets are constants).
 * **Errors.** Arrays of the wrong shape, dtype or flag values raise
   :class:`~rlstore.errors.SpecError`; hyperparameters (``gamma``, ``lam``, ``discount``, clipping
   thresholds, ``n``, ``eps``) must be real numbers (Python or numpy scalars) in range, else
@@ -45,6 +46,7 @@ from rlstore.errors import SpecError
 from rlstore.returns._io import (
     _check_count,
     _check_eps,
+    _check_flags,
     _check_positive,
     _check_unit,
     _prepare,
@@ -312,7 +314,8 @@ def normalize_advantages(adv: ArrayT, *, mask: ArrayT | None = None, eps: float 
     ``sqrt((n-1)/n)``. The result has mean 0 and (population) std ``std / (std + eps)`` ~ 1.
 
     Args:
-        adv: any shape, float, numpy or torch (any device; computed in place there).
+        adv: any shape, float, numpy or torch (any device; computed there, float16/bfloat16
+            in float32).
         mask: optional bool (or 0/1) array of the same shape; the statistics use the entries where
             it is true (e.g. unpadded steps of recurrent sequences), and the masked-out entries of
             the result are 0.
@@ -327,37 +330,47 @@ def normalize_advantages(adv: ArrayT, *, mask: ArrayT | None = None, eps: float 
     return _normalize_numpy(to_numpy("adv", adv), mask, e)
 
 
+def _mask_like(shape: Any, mask: Any) -> np.ndarray:
+    """``mask`` as a numpy array of ``shape`` (SpecError naming it otherwise)."""
+    m = to_numpy("mask", mask)
+    if m.shape != tuple(shape):
+        raise SpecError(f"mask: expected shape {tuple(shape)} like adv, got {m.shape}")
+    return m
+
+
 def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
     if not adv.is_floating_point():
         raise SpecError(f"adv: expected a floating-point dtype, got {adv.dtype}")
+    x = adv if adv.dtype in (torch.float32, torch.float64) else adv.float()  # half: in float32
     if mask is None:
         if adv.numel() == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
-        return (adv - adv.mean()) / (adv.std(correction=0) + eps)
-    m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask))
+        return ((x - x.mean()) / (x.std(correction=0) + eps)).to(adv.dtype)
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+        m = mask
+    else:  # checked on the CPU (0/1 numbers only), a copy back
+        m = torch.tensor(_check_flags("mask", _mask_like(adv.shape, mask)))
     if tuple(m.shape) != tuple(adv.shape):
         raise SpecError(f"mask: expected shape {tuple(adv.shape)} like adv, got {tuple(m.shape)}")
-    m = m.to(adv.device) != 0
+    m = m.to(adv.device)
     if not bool(m.any()):
         raise SpecError("mask: expected at least one true entry, got none")
-    sel = adv[m]
-    normed = (adv - sel.mean()) / (sel.std(correction=0) + eps)
-    return torch.where(m, normed, adv.new_zeros(()))
+    sel = x[m]
+    normed = (x - sel.mean()) / (sel.std(correction=0) + eps)
+    return torch.where(m, normed, x.new_zeros(())).to(adv.dtype)
 
 
 def _normalize_numpy(adv: np.ndarray, mask: Any, eps: float) -> np.ndarray:
     if adv.dtype.kind != "f":
         raise SpecError(f"adv: expected a floating-point dtype, got {adv.dtype}")
+    x = adv.astype(np.float32) if adv.dtype.itemsize < 4 else adv  # float16: in float32
     if mask is None:
         if adv.size == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
-        return ((adv - adv.mean()) / (adv.std() + eps)).astype(adv.dtype, copy=False)
-    m = to_numpy("mask", mask)
-    if m.shape != adv.shape:
-        raise SpecError(f"mask: expected shape {adv.shape} like adv, got {m.shape}")
-    m = m != 0
+        return ((x - x.mean()) / (x.std() + eps)).astype(adv.dtype, copy=False)
+    m = _check_flags("mask", _mask_like(adv.shape, mask))
     if not m.any():
         raise SpecError("mask: expected at least one true entry, got none")
-    sel = adv[m]
-    normed = (adv - sel.mean()) / (sel.std() + eps)
+    sel = x[m]
+    normed = (x - sel.mean()) / (sel.std() + eps)
     return np.where(m, normed, 0.0).astype(adv.dtype, copy=False)

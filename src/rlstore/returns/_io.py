@@ -26,14 +26,20 @@ from rlstore.errors import ConfigError, SpecError
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+_TORCH_FLOAT = {2: torch.float16, 4: torch.float32}  # wider: float64 (torch has no longdouble)
 
 
 class _Out:
-    """Gives results back in the caller's type, dtype and device (torch if any input was)."""
+    """Gives results back in the caller's type, dtype and device (torch if any input was).
+
+    The torch dtype is the promotion of the floating-point inputs: the tensors' dtypes and the
+    dtypes of the ``arrays`` given beside them (numpy float64 makes a float64 tensor)."""
 
     __slots__ = ("device", "on_cpu", "torch_dtype", "np_dtype")
 
-    def __init__(self, tensors: list[torch.Tensor], np_dtype: np.dtype) -> None:
+    def __init__(
+        self, tensors: list[torch.Tensor], np_dtype: np.dtype, arrays: Sequence[np.ndarray] = ()
+    ) -> None:
         self.np_dtype = np_dtype
         self.device: torch.device | None = None
         self.on_cpu = True
@@ -43,8 +49,10 @@ class _Out:
         self.device = tensors[0].device
         self.on_cpu = tensors[0].is_cpu
         dt: torch.dtype | None = None
-        for t in tensors:
-            tdt = t.dtype
+        dtypes = [t.dtype for t in tensors] + [
+            _TORCH_FLOAT.get(a.dtype.itemsize, torch.float64) for a in arrays
+        ]
+        for tdt in dtypes:
             if tdt is not dt and tdt.is_floating_point:
                 dt = tdt if dt is None else torch.promote_types(dt, tdt)
         if dt is not None:
@@ -133,14 +141,16 @@ def _prepare(
         return fast
     tensors = [x for _, x in floats if isinstance(x, torch.Tensor)]
     tensors += [x for _, x in flags if isinstance(x, torch.Tensor)]
-    if tensors:  # zero-copy views of CPU tensors, then the numpy hot path if it applies
-        floats = [(n, to_numpy(n, x)) for n, x in floats]
+    arrs = [to_numpy(n, x) for n, x in floats]  # zero-copy views of CPU tensors
+    # the non-tensor float inputs beside tensors take part in the output's torch dtype
+    beside = [a for (_, x), a in zip(floats, arrs, strict=True) if not isinstance(x, torch.Tensor)]
+    beside = [a for a in beside if a.dtype.kind == "f"]
+    if tensors:  # the numpy hot path if it applies
         flags = [(n, to_numpy(n, x)) for n, x in flags]
-        fast = _prepare_fast(floats, flags)
+        fast = _prepare_fast([(n, a) for (n, _), a in zip(floats, arrs, strict=True)], flags)
         if fast is not None:
-            return fast[0], fast[1], _Out(tensors, fast[2].np_dtype), fast[3]
+            return fast[0], fast[1], _Out(tensors, fast[2].np_dtype, beside), fast[3]
     ref_name = floats[0][0]
-    arrs = [to_numpy(n, x) for n, x in floats]
     shape = arrs[0].shape
     if len(shape) not in (1, 2):
         raise SpecError(f"{ref_name}: expected shape (T,) or (T, N), got {shape}")
@@ -162,7 +172,7 @@ def _prepare(
             elif kind not in "biu":
                 raise SpecError(f"{name}: expected a real (float/int/bool) dtype, got {a.dtype}")
         out_dt = np.result_type(*fdts) if fdts else _F64
-    comp_dt = _F64 if out_dt == _F64 else _F32
+    comp_dt = _F32 if out_dt.itemsize <= 4 else _F64  # float16 in float32, longdouble in float64
     shape2 = shape if len(shape) == 2 else (shape[0], 1)
     farrs = [np.ascontiguousarray(a, dtype=comp_dt) for a in arrs]
     barrs = []
@@ -170,19 +180,24 @@ def _prepare(
         f = to_numpy(name, x)
         if f.shape != shape:
             raise SpecError(f"{name}: expected shape {shape} like {ref_name}, got {f.shape}")
-        if f.dtype != np.bool_:
-            if f.dtype.kind not in "biuf":
-                raise SpecError(f"{name}: expected bool or 0/1 flags, got dtype {f.dtype}")
-            ok = (f == 0) | (f == 1)
-            if not ok.all():
-                bad = f[~ok].ravel()[0]
-                raise SpecError(f"{name}: expected bool or 0/1 flags, got a value {bad!r}")
-            f = f != 0
-        barrs.append(np.ascontiguousarray(f))
+        barrs.append(np.ascontiguousarray(_check_flags(name, f)))
     if shape2 is not shape:
         farrs = [a.reshape(shape2) for a in farrs]
         barrs = [a.reshape(shape2) for a in barrs]
-    return farrs, barrs, _Out(tensors, out_dt), shape
+    return farrs, barrs, _Out(tensors, out_dt, beside), shape
+
+
+def _check_flags(name: str, f: np.ndarray) -> np.ndarray:
+    """``f`` as bool: bools, or real numbers that are exactly 0 or 1 (not 0.5, 2, NaN, "a")."""
+    if f.dtype == np.bool_:
+        return f
+    if f.dtype.kind not in "biuf":
+        raise SpecError(f"{name}: expected bool or 0/1 flags, got dtype {f.dtype}")
+    ok = (f == 0) | (f == 1)
+    if not ok.all():
+        bad = f[~ok].ravel()[0]
+        raise SpecError(f"{name}: expected bool or 0/1 flags, got a value {bad!r}")
+    return f != 0
 
 
 _NUMPY_OUT = {"f": _Out([], _F32), "d": _Out([], _F64)}

@@ -9,7 +9,9 @@ Terminated steps never read ``next_values`` (a select, not a multiplication by z
 inf placed there after a termination cannot leak into any result. The trace is cut by multiplying
 the carry with a selected 0 (shorter dependency chain than a select on the carry): a NaN in
 ``rewards`` or ``values`` therefore propagates backwards across episode ends, which only makes a
-corrupt input louder. ``fastmath={"contract"}`` only allows fused multiply-adds.
+corrupt input louder; so does a NaN importance ratio (``min(rho, rho_bar)``, never
+``min(rho_bar, rho)``, which would clip NaN to ``rho_bar``). ``fastmath={"contract"}`` only allows
+fused multiply-adds.
 """
 
 from __future__ import annotations
@@ -120,8 +122,8 @@ def vtrace_kernel(
             gnv = zero if term else gamma * next_values[t, n]
             m = zero if (term | truncated[t, n]) else gl
             u_next = m * acc[n]  # gamma * lam * u_{t+1}, 0 at episode ends
-            a = min(rho_bar, rho) * (r + gnv - v) + min(c_bar, rho) * u_next
-            pg_adv[t, n] = min(pg_rho_bar, rho) * (r + gnv + u_next - v)
+            a = min(rho, rho_bar) * (r + gnv - v) + min(rho, c_bar) * u_next
+            pg_adv[t, n] = min(rho, pg_rho_bar) * (r + gnv + u_next - v)
             acc[n] = a
             vs[t, n] = v + a
 

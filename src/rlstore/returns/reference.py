@@ -116,8 +116,8 @@ def vtrace_reference(
         u_next = 0.0  # u_{t+1} = vs_{t+1} - values[t+1], only read while the episode goes on
         for t in reversed(range(T)):
             ratio = math.exp(tl[n][t] - bl[n][t])
-            rho = min(rho_bar, ratio)
-            c = lam * min(c_bar, ratio)
+            rho = min(ratio, rho_bar)
+            c = lam * min(ratio, c_bar)
             if te[n][t]:
                 u = rho * (r[n][t] - v[n][t])
                 q = r[n][t]
@@ -129,7 +129,7 @@ def vtrace_reference(
                 u = rho * (r[n][t] + gamma * nv[n][t] - v[n][t]) + gamma * c * u_next
                 # rlax's lambda mix: lam * v_{t+1} + (1 - lam) * V(x_{t+1})
                 q = r[n][t] + gamma * (lam * (nv[n][t] + u_next) + (1.0 - lam) * nv[n][t])
-            pg[t, n] = min(pg_rho_bar, ratio) * (q - v[n][t])
+            pg[t, n] = min(ratio, pg_rho_bar) * (q - v[n][t])
             vs[t, n] = v[n][t] + u
             u_next = u
     return vs.reshape(shape), pg.reshape(shape)
