@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+import gymnasium as gym
 import pytest
 
 from rlstore.agents import ppo
@@ -60,10 +61,19 @@ def test_fallback_depends_on_the_action_space() -> None:
     assert path.name == "ppo_fc_CartPole-v1.yaml" and fallback
 
 
+def _needs_an_argument(size: int) -> gym.Env:
+    return gym.make("Pendulum-v1")
+
+
 def test_fallback_of_an_id_that_does_not_build_is_the_first() -> None:
-    """The run reports such an id later (no run folder); the lookup itself does not raise."""
-    for env_id in ("rlstoretest/Nope-v0", "bad:Id-v0"):
-        assert fallback_env(ppo, env_id) == "CartPole-v1"
+    """The run reports such an id later (no run folder), or builds it with the arguments its
+    config gives (``environment.env_kwargs``); the lookup itself does not raise."""
+    gym.register("rlstoretest/NeedsSize-v0", entry_point=_needs_an_argument)
+    try:
+        for env_id in ("rlstoretest/Nope-v0", "bad:Id-v0", "rlstoretest/NeedsSize-v0"):
+            assert fallback_env(ppo, env_id) == "CartPole-v1"
+    finally:
+        del gym.registry["rlstoretest/NeedsSize-v0"]
 
 
 def test_other_algorithms_keep_their_single_fallback() -> None:

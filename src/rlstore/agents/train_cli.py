@@ -179,7 +179,8 @@ def fallback_env(module: ModuleType, env_id: str) -> str:
     """The env whose packaged config stands in for ``env_id``'s: the algorithm's
     ``CONTINUOUS_FALLBACK`` (if it names one) when ``env_id`` has continuous (``Box``) actions,
     else the first of its ``DEFAULT_CONFIGS``. The action space is read from the env made from
-    its id alone; an id that does not build gets the first (the run then reports the id)."""
+    its id alone; an env that does not build so gets the first (the run then builds it with its
+    configured arguments, or reports why it cannot)."""
     import gymnasium as gym
 
     from rlstore.agents.config import EnvironmentConfig
@@ -191,7 +192,7 @@ def fallback_env(module: ModuleType, env_id: str) -> str:
         return first
     try:
         env = make_env(EnvironmentConfig(env_id=env_id))
-    except ConfigError:
+    except Exception:  # e.g. a missing constructor argument that the config supplies
         return first
     box = isinstance(env.action_space, gym.spaces.Box)
     env.close()
