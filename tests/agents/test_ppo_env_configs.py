@@ -14,7 +14,10 @@ from rlstore.agents import train_cli as cli_train
 from rlstore.agents.ppo_config import load_train_config
 from rlstore.agents.train_cli import build_config, default_config, fallback_env
 
-PACKAGED = {"Pendulum-v1": "ppo_fc_Pendulum-v1.yaml"}
+PACKAGED = {
+    "Pendulum-v1": "ppo_fc_Pendulum-v1.yaml",
+    "MountainCar-v0": "ppo_fc_MountainCar-v0.yaml",
+}
 """The configs this file checks: env id -> file (RL Zoo's settings, cited in the files)."""
 
 
@@ -43,6 +46,15 @@ def test_pendulum_config_has_rl_zoo_settings() -> None:
     assert (o.num_envs, o.num_steps, o.minibatch_size, o.update_epochs) == (4, 1024, 64, 10)
     assert (o.gamma, o.gae_lambda, o.ent_coef, o.learning_rate) == (0.9, 0.95, 0.0, 1e-3)
     assert (o.decay_lr, o.clip_coef, o.clip_vloss, o.total_timesteps) == (False, 0.2, False, 1e5)
+
+
+def test_mountain_car_config_has_rl_zoo_settings() -> None:
+    cfg = build_config(_args("--env", "MountainCar-v0"))
+    o = cfg.online
+    assert (o.num_envs, o.num_steps, o.minibatch_size, o.update_epochs) == (16, 16, 64, 4)
+    assert (o.gamma, o.gae_lambda, o.ent_coef, o.learning_rate) == (0.99, 0.98, 0.0, 3e-4)
+    assert (o.decay_lr, o.clip_coef, o.clip_vloss, o.total_timesteps) == (False, 0.2, False, 1e6)
+    assert o.normalize_obs and o.normalize_reward and (o.clip_obs, o.clip_reward) == (10, 10)
 
 
 def test_fallback_depends_on_the_action_space() -> None:
