@@ -51,7 +51,7 @@ ALGORITHMS: dict[str, str] = {
 }
 """``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
 optionally ``CLI_KEYS``, flag -> config key or None (the flag does not apply), overriding
-:data:`FLAG_KEYS`)."""
+:data:`FLAG_KEYS`, and ``CONTINUOUS_FALLBACK``, see :func:`fallback_env`)."""
 
 FLAG_KEYS: dict[str, str | None] = {
     "env": "environment.env_id",
