@@ -65,7 +65,7 @@ def test_config_lookup_by_env_and_agent(tmp_path, monkeypatch) -> None:
     assert ppo.DEFAULT_CONFIGS["CartPoleNoVel-v1"] == "ppo_lstm_CartPoleNoVel-v1.yaml"
     path, fallback = default_config("ppo", ppo, "CartPoleNoVel-v1", "transformer")
     assert path.name == "ppo_lstm_CartPoleNoVel-v1.yaml" and not fallback
-    path, fallback = default_config("ppo", ppo, "MountainCar-v0", "transformer")
+    path, fallback = default_config("ppo", ppo, "Acrobot-v1", "transformer")
     assert path.name == "ppo_fc_CartPole-v1.yaml" and fallback
 
 

@@ -51,7 +51,7 @@ ALGORITHMS: dict[str, str] = {
 }
 """``--algo`` -> module exposing ``DEFAULT_CONFIGS``, ``load_config`` and ``runner`` (and
 optionally ``CLI_KEYS``, flag -> config key or None (the flag does not apply), overriding
-:data:`FLAG_KEYS`)."""
+:data:`FLAG_KEYS`, and ``CONTINUOUS_FALLBACK``, see :func:`fallback_env`)."""
 
 FLAG_KEYS: dict[str, str | None] = {
     "env": "environment.env_id",
@@ -83,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--algo", choices=sorted(ALGORITHMS), help="algorithm (default: ppo; with --resume: "
         "the run's)")  # fmt: skip
     add("--config", metavar="FILE", help="YAML config (default: the packaged one for the "
-        "env, e.g. ppo_fc_CartPole-v1.yaml; CartPole-v1's, with a warning, if none)")  # fmt: skip
+        "env, e.g. ppo_fc_CartPole-v1.yaml; if none, with a warning, CartPole-v1's, or for "
+        "PPO with continuous actions Pendulum-v1's)")  # fmt: skip
     add("--env", metavar="ID", help="Gymnasium env id (default: the config's)")
     add("--agent", choices=("fc", "lstm", "transformer"), help="agent (default: the config's)")
     add("--total-steps", type=int, metavar="N", help="total environment steps (with --resume: "
@@ -158,21 +159,44 @@ def default_config(
     :func:`~rlstore.agents.run.safe_name`: ``rlstore/KeyDoor-v0`` -> ``rlstore_KeyDoor-v0``),
     then the algorithm's ``DEFAULT_CONFIGS[env]``
     (PPO: the env's ``ppo_fc_<env>.yaml``, else its lstm / transformer one; the agent is then
-    replaced by ``agent``), else falls back to the algorithm's default config (the first of
-    ``DEFAULT_CONFIGS``, CartPole-v1's for PPO), which ``rlstore train`` announces with a
-    warning.
+    replaced by ``agent``), else falls back to the config of :func:`fallback_env` (for PPO
+    CartPole-v1's, or Pendulum-v1's for continuous actions), which ``rlstore train`` announces
+    with a warning.
     """
     from rlstore.agents.run import safe_name
 
     defaults: dict[str, str] = module.DEFAULT_CONFIGS
-    first = next(iter(defaults))
-    env = env_id or first
+    env = env_id or next(iter(defaults))
     names = [f"{algo}_{agent}_{safe_name(env)}.yaml"] if agent else []
     names += [defaults[env]] if env in defaults else []
     for name in names:
         if _packaged(name).is_file():
             return _packaged(name), False
-    return _packaged(defaults[first]), True
+    return _packaged(defaults[fallback_env(module, env)]), True
+
+
+def fallback_env(module: ModuleType, env_id: str) -> str:
+    """The env whose packaged config stands in for ``env_id``'s: the algorithm's
+    ``CONTINUOUS_FALLBACK`` (if it names one) when ``env_id`` has continuous (``Box``) actions,
+    else the first of its ``DEFAULT_CONFIGS``. The action space is read from the env made from
+    its id alone; an env that does not build so gets the first (the run then builds it with its
+    configured arguments, or reports why it cannot)."""
+    import gymnasium as gym
+
+    from rlstore.agents.config import EnvironmentConfig
+    from rlstore.agents.envs import make_env
+
+    first = next(iter(module.DEFAULT_CONFIGS))
+    continuous = getattr(module, "CONTINUOUS_FALLBACK", None)
+    if continuous is None:
+        return first
+    try:
+        env = make_env(EnvironmentConfig(env_id=env_id))
+    except Exception:  # e.g. a missing constructor argument that the config supplies
+        return first
+    box = isinstance(env.action_space, gym.spaces.Box)
+    env.close()
+    return continuous if box else first
 
 
 def _set(data: dict[str, Any], key: str, value: Any) -> None:
@@ -337,12 +361,11 @@ def _run(args: argparse.Namespace) -> int:
 def _warn_if_untuned(args: argparse.Namespace, module: ModuleType, env_id: str) -> None:
     algo = _algo(args)
     if args.config is None and default_config(algo, module, args.env, args.agent)[1]:
-        defaults = module.DEFAULT_CONFIGS
-        first = next(iter(defaults))
+        stand_in = fallback_env(module, env_id)
         log.warning(
             "no packaged %s config for %s: using the hyper-parameters tuned for %s (%s), which "
             "may not suit it; pass --config FILE or override them (--set section.key=value, "
-            "--lr, --total-steps, ...)", algo, env_id, first, defaults[first],
+            "--lr, --total-steps, ...)", algo, env_id, stand_in, module.DEFAULT_CONFIGS[stand_in],
         )  # fmt: skip
 
 
