@@ -4,11 +4,11 @@
 (:class:`~rlstore.storage.RingStorage`, one env column, ``max_size`` rows, allocated from the first
 insert) with a write cursor ``step`` and a fill level ``size``.
 
-**Decision on PyTorchRL's ``MBReplayBuffer.get_all_buffer_data`` (``[:step]``).** It returns the rows
-before the cursor, which after a wrap-around is only the newest part (and nothing right after a
-wrap that lands on 0). rlstore does not copy that: :meth:`ModelBasedReplay.get_all` returns all
-``size`` rows in chronological order (oldest first), which equals ``[:step]`` until the first
-wrap-around. :meth:`get_data_slice` indexes the same chronological order, so
+**Decision on PyTorchRL's ``MBReplayBuffer.get_all_buffer_data`` (``[:step]``).** It returns
+the rows before the cursor, which after a wrap-around is only the newest part (and nothing right
+after a wrap that lands on 0). rlstore does not copy that: :meth:`ModelBasedReplay.get_all`
+returns all ``size`` rows in chronological order (oldest first), which equals ``[:step]`` until
+the first wrap-around. :meth:`get_data_slice` indexes the same chronological order, so
 ``other.insert_data_slice(buf.get_data_slice(0, len(buf)))`` reproduces a buffer.
 
 :meth:`ModelBasedReplay.train_validation_split` follows MBPO (Janner et al. 2019,
