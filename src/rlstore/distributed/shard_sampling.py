@@ -18,7 +18,8 @@ least likely item), as each local buffer does for itself; it is computed from th
 local ratio ``p_min_s / p_i`` as ``(p_min / p_min_s * p_min_s / p_i)^beta``. ``beta=None`` takes
 the shard sampler's own beta (schedule) of the first shard in the batch.
 
-Ids. ``ShardBatch.ids = local_id * S + shard``, for :meth:`ShardSampling.update_priorities`.
+Ids. ``ShardBatch.ids = local_id * S + shard``, for
+:meth:`~rlstore.distributed.client.ReplayShards.update_priorities`.
 
 Prefetch. ``sample_many(..., prefetch=p)`` keeps ``p`` requests of the same shape in flight:
 the wait overlaps with the learner's work; the prefetched batches were drawn with the
