@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlstore.agents.ppo import ADV_EPS, ppo_loss
+from rlstore.agents.ppo_update import ADV_EPS, ppo_loss
 from rlstore.errors import SpecError
 
 
