@@ -28,6 +28,10 @@ weighted by its importance weight ``w_i`` and its priority becomes ``|y_i - Q(s_
 beta is annealed from ``per_beta`` to 1 over the run's gradient steps (:class:`~rlstore.
 samplers.LinearSchedule`).
 
+Observations: what PPO's preprocessor takes (:mod:`rlstore.agents.obs`: vectors, Discrete as
+one-hot, MiniGrid dicts) but pixel images; the replay stores them raw and the networks read
+them preprocessed (:class:`DQNAgent`).
+
 Example::
 
     from rlstore.agents.dqn import DQNTrainConfig, train_dqn
