@@ -149,3 +149,24 @@ def test_resume_refuses_a_crafted_observation(tmp_path: Path, obs: Any, match: s
     save_state(folder, sd, prefix="dqn_")  # a consistent (checksummed) but wrong state
     with pytest.raises(CheckpointError, match=match):
         train_dqn(cfg, run_dir=tmp_path, resume=True)
+
+
+@pytest.mark.parametrize(("env_id", "changed"), [("CliffWalking-v1", {})])
+def test_non_box_env_gets_its_config_cartpoles_settings_but_named_ones(
+    env_id: str, changed: dict[str, Any]
+) -> None:
+    """``rlstore train --algo dqn --env CliffWalking-v1`` used CartPole's config without a time
+    limit: CliffWalking-v1 has none, so a greedy evaluation of a circling policy never ended."""
+    import argparse
+
+    from rlstore.agents import dqn
+    from rlstore.agents.train_cli import add_arguments, build_config, default_config
+
+    path, fallback = default_config("dqn", dqn, env_id, None)
+    assert path.name == f"dqn_{env_id}.yaml" and not fallback
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args(["--algo", "dqn", "--env", env_id]))
+    assert cfg.environment.env_id == env_id and cfg.environment.max_steps == 200
+    cartpole = dqn.load_config(path.parent / dqn.DEFAULT_CONFIGS["CartPole-v1"]).dqn.to_dict()
+    assert cfg.dqn.to_dict() == {**cartpole, **changed}
