@@ -156,7 +156,8 @@ def test_non_box_env_gets_its_config_cartpoles_settings_but_named_ones(
     env_id: str, changed: dict[str, Any]
 ) -> None:
     """``rlstore train --algo dqn --env CliffWalking-v1`` used CartPole's config without a time
-    limit: CliffWalking-v1 has none, so a greedy evaluation of a circling policy never ended."""
+    limit: CliffWalking-v1 has none, and a greedy evaluation that misses the goal for 48 steps
+    cycles forever (deterministic policy, deterministic 48-state env)."""
     import argparse
 
     from rlstore.agents import dqn
