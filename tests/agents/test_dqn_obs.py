@@ -151,13 +151,18 @@ def test_resume_refuses_a_crafted_observation(tmp_path: Path, obs: Any, match: s
         train_dqn(cfg, run_dir=tmp_path, resume=True)
 
 
-@pytest.mark.parametrize(("env_id", "changed"), [("CliffWalking-v1", {})])
+@pytest.mark.parametrize(
+    ("env_id", "max_steps", "changed"),
+    [("CliffWalking-v1", 200, {}),
+     ("Taxi-v4", None, {"total_timesteps": 200_000, "exploration_fraction": 0.5})],
+)  # fmt: skip
 def test_non_box_env_gets_its_config_cartpoles_settings_but_named_ones(
-    env_id: str, changed: dict[str, Any]
+    env_id: str, max_steps: int | None, changed: dict[str, Any]
 ) -> None:
     """``rlstore train --algo dqn --env CliffWalking-v1`` used CartPole's config without a time
     limit: CliffWalking-v1 has none, and a greedy evaluation that misses the goal for 48 steps
-    cycles forever (deterministic policy, deterministic 48-state env)."""
+    cycles forever (deterministic policy, deterministic 48-state env); Taxi-v4 stayed at -200 (no
+    delivery) for CartPole's 50k steps."""
     import argparse
 
     from rlstore.agents import dqn
@@ -168,6 +173,6 @@ def test_non_box_env_gets_its_config_cartpoles_settings_but_named_ones(
     p = argparse.ArgumentParser()
     add_arguments(p)
     cfg = build_config(p.parse_args(["--algo", "dqn", "--env", env_id]))
-    assert cfg.environment.env_id == env_id and cfg.environment.max_steps == 200
+    assert cfg.environment.env_id == env_id and cfg.environment.max_steps == max_steps
     cartpole = dqn.load_config(path.parent / dqn.DEFAULT_CONFIGS["CartPole-v1"]).dqn.to_dict()
     assert cfg.dqn.to_dict() == {**cartpole, **changed}

@@ -96,6 +96,7 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "CartPole-v1": "dqn_CartPole-v1.yaml",
     "MountainCar-v0": "dqn_MountainCar-v0.yaml",
     "CliffWalking-v1": "dqn_CliffWalking-v1.yaml",
+    "Taxi-v4": "dqn_Taxi-v4.yaml",
 }
 """Env id -> packaged config file in ``rlstore/configs/``."""
 
