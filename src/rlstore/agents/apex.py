@@ -150,7 +150,7 @@ class ApexPolicy:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        greedy = self.agent.q(torch.as_tensor(obs)).argmax(1)
+        greedy = self.agent(obs).argmax(1)
         explore = torch.rand(len(obs), generator=self.rng) < self.epsilon
         random = torch.randint(self.agent.num_actions, (len(obs),), generator=self.rng)
         return torch.where(explore, random, greedy).numpy(), {}
@@ -172,7 +172,7 @@ def initial_priorities(agent: DQNAgent, fragment: dict[str, Any], ac: ApexConfig
     next_v = td_targets(agent, one_step, ac.double_q).reshape(T, N).numpy()  # 0 + 1 * V(s')
     g = nstep(fragment["reward"], next_v, fragment["terminated"], fragment["truncated"],
               n=ac.n_step, gamma=ac.gamma)  # fmt: skip
-    q = agent.q(flat["obs"]).gather(1, flat["action"].long().view(-1, 1)).reshape(T, N)
+    q = agent(flat["obs"]).gather(1, flat["action"].long().view(-1, 1)).reshape(T, N)
     return np.abs(g - q.numpy()).astype(np.float64)
 
 

@@ -28,6 +28,10 @@ weighted by its importance weight ``w_i`` and its priority becomes ``|y_i - Q(s_
 beta is annealed from ``per_beta`` to 1 over the run's gradient steps (:class:`~rlstore.
 samplers.LinearSchedule`).
 
+Observations: what PPO's preprocessor takes (:mod:`rlstore.agents.obs`: vectors, Discrete as
+one-hot, MiniGrid dicts) but pixel images; the replay stores them raw and the networks read
+them preprocessed (:class:`DQNAgent`).
+
 Example::
 
     from rlstore.agents.dqn import DQNTrainConfig, train_dqn
@@ -57,12 +61,19 @@ from torch import nn
 from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
 from rlstore.agents.envs import make_env, make_vector_env
+from rlstore.agents.obs import (
+    get_obs_preprocessor,
+    get_obs_shape,
+    is_image_space,
+    is_minigrid_space,
+    numeric_obs,
+)
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.config import PositiveInt
-from rlstore.errors import ConfigError
+from rlstore.errors import ConfigError, SpecError
 from rlstore.samplers import LinearSchedule
 from rlstore.vector import TransitionAdapter
 
@@ -84,6 +95,8 @@ __all__ = [
 DEFAULT_CONFIGS: dict[str, str] = {
     "CartPole-v1": "dqn_CartPole-v1.yaml",
     "MountainCar-v0": "dqn_MountainCar-v0.yaml",
+    "CliffWalking-v1": "dqn_CliffWalking-v1.yaml",
+    "Taxi-v4": "dqn_Taxi-v4.yaml",
 }
 """Env id -> packaged config file in ``rlstore/configs/``."""
 
@@ -168,7 +181,8 @@ class DQNConfig(QLearningConfig):
 
 
 class DQNTrainConfig(AlgorithmTrainConfig):
-    """A whole DQN run: ``run``, ``environment`` (Box observations, Discrete actions), ``dqn``."""
+    """A whole DQN run: ``run``, ``environment`` (Discrete actions; observations: see
+    :class:`DQNAgent`), ``dqn``."""
 
     dqn: DQNConfig = Field(default_factory=DQNConfig)
     """DQN hyper-parameters."""
@@ -183,7 +197,8 @@ CLI_KEYS = DQNTrainConfig.cli_keys()
 
 
 class QNetwork(nn.Module):
-    """MLP ``obs (B, obs_dim) -> Q (B, num_actions)``, with an optional dueling head."""
+    """MLP ``obs (B, obs_dim) -> Q (B, num_actions)``, with an optional dueling head; ``obs``
+    is preprocessed (:attr:`DQNAgent.preprocess`)."""
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], dueling: bool):
         super().__init__()
@@ -223,8 +238,14 @@ class EnvInfo(NamedTuple):
 class DQNAgent(nn.Module):
     """The online Q-network ``q``, its target ``target`` and the current exploration rate.
 
-    ``agent(obs)`` gives Q-values; :meth:`predict` acts (velora's ``warm`` calls it);
-    ``state_dict()`` holds both networks.
+    Observations: every space PPO's preprocessor takes (:mod:`rlstore.agents.obs`) but pixel
+    images: ``Box`` vectors, ``Discrete`` (one-hot), ``MultiDiscrete``, MiniGrid dicts and
+    one-level dicts of those. The replay stores raw observations (:func:`~rlstore.agents.obs.
+    numeric_obs`); the networks ``q`` and ``target`` read ``preprocess(obs)`` ``(B, obs_dim)``.
+    Pixel images are refused: the Q-network is an MLP and rlstore has no image encoder.
+
+    ``agent(obs)`` gives Q-values of raw observations; :meth:`predict` acts (velora's ``warm``
+    calls it); ``state_dict()`` holds both networks.
     """
 
     def __init__(self, env: EnvInfo, cfg: DQNConfig):
@@ -232,27 +253,31 @@ class DQNAgent(nn.Module):
         obs_space, act_space = env.observation_space, env.action_space
         if not isinstance(act_space, gym.spaces.Discrete):
             raise ConfigError(f"environment: DQN needs Discrete actions, got {act_space}")
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"environment: DQN needs Box observations, got {obs_space}")
         self.env, self.num_actions = env, int(act_space.n)
-        args = (int(np.prod(obs_space.shape)), self.num_actions, cfg.hidden_sizes, cfg.dueling)
+        _check_obs_space(obs_space)
+        self.preprocess = get_obs_preprocessor(obs_space)
+        args = (int(np.prod(get_obs_shape(obs_space))), self.num_actions, cfg.hidden_sizes,
+                cfg.dueling)  # fmt: skip
         self.q, self.target = QNetwork(*args), QNetwork(*args)
         self.target.load_state_dict(self.q.state_dict())
         self.target.requires_grad_(False)
         self.epsilon = cfg.exploration_initial_eps
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q(obs)  # type: ignore[no-any-return]
+    def forward(self, obs: Any) -> torch.Tensor:
+        """Q-values ``(N, num_actions)`` of raw observations ``(N, ...)`` (or a dict of them)."""
+        return self.q(self.preprocess(obs, self.device))  # type: ignore[no-any-return]
 
     @torch.no_grad()
-    def explore(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
-        """Epsilon-greedy actions ``(N,)`` int64, drawn from torch's global RNG (the Q-network
-        runs only when some env acts greedily)."""
-        use_random = torch.rand(len(obs), device=obs.device) < epsilon
-        random = torch.randint(self.num_actions, (len(obs),), device=obs.device)
+    def explore(self, obs: Any, epsilon: float) -> torch.Tensor:
+        """Epsilon-greedy actions ``(N,)`` int64 for raw observations ``(N, ...)`` (or a dict of
+        them), drawn from torch's global RNG (the Q-network runs only when some env acts
+        greedily)."""
+        x = self.preprocess(obs, self.device)
+        use_random = torch.rand(len(x), device=x.device) < epsilon
+        random = torch.randint(self.num_actions, (len(x),), device=x.device)
         if bool(use_random.all()):
             return random
-        return torch.where(use_random, random, self.q(obs).argmax(1))
+        return torch.where(use_random, random, self.q(x).argmax(1))
 
     def predict(
         self, states: torch.Tensor, hidden: Any = None, train_mode: bool = False
@@ -260,12 +285,13 @@ class DQNAgent(nn.Module):
         """velora's agent API: actions for a batch of states (epsilon-greedy at the current
         ``epsilon`` when ``train_mode``, greedy otherwise); ``hidden`` is passed through."""
         eps = self.epsilon if train_mode else 0.0
-        return self.explore(torch.as_tensor(states, device=self.device), eps), hidden
+        return self.explore(states, eps), hidden
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Greedy action for ONE observation (for :func:`rlstore.agents.run.evaluate`)."""
-        return self.q(torch.as_tensor(obs, device=self.device)[None])[0].argmax().cpu().numpy()
+    def act(self, obs: Any) -> np.int64:
+        """Greedy action for ONE raw observation (for :func:`rlstore.agents.run.evaluate`), a
+        numpy scalar (hashable: toy-text envs index tables with it)."""
+        return np.int64(self.q(self.preprocess(obs, self.device)[None])[0].argmax().item())
 
     @property
     def device(self) -> torch.device:
@@ -279,13 +305,30 @@ class DQNAgent(nn.Module):
             t.copy_(p) if tau == 1.0 else t.lerp_(p, tau)
 
 
+def _check_obs_space(space: gym.Space) -> None:
+    """ConfigError naming ``space`` unless DQN takes it (see :class:`DQNAgent`)."""
+    leaves = space.spaces.values() if isinstance(space, gym.spaces.Dict) else [space]
+    if any(is_image_space(s) for s in leaves) and not is_minigrid_space(space):
+        raise ConfigError(
+            f"environment: DQN cannot take pixel images (its Q-network is an MLP and rlstore "
+            f"has no image encoder; it takes Box vectors, Discrete, MultiDiscrete and MiniGrid "
+            f"observations), got {space!r}"
+        )
+    try:
+        get_obs_shape(space)
+    except SpecError as err:
+        raise ConfigError(f"environment: DQN cannot take this observation space: {err}") from None
+
+
 def td_targets(agent: DQNAgent, batch: NStepBatch, double_q: bool) -> torch.Tensor:
-    """``reward + discount * Q_target(next_obs, a*)`` of an n-step batch ``(B,)`` float32;
-    ``a*`` from the online net (double DQN) or the target net."""
+    """``reward + discount * Q_target(next_obs, a*)`` of an n-step batch ``(B,)`` float32
+    (raw observations, preprocessed here); ``a*`` from the online net (double DQN) or the
+    target net."""
     with torch.no_grad():
-        next_q = agent.target(batch.next_obs)
+        next_obs = agent.preprocess(batch.next_obs, agent.device)
+        next_q = agent.target(next_obs)
         if double_q:
-            best = agent.q(batch.next_obs).argmax(1, keepdim=True)
+            best = agent.q(next_obs).argmax(1, keepdim=True)
             next_v = next_q.gather(1, best).squeeze(1)
         else:
             next_v = next_q.max(1).values
@@ -330,7 +373,7 @@ def train_dqn(
                 dc.exploration_initial_eps, dc.exploration_final_eps,
                 max(1, int(dc.exploration_fraction * dc.total_timesteps)),
             )  # fmt: skip
-            obs, _ = envs.reset(seed=rc.seed)
+            obs = numeric_obs(envs.reset(seed=rc.seed)[0])
             n, ckpt_dir = dc.num_envs, run.ckpt_dir
             prog = Progress(0, 0, 0, 0, obs, np.zeros(n), np.zeros(n, np.int64))
             if resume:
@@ -342,7 +385,6 @@ def train_dqn(
             ckpt_at = checkpoint_schedule(num_periods, dc.num_checkpoints) if ckpt_dir else set()
             target_every = max(dc.target_update_interval // n, 1)
             synced = -1  # `updates` when the target last copied the online net (tau = 1)
-            device = agent.device
             obs, ep_ret, ep_len = prog.obs, prog.episode_return.copy(), prog.episode_length.copy()
             step, updates, ckpt_num = prog.global_step, prog.num_updates, prog.checkpoint_num
             for period in range(prog.period, num_periods):
@@ -350,8 +392,9 @@ def train_dqn(
                 for _ in range(dc.train_freq):
                     eps = 1.0 if step < dc.learning_starts else epsilon(step)
                     agent.epsilon = eps
-                    actions = agent.explore(torch.as_tensor(obs, device=device), eps).cpu().numpy()
+                    actions = agent.explore(obs, eps).cpu().numpy()
                     next_obs, reward, term, trunc, info = envs.step(actions)
+                    next_obs = numeric_obs(next_obs)  # what the replay stores: no mission text
                     tr = adapter.step(obs, actions, reward, term, trunc, info, next_obs)
                     buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated,
                                tr.truncated)  # fmt: skip
@@ -400,7 +443,7 @@ def td_step(
     clipped to ``max_grad_norm``); returns the loss, the mean Q-value and ``|y - Q(s, a)|``
     ``(B,)`` (the new priorities)."""
     target = td_targets(agent, batch, double_q)
-    q = agent.q(batch.obs).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
+    q = agent(batch.obs).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
     loss = (batch.weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
     optimizer.zero_grad()
     loss.backward()

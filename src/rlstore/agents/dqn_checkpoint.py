@@ -15,11 +15,15 @@ changes, and anything wrong is a :class:`~rlstore.errors.CheckpointError` naming
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstore._trees import flat_items
+from rlstore.agents.obs import numeric_obs
 from rlstore.agents.replay_checkpoint import (
     BUFFER_PREFIX,
     load_replay_checkpoint,
@@ -27,10 +31,10 @@ from rlstore.agents.replay_checkpoint import (
     save_replay_checkpoint,
 )
 from rlstore.agents.run import TrainStats
-from rlstore.agents.run_checkpoint import check_optimizer_state, optimizer_state
+from rlstore.agents.run_checkpoint import RAW_OBS, check_optimizer_state, optimizer_state
 from rlstore.buffers.replay import ReplayBuffer
 from rlstore.checkpoint import read_metadata
-from rlstore.errors import CheckpointError
+from rlstore.errors import CheckpointError, SpecError
 
 if TYPE_CHECKING:
     from rlstore.agents.dqn import DQNAgent, DQNTrainConfig
@@ -49,7 +53,8 @@ class Progress(NamedTuple):
     global_step: int
     num_updates: int
     checkpoint_num: int
-    obs: np.ndarray
+    obs: np.ndarray | dict[str, np.ndarray]
+    """The envs' current raw observations (:func:`~rlstore.agents.obs.numeric_obs`)."""
     episode_return: np.ndarray
     episode_length: np.ndarray
 
@@ -68,7 +73,7 @@ def save_checkpoint(
     counters = {k: getattr(prog, k) for k in _COUNTERS}
     payload = {
         "counters": counters,
-        "obs": np.array(prog.obs),
+        "obs": numeric_obs(prog.obs),
         "episode_return": prog.episode_return.copy(),
         "episode_length": prog.episode_length.copy(),
         "epsilon": float(agent.epsilon),
@@ -107,12 +112,12 @@ def restore_checkpoint(
         or not all(type(counters[k]) is int and counters[k] >= 0 for k in _COUNTERS)
     ):
         raise CheckpointError(f"counters: expected ints >= 0 for {list(_COUNTERS)}")
-    n, obs_shape = envs.num_envs, (envs.num_envs, *envs.single_observation_space.shape)
-    for key, shape, kind in (("obs", obs_shape, "f"), ("episode_return", (n,), "f"),
-                             ("episode_length", (n,), "i")):  # fmt: skip
+    n = envs.num_envs
+    _check_obs(sd.get("obs"), envs, agent)
+    for key, kind in (("episode_return", "f"), ("episode_length", "i")):
         v = sd.get(key)
-        if not isinstance(v, np.ndarray) or v.shape != shape or v.dtype.kind != kind:
-            raise CheckpointError(f"{key}: expected a {kind}-kind array of shape {shape}")
+        if not isinstance(v, np.ndarray) or v.shape != (n,) or v.dtype.kind != kind:
+            raise CheckpointError(f"{key}: expected a {kind}-kind array of shape {(n,)}")
     hist = sd.get("history")
     if not isinstance(hist, dict) or not all(isinstance(hist.get(k), list) for k in _HISTORY):
         raise CheckpointError(f"history: expected the lists {list(_HISTORY)}")
@@ -123,7 +128,8 @@ def restore_checkpoint(
     eps = sd.get("epsilon")
     if type(eps) is not float or not 0.0 <= eps <= 1.0:
         raise CheckpointError(f"epsilon: expected a float in [0, 1], got {eps!r}")
-    restore_replay_checkpoint(sd, buffer_sd, cfg, agent, buffer, envs, [(optimizer, opt)])
+    view = SimpleNamespace(normalizer=RAW_OBS.normalizer, preprocess=agent.preprocess)
+    restore_replay_checkpoint(sd, buffer_sd, cfg, agent, buffer, envs, [(optimizer, opt)], view)
     agent.epsilon = eps
     stats.episode_returns, stats.episode_lengths = hist["episode_returns"], hist["episode_lengths"]
     stats.episode_end_steps, stats.updates = hist["episode_end_steps"], hist["updates"]
@@ -131,3 +137,20 @@ def restore_checkpoint(
     c = counters
     return Progress(c["period"], c["global_step"], c["num_updates"], c["checkpoint_num"] + 1,
                      sd["obs"], sd["episode_return"], sd["episode_length"])  # fmt: skip
+
+
+def _check_obs(obs: Any, envs: Any, agent: DQNAgent) -> None:
+    """CheckpointError unless ``obs`` is a batch of the envs' raw observations: the arrays (keys,
+    shapes, dtypes) of ``numeric_obs`` of one, with values the agent's preprocessor takes."""
+    empty = gym.vector.utils.create_empty_array(envs.single_observation_space, envs.num_envs)
+    want = {k: (v.shape, v.dtype) for k, v in flat_items(numeric_obs(empty)).items()}
+    got = flat_items(obs) if isinstance(obs, dict) else {"": obs}
+    if set(got) != set(want) or not all(
+        isinstance(v, np.ndarray) and (v.shape, v.dtype) == want[k] for k, v in got.items()
+    ):  # fmt: skip
+        shown = {k: (tuple(s), str(d)) for k, (s, d) in want.items()}
+        raise CheckpointError(f"obs: expected arrays (shape, dtype) {shown}")
+    try:
+        agent.preprocess(obs)
+    except SpecError as err:
+        raise CheckpointError(f"obs: {err}") from None

@@ -59,6 +59,7 @@ __all__ = [
     "preprocess_images",
     "is_image_space",
     "is_minigrid_space",
+    "numeric_obs",
     "RunNormalizer",
 ]
 
@@ -95,6 +96,19 @@ def is_minigrid_space(space: gym.Space) -> bool:
         and len(space["image"].shape) == 3
         and isinstance(space["direction"], gym.spaces.Discrete)
     )
+
+
+def numeric_obs(obs: Any) -> np.ndarray | dict[str, np.ndarray]:
+    """A copy of a raw observation (batch) as a numpy array, or a dict of numpy arrays without
+    the non-numeric entries (MiniGrid's ``mission`` text), as buffers and checkpoints store it."""
+    if isinstance(obs, Mapping):
+        out = {}
+        for k, v in obs.items():
+            arr = np.asarray(v)
+            if arr.dtype.kind in "biuf":
+                out[str(k)] = arr.copy()
+        return out
+    return np.array(obs, copy=True)
 
 
 def _minigrid_parts(space: gym.Space) -> tuple[tuple[int, ...], gym.spaces.Discrete]:

@@ -87,15 +87,16 @@ def load_replay_checkpoint(
 def restore_replay_checkpoint(
     sd: dict[str, Any], buffer_sd: dict[str, Any], cfg: AlgorithmTrainConfig,
     agent: torch.nn.Module, buffer: ReplayBuffer, envs: Any,
-    optimizers: list[tuple[torch.optim.Optimizer, dict[str, Any]]],
+    optimizers: list[tuple[torch.optim.Optimizer, dict[str, Any]]], obs_view: Any = RAW_OBS,
 ) -> None:  # fmt: skip
     """Load a checkpoint whose entries are all checked (:func:`load_replay_checkpoint` and the
     trainer's own checks) into the run's objects: the buffer (checked whole by itself), the
     envs' current episodes (replayed; they must reproduce the saved observations
-    ``sd["obs"]``), the networks, ``optimizers`` (each with its checked state), then the global
-    RNG states."""
+    ``sd["obs"]``, both seen through ``obs_view.preprocess``: raw by default), the networks,
+    ``optimizers`` (each with its checked state), then the global RNG states."""
     buffer.load_state_dict(buffer_sd)
-    restore_envs(envs, cfg.environment, sd.get("envs"), RAW_OBS, torch.as_tensor(sd["obs"]))
+    next_obs = obs_view.preprocess(sd["obs"], None)
+    restore_envs(envs, cfg.environment, sd.get("envs"), obs_view, next_obs)
     agent.load_state_dict(sd["model"])
     for optimizer, state in optimizers:
         optimizer.load_state_dict(state)

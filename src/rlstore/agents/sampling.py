@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from rlstore.agents.envs import make_vector_env
+from rlstore.agents.obs import numeric_obs
 from rlstore.agents.rollout import SAMPLING_METHODS, RolloutState, run_rollout
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.checkpoint import load_state, read_metadata, save_state
@@ -115,18 +116,6 @@ class Trajectories(TimeMajor):
         return np.array([e - s + 1 for _, s, e in self._episodes()], dtype=np.int64)
 
 
-def _numeric(obs: Any) -> Obs:
-    """Raw observation batch -> numpy array, or dict of numpy arrays without non-numeric keys."""
-    if isinstance(obs, Mapping):
-        out = {}
-        for k, v in obs.items():
-            arr = np.asarray(v)
-            if arr.dtype.kind in "biuf":
-                out[str(k)] = arr.copy()
-        return out
-    return np.array(obs, copy=True)
-
-
 def _stack(rows: list[Obs]) -> Obs:
     if isinstance(rows[0], dict):
         return {k: np.stack([r[k] for r in rows]) for k in rows[0]}  # type: ignore[index]
@@ -156,7 +145,7 @@ class TrajectoryWriter:
 
     def start(self, first_obs: Any) -> None:
         """Record the observations of the reset that starts the rollout ``(N, *obs_shape)``."""
-        self._obs = [_numeric(first_obs)]
+        self._obs = [numeric_obs(first_obs)]
 
     def accumulate_trajectory(
         self,
@@ -175,7 +164,7 @@ class TrajectoryWriter:
         self._rewards.append(np.asarray(reward, dtype=np.float32).copy())
         self._terminated.append(np.asarray(terminated, dtype=bool).copy())
         self._truncated.append(np.asarray(truncated, dtype=bool).copy())
-        self._obs.append(_numeric(next_obs))
+        self._obs.append(numeric_obs(next_obs))
 
     def finish(self) -> Trajectories:
         """The recorded steps as :class:`Trajectories` (the final next-observation is dropped)."""
