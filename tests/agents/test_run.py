@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import rlstore.agents.run as run_mod
 from rlstore.agents.run import (
     RunLogger,
     TrainStats,
@@ -317,6 +318,17 @@ def test_evaluate_runs_seeded_episodes_and_leaves_global_rngs_alone() -> None:
         obs, r, term, trunc, _ = env.step(act(obs))
         total, done = total + r, term or trunc
     assert returns[1] == total
+
+
+def test_evaluate_cuts_episodes_of_an_env_without_a_time_limit(monkeypatch) -> None:
+    # CliffWalking-v1 has no time limit: "up" from the start state never ends an episode
+    monkeypatch.setattr(run_mod, "EVAL_STEP_CAP", 50)
+    with pytest.warns(UserWarning, match="cut after 50 steps.*environment.max_steps"):
+        returns = evaluate(lambda o: 0, lambda: gym.make("CliffWalking-v1"), 2, seed=0)
+    assert returns == [-50.0, -50.0]  # -1 per step, 50 steps each
+    # an env with its own limit runs to it, never to the cap
+    limited = lambda: gym.make("CliffWalking-v1", max_episode_steps=70)  # noqa: E731
+    assert evaluate(lambda o: 0, limited, 1, seed=0) == [-70.0]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,10 @@ def evaluate(
         video_dir: record every episode there with gymnasium's ``RecordVideo`` (needs moviepy).
         begin_episode: called before each episode (recurrent agents reset their memory).
 
+    An env without a time limit of its own (``spec.max_episode_steps`` unset, e.g.
+    CliffWalking-v1) ends an episode after :data:`EVAL_STEP_CAP` steps with a warning: a greedy
+    policy caught in a loop would otherwise never return.
+
     Raises:
         ConfigError: ``episodes`` < 1, or ``video_dir`` without the moviepy package.
     """
@@ -257,20 +262,28 @@ def evaluate(
                 env, str(video_dir), episode_trigger=lambda _: True, disable_logger=True
             )
         returns = []
+        cap = EVAL_STEP_CAP if getattr(env.spec, "max_episode_steps", None) is None else None
         for i in range(episodes):
             if begin_episode is not None:
                 begin_episode()
             obs, _ = env.reset(seed=seed + i)
-            total, done = 0.0, False
+            total, done, steps = 0.0, False, 0
             while not done:
                 obs, reward, terminated, truncated, _ = env.step(act(obs))
-                total += float(reward)
+                total, steps = total + float(reward), steps + 1
                 done = bool(terminated or truncated)
+                if not done and steps == cap:
+                    msg = f"evaluation: episode {i} cut after {cap} steps (no time limit of its own"
+                    warnings.warn(msg + "; set environment.max_steps)", stacklevel=2)
+                    done = True
             returns.append(total)
         return returns
     finally:
         env.close()
 
+
+EVAL_STEP_CAP = 100_000
+"""Steps after which :func:`evaluate` ends an episode of an env that has no time limit."""
 
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation episode i of every trainer resets with seed ``run.seed + EVAL_SEED_OFFSET + i``."""
