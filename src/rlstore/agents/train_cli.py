@@ -360,12 +360,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def _warn_if_untuned(args: argparse.Namespace, module: ModuleType, env_id: str) -> None:
     algo = _algo(args)
-    if args.config is None and default_config(algo, module, args.env, args.agent)[1]:
-        stand_in = fallback_env(module, env_id)
+    if args.config is None:
+        path, untuned = default_config(algo, module, args.env, args.agent)
+        if not untuned:
+            return
+        stand_in = next(e for e, f in module.DEFAULT_CONFIGS.items() if f == path.name)
         log.warning(
             "no packaged %s config for %s: using the hyper-parameters tuned for %s (%s), which "
             "may not suit it; pass --config FILE or override them (--set section.key=value, "
-            "--lr, --total-steps, ...)", algo, env_id, stand_in, module.DEFAULT_CONFIGS[stand_in],
+            "--lr, --total-steps, ...)", algo, env_id, stand_in, path.name,
         )  # fmt: skip
 
 
