@@ -6,7 +6,7 @@ rlstore's core: velora's buffers, PyTorchRL's storages, DecisionTransformerInter
 from __future__ import annotations
 
 from rlstore.compat.model_based import MBReplayBuffer
-from rlstore.compat.ppo_buffer import PPOBuffer
+from rlstore.compat.ppo_buffer import PPOBuffer, discount_cumsum
 from rlstore.compat.ppod import PPODBuffer
 from rlstore.compat.pytorchrl import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
 from rlstore.compat.simple_replay import SimpleReplayBuffer
@@ -17,6 +17,7 @@ from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 __all__ = [
     "SimpleReplayBuffer",
     "PPOBuffer",
+    "discount_cumsum",
     "VeloraReplayBuffer",
     "BufferBase",
     "BatchExperience",

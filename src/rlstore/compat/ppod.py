@@ -58,7 +58,7 @@ class PPODBuffer(GAEBuffer):
                  supplementary_demos_dir: str | None = None,
                  target_agent_demos_dir: str | None = None, num_agent_demos_to_save: int = 10,
                  initial_reward_threshold: float | None = None, save_demos_every: int = 10,
-                 demo_dtypes: Mapping[str, Any] | None = None, *,
+                 demo_dtypes: Mapping[str, Any] | None = _DEFAULT_DTYPES, *,
                  seed: int | np.random.Generator | None = None) -> None:  # fmt: skip
         super().__init__(size, device, actor, algorithm, envs, gae_lambda=gae_lambda)
         self.store = DemoStore(total_buffer_demo_capacity, rho=rho, phi=phi, alpha=alpha,

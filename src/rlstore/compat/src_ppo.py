@@ -5,7 +5,9 @@ envs, trajectory_writer=None, sampling_method="basic")`` runs rlstore's rollout 
 ``RolloutBuffer`` that :class:`Memory` then serves; ``learn(memory, args, optimizer, scheduler,
 track)`` runs rlstore's PPO update on it. Differences: envs must autoreset in the same step
 (:func:`~rlstore.agents.ppo.make_vector_env`); truncated episodes bootstrap; checkpoints are
-rlstore's safetensors + JSON folders.
+rlstore's safetensors + JSON folders; the observation helpers are :mod:`rlstore.agents.obs`'s
+(images: channels-first float32 tensors in [0, 1]; MiniGrid dicts: flat); Probe6 / Probe7 are
+:mod:`rlstore.envs.probes`'s (Probe6 rewards ``a == t mod 2``, the original's stated intent).
 
     >>> from rlstore.agents.ppo import EnvironmentConfig, OnlineTrainConfig, make_vector_env
     >>> env_cfg = EnvironmentConfig(env_id="CartPole-v1")

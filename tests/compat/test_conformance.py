@@ -1,0 +1,149 @@
+"""The compatibility classes against the original libraries' API documentation: every documented
+name where the original's users look for it, the documented signatures (names, order, defaults,
+keyword-only ``device``), and the documented call forms (``src.ppo``'s are in
+``test_src_ppo_api.py``)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import rlstore.compat as compat
+from rlstore.compat import pytorchrl, velora
+
+ST = {"Action": np.float32, "Observation": np.float32, "Reward": np.float32}
+B5 = "size device actor algorithm envs"
+PPOD = (  # PPODBuffer's documented keyword defaults, in order
+    ("rho", 0.1), ("phi", 0.3), ("gae_lambda", 0.95), ("alpha", 10),
+    ("total_buffer_demo_capacity", 51), ("initial_human_demos_dir", None),
+    ("initial_agent_demos_dir", None), ("supplementary_demos_dir", None),
+    ("target_agent_demos_dir", None), ("num_agent_demos_to_save", 10),
+    ("initial_reward_threshold", None), ("save_demos_every", 10), ("demo_dtypes", ST),
+)  # fmt: skip
+VELORA = "capacity state_dim action_dim hidden_dim"
+SIGNATURES = {  # "name(=default)" of the documented parameters, in order; "*": keyword-only next
+    "compat.PPOBuffer": "obs_dim act_dim size batch_size gamma=0.99 lam=0.95 eps=0.001",
+    "compat.SimpleReplayBuffer": "obs_dim act_dim size batch_size",
+    "compat.discount_cumsum": "x discount",
+    "compat.PPOBuffer.store": "buffer_dict",
+    "compat.SimpleReplayBuffer.store": "buffer_dict",
+    "compat.SimpleReplayBuffer.finish_path": "action_obj=None",
+    "compat.SimpleReplayBuffer.instantiate_from_config": "config_file_location",
+    "compat.PPOBuffer.instantiate_from_config_dict": "config",
+    "pytorchrl.VanillaOnPolicyBuffer": B5,
+    "pytorchrl.VTraceBuffer": B5,
+    "pytorchrl.MBReplayBuffer": B5,
+    "pytorchrl.GAEBuffer": f"{B5} gae_lambda=0.95",
+    "pytorchrl.VanillaOnPolicyBuffer.generate_batches": "num_mini_batch mini_batch_size "
+    "num_epochs=1 shuffle=True",
+    "pytorchrl.VanillaOnPolicyBuffer.compute_returns": "rewards returns values dones gamma",
+    "pytorchrl.VanillaOnPolicyBuffer.compute_advantages": "returns values",
+    "pytorchrl.VanillaOnPolicyBuffer.get_all_buffer_data": "data_to_cpu=False",
+    "pytorchrl.VanillaOnPolicyBuffer.update_storage_parameter": "parameter_name "
+    "new_parameter_value",
+    "pytorchrl.VTraceBuffer.compute_vtrace": "clip_rho_thres=1.0 clip_c_thres=1.0",
+    "pytorchrl.MBReplayBuffer.generate_batches": "num_mini_batch mini_batch_size=256 num_epochs=1",
+    "pytorchrl.MBReplayBuffer.get_data_slice": "start_pos end_pos",
+    "pytorchrl.MBReplayBuffer.insert_single_tensor_slice": "tensor_storage tensor_key "
+    "tensor_values",
+    "pytorchrl.PPODBuffer.sample_demo": "env_id",
+    "pytorchrl.PPODBuffer.load_demo": "demo_path",
+    "velora.ReplayBuffer": f"{VELORA} * device=None",
+    "velora.BufferBase": f"{VELORA} * device=None",
+    "velora.ReplayBuffer.add": "state action reward next_state done hidden",
+    "velora.ReplayBuffer.add_multi": "states actions rewards next_states dones hiddens",
+    "velora.ReplayBuffer.sample": "batch_size",
+    "velora.ReplayBuffer.warm": "agent n_samples num_envs=8",
+    "velora.ReplayBuffer.save": "dirpath prefix='buffer_'",
+    "velora.ReplayBuffer.load": "state_path metadata",
+    "velora.BatchExperience": "states actions rewards next_states dones hiddens",
+}
+MODULES = {"compat": compat, "pytorchrl": pytorchrl, "velora": velora}
+
+
+def _resolve(name: str):
+    module, *parts = name.split(".")
+    obj = MODULES[module]
+    for part in parts:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check(obj, documented: list[tuple[str, object, bool]]) -> None:
+    params = [p for p in inspect.signature(obj).parameters.values() if p.name not in ("self",)]
+    for (name, default, kw_only), p in zip(documented, params, strict=False):
+        assert p.name == name
+        kind = p.KEYWORD_ONLY if kw_only else p.POSITIONAL_OR_KEYWORD  # positional as documented
+        assert p.kind is kind, (name, p.kind)
+        if default is not inspect.Parameter.empty:  # a required one may have gained a default
+            assert p.default == default and type(p.default) is type(default), (name, p.default)
+    assert len(params) >= len(documented)
+    extra = params[len(documented) :]  # rlstore's additions are optional
+    assert all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in extra), extra  # fmt: skip
+
+
+def _parse(text: str) -> list[tuple[str, object, bool]]:
+    documented, kw_only = [], False
+    for item in text.split():
+        if item == "*":
+            kw_only = True
+            continue
+        key, _, default = item.partition("=")
+        documented.append((key, eval(default) if default else inspect.Parameter.empty, kw_only))
+    return documented
+
+
+@pytest.mark.parametrize("name", list(SIGNATURES))
+def test_documented_signatures(name):
+    _check(_resolve(name), _parse(SIGNATURES[name]))
+
+
+def test_ppod_documented_defaults():
+    # demo_dtypes defaulted to None; the documented default is the float32 dict
+    _check(compat.PPODBuffer, _parse(B5) + [(n, d, False) for n, d in PPOD])
+
+
+def test_every_storage_is_in_the_pytorchrl_namespace():
+    # PPODBuffer and MBReplayBuffer were missing from rlstore.compat.pytorchrl
+    names = ("VanillaOnPolicyBuffer", "GAEBuffer", "VTraceBuffer", "PPODBuffer", "MBReplayBuffer")
+    for name in names:
+        assert getattr(pytorchrl, name) is getattr(compat, name) and name in pytorchrl.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        _ = pytorchrl.Nope
+
+
+def test_discount_cumsum_is_where_src_buffers_users_look():
+    # src.buffers.PPOBuffer.discount_cumsum was only in rlstore.compat.ppo_buffer
+    assert "discount_cumsum" in compat.__all__
+    np.testing.assert_allclose(compat.discount_cumsum([1.0, 2.0, 3.0], 0.5), [2.75, 3.5, 3.0])
+
+
+def test_ppod_default_demo_dtypes_are_a_copy():
+    actor, algo = SimpleNamespace(is_recurrent=False), SimpleNamespace(gamma=0.9)
+    a, b = (pytorchrl.PPODBuffer(4, "cpu", actor, algo, None) for _ in range(2))
+    a.demo_dtypes["Reward"] = np.float64
+    assert b.demo_dtypes == ST and a.demo_dtypes is not b.demo_dtypes
+    factory = pytorchrl.PPODBuffer.create_factory(4, *(d for _, d in PPOD))  # all positional
+    assert factory("cpu", actor, algo, None).demo_dtypes == ST
+
+
+def test_velora_save_then_load_as_velora_documents(tmp_path):
+    # velora's load(state_path, metadata) reads "<prefix>state" with or without ".safetensors"
+    buffer = velora.ReplayBuffer(100, 11, 3, 8, device="cpu")
+    g = torch.Generator().manual_seed(0)
+    buffer.add_multi(*(torch.rand(5, d, generator=g) for d in (11, 3, 1, 11)),
+                     torch.zeros(5, 1), torch.rand(5, 8, generator=g))  # fmt: skip
+    buffer.save(tmp_path / "CartPole_100", prefix="buffer_")
+    with (tmp_path / "CartPole_100" / "buffer_metadata.json").open() as f:
+        metadata = json.load(f)
+    for name in ("buffer_state", "buffer_state.safetensors"):
+        restored = velora.ReplayBuffer.load(tmp_path / "CartPole_100" / name, metadata)
+        assert restored.metadata() == buffer.metadata() == metadata["metadata"]
+        for k, v in buffer.state_dict().items():
+            assert torch.equal(restored.state_dict()[k], v), k
