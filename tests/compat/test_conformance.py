@@ -147,3 +147,12 @@ def test_velora_save_then_load_as_velora_documents(tmp_path):
         assert restored.metadata() == buffer.metadata() == metadata["metadata"]
         for k, v in buffer.state_dict().items():
             assert torch.equal(restored.state_dict()[k], v), k
+
+
+def test_mb_insert_single_tensor_slice_allocates_a_none_entry():
+    # PyTorchRL's data dicts start as {key: None}; a None entry raised AttributeError
+    envs = SimpleNamespace(single_action_space=None)
+    buf = pytorchrl.MBReplayBuffer(4, "cpu", SimpleNamespace(), SimpleNamespace(), envs)
+    store = {"y": None}
+    assert buf.insert_single_tensor_slice(store, "y", np.array([[1.0], [2.0]])) == 2
+    assert store["y"].tolist() == [[1.0], [2.0], [0.0], [0.0]]

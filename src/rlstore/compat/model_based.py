@@ -98,10 +98,11 @@ class MBReplayBuffer(PyTorchRLStorage):
         """Write ``tensor_values (L, ...)`` (lossless, finite) into ``tensor_storage[tensor_key]``
         from the cursor, wrapping, without moving it; returns ``L``."""
         v = _rows({tensor_key: tensor_values}, "tensor_values")[tensor_key]
-        like = tensor_storage.get(tensor_key, v)
+        old = tensor_storage.get(tensor_key)  # absent or None (PyTorchRL's lazy data): allocate
+        like = v if old is None else old
         spec = FieldSpec(tensor_key, like.shape[1:], like.dtype)
         v = cast_to_spec(tensor_key, v, spec, v.shape[:1], allow_nonfinite=False)
-        if tensor_key not in tensor_storage:
+        if old is None:
             tensor_storage[tensor_key] = np.zeros((self.max_size, *spec.shape), spec.dtype)
         store = tensor_storage[tensor_key]
         n, keep = len(v), min(len(v), self.max_size)
