@@ -156,3 +156,18 @@ def test_mb_insert_single_tensor_slice_allocates_a_none_entry():
     store = {"y": None}
     assert buf.insert_single_tensor_slice(store, "y", np.array([[1.0], [2.0]])) == 2
     assert store["y"].tolist() == [[1.0], [2.0], [0.0], [0.0]]
+
+
+def test_mb_insert_transition_stores_only_the_storage_tensors():
+    # PyTorchRL stores the storage_tensors keys of a sample and ignores the rest (an on-policy
+    # worker's Value / LogProbability, info); a key missing from a later sample raised SpecError
+    from rlstore.compat.pytorchrl import ACT, DONE, DONE2, LOGP, OBS, OBS2, REW
+
+    envs = SimpleNamespace(single_action_space=None)
+    buf = pytorchrl.MBReplayBuffer(4, "cpu", SimpleNamespace(), SimpleNamespace(), envs)
+    step = {OBS: torch.zeros(2, 3), DONE: torch.zeros(2, 1), ACT: torch.ones(2, 1),
+            REW: torch.ones(2, 1), OBS2: torch.ones(2, 3), DONE2: torch.zeros(2, 1)}  # fmt: skip
+    buf.insert_transition({**step, LOGP: torch.zeros(2, 1), "info": [{}, {}]})
+    buf.insert_transition(step)
+    data = buf.get_all_buffer_data()
+    assert sorted(data) == sorted(step) and data[OBS2].tolist() == [[1.0] * 3] * 4

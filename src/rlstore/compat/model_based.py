@@ -24,11 +24,12 @@ from rlstore.specs import FieldSpec, cast_to_spec
 __all__ = ["MBReplayBuffer"]
 
 
-def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
-    """``{key: (L, ...) array}`` of a dict of tensors/arrays (None values skipped)."""
+def _rows(sample: Any, what: str, keys: Any = None) -> dict[str, np.ndarray]:
+    """``{key: (L, ...) array}`` of a dict of tensors/arrays (None values, keys not in ``keys``
+    skipped)."""
     if not isinstance(sample, Mapping):
         raise SpecError(f"{what}: expected a dict of tensors, got {type(sample).__name__}")
-    out = {k: to_numpy(k, v) for k, v in sample.items() if v is not None}
+    out = {k: to_numpy(k, v) for k, v in sample.items() if v is not None and k in (keys or sample)}
     if scalar := [k for k, v in out.items() if v.ndim < 1]:
         raise SpecError(f"{scalar[0]}: expected a leading env axis, got a scalar")
     return out
@@ -47,7 +48,8 @@ class MBReplayBuffer(PyTorchRLStorage):
     ``generate_batches`` holds out a random ``validation_ratio`` (at most ``max_holdout``), fits
     :attr:`scaler` on the train rows, honours ``num_epochs``, never yields an empty batch and
     bootstraps rows per ensemble member (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad
-    input raises a SpecError naming the key and stores nothing.
+    input raises a SpecError naming the key and stores nothing; dict values (recurrent states
+    of several networks) are refused.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
@@ -85,8 +87,9 @@ class MBReplayBuffer(PyTorchRLStorage):
         return info
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
-        self.core.insert_data_slice(_rows(sample, "sample"))
+        """Append one vector step: ``N`` rows, one per env (the :attr:`storage_tensors` keys of
+        the first sample; other keys are ignored, as in PyTorchRL)."""
+        self.core.insert_data_slice(_rows(sample, "sample", self.storage_tensors))
 
     def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
         """Append rows ``{key: (L, ...)}`` at the cursor, wrapping (every key the same L)."""
