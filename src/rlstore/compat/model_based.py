@@ -44,12 +44,12 @@ class MBReplayBuffer(PyTorchRLStorage):
     ``max_holdout``, ``ensemble_size``, ``seed``: rlstore's.
 
     Differences: rows are read oldest first across the wrap-around (PyTorchRL's ``[:step]``
-    dropped the oldest); ``reset()`` empties; ``init_tensors`` allocates nothing;
-    ``generate_batches`` holds out a random ``validation_ratio`` (at most ``max_holdout``), fits
-    :attr:`scaler` on the train rows, honours ``num_epochs``, never yields an empty batch and
-    bootstraps rows per ensemble member (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad
-    input raises a SpecError naming the key and stores nothing; dict values (recurrent states
-    of several networks) are refused.
+    dropped the oldest) and keep the sample's dtype (PyTorchRL: float32); ``reset()`` empties;
+    ``init_tensors`` allocates nothing; ``generate_batches`` holds out a random
+    ``validation_ratio`` (at most ``max_holdout``), fits :attr:`scaler` on the train rows,
+    honours ``num_epochs``, never yields an empty batch and bootstraps rows per ensemble member
+    (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad input raises a SpecError naming the key
+    and stores nothing; dict values (recurrent states of several networks) are refused.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
