@@ -171,3 +171,25 @@ def test_mb_insert_transition_stores_only_the_storage_tensors():
     buf.insert_transition(step)
     data = buf.get_all_buffer_data()
     assert sorted(data) == sorted(step) and data[OBS2].tolist() == [[1.0] * 3] * 4
+
+
+def test_src_ppo_learn_refuses_the_originals_maximizing_optimizer():
+    # the original's make_optimizer built Adam(maximize=True) for its objective; learn minimizes
+    # the PPO loss, so such an optimizer would have ascended it without a word
+    from rlstore.agents.ppo import EnvironmentConfig, OnlineTrainConfig, make_vector_env
+    from rlstore.compat.src_ppo import Memory, get_agent
+    from rlstore.errors import ConfigError
+
+    env = EnvironmentConfig(env_id="CartPole-v1")
+    args = OnlineTrainConfig(total_timesteps=16, num_envs=2, num_steps=8, num_minibatches=2)
+    envs = make_vector_env(env, args.num_envs)
+    memory, agent = Memory(envs, args, "cpu"), get_agent(None, envs, env, args)
+    optimizer, scheduler = agent.make_optimizer(args.num_updates, 1e-3, 0.0)
+    assert not optimizer.param_groups[0]["maximize"]
+    before = [p.detach().clone() for p in agent.parameters()]
+    original = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5, maximize=True)
+    with pytest.raises(ConfigError, match="optimizer: expected one that minimizes"):
+        agent.learn(memory, args, original, scheduler, False)
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True))
+    assert scheduler.n_step_calls == 0
+    envs.close()
