@@ -17,7 +17,7 @@ from rlstore.buffers.model_based import (
     model_dataset,
 )
 from rlstore.compat._common import PyTorchRLStorage
-from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
+from rlstore.compat.pytorchrl.protocols import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
 
@@ -55,9 +55,8 @@ class MBReplayBuffer(PyTorchRLStorage):
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
 
     def __init__(
-        self, size: int, device: str | torch.device, actor: Actor | Any,
-        algorithm: Algorithm | Any, envs: Any, *, validation_ratio: float = 0.2,
-        max_holdout: int = 5000, ensemble_size: int | None = None,
+        self, size: int, device: str | torch.device, actor: Any, algorithm: Any, envs: Any, *,
+        validation_ratio: float = 0.2, max_holdout: int = 5000, ensemble_size: int | None = None,
         seed: int | np.random.Generator | None = None,
     ) -> None:  # fmt: skip
         if not 0.0 <= real_number("validation_ratio", validation_ratio) < 1.0:

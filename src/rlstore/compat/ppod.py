@@ -15,9 +15,9 @@ from rlstore._checks import check_count
 from rlstore._trees import to_numpy, tree_map
 from rlstore.buffers.demo_files import demo_from_arrays, read_npz
 from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
-from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
 from rlstore.compat.pytorchrl import protocols as K
-from rlstore.compat.pytorchrl.vanilla import check_like
+from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
+from rlstore.compat.pytorchrl.vanilla import GAEBuffer, check_like
 from rlstore.errors import ConfigError, SpecError
 
 __all__ = ["PPODBuffer"]
