@@ -201,3 +201,19 @@ def test_src_ppo_learn_refuses_the_originals_maximizing_optimizer():
     assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True))
     assert scheduler.n_step_calls == 0
     envs.close()
+
+
+def test_simple_replay_buffer_takes_numpy_int_dims_like_its_siblings():
+    # SimpleReplayBuffer(obs_dim, act_dim=env.action_space.n, ...): gymnasium's Discrete.n is a
+    # numpy int, which PPOBuffer and velora took and SimpleReplayBuffer refused
+    import gymnasium as gym
+
+    from rlstore.errors import ConfigError
+
+    n = gym.spaces.Discrete(3).n
+    buf = compat.SimpleReplayBuffer(np.int64(4), n, np.int32(8), 2)
+    assert (buf.obs_dim, buf.act_dim, buf.size) == (4, 3, 8) and type(buf.act_dim) is int
+    assert compat.PPOBuffer(np.int64(4), n, 8, 2).act_dim == 3
+    for bad in (True, 3.0, "3"):
+        with pytest.raises(ConfigError, match=r"obs_dim: expected an int >= 1, got"):
+            compat.SimpleReplayBuffer(bad, 2, 8, 2)
