@@ -124,10 +124,11 @@ def test_model_based_replay() -> None:
 # ------------------------------------------------------------------ MBReplayBuffer
 def test_mb_replay_buffer() -> None:
     buf = MBReplayBuffer(3, "cpu", None, None, None)
-    good = {"obs": torch.zeros(2, 2), "act": torch.tensor([[1], [2]]), "rew": torch.zeros(2, 1)}
+    good = {"Observation": torch.zeros(2, 2), "Action": torch.tensor([[1], [2]]),
+            "Reward": torch.zeros(2, 1)}  # fmt: skip
     for _ in range(2):
         buf.insert_transition(good)
-    for field, kind in (("obs", "float"), ("act", "int"), ("rew", "float")):
+    for field, kind in (("Observation", "float"), ("Action", "int"), ("Reward", "float")):
         for bad in _junk(kind):
             value = np.full(tuple(good[field].shape), bad) if np.ndim(bad) == 0 and not isinstance(
                 bad, (dict, str, type(None))) else bad  # fmt: skip

@@ -166,7 +166,7 @@ def test_sampling_more_than_stored_and_bad_sizes() -> None:
         buf.sample_batch()
     with pytest.raises(CapacityError, match="batch_size: expected <= size=5, got 6"):
         SimpleReplayBuffer(3, 2, 5, 6)
-    with pytest.raises(ConfigError, match="size: Input should be greater than 0"):
+    with pytest.raises(ConfigError, match="size: expected an int >= 1, got 0"):
         SimpleReplayBuffer(3, 2, 0, 1)
 
 

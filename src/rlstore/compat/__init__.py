@@ -5,10 +5,14 @@ rlstore's core: velora's buffers, PyTorchRL's storages, DecisionTransformerInter
 
 from __future__ import annotations
 
-from rlstore.compat.model_based import MBReplayBuffer
-from rlstore.compat.ppo_buffer import PPOBuffer
-from rlstore.compat.ppod import PPODBuffer
-from rlstore.compat.pytorchrl import GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer
+from rlstore.compat.ppo_buffer import PPOBuffer, discount_cumsum
+from rlstore.compat.pytorchrl import (
+    GAEBuffer,
+    MBReplayBuffer,
+    PPODBuffer,
+    VanillaOnPolicyBuffer,
+    VTraceBuffer,
+)
 from rlstore.compat.simple_replay import SimpleReplayBuffer
 from rlstore.compat.src_ppo_memory import Memory, compute_advantages_vectorized, shift_rows
 from rlstore.compat.velora import BatchExperience, BufferBase
@@ -17,6 +21,7 @@ from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
 __all__ = [
     "SimpleReplayBuffer",
     "PPOBuffer",
+    "discount_cumsum",
     "VeloraReplayBuffer",
     "BufferBase",
     "BatchExperience",

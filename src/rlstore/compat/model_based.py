@@ -17,18 +17,19 @@ from rlstore.buffers.model_based import (
     model_dataset,
 )
 from rlstore.compat._common import PyTorchRLStorage
-from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2, Actor, Algorithm
+from rlstore.compat.pytorchrl.protocols import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.specs import FieldSpec, cast_to_spec
 
 __all__ = ["MBReplayBuffer"]
 
 
-def _rows(sample: Any, what: str) -> dict[str, np.ndarray]:
-    """``{key: (L, ...) array}`` of a dict of tensors/arrays (None values skipped)."""
+def _rows(sample: Any, what: str, keys: Any = None) -> dict[str, np.ndarray]:
+    """``{key: (L, ...) array}`` of a dict of tensors/arrays (None values, keys not in ``keys``
+    skipped)."""
     if not isinstance(sample, Mapping):
         raise SpecError(f"{what}: expected a dict of tensors, got {type(sample).__name__}")
-    out = {k: to_numpy(k, v) for k, v in sample.items() if v is not None}
+    out = {k: to_numpy(k, v) for k, v in sample.items() if v is not None and k in (keys or sample)}
     if scalar := [k for k, v in out.items() if v.ndim < 1]:
         raise SpecError(f"{scalar[0]}: expected a leading env axis, got a scalar")
     return out
@@ -43,19 +44,19 @@ class MBReplayBuffer(PyTorchRLStorage):
     ``max_holdout``, ``ensemble_size``, ``seed``: rlstore's.
 
     Differences: rows are read oldest first across the wrap-around (PyTorchRL's ``[:step]``
-    dropped the oldest); ``reset()`` empties; ``init_tensors`` allocates nothing;
-    ``generate_batches`` holds out a random ``validation_ratio`` (at most ``max_holdout``), fits
-    :attr:`scaler` on the train rows, honours ``num_epochs``, never yields an empty batch and
-    bootstraps rows per ensemble member (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad
-    input raises a SpecError naming the key and stores nothing.
+    dropped the oldest) and keep the sample's dtype (PyTorchRL: float32); ``reset()`` empties;
+    ``init_tensors`` allocates nothing; ``generate_batches`` holds out a random
+    ``validation_ratio`` (at most ``max_holdout``), fits :attr:`scaler` on the train rows,
+    honours ``num_epochs``, never yields an empty batch and bootstraps rows per ensemble member
+    (``train_input`` ``(E, B, D)``, else ``(B, D)``); bad input raises a SpecError naming the key
+    and stores nothing; dict values (recurrent states of several networks) are refused.
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
 
     def __init__(
-        self, size: int, device: str | torch.device, actor: Actor | Any,
-        algorithm: Algorithm | Any, envs: Any, *, validation_ratio: float = 0.2,
-        max_holdout: int = 5000, ensemble_size: int | None = None,
+        self, size: int, device: str | torch.device, actor: Any, algorithm: Any, envs: Any, *,
+        validation_ratio: float = 0.2, max_holdout: int = 5000, ensemble_size: int | None = None,
         seed: int | np.random.Generator | None = None,
     ) -> None:  # fmt: skip
         if not 0.0 <= real_number("validation_ratio", validation_ratio) < 1.0:
@@ -85,8 +86,9 @@ class MBReplayBuffer(PyTorchRLStorage):
         return info
 
     def insert_transition(self, sample: Mapping[str, Any]) -> None:
-        """Append one vector step: ``N`` rows, one per env (keys of the first sample)."""
-        self.core.insert_data_slice(_rows(sample, "sample"))
+        """Append one vector step: ``N`` rows, one per env (the :attr:`storage_tensors` keys of
+        the first sample; other keys are ignored, as in PyTorchRL)."""
+        self.core.insert_data_slice(_rows(sample, "sample", self.storage_tensors))
 
     def insert_data_slice(self, new_data: Mapping[str, Any]) -> None:
         """Append rows ``{key: (L, ...)}`` at the cursor, wrapping (every key the same L)."""
@@ -98,10 +100,11 @@ class MBReplayBuffer(PyTorchRLStorage):
         """Write ``tensor_values (L, ...)`` (lossless, finite) into ``tensor_storage[tensor_key]``
         from the cursor, wrapping, without moving it; returns ``L``."""
         v = _rows({tensor_key: tensor_values}, "tensor_values")[tensor_key]
-        like = tensor_storage.get(tensor_key, v)
+        old = tensor_storage.get(tensor_key)  # absent or None (PyTorchRL's lazy data): allocate
+        like = v if old is None else old
         spec = FieldSpec(tensor_key, like.shape[1:], like.dtype)
         v = cast_to_spec(tensor_key, v, spec, v.shape[:1], allow_nonfinite=False)
-        if tensor_key not in tensor_storage:
+        if old is None:
             tensor_storage[tensor_key] = np.zeros((self.max_size, *spec.shape), spec.dtype)
         store = tensor_storage[tensor_key]
         n, keep = len(v), min(len(v), self.max_size)

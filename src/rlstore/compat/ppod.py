@@ -15,9 +15,9 @@ from rlstore._checks import check_count
 from rlstore._trees import to_numpy, tree_map
 from rlstore.buffers.demo_files import demo_from_arrays, read_npz
 from rlstore.buffers.demos import ENV, Demo, DemoMixer, DemoStore, list_demos, load_demo, save_demo
-from rlstore.compat.pytorchrl import Actor, Algorithm, GAEBuffer
 from rlstore.compat.pytorchrl import protocols as K
-from rlstore.compat.pytorchrl.vanilla import check_like
+from rlstore.compat.pytorchrl.protocols import Actor, Algorithm
+from rlstore.compat.pytorchrl.vanilla import GAEBuffer, check_like
 from rlstore.errors import ConfigError, SpecError
 
 __all__ = ["PPODBuffer"]
@@ -58,7 +58,7 @@ class PPODBuffer(GAEBuffer):
                  supplementary_demos_dir: str | None = None,
                  target_agent_demos_dir: str | None = None, num_agent_demos_to_save: int = 10,
                  initial_reward_threshold: float | None = None, save_demos_every: int = 10,
-                 demo_dtypes: Mapping[str, Any] | None = None, *,
+                 demo_dtypes: Mapping[str, Any] | None = _DEFAULT_DTYPES, *,
                  seed: int | np.random.Generator | None = None) -> None:  # fmt: skip
         super().__init__(size, device, actor, algorithm, envs, gae_lambda=gae_lambda)
         self.store = DemoStore(total_buffer_demo_capacity, rho=rho, phi=phi, alpha=alpha,

@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from rlstore._checks import check_keys
+from rlstore._checks import check_count, check_keys
 from rlstore._trees import to_numpy
 from rlstore.compat import _common as C
-from rlstore.errors import CapacityError, SpecError
+from rlstore.errors import CapacityError, ConfigError, SpecError
 
 __all__ = ["SimpleReplayBuffer", "SimpleReplayBufferSchema"]
 
@@ -37,7 +37,10 @@ class SimpleReplayBuffer(C.FromConfig):
     def __init__(
         self, obs_dim: int, act_dim: int, size: int, batch_size: int, *, seed: int | None = None
     ) -> None:
-        SimpleReplayBufferSchema(obs_dim=obs_dim, act_dim=act_dim, size=size, batch_size=batch_size)
+        dims = {"obs_dim": obs_dim, "act_dim": act_dim, "size": size, "batch_size": batch_size}
+        obs_dim, act_dim, size, batch_size = (  # Python or numpy ints, like PPOBuffer's
+            check_count(k, v, error=ConfigError) for k, v in dims.items()
+        )
         if batch_size > size:
             raise CapacityError(f"batch_size: expected <= size={size}, got {batch_size}")
         self.obs_dim, self.act_dim, self.size, self.batch_size = obs_dim, act_dim, size, batch_size

@@ -5,7 +5,11 @@ envs, trajectory_writer=None, sampling_method="basic")`` runs rlstore's rollout 
 ``RolloutBuffer`` that :class:`Memory` then serves; ``learn(memory, args, optimizer, scheduler,
 track)`` runs rlstore's PPO update on it. Differences: envs must autoreset in the same step
 (:func:`~rlstore.agents.ppo.make_vector_env`); truncated episodes bootstrap; checkpoints are
-rlstore's safetensors + JSON folders.
+rlstore's safetensors + JSON folders; ``make_optimizer``'s Adam minimizes the loss (the
+original's ascended an objective: ``learn`` refuses ``maximize=True``); the observation helpers
+are :mod:`rlstore.agents.obs`'s (images: channels-first float32 tensors in [0, 1]; MiniGrid
+dicts: flat); Probe6 / Probe7 are :mod:`rlstore.envs.probes`'s (Probe6 rewards ``a == t mod
+2``, the original's stated intent).
 
     >>> from rlstore.agents.ppo import EnvironmentConfig, OnlineTrainConfig, make_vector_env
     >>> env_cfg = EnvironmentConfig(env_id="CartPole-v1")
@@ -97,6 +101,11 @@ class PPOAgent(ppo.PPOAgent):
     ) -> None:  # fmt: skip
         """:func:`~rlstore.agents.ppo.ppo_update` on the rollout in ``memory``; with ``track``
         its losses and diagnostics go to ``memory.add_vars_to_log``."""
+        if any(group.get("maximize") for group in optimizer.param_groups):
+            raise ConfigError(
+                "optimizer: expected one that minimizes (learn minimizes the PPO "
+                "loss; the original maximized an objective), got maximize=True"
+            )
         stats = ppo_update(self, _memory(memory)._rollout(), args, optimizer, scheduler)
         if track:
             memory.add_vars_to_log(**stats)

@@ -70,7 +70,8 @@ class BufferBase(ABC):
     and ``warm`` store time-limit ends as truncations, which bootstrap (``dones`` 0). ``warm``
     drops gymnasium's next-step autoreset pseudo-transitions and raises for ``n_samples >
     capacity`` (velora loops forever). Bad input raises an :mod:`rlstore.errors` class (a
-    ``ValueError``) naming velora's argument and stores nothing. ``save`` is atomic;
+    ``ValueError``) naming velora's argument and stores nothing. ``save`` is atomic, its
+    metadata file rlstore's checksummed sidecar (:meth:`metadata` under ``"metadata"``);
     ``load_state_dict`` of velora's layout restarts the sampler from the seed (an exact resume
     goes through :meth:`checkpoint_state`).
     """
@@ -181,9 +182,11 @@ class BufferBase(ABC):
 
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[str, Any]) -> BufferBase:
-        """Restores a buffer from :meth:`save`'s state file and the dict of its metadata file
-        (checksum verified) or a :meth:`metadata` dict. CheckpointError: a missing or damaged
-        file, or metadata that does not describe it."""
+        """Restores a buffer from :meth:`save`'s state file (``.safetensors`` suffix optional, as
+        in velora) and the dict of its metadata file (checksum verified) or a :meth:`metadata`
+        dict. CheckpointError: a missing or damaged file, or metadata that does not describe it."""
+        if isinstance(state_path, str | Path):
+            state_path = Path(state_path).with_suffix(".safetensors")
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
         if "save_id" in metadata:  # the metadata file's contents

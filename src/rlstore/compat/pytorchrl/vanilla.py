@@ -150,10 +150,12 @@ class VanillaOnPolicyBuffer(PyTorchRLStorage):
     Differs from PyTorchRL: ``data`` is a view rebuilt after each change (writes into it are not
     stored; ``Reward`` / ``Value`` / ``LogProbability`` are float32); advantages use the
     population std + 1e-5; a partial rollout uses all ``L`` transitions; slot 0 comes from the
-    first sample (not zeros); a full rollout raises CapacityError; a running
-    :meth:`generate_batches` keeps its view across :meth:`after_gradients`; inputs are validated,
-    all or nothing; no multiple critics or RND observation statistics; intrinsic rewards are
-    scaled by rlstore's per-env discounted-return normalizer (never reset at episode ends).
+    first sample (not zeros); a full rollout raises CapacityError; :meth:`generate_batches`
+    raises ConfigError for sizes that do not divide the rollout or a ``mini_batch_size`` that
+    conflicts with ``num_mini_batch`` (PyTorchRL dropped the rest, ignored it) and keeps its view
+    across :meth:`after_gradients`; inputs are validated, all or nothing; no multiple critics or
+    RND observation statistics; intrinsic rewards are scaled by rlstore's per-env
+    discounted-return normalizer (never reset at episode ends).
     """
 
     storage_tensors: ClassVar[tuple[str, ...]] = K.OnPolicyDataKeys
