@@ -147,10 +147,10 @@ def test_velora_save_then_load_as_velora_documents(tmp_path):
     g = torch.Generator().manual_seed(0)
     buffer.add_multi(*(torch.rand(5, d, generator=g) for d in (11, 3, 1, 11)),
                      torch.zeros(5, 1), torch.rand(5, 8, generator=g))  # fmt: skip
-    buffer.save(tmp_path / "CartPole_100", prefix="buffer_")
-    with (tmp_path / "CartPole_100" / "buffer_metadata.json").open() as f:
+    buffer.save(tmp_path / "CartPole_100", prefix="buffer_v1.2_")  # a dot is no suffix
+    with (tmp_path / "CartPole_100" / "buffer_v1.2_metadata.json").open() as f:
         metadata = json.load(f)
-    for name in ("buffer_state", "buffer_state.safetensors"):
+    for name in ("buffer_v1.2_state", "buffer_v1.2_state.safetensors"):
         restored = velora.ReplayBuffer.load(tmp_path / "CartPole_100" / name, metadata)
         assert restored.metadata() == buffer.metadata() == metadata["metadata"]
         for k, v in buffer.state_dict().items():

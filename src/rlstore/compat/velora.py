@@ -185,8 +185,8 @@ class BufferBase(ABC):
         """Restores a buffer from :meth:`save`'s state file (``.safetensors`` suffix optional, as
         in velora) and the dict of its metadata file (checksum verified) or a :meth:`metadata`
         dict. CheckpointError: a missing or damaged file, or metadata that does not describe it."""
-        if isinstance(state_path, str | Path):
-            state_path = Path(state_path).with_suffix(".safetensors")
+        if isinstance(state_path, str | Path) and not str(state_path).endswith(".safetensors"):
+            state_path = f"{state_path}.safetensors"  # not with_suffix: a prefix may hold a dot
         if not isinstance(metadata, dict):
             raise CheckpointError(f"metadata: expected a dict, got {type(metadata).__name__}")
         if "save_id" in metadata:  # the metadata file's contents
