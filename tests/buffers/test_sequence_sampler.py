@@ -58,3 +58,21 @@ def test_refusals_change_nothing() -> None:
             s.load_state_dict(bad)
     after = s.state_dict()
     assert after["hi"] == before["hi"] and np.array_equal(after["start_row"], before["start_row"])
+
+
+@pytest.mark.parametrize(("window", "stride", "named"), [(3, 2, "window"), (2, 1, "stride")])
+def test_a_state_of_another_window_or_stride_is_refused(window: int, stride: int, named: str):
+    """A state keeps its sampler's grid and complete windows: loaded into a sampler of another
+    window it drew windows past the write head (the buffer's gather then failed), into another
+    stride a grid the sampler would never build. Both are refused, naming the setting."""
+    s = SequenceSampler(6, 2, window=2, stride=2, seed=0)
+    s.observe(0, np.array([[True, True]] + [[False, False]] * 3))
+    other = SequenceSampler(6, 2, window=window, stride=stride, seed=1)
+    before = other.state_dict()
+    with pytest.raises(CheckpointError, match=rf"sampler\.{named}: expected {locals()[named]}"):
+        other.load_state_dict(s.state_dict())
+    after = other.state_dict()
+    assert after["hi"] == before["hi"] == 0 and len(other) == 0
+    twin = SequenceSampler(6, 2, window=2, stride=2, seed=1)
+    twin.load_state_dict(s.state_dict())
+    assert np.array_equal(twin.sample(8).ids, s.sample(8).ids)

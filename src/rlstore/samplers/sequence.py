@@ -199,8 +199,11 @@ class SequenceSampler:
         self.prio.update_priorities(k[live], pri[live])
 
     def state_dict(self) -> dict[str, Any]:
-        """Copies of the starts, phases, rows observed and the prioritized sampler's state."""
+        """The window and stride, copies of the starts, phases, rows observed and the
+        prioritized sampler's state."""
         return {
+            "window": self.window,
+            "stride": self.stride,
             "start_row": self.start_row.copy(),
             "phase": self.phase.copy(),
             "hi": self.hi,
@@ -212,9 +215,17 @@ class SequenceSampler:
         """Restore :meth:`state_dict` output exactly (later draws equal the original's).
 
         Raises:
-            CheckpointError: a missing, malformed or mismatching entry; nothing changes.
+            CheckpointError: a missing, malformed or mismatching entry (a state saved with
+                another ``window`` or ``stride``: its grid and live sequences are another
+                sampler's); nothing changes.
         """
-        sd = check_keys(where, sd, ("start_row", "phase", "hi", "keys", "prio"))
+        sd = check_keys(where, sd, ("window", "stride", "start_row", "phase", "hi", "keys", "prio"))
+        for name, means in (("window", "burn_in + length"), ("stride", "window - overlap")):
+            if _count(f"{where}.{name}", sd[name], 1) != getattr(self, name):
+                raise CheckpointError(
+                    f"{where}.{name}: expected {getattr(self, name)} ({means}) like this "
+                    f"sampler, got {sd[name]!r}"
+                )
         shape = (self.capacity_per_env, self.num_envs)
         start = _checked_array(f"{where}.start_row", sd["start_row"], shape, np.dtype(np.int64))
         phase = _checked_array(f"{where}.phase", sd["phase"], shape[1:], np.dtype(np.int64))
