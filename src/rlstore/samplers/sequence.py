@@ -31,8 +31,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlstore._checks import check_count, check_keys
+from rlstore._trees import to_numpy
 from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
 from rlstore.samplers.prioritized import PrioritizedSampler
+from rlstore.samplers.uniform import check_ids
 from rlstore.storage.ring import _checked_array, _count
 
 __all__ = ["SequenceSample", "SequenceSampler"]
@@ -184,12 +186,10 @@ class SequenceSampler:
             SpecError: ``ids`` not a 1-D integer array, or bad ``priorities`` (see
                 :meth:`PrioritizedSampler.update_priorities`); nothing changes.
         """
-        idx = np.asarray(ids)
-        if idx.ndim != 1 or idx.dtype.kind not in "iu":
-            raise SpecError(f"ids: expected a 1-D integer array, got {idx.dtype} {idx.shape}")
-        k = self._find(idx.astype(np.int64))
+        idx = check_ids("ids", ids)
+        k = self._find(idx)
         live = k >= 0
-        pri = np.asarray(priorities)
+        pri = to_numpy("priorities", priorities)
         ok = pri.shape == idx.shape and pri.dtype.kind in "iuf"
         if not ok or not (np.isfinite(pri) & (pri >= 0)).all():
             raise SpecError(
