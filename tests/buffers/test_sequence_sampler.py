@@ -76,3 +76,22 @@ def test_a_state_of_another_window_or_stride_is_refused(window: int, stride: int
     twin = SequenceSampler(6, 2, window=2, stride=2, seed=1)
     twin.load_state_dict(s.state_dict())
     assert np.array_equal(twin.sample(8).ids, s.sample(8).ids)
+
+
+def test_a_state_whose_live_keys_are_not_its_complete_starts_is_refused() -> None:
+    """``keys`` name the live sequences; a state whose names are not exactly the registered
+    starts with a whole stored window (a start past the head, a start off the grid, one left
+    out, out of order) was accepted, and the next sample read past the buffer's head."""
+    s = SequenceSampler(6, 2, window=2, stride=2, seed=0)
+    s.observe(0, np.array([[True, True]] + [[False, False]] * 4))  # starts at rows 0, 2, 4
+    sd = s.state_dict()
+    k0, k1 = sd["prio"]["window"]
+    live = sd["keys"][np.arange(k0, k1) % len(sd["keys"])]
+    assert live.tolist() == [0, 1, 4, 5]  # rows 0 and 2 of both envs (row 4: incomplete)
+    for name in ([0, 1, 4, 8], [0, 1, 2, 5], [0, 4, 1, 5], [0, 1, 4, -1]):
+        keys = sd["keys"].copy()
+        keys[np.arange(k0, k1) % len(keys)] = name
+        other = SequenceSampler(6, 2, window=2, stride=2, seed=1)
+        with pytest.raises(CheckpointError, match="sampler.keys: expected the live sequences"):
+            other.load_state_dict({**sd, "keys": keys})
+        assert other.state_dict()["hi"] == 0 and len(other) == 0

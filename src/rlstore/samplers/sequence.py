@@ -233,8 +233,18 @@ class SequenceSampler:
         if start.max() >= hi or start.min() < -1 or phase.min() < 0:
             raise CheckpointError(f"{where}.start_row: expected rows in [-1, {hi}) and phases >= 0")
         keys = _checked_array(f"{where}.keys", sd["keys"], self.keys.shape, np.dtype(np.int64))
-        if keys.max() >= hi * self.num_envs or keys.min() < -1:
-            raise CheckpointError(f"{where}.keys: expected names in [-1, {hi * self.num_envs})")
-        self.prio.load_state_dict(sd["prio"], where=f"{where}.prio")  # all or nothing
+        trial = PrioritizedSampler(len(keys), alpha=self.prio.alpha, eps=self.prio.eps)
+        trial.load_state_dict(sd["prio"], where=f"{where}.prio")  # checked on a copy first
+        # the live ids name exactly the registered starts whose whole window is stored
+        c, n, lo = self.capacity_per_env, self.num_envs, max(0, hi - self.capacity_per_env)
+        g = np.arange(lo, max(lo, hi - self.window + 1))
+        hit = start[g % c] == g[:, None]
+        live = (g[:, None] * n + np.arange(n))[hit]
+        if not np.array_equal(keys[np.arange(trial.lo, trial.hi) % len(keys)], live):
+            raise CheckpointError(
+                f"{where}.keys: expected the live sequences to be the starts in start_row whose "
+                f"{self.window} rows lie in rows [{lo}, {hi}) ({len(live)} of them)"
+            )
+        self.prio.load_state_dict(sd["prio"], where=f"{where}.prio")
         self.start_row, self.phase, self.hi = start.copy(), phase.copy(), hi
         self.keys = keys.copy()
