@@ -466,9 +466,9 @@ class FrameStackStorage:
             at = f"{where}.frames.{k}"
             check_keys(at, fsd, ("store", "side", "pending", "next"))
             store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
-            slots, want = store_layout(specs[k], st.stack_axis, st.rows)
-            if (store.specs, fsd["store"]["capacity_per_env"], store.num_envs) != (want, slots, n):
-                raise CheckpointError(f"{at}.store: expected {slots} rows x {n} envs of {want}")
+            slots, kept = store_layout(specs[k], st.stack_axis, st.rows)
+            if (store.specs, fsd["store"]["capacity_per_env"], store.num_envs) != (kept, slots, n):
+                raise CheckpointError(f"{at}.store: expected {slots} rows x {n} envs of {kept}")
             f = st.frames[k] = FrameRing(specs[k], st.stack_axis, st.rows, n, store)
             nxt, want = fsd["next"], (f.next.shape, f.next.dtype)
             if not isinstance(nxt, np.ndarray) or (nxt.shape, nxt.dtype) != want:
