@@ -185,6 +185,25 @@ def test_memmap_keep_false_removes_its_files(tmp_path) -> None:
     assert not list(d.glob("*.npy"))
 
 
+@pytest.mark.parametrize("per", [False, True])
+def test_a_load_whose_files_cannot_be_made_changes_nothing(tmp_path, per: bool) -> None:
+    """Loading a state into a memory-mapped buffer writes new ring files; in a folder that
+    already holds other ``.npy`` files that is refused, and the refusal used to come after the
+    sampler had taken the new state (its RNG and priorities): not all or nothing."""
+    src = _per() if per else ReplayBuffer(6, num_envs=2, seed=0)
+    for i in range(4):
+        src.add(**_row(i, 2))
+    src.sample(2)
+    np.save(tmp_path / "other.npy", np.zeros(3))
+    sampler = PrioritizedSampler(seed=5) if per else None
+    buf = ReplayBuffer(6, num_envs=2, storage=StorageLayout.memmap(tmp_path), sampler=sampler,
+                       seed=None if per else 5)  # fmt: skip
+    before = _state(buf)
+    with pytest.raises(ConfigError, match="directory: expected a folder without"):
+        buf.load_state_dict(src.state_dict())
+    assert _state(buf) == before
+
+
 def test_a_sampler_built_for_the_buffers_capacity_gets_an_error_that_says_what_to_do() -> None:
     """The buffer binds its sampler to capacity_per_env + 1 rows (the spare row of the pending
     next_obs): a PrioritizedSampler(1000) for a 1000-transition buffer used to fail with
