@@ -391,3 +391,23 @@ def test_write_row_with_the_stack_axis_last_equals_write_block() -> None:
     np.testing.assert_array_equal(
         by_row.gather(np.arange(3))["obs"], by_block.gather(np.arange(3))["obs"]
     )
+
+
+def test_a_state_whose_frame_spec_does_not_fit_its_ring_is_refused() -> None:
+    """A loaded state whose frame-stack spec has frames of another size than its ring's
+    (here 0 bytes against 2) raised numpy's ValueError while building the ring's word views;
+    it is a CheckpointError naming the ring, checked before anything is built."""
+    from rlstore import ReplayBuffer
+    from rlstore.errors import CheckpointError
+    from rlstore.storage import StorageLayout
+
+    buf = ReplayBuffer(4, seed=0, storage=StorageLayout.frames())
+    for i in range(3):
+        buf.add(np.full((3, 2), i, np.uint8), 0, 1.0, np.full((3, 2), i, np.uint8), False, False)
+    for shape in ([3, 0], [3, 4]):
+        sd = buf.state_dict()
+        sd["storage"]["specs"][0]["shape"] = shape
+        fresh = ReplayBuffer(**{**buf.config(), "specs": None})
+        with pytest.raises(CheckpointError, match=r"storage\.frames\.obs\.store: expected 7 rows"):
+            fresh.load_state_dict(sd)
+        assert len(fresh) == 0 and fresh.specs is None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlstore._trees import to_numpy
 from rlstore.errors import SpecError
@@ -188,6 +189,8 @@ def cast_to_spec(
     else:
         if isinstance(value, Mapping):
             raise SpecError(f"{name}: expected an array of shape {expected}, got a dict")
+        if isinstance(value, torch.Tensor) and not value.requires_grad:  # (a graph: refused)
+            value = to_numpy(name, value)  # CUDA and bfloat16 tensors too
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch

@@ -185,6 +185,25 @@ def test_memmap_keep_false_removes_its_files(tmp_path) -> None:
     assert not list(d.glob("*.npy"))
 
 
+@pytest.mark.parametrize("per", [False, True])
+def test_a_load_whose_files_cannot_be_made_changes_nothing(tmp_path, per: bool) -> None:
+    """Loading a state into a memory-mapped buffer writes new ring files; in a folder that
+    already holds other ``.npy`` files that is refused, and the refusal used to come after the
+    sampler had taken the new state (its RNG and priorities): not all or nothing."""
+    src = _per() if per else ReplayBuffer(6, num_envs=2, seed=0)
+    for i in range(4):
+        src.add(**_row(i, 2))
+    src.sample(2)
+    np.save(tmp_path / "other.npy", np.zeros(3))
+    sampler = PrioritizedSampler(seed=5) if per else None
+    buf = ReplayBuffer(6, num_envs=2, storage=StorageLayout.memmap(tmp_path), sampler=sampler,
+                       seed=None if per else 5)  # fmt: skip
+    before = _state(buf)
+    with pytest.raises(ConfigError, match="directory: expected a folder without"):
+        buf.load_state_dict(src.state_dict())
+    assert _state(buf) == before
+
+
 def test_a_sampler_built_for_the_buffers_capacity_gets_an_error_that_says_what_to_do() -> None:
     """The buffer binds its sampler to capacity_per_env + 1 rows (the spare row of the pending
     next_obs): a PrioritizedSampler(1000) for a 1000-transition buffer used to fail with
@@ -193,3 +212,55 @@ def test_a_sampler_built_for_the_buffers_capacity_gets_an_error_that_says_what_t
         ReplayBuffer(1000, sampler=PrioritizedSampler(1000))
     buf = ReplayBuffer(1000, sampler=PrioritizedSampler(alpha=0.6))  # unbound: the buffer binds
     assert buf.config()["sampler"]["kind"] == "prioritized"
+
+
+def test_priorities_and_ids_as_tensors_lists_or_empty() -> None:
+    """What a training loop passes: TD errors that still require grad (or bfloat16), ids as a
+    tensor, an empty batch as ``[]``. numpy's ``asarray`` raised RuntimeError / TypeError on
+    the first two (and on any CUDA tensor) and read ``[]`` as float64; all are now taken
+    through the one tensor conversion, while malformed ids are still refused."""
+    import torch
+
+    from rlstore import NStepReplay, SequenceReplay
+
+    buf = _per(8, 2, alpha=1.0, beta=1.0)
+    for i in range(4):
+        buf.add(**_row(i, 2), hidden=np.zeros((2, 1), F))
+    b = buf.sample(4)
+    td = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True) * 2  # part of a graph
+    buf.update_priorities(torch.as_tensor(b.indices), td.abs())
+    leaves = buf._sampler.tree.leaves  # (alpha 1: p + eps; a repeated id keeps its last p)
+    last = dict(zip(b.indices.tolist(), td.detach().tolist(), strict=True))
+    assert [leaves[i] for i in last] == pytest.approx([p + 1e-6 for p in last.values()])
+    buf.update_priorities(b.indices, torch.ones(4, dtype=torch.bfloat16))
+    assert leaves[b.indices].tolist() == pytest.approx([1.0 + 1e-6] * 4, rel=1e-12)
+    before = _state(buf)
+    buf.update_priorities([], [])  # an empty batch changes nothing
+    assert buf.gather([])["obs"].shape == (0, 2)
+    assert NStepReplay(buf, 2, 0.9).batch([]).reward.shape == (0,)
+    seq = SequenceReplay(buf, 2, alpha=0.9)
+    seq.sample(1)
+    seq.update_priorities([], np.zeros((0, 2)))
+    seq.update_priorities(torch.tensor([0]), torch.ones(1, 2, requires_grad=True))
+    for bad in ([0.0], [[0]], torch.tensor([True])):
+        with pytest.raises(SpecError, match="indices: expected a 1-D integer array"):
+            buf.update_priorities(bad, [1.0])
+        with pytest.raises(SpecError, match="indices: expected a 1-D integer array"):
+            buf.gather(bad)
+    assert _state(buf) == before
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_batches_feed_update_priorities() -> None:
+    """``NStepBatch.indices`` are tensors on the buffer's device: on a CUDA buffer they (and
+    CUDA TD errors) go straight back into ``update_priorities``."""
+    import torch
+
+    from rlstore import NStepReplay
+
+    buf = ReplayBuffer(8, sampler=PrioritizedSampler(seed=0), device="cuda")
+    for i in range(4):
+        buf.add(np.full(2, i, F), 0, 1.0, np.full(2, i + 1, F), False, False)
+    nb = NStepReplay(buf, 2, 0.9).sample(3)
+    assert nb.indices.device.type == "cuda"
+    buf.update_priorities(nb.indices, nb.reward.abs() + torch.ones(3, device="cuda"))

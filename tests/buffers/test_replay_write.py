@@ -384,3 +384,30 @@ def test_extends_of_ended_episodes_keep_a_checkpoint_that_loads() -> None:
     twin = ReplayBuffer(20, seed=0)
     twin.load_state_dict(buf.state_dict())
     assert flat_state(twin) == flat_state(buf)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_tensors_of_any_device_and_bfloat16_are_stored(device: str) -> None:
+    """A GPU policy's tensors (and bfloat16 ones, which numpy cannot read either) are stored as
+    their host values, by add and extend, first add included; ``np.asarray`` refused them as
+    "expected an array". A tensor that requires grad is still refused (nothing changes)."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    t = {"device": device}
+    buf, ref = ReplayBuffer(8, num_envs=2, seed=0), ReplayBuffer(8, num_envs=2, seed=0)
+    obs = torch.tensor([[0.5, 1.0], [2.0, -3.0]], dtype=torch.bfloat16, **t)
+    args = (obs, torch.tensor([1, 2], **t), torch.ones(2, dtype=torch.bfloat16, **t), obs + 1,
+            torch.tensor([True, False], **t), torch.zeros(2, dtype=torch.bool, **t))  # fmt: skip
+    buf.add(*args)
+    ref.add(*(a.cpu().float().numpy() if a.is_floating_point() else a.cpu().numpy() for a in args))
+    block = [torch.stack([a, a]) for a in args]
+    buf.extend(*block)
+    ref.extend(*(a.cpu().float().numpy() if a.is_floating_point() else a.cpu().numpy()
+                 for a in block))  # fmt: skip
+    assert flat_state(buf) == flat_state(ref) and buf.specs["obs"].dtype == np.float32
+    before = flat_state(buf)
+    with pytest.raises(SpecError, match="obs"):
+        buf.add(torch.zeros(2, 2, requires_grad=True), *args[1:])
+    assert flat_state(buf) == before

@@ -80,8 +80,11 @@ def test_sequences_match_naive_windows(envs, chunks, cap, length, burn_in, overl
             seq.sample(1)
         return
     assert len(seq) == len(want)
+    twin = SequenceReplay(buf, length, burn_in=burn_in, overlap=overlap, seed=seed + 1)
+    twin.load_state_dict(seq.state_dict())  # every state a stream produces passes the checks
     b = seq.sample(3 * len(want))  # stratified over equal priorities: each live one 3 times
     ids = b.ids.numpy()
+    assert np.array_equal(twin.sample(3 * len(want)).ids.numpy(), ids)
     got = {(int(i) // envs, int(i) % envs) for i in ids}
     assert got == want
     assert (np.bincount(np.unique(ids, return_inverse=True)[1]) == 3).all()

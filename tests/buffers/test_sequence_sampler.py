@@ -58,3 +58,40 @@ def test_refusals_change_nothing() -> None:
             s.load_state_dict(bad)
     after = s.state_dict()
     assert after["hi"] == before["hi"] and np.array_equal(after["start_row"], before["start_row"])
+
+
+@pytest.mark.parametrize(("window", "stride", "named"), [(3, 2, "window"), (2, 1, "stride")])
+def test_a_state_of_another_window_or_stride_is_refused(window: int, stride: int, named: str):
+    """A state keeps its sampler's grid and complete windows: loaded into a sampler of another
+    window it drew windows past the write head (the buffer's gather then failed), into another
+    stride a grid the sampler would never build. Both are refused, naming the setting."""
+    s = SequenceSampler(6, 2, window=2, stride=2, seed=0)
+    s.observe(0, np.array([[True, True]] + [[False, False]] * 3))
+    other = SequenceSampler(6, 2, window=window, stride=stride, seed=1)
+    before = other.state_dict()
+    with pytest.raises(CheckpointError, match=rf"sampler\.{named}: expected {locals()[named]}"):
+        other.load_state_dict(s.state_dict())
+    after = other.state_dict()
+    assert after["hi"] == before["hi"] == 0 and len(other) == 0
+    twin = SequenceSampler(6, 2, window=2, stride=2, seed=1)
+    twin.load_state_dict(s.state_dict())
+    assert np.array_equal(twin.sample(8).ids, s.sample(8).ids)
+
+
+def test_a_state_whose_live_keys_are_not_its_complete_starts_is_refused() -> None:
+    """``keys`` name the live sequences; a state whose names are not exactly the registered
+    starts with a whole stored window (a start past the head, a start off the grid, one left
+    out, out of order) was accepted, and the next sample read past the buffer's head."""
+    s = SequenceSampler(6, 2, window=2, stride=2, seed=0)
+    s.observe(0, np.array([[True, True]] + [[False, False]] * 4))  # starts at rows 0, 2, 4
+    sd = s.state_dict()
+    k0, k1 = sd["prio"]["window"]
+    live = sd["keys"][np.arange(k0, k1) % len(sd["keys"])]
+    assert live.tolist() == [0, 1, 4, 5]  # rows 0 and 2 of both envs (row 4: incomplete)
+    for name in ([0, 1, 4, 8], [0, 1, 2, 5], [0, 4, 1, 5], [0, 1, 4, -1]):
+        keys = sd["keys"].copy()
+        keys[np.arange(k0, k1) % len(keys)] = name
+        other = SequenceSampler(6, 2, window=2, stride=2, seed=1)
+        with pytest.raises(CheckpointError, match="sampler.keys: expected the live sequences"):
+            other.load_state_dict({**sd, "keys": keys})
+        assert other.state_dict()["hi"] == 0 and len(other) == 0

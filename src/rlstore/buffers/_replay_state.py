@@ -22,6 +22,7 @@ from rlstore._checks import check_keys
 from rlstore._trees import flat_items
 from rlstore.checkpoint._state import load_state, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
+from rlstore.samplers import make_sampler
 from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import MemmapStorage, RingStorage, Storage, StorageLayout
 from rlstore.storage.frames import newest_frame_specs
@@ -92,9 +93,14 @@ class ReplayState:
         rows = 0 if storage is None else min(storage.size, self.capacity_per_env)
         written = 0 if storage is None else storage.rows_written
         window = ((written - rows) * n, written * n)
-        self._sampler.load_state_dict(sd["sampler"], window=window)  # checked before it changes
-        if storage is not None and storage is not sd["storage"]:  # a copy: into this layout
+        if storage is not None and storage is not sd["storage"] and self._layout.kind == "memmap":
+            # new files can still fail (a folder holding other files): check the sampler's
+            # state on a twin first, so that the buffer's own changes only once they exist
+            twin = make_sampler(self._sampler.config(), None)
+            twin.bind((self.capacity_per_env + 1) * n)
+            twin.load_state_dict(sd["sampler"], window=window)
             storage = self._layout.adopt(storage, self._storage)
+        self._sampler.load_state_dict(sd["sampler"], window=window)  # checked before it changes
         if storage is None:
             self.specs = self._schema = self._storage = self._side = self._disc = None
             self._pending = self._plan = None

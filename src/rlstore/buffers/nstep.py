@@ -45,9 +45,9 @@ import numpy as np
 import torch
 
 from rlstore._checks import check_count, real_number
-from rlstore._trees import to_numpy
 from rlstore.buffers._replay_write import row_words
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
+from rlstore.samplers.uniform import check_ids
 
 __all__ = ["NStepBatch", "NStepReplay"]
 
@@ -148,19 +148,6 @@ def split_obs(
     return {k.split(".", 1)[1]: t[k] for k in names}
 
 
-def _checked_indices(indices: Any, size: int) -> np.ndarray:
-    """``indices`` as a 1-D int64 array of values in ``[0, size)``, else a named error."""
-    if size == 0:
-        raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
-    idx = to_numpy("indices", indices)
-    if idx.ndim != 1 or idx.dtype.kind not in "iu":
-        raise SpecError(f"indices: expected a 1-D integer array, got {idx.dtype} {idx.shape}")
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        bad = idx[(idx < 0) | (idx >= size)][0]
-        raise SpecError(f"indices: expected values in [0, {size}), got {bad}")
-    return idx.astype(np.int64, copy=False)
-
-
 class NStepReplay:
     """n-step transitions from a one-step replay buffer (see the module docstring).
 
@@ -194,7 +181,10 @@ class NStepReplay:
             EmptyBufferError: the buffer is empty.
             SpecError: ``indices`` not a 1-D integer array within ``[0, len(buffer))``.
         """
-        return self._batch(_checked_indices(indices, len(self.buffer)))
+        size = len(self.buffer)
+        if size == 0:
+            raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
+        return self._batch(check_ids("indices", indices, size))
 
     def _batch(self, idx: np.ndarray, weights: np.ndarray | None = None) -> NStepBatch:
         buf, n = self.buffer, self.n

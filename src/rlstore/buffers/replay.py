@@ -53,9 +53,9 @@ from rlstore.errors import (
     CapacityError,
     ConfigError,
     EmptyBufferError,
-    SpecError,
 )
 from rlstore.samplers import SampledIds, Sampler, make_sampler
+from rlstore.samplers.uniform import check_ids
 from rlstore.specs import FieldSpec, TransitionSchema
 from rlstore.storage import Storage, StorageLayout
 from rlstore.storage.frames import restack
@@ -255,14 +255,7 @@ class ReplayBuffer(ReplayWriter, ReplayState):
         """
         if self._storage is None:
             raise EmptyBufferError("indices: the buffer holds no transition yet (add first)")
-        if type(indices) is not np.ndarray or indices.dtype != np.int64:
-            indices = _check_indices(indices)
-        elif indices.ndim != 1:
-            raise SpecError(f"indices: expected a 1-D integer array, got shape {indices.shape}")
-        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
-            bad = indices[(indices < 0) | (indices >= len(self))][0]
-            raise SpecError(f"indices: expected values in [0, {len(self)}), got {bad}")
-        return self._gather_ids(indices + self._window()[0])
+        return self._gather_ids(check_ids("indices", indices, len(self)) + self._window()[0])
 
     def _gather_ids(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """The transitions of live ids (checked by the caller)."""
@@ -412,18 +405,3 @@ class ReplayBuffer(ReplayWriter, ReplayState):
             "discontinuities": 0 if self._disc is None else self._disc.n,
             "rows_written": 0 if self._storage is None else self._storage.rows_written,
         }
-
-
-def _check_indices(indices: Any) -> np.ndarray:
-    """User indices as a 1-D int64 array: integer input only (no floats, bools, objects)."""
-    try:
-        arr = np.asarray(indices)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise SpecError(f"indices: expected a 1-D integer array, got {indices!r}") from exc
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise SpecError(
-            f"indices: expected a 1-D integer array, got {arr.dtype} of shape {arr.shape}"
-        )
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        raise SpecError(f"indices: expected values in [0, 2**63), got {int(arr.max())}")
-    return arr.astype(np.int64, copy=False)

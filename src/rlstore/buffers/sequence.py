@@ -52,6 +52,7 @@ from rlstore._trees import real_array, to_numpy
 from rlstore.buffers.nstep import episode_ends, fields, split_obs, to_torch
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
 from rlstore.samplers.sequence import SequenceSampler
+from rlstore.samplers.uniform import check_ids
 
 __all__ = ["SequenceBatch", "SequenceReplay"]
 
@@ -210,9 +211,7 @@ class SequenceReplay:
         Raises:
             SpecError: wrong shapes or dtypes, non-finite errors; nothing changes.
         """
-        idx = to_numpy("ids", ids)
-        if idx.ndim != 1 or idx.dtype.kind not in "iu":
-            raise SpecError(f"ids: expected a 1-D integer array, got {idx.dtype} {idx.shape}")
+        idx = check_ids("ids", ids)
         td = np.abs(real_array("td_errors", td_errors).astype(np.float64))
         if td.ndim != 2 or td.shape[0] != idx.shape[0]:
             raise SpecError(f"td_errors: expected shape ({len(idx)}, T) like ids, got {td.shape}")

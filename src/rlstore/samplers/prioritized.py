@@ -34,7 +34,7 @@ from rlstore._lazy import lazy_module
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers._rng import make_rng, rng_state, set_rng_state
 from rlstore.samplers.sum_tree import SumTree, _check_values, _real_array
-from rlstore.samplers.uniform import SampledIds, check_window
+from rlstore.samplers.uniform import SampledIds, check_ids, check_window
 from rlstore.storage.ring import _count
 
 __all__ = ["LinearSchedule", "PrioritizedSampler"]
@@ -200,14 +200,10 @@ class PrioritizedSampler:
             SpecError: wrong shapes or dtypes, an id never written, a negative, NaN or inf
                 priority; nothing changes.
         """
-        idx = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
-        if idx.ndim != 1 or idx.dtype.kind not in "iu":
-            raise SpecError(
-                f"indices: expected a 1-D integer array, got {idx.dtype} of shape {idx.shape}"
-            )
+        idx = check_ids("indices", indices)
         pri = _real_array("priorities", priorities, len(idx))
         status, slots, stored, raw_max, top, p_top = _kernels().priority_leaves(
-            idx.astype(np.int64, copy=False), pri, self.lo, self.hi, self.capacity or 1,
+            idx, pri, self.lo, self.hi, self.capacity or 1,
             self.eps, self.alpha)  # fmt: skip
         if status:  # the kernel found a bad value: say which
             _check_values("priorities", pri, len(pri))  # raises on a negative or non-finite one

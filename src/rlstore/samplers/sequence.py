@@ -31,8 +31,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlstore._checks import check_count, check_keys
+from rlstore._trees import to_numpy
 from rlstore.errors import CapacityError, CheckpointError, EmptyBufferError, SpecError
 from rlstore.samplers.prioritized import PrioritizedSampler
+from rlstore.samplers.uniform import check_ids
 from rlstore.storage.ring import _checked_array, _count
 
 __all__ = ["SequenceSample", "SequenceSampler"]
@@ -184,12 +186,10 @@ class SequenceSampler:
             SpecError: ``ids`` not a 1-D integer array, or bad ``priorities`` (see
                 :meth:`PrioritizedSampler.update_priorities`); nothing changes.
         """
-        idx = np.asarray(ids)
-        if idx.ndim != 1 or idx.dtype.kind not in "iu":
-            raise SpecError(f"ids: expected a 1-D integer array, got {idx.dtype} {idx.shape}")
-        k = self._find(idx.astype(np.int64))
+        idx = check_ids("ids", ids)
+        k = self._find(idx)
         live = k >= 0
-        pri = np.asarray(priorities)
+        pri = to_numpy("priorities", priorities)
         ok = pri.shape == idx.shape and pri.dtype.kind in "iuf"
         if not ok or not (np.isfinite(pri) & (pri >= 0)).all():
             raise SpecError(
@@ -199,8 +199,11 @@ class SequenceSampler:
         self.prio.update_priorities(k[live], pri[live])
 
     def state_dict(self) -> dict[str, Any]:
-        """Copies of the starts, phases, rows observed and the prioritized sampler's state."""
+        """The window and stride, copies of the starts, phases, rows observed and the
+        prioritized sampler's state."""
         return {
+            "window": self.window,
+            "stride": self.stride,
             "start_row": self.start_row.copy(),
             "phase": self.phase.copy(),
             "hi": self.hi,
@@ -212,9 +215,17 @@ class SequenceSampler:
         """Restore :meth:`state_dict` output exactly (later draws equal the original's).
 
         Raises:
-            CheckpointError: a missing, malformed or mismatching entry; nothing changes.
+            CheckpointError: a missing, malformed or mismatching entry (a state saved with
+                another ``window`` or ``stride``: its grid and live sequences are another
+                sampler's); nothing changes.
         """
-        sd = check_keys(where, sd, ("start_row", "phase", "hi", "keys", "prio"))
+        sd = check_keys(where, sd, ("window", "stride", "start_row", "phase", "hi", "keys", "prio"))
+        for name, means in (("window", "burn_in + length"), ("stride", "window - overlap")):
+            if _count(f"{where}.{name}", sd[name], 1) != getattr(self, name):
+                raise CheckpointError(
+                    f"{where}.{name}: expected {getattr(self, name)} ({means}) like this "
+                    f"sampler, got {sd[name]!r}"
+                )
         shape = (self.capacity_per_env, self.num_envs)
         start = _checked_array(f"{where}.start_row", sd["start_row"], shape, np.dtype(np.int64))
         phase = _checked_array(f"{where}.phase", sd["phase"], shape[1:], np.dtype(np.int64))
@@ -222,8 +233,18 @@ class SequenceSampler:
         if start.max() >= hi or start.min() < -1 or phase.min() < 0:
             raise CheckpointError(f"{where}.start_row: expected rows in [-1, {hi}) and phases >= 0")
         keys = _checked_array(f"{where}.keys", sd["keys"], self.keys.shape, np.dtype(np.int64))
-        if keys.max() >= hi * self.num_envs or keys.min() < -1:
-            raise CheckpointError(f"{where}.keys: expected names in [-1, {hi * self.num_envs})")
-        self.prio.load_state_dict(sd["prio"], where=f"{where}.prio")  # all or nothing
+        trial = PrioritizedSampler(len(keys), alpha=self.prio.alpha, eps=self.prio.eps)
+        trial.load_state_dict(sd["prio"], where=f"{where}.prio")  # checked on a copy first
+        # the live ids name exactly the registered starts whose whole window is stored
+        c, n, lo = self.capacity_per_env, self.num_envs, max(0, hi - self.capacity_per_env)
+        g = np.arange(lo, max(lo, hi - self.window + 1))
+        hit = start[g % c] == g[:, None]
+        live = (g[:, None] * n + np.arange(n))[hit]
+        if not np.array_equal(keys[np.arange(trial.lo, trial.hi) % len(keys)], live):
+            raise CheckpointError(
+                f"{where}.keys: expected the live sequences to be the starts in start_row whose "
+                f"{self.window} rows lie in rows [{lo}, {hi}) ({len(live)} of them)"
+            )
+        self.prio.load_state_dict(sd["prio"], where=f"{where}.prio")
         self.start_row, self.phase, self.hi = start.copy(), phase.copy(), hi
         self.keys = keys.copy()

@@ -39,7 +39,9 @@ import numpy as np
 
 from rlstore._checks import check_count, check_keys
 from rlstore._lazy import lazy_module
+from rlstore._trees import to_numpy
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
+from rlstore.samplers.uniform import check_ids
 from rlstore.storage.ring import _checked_array, _count
 
 __all__ = ["SumTree"]
@@ -47,23 +49,10 @@ __all__ = ["SumTree"]
 _kernels = lazy_module("rlstore.samplers._tree_kernels")  # the compiled walks
 
 
-def _check_indices(name: str, indices: Any, high: int) -> np.ndarray:
-    """``indices`` as a 1-D int64 array of values in ``[0, high)`` (integer dtypes only)."""
-    arr = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise SpecError(
-            f"{name}: expected a 1-D integer array, got {arr.dtype} of shape {arr.shape}"
-        )
-    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= high):
-        bad = arr[(arr < 0) | (arr >= high)][0]
-        raise SpecError(f"{name}: expected values in [0, {high}), got {bad}")
-    return arr.astype(np.int64, copy=False)
-
-
 def _real_array(name: str, values: Any, n: int) -> np.ndarray:
-    """``values`` as a float64 array of shape ``(n,)`` of a real dtype (no bools); its values
-    are not checked."""
-    arr = values if isinstance(values, np.ndarray) else np.asarray(values)
+    """``values`` (an array, a tensor on any device, a list) as a float64 array of shape
+    ``(n,)`` of a real dtype (no bools); its values are not checked."""
+    arr = to_numpy(name, values)
     if arr.dtype.kind not in "iuf":
         raise SpecError(f"{name}: expected a real-valued array, got dtype {arr.dtype}")
     if arr.shape != (n,):
@@ -139,7 +128,7 @@ class SumTree:
             SpecError: wrong shapes or dtypes, an index out of range, a negative, non-finite or
                 too large value; nothing changes.
         """
-        idx = _check_indices("indices", indices, self.capacity)
+        idx = check_ids("indices", indices, self.capacity)
         vals = _check_values("values", values, len(idx), high=self.max_value)
         uniq, last = _kernels().last_writes(idx, self.capacity)
         self._set_unique(uniq, vals[last])
@@ -165,7 +154,7 @@ class SumTree:
             SpecError: ``masses`` not 1-D, negative or non-finite.
             EmptyBufferError: every leaf is empty (``total == 0``).
         """
-        arr = masses if isinstance(masses, np.ndarray) else np.asarray(masses)
+        arr = to_numpy("masses", masses)
         if arr.ndim != 1:
             raise SpecError(f"masses: expected a 1-D array, got shape {arr.shape}")
         mass = _check_values("masses", arr, len(arr))

@@ -20,10 +20,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlstore._checks import check_count
+from rlstore._trees import to_numpy
 from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers._rng import make_rng, rng_state, set_rng_state
 
-__all__ = ["SampledIds", "UniformSampler", "check_window"]
+__all__ = ["SampledIds", "UniformSampler", "check_ids", "check_window"]
 
 
 class SampledIds(NamedTuple):
@@ -31,6 +32,29 @@ class SampledIds(NamedTuple):
 
     indices: np.ndarray
     weights: np.ndarray
+
+
+def check_ids(name: str, ids: Any, high: int | None = None) -> np.ndarray:
+    """``ids`` (an array, a tensor on any device, a list: ``[]`` too) as a 1-D int64 array of
+    integers (no floats or bools), in ``[0, high)`` when ``high`` is given (else the caller
+    checks the range).
+
+    Raises:
+        SpecError: naming ``name``: not 1-D, not integers, a value out of range.
+    """
+    arr = to_numpy(name, ids)
+    if arr.ndim == 1 and arr.size == 0:  # ``[]`` reads as float64
+        return np.zeros(0, np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise SpecError(
+            f"{name}: expected a 1-D integer array, got {arr.dtype} of shape {arr.shape}"
+        )
+    if arr.dtype.kind == "u" and int(arr.max()) > np.iinfo(np.int64).max:  # would wrap
+        raise SpecError(f"{name}: expected values in [0, 2**63), got {int(arr.max())}")
+    if high is not None and (int(arr.min()) < 0 or int(arr.max()) >= high):
+        bad = arr[(arr < 0) | (arr >= high)][0]
+        raise SpecError(f"{name}: expected values in [0, {high}), got {bad}")
+    return arr.astype(np.int64, copy=False)
 
 
 def check_window(lo: Any, hi: Any, old: tuple[int, int], capacity: int | None) -> tuple[int, int]:

@@ -175,6 +175,17 @@ def as_words(
     return np.ascontiguousarray(x).reshape(*lead, depth, size).view(word)
 
 
+def store_layout(spec: FieldSpec, axis: int, rows: int) -> tuple[int, dict[str, FieldSpec]]:
+    """The rows (``rows + S - 1``) and field specs of the ring of one frame-stack field
+    ``spec`` (stack axis ``axis``): each row holds one frame, flattened, and its kind."""
+    ax = axis % len(spec.shape)
+    size = int(np.prod(spec.shape[:ax] + spec.shape[ax + 1 :]))
+    return rows + spec.shape[ax] - 1, {
+        "frame": FieldSpec("frame", (size,), spec.dtype),
+        "kind": FieldSpec("kind", (), np.dtype(np.uint8)),
+    }
+
+
 class FrameRing:
     """One frame-stack field: newest frames (flattened, ``F`` items) + kinds in a ring of
     ``rows + S - 1`` rows, the older frames of ``SIDE`` rows in a side store and the pending
@@ -185,16 +196,13 @@ class FrameRing:
         self, spec: FieldSpec, axis: int, rows: int, num_envs: int, store: RingStorage | None
     ):
         self.n, self.axis, self.shape = num_envs, axis % len(spec.shape), spec.shape
-        self.depth, self.slots = spec.shape[self.axis], rows + spec.shape[self.axis] - 1
+        self.depth = spec.shape[self.axis]
         self.frame = spec.shape[: self.axis] + spec.shape[self.axis + 1 :]
+        self.slots, self.store_specs = store_layout(spec, axis, rows)
         self.dtype, self.size = spec.dtype, int(np.prod(self.frame))
         size = self.size
         self.word = word_of(size * spec.dtype.itemsize, spec.dtype.itemsize)
         self.row_shapes = [(num_envs, *spec.shape)] + ([spec.shape] if num_envs == 1 else [])
-        self.store_specs = {
-            "frame": FieldSpec("frame", (size,), spec.dtype),
-            "kind": FieldSpec("kind", (), np.dtype(np.uint8)),
-        }
         older = FieldSpec("older", (self.depth - 1, size), spec.dtype)
         self.store = store or RingStorage(self.slots, num_envs, self.store_specs)
         self.side = SideStore({"older": older}, capacity=1)

@@ -43,7 +43,15 @@ import numpy as np
 from rlstore._checks import check_keys
 from rlstore.errors import CapacityError, CheckpointError, RLStoreError, SpecError
 from rlstore.specs import FieldSpec
-from rlstore.storage._frame_ring import LINK, SIDE, FrameRing, as_words, kernels, word_of
+from rlstore.storage._frame_ring import (
+    LINK,
+    SIDE,
+    FrameRing,
+    as_words,
+    kernels,
+    store_layout,
+    word_of,
+)
 from rlstore.storage.ring import RingStorage
 
 __all__ = ["FrameStackStorage"]
@@ -458,9 +466,10 @@ class FrameStackStorage:
             at = f"{where}.frames.{k}"
             check_keys(at, fsd, ("store", "side", "pending", "next"))
             store = RingStorage.from_state_dict(fsd["store"], where=f"{at}.store")
+            slots, kept = store_layout(specs[k], st.stack_axis, st.rows)
+            if (store.specs, fsd["store"]["capacity_per_env"], store.num_envs) != (kept, slots, n):
+                raise CheckpointError(f"{at}.store: expected {slots} rows x {n} envs of {kept}")
             f = st.frames[k] = FrameRing(specs[k], st.stack_axis, st.rows, n, store)
-            if (store.specs, fsd["store"]["capacity_per_env"]) != (f.store_specs, f.slots):
-                raise CheckpointError(f"{at}.store: expected {f.slots} rows of {f.store_specs}")
             nxt, want = fsd["next"], (f.next.shape, f.next.dtype)
             if not isinstance(nxt, np.ndarray) or (nxt.shape, nxt.dtype) != want:
                 raise CheckpointError(f"{at}.next: expected an array {want}, got {nxt!r:.80}")
