@@ -59,6 +59,7 @@ def test_cast_to_spec_fast_path_returns_input_unchanged() -> None:
         (np.array([0, 255], np.int64), np.uint8, np.array([0, 255], np.uint8)),  # values fit
         (np.array([3, 4], np.int32), np.int64, np.array([3, 4], np.int64)),
         (np.array([0, 1], np.int64), np.bool_, np.array([False, True])),
+        (np.array([1.0, 0.0], np.float32), np.bool_, np.array([True, False])),  # float dones
     ],
 )
 def test_cast_to_spec_accepts_safe_casts(value, dtype, expected) -> None:
@@ -73,8 +74,9 @@ def test_cast_to_spec_accepts_safe_casts(value, dtype, expected) -> None:
         (np.array([1.0, 2.0]), np.int64, r"action: expected dtype int64, got float64"),
         (np.array([0, 256]), np.uint8, r"action: expected values of dtype uint8 in \[0, 255\]"),
         (np.array([-1, 2]), np.uint8, r"in \[0, 255\], got int64 values in \[-1, 2\]"),
-        (np.array([0, 2]), np.bool_, r"action: expected dtype bool \(or 0/1 integers\)"),
-        (np.array([0.0, 1.0]), np.bool_, r"action: expected dtype bool"),
+        (np.array([0, 2]), np.bool_, r"action: expected dtype bool \(or exact 0/1 numbers\)"),
+        (np.array([0.0, 0.5]), np.bool_, r"action: expected dtype bool"),
+        (np.array([1.0, np.nan]), np.bool_, r"action: expected dtype bool"),
         (np.array([1j, 2j]), np.float32, r"action: expected dtype float32, got complex128"),
         (np.zeros(3, np.float32), np.float32, r"action: expected shape \(2,\), got \(3,\)"),
         ({"a": 1}, np.float32, r"action: expected an array of shape \(2,\), got a dict"),

@@ -9,7 +9,8 @@ Casting rules (:func:`cast_to_spec`): only *safe* conversions are accepted.
 * same kind or widening (``int -> float``), and float narrowing (``float64 -> float32``),
   which is what every RL library does with observations, unless a value overflows to inf;
 * integer narrowing (``int64 -> uint8``) only when every value fits the target range;
-* ``bool`` fields accept integer input whose values are all 0 or 1;
+* ``bool`` fields accept integer or float input whose values are all exactly 0 or 1 (CleanRL's
+  float dones; the rollout buffer's flags take the same);
 * anything else (``float -> int``, ``bool -> int/float``, ``complex -> float``, objects,
   strings) is a :class:`SpecError`.
 
@@ -180,8 +181,9 @@ def cast_to_spec(
         itself when it already matches: no copy).
 
     Raises:
-        SpecError: wrong shape, unsafe cast, integer overflow, non-0/1 ints for a bool field,
-        or NaN/inf where forbidden. The message names the field, the expectation, what arrived.
+        SpecError: wrong shape, unsafe cast, integer overflow, numbers other than exactly 0 or 1
+        for a bool field, or NaN/inf where forbidden. The message names the field, the
+        expectation, what arrived.
     """
     expected = (*lead, *spec.shape)
     if type(value) is np.ndarray and value.dtype == spec.dtype and value.shape == expected:
@@ -215,9 +217,9 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if src.kind not in "biuf":
         raise SpecError(f"{name}: expected dtype {dtype}, got {src} which cannot be cast")
     if dtype.kind == "b":
-        if src.kind in "iu" and np.isin(arr, (0, 1)).all():
+        if src.kind in "iuf" and np.isin(arr, (0, 1)).all():  # NaN is never in (0, 1)
             return arr.astype(dtype)
-        raise SpecError(f"{name}: expected dtype bool (or 0/1 integers), got {src}")
+        raise SpecError(f"{name}: expected dtype bool (or exact 0/1 numbers), got {src}")
     if src.kind == "b":
         raise SpecError(f"{name}: expected dtype {dtype}, got bool (a flag, not a number)")
     if dtype.kind == "f":

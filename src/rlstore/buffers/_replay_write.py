@@ -210,7 +210,7 @@ class ReplayWriter(ReplayState):
             action: ``(num_envs, *action_shape)``.
             reward: ``(num_envs,)``.
             next_obs: the true successor of ``obs`` (the final observation when done).
-            terminated, truncated: ``(num_envs,)`` bool (0/1 ints accepted).
+            terminated, truncated: ``(num_envs,)`` bool (exact 0/1 ints or floats accepted).
             **extra: extra fields, ``(num_envs, *shape)`` each.
 
         Raises:
