@@ -98,6 +98,14 @@ def test_bad_paths_are_checkpoint_errors(bad: Any) -> None:
         load("a\0b")
 
 
+@pytest.mark.parametrize("prefix", ["../buffer_", "sub/buffer_"])
+def test_a_prefix_with_a_path_separator_is_refused(tmp_path: Path, prefix: str) -> None:
+    """A prefix of '../' wrote the checkpoint outside its folder."""
+    with pytest.raises(CheckpointError, match="prefix: expected a file-name prefix"):
+        checkpoint.save(replay_buffer(), tmp_path / "ckpt", prefix=prefix)
+    assert not any(tmp_path.rglob("*.safetensors"))
+
+
 @pytest.mark.parametrize(
     ("content", "match"),
     [

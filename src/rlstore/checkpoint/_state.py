@@ -44,6 +44,10 @@ def _folder(dirpath: Any, prefix: Any) -> Path:
         )
     if not isinstance(prefix, str):
         raise CheckpointError(f"prefix: expected a str, got {type(prefix).__name__}")
+    if "/" in prefix or os.sep in prefix or (os.altsep and os.altsep in prefix):
+        raise CheckpointError(  # '../' wrote outside the folder
+            f"prefix: expected a file-name prefix (no path separator), got {prefix!r}"
+        )
     return Path(dirpath)
 
 
