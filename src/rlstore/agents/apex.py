@@ -153,7 +153,7 @@ class ApexPolicy:
         greedy = self.agent(obs).argmax(1)
         explore = torch.rand(len(obs), generator=self.rng) < self.epsilon
         random = torch.randint(self.agent.num_actions, (len(obs),), generator=self.rng)
-        return torch.where(explore, random, greedy).numpy(), {}
+        return torch.where(explore, random, greedy).numpy() + self.agent.action_start, {}
 
     @torch.no_grad()
     def finish(self, fragment: dict[str, Any], last_obs: np.ndarray) -> dict[str, Any]:
@@ -162,10 +162,12 @@ class ApexPolicy:
 
 @torch.no_grad()
 def initial_priorities(agent: DQNAgent, fragment: dict[str, Any], ac: ApexConfig) -> np.ndarray:
-    """``|G_t - Q(s_t, a_t)|`` ``(T, N)`` of a fragment (see the module docstring)."""
+    """``|G_t - Q(s_t, a_t)|`` ``(T, N)`` of a fragment (see the module docstring; its actions
+    are the env's, ``action_start`` + Q-value index)."""
     T, N = fragment["reward"].shape
     flat = {k: torch.as_tensor(fragment[k]).reshape(T * N, *fragment[k].shape[2:])
             for k in ("obs", "next_obs", "action")}  # fmt: skip
+    flat["action"] = flat["action"] - agent.action_start
     ones = torch.ones(T * N)
     one_step = NStepBatch(flat["obs"], flat["action"], torch.zeros(T * N), flat["next_obs"],
                           ones, ones.bool(), ones.bool(), ones.long(), {}, ones, ones)  # fmt: skip
@@ -185,15 +187,16 @@ def make_replay(ac: ApexConfig, seed: int, shard: int) -> NStepReplay:
     return NStepReplay(buffer, n=ac.n_step, gamma=ac.gamma)
 
 
-def _batch(b: Any, device: torch.device) -> NStepBatch:
-    """A :class:`~rlstore.distributed.ShardBatch` as the torch :class:`NStepBatch` of DQN."""
+def _batch(b: Any, device: torch.device, action_start: int) -> NStepBatch:
+    """A :class:`~rlstore.distributed.ShardBatch` (env actions) as the torch :class:`NStepBatch`
+    of DQN (Q-value indices: env action - ``action_start``)."""
 
     def t(x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(x), device=device)
 
     disc = t(b.discount).float()
-    zero = torch.zeros_like(disc)
-    return NStepBatch(t(b.obs), t(b.action), t(b.reward).float(), t(b.next_obs), disc,
+    zero, action = torch.zeros_like(disc), t(b.action) - action_start
+    return NStepBatch(t(b.obs), action, t(b.reward).float(), t(b.next_obs), disc,
                       t(b.terminated), t(b.truncated), zero.long(), {}, zero.long(),
                       t(b.weights).float())  # fmt: skip
 
@@ -248,8 +251,8 @@ def train_apex(
                     continue
                 losses, qs, ids, tds = [], [], [], []
                 for b in shards.sample_many(ac.batches_per_call, ac.batch_size, beta(step)):
-                    loss, q, td = td_step(agent, optimizer, _batch(b, agent.device), ac.double_q,
-                                          ac.max_grad_norm)  # fmt: skip
+                    batch = _batch(b, agent.device, agent.action_start)
+                    loss, q, td = td_step(agent, optimizer, batch, ac.double_q, ac.max_grad_norm)
                     losses.append(loss)
                     qs.append(q)
                     ids.append(b.ids)

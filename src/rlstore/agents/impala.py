@@ -183,7 +183,7 @@ def vtrace_update(
     reward, term, trunc = cat("reward"), cat("terminated"), cat("truncated")
     zeros = torch.zeros(obs.shape[1], device=agent.device)
     buffer.reset()
-    actions = torch.as_tensor(action, device=agent.device)
+    actions = torch.as_tensor(action - agent.action_start, device=agent.device)  # env -> index
     for t in range(len(obs)):  # values / final values: unused by V-trace, which re-evaluates
         buffer.add(prep(obs[t]), actions[t], logp[t], zeros, reward[t], term[t], trunc[t],
                    final_value=zeros, final_obs=prep(nxt[t]))  # fmt: skip
