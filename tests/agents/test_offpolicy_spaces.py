@@ -1,8 +1,10 @@
-"""DQN, Ape-X and IMPALA on ``Discrete(n, start != 0)`` actions: the env gets ``start + index``,
-the networks and the losses work on the index (what the replay / the V-trace buffer hold)."""
+"""Unusual action spaces. DQN, Ape-X and IMPALA on ``Discrete(n, start != 0)``: the env gets
+``start + index``, the networks and the losses work on the index. SAC on Box bounds other than
+``[-1, 1]``: its losses are Stable-Baselines3's, in actions rescaled to ``[-1, 1]``."""
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +16,8 @@ import torch
 from rlstore.agents.apex import ApexConfig, ApexPolicy, _batch, initial_priorities
 from rlstore.agents.dqn import DQNTrainConfig, train_dqn
 from rlstore.agents.impala import ImpalaConfig, ImpalaPolicy, vtrace_update
+from rlstore.agents.sac import SACAgent, SACConfig, make_optimizers, sac_update
+from rlstore.buffers.replay import ReplayBatch
 from rlstore.buffers.rollout import RolloutBuffer
 
 START = -1
@@ -121,3 +125,68 @@ def test_impala_vtrace_update_takes_env_actions_of_a_start_offset_space(start: i
     assert rows[1] == pytest.approx(rows[0], rel=1e-4, abs=1e-6)  # minibatch order: rounding
     for p, q in zip(agent.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ SAC on asymmetric bounds
+
+
+def _sb3_sac_losses(
+    agent: SACAgent, batch: ReplayBatch, gamma: float, low: np.ndarray, high: np.ndarray
+) -> dict[str, float]:
+    """Stable-Baselines3's SAC losses (alpha, critic) written out independently in float64:
+    replay actions rescaled to [-1, 1], log-probs of the tanh-squashed action in [-1, 1],
+    target entropy -|A|; the Gaussian noise drawn in sac_update's order (actor on obs, then on
+    next_obs) from torch's global RNG."""
+    lo, hi = torch.as_tensor(low).double(), torch.as_tensor(high).double()
+    a = agent.actor.double()
+    c, ct = agent.critic.double(), agent.critic_target.double()
+
+    def pi(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = a(obs.double())
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean.float()).double()
+        normal = torch.distributions.Normal(mean, std)
+        return torch.tanh(u), (normal.log_prob(u) - torch.log(1 - torch.tanh(u) ** 2)).sum(-1)
+
+    with torch.no_grad():
+        _, logp = pi(batch.obs)  # type: ignore[arg-type]
+        log_alpha = agent.log_alpha.double()
+        alpha_loss = -(log_alpha * (logp + agent.target_entropy)).mean()
+        assert agent.target_entropy == -float(len(low))
+        next_a, next_logp = pi(batch.next_obs)  # type: ignore[arg-type]
+        next_obs = batch.next_obs.double()  # type: ignore[union-attr]
+        next_q = ct(next_obs, next_a).min(0).values - log_alpha.exp() * next_logp
+        y = batch.reward.double() + gamma * (~batch.terminated).double() * next_q
+        scaled = 2.0 * (batch.action.double() - lo) / (hi - lo) - 1.0  # SB3's scale_action
+        q = c(batch.obs.double(), scaled)  # type: ignore[union-attr]
+        critic_loss = 0.5 * sum(((qk - y) ** 2).mean() for qk in q)
+    return {"alpha_loss": float(alpha_loss), "critic_loss": float(critic_loss),
+            "entropy": float(-logp.mean())}  # fmt: skip
+
+
+@pytest.mark.parametrize(("low", "high"), [([0.0], [10.0]), ([-0.05, 2.0], [0.05, 3.0])])
+def test_sac_losses_match_sb3_formulas_on_bounds_other_than_unit(low: list, high: list) -> None:
+    torch.manual_seed(0)
+    low_, high_ = np.array(low, np.float32), np.array(high, np.float32)
+    obs_space = gym.spaces.Box(-5.0, 5.0, (3,), np.float32)
+    act_space = gym.spaces.Box(low_, high_, dtype=np.float32)
+    cfg = SACConfig(hidden_sizes=[16, 16], init_ent_coef=0.3)
+    agent = SACAgent(obs_space, act_space, cfg, "Pendulum-v1")
+    with torch.no_grad():  # target critics unlike the online ones
+        for p in agent.critic_target.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    B, A = 32, len(low)
+    u = torch.rand(B, A)
+    batch = ReplayBatch(
+        obs=torch.randn(B, 3), action=torch.as_tensor(low_) + u * torch.as_tensor(high_ - low_),
+        reward=torch.randn(B), next_obs=torch.randn(B, 3), terminated=torch.rand(B) < 0.3,
+        truncated=torch.zeros(B, dtype=torch.bool), extras={}, indices=np.arange(B),
+        weights=torch.ones(B),
+    )  # fmt: skip
+    twin = copy.deepcopy(agent)
+    torch.manual_seed(1)
+    got = sac_update(agent, batch, make_optimizers(agent, cfg), cfg)
+    torch.manual_seed(1)
+    want = _sb3_sac_losses(twin, batch, cfg.gamma, low_, high_)
+    for key, value in want.items():
+        assert float(got[key]) == pytest.approx(value, rel=1e-4, abs=1e-5), key
