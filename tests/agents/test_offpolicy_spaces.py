@@ -16,7 +16,14 @@ import torch
 from rlstore.agents.apex import ApexConfig, ApexPolicy, _batch, initial_priorities
 from rlstore.agents.dqn import DQNTrainConfig, train_dqn
 from rlstore.agents.impala import ImpalaConfig, ImpalaPolicy, vtrace_update
-from rlstore.agents.sac import SACAgent, SACConfig, make_optimizers, sac_update
+from rlstore.agents.sac import (
+    SACAgent,
+    SACConfig,
+    SACTrainConfig,
+    make_optimizers,
+    sac_update,
+    train_sac,
+)
 from rlstore.buffers.replay import ReplayBatch
 from rlstore.buffers.rollout import RolloutBuffer
 
@@ -190,3 +197,38 @@ def test_sac_losses_match_sb3_formulas_on_bounds_other_than_unit(low: list, high
     want = _sb3_sac_losses(twin, batch, cfg.gamma, low_, high_)
     for key, value in want.items():
         assert float(got[key]) == pytest.approx(value, rel=1e-4, abs=1e-5), key
+
+
+class IntObsEnv(gym.Env[np.ndarray, np.ndarray]):
+    """Integer Box observations ``[t, 1]``, actions ``Box(2, 4, (1,))`` (checked), reward a
+    Python int; truncated after 10 steps by the registration's time limit."""
+
+    observation_space = gym.spaces.Box(0, 100, (2,), np.int64)
+    action_space = gym.spaces.Box(2.0, 4.0, (1,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0, 1]), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, int, bool, bool, dict]:
+        if not self.action_space.contains(np.asarray(action, np.float32)):
+            raise ValueError(f"action {action!r} outside {self.action_space}")
+        self.t += 1
+        return np.array([self.t, 1]), int(action[0] > 3.0), False, False, {}
+
+
+INT_OBS_ID = "rlstore-test/SACIntObs-v0"
+if INT_OBS_ID not in gym.registry:
+    gym.register(INT_OBS_ID, entry_point=IntObsEnv, max_episode_steps=10)
+
+
+def test_sac_trains_on_integer_observations() -> None:
+    cfg = SACTrainConfig.from_dict({
+        "run": {"seed": 0, "track": False, "eval_interval": 100, "eval_episodes": 1},
+        "environment": {"env_id": INT_OBS_ID},
+        "sac": {"total_timesteps": 100, "learning_starts": 20, "batch_size": 8,
+                "buffer_size": 100, "hidden_sizes": [8]},
+    })  # fmt: skip
+    _, stats = train_sac(cfg)  # the replay keeps int64 observations; the networks read floats
+    assert stats.num_updates == 100 - 20 and len(stats.episode_returns) == 10

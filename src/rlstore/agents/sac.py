@@ -326,8 +326,9 @@ def td_target(
     ``a' ~ pi(s')`` normalized, ``(B,)``. ``batch.next_obs`` is the true successor (the final
     observation of a truncated episode): truncation bootstraps, termination does not."""
     with torch.no_grad():
-        next_action, next_log_prob = agent.actor.sample(batch.next_obs)  # type: ignore[arg-type]
-        next_q = agent.critic_target(batch.next_obs, next_action).min(0).values
+        next_obs = batch.next_obs.float()  # type: ignore[union-attr]  # the replay keeps int obs
+        next_action, next_log_prob = agent.actor.sample(next_obs)
+        next_q = agent.critic_target(next_obs, next_action).min(0).values
         not_done = (~batch.terminated).to(next_q.dtype)
         return batch.reward + gamma * not_done * (next_q - alpha * next_log_prob)
 
@@ -337,7 +338,8 @@ def sac_update(
 ) -> dict[str, torch.Tensor]:
     """One gradient step of alpha, the critics and the actor (SB3's order); returns detached
     diagnostics (tensors, so that no step forces a ``.item()``)."""
-    action, log_prob = agent.actor.sample(batch.obs)  # type: ignore[arg-type]
+    obs = batch.obs.float()  # type: ignore[union-attr]  # the replay keeps int observations
+    action, log_prob = agent.actor.sample(obs)
     alpha = agent.log_alpha.detach().exp()  # the coefficient before this step's alpha update
     alpha_loss = -(agent.log_alpha * (log_prob.detach() + agent.target_entropy)).mean()
     if "alpha" in opts:
@@ -346,13 +348,13 @@ def sac_update(
         opts["alpha"].step()
 
     y = td_target(agent, batch, alpha, cfg.gamma)
-    q = agent.critic(batch.obs, agent.actor.normalize(batch.action))  # type: ignore[arg-type]
+    q = agent.critic(obs, agent.actor.normalize(batch.action))  # (2, B)
     critic_loss = 0.5 * (q - y).square().mean(1).sum()  # SB3: 0.5 * sum_k MSE(Q_k, y)
     opts["critic"].zero_grad()
     critic_loss.backward()
     opts["critic"].step()
 
-    q_pi = agent.critic(batch.obs, action, detach=True).min(0).values  # type: ignore[arg-type]
+    q_pi = agent.critic(obs, action, detach=True).min(0).values
     actor_loss = (alpha * log_prob - q_pi).mean()
     opts["actor"].zero_grad()
     actor_loss.backward()
