@@ -232,3 +232,22 @@ def test_sac_trains_on_integer_observations() -> None:
     })  # fmt: skip
     _, stats = train_sac(cfg)  # the replay keeps int64 observations; the networks read floats
     assert stats.num_updates == 100 - 20 and len(stats.episode_returns) == 10
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sac_actions_stay_inside_bounds_where_tanh_saturates(dtype: type) -> None:
+    # bias + scale * tanh(u) at tanh(u) = +-1 rounds outside [low, high] for many float bounds
+    rng = np.random.default_rng(0)
+    low = rng.uniform(-10, 10, size=64)
+    high = low + rng.uniform(1e-3, 10, size=64)
+    space = gym.spaces.Box(low.astype(dtype), high.astype(dtype), dtype=dtype)
+    obs_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    agent = SACAgent(obs_space, space, SACConfig(hidden_sizes=[4]), "Pendulum-v1")
+    for sign in (1.0, -1.0):
+        with torch.no_grad():
+            agent.actor.mean.bias.fill_(sign * 50.0)  # tanh(mean) == +-1 in float32
+            agent.actor.log_std.bias.fill_(-20.0)
+        for deterministic in (True, False):
+            action = agent.act(np.zeros((3, 2), np.float32), deterministic=deterministic)
+            assert action.dtype == dtype
+            assert all(space.contains(a) for a in action), (sign, deterministic)

@@ -288,11 +288,18 @@ class SACAgent(nn.Module):
         te = cfg.target_entropy
         self.target_entropy = -float(act_dim) if te == "auto" else float(te)
         self.env = SimpleNamespace(spec=gym.spec(env_id))
+        self.action_space = act_space
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        """Actions ``(N, A)`` float32 for observations ``(N, obs_dim)``: sampled, or the mean."""
-        return self.predict(obs, train_mode=not deterministic)[0].cpu().numpy()
+        """Env actions ``(N, A)`` for observations ``(N, obs_dim)``: sampled, or the mean."""
+        return self.env_action(self.predict(obs, train_mode=not deterministic)[0].cpu().numpy())
+
+    def env_action(self, action: np.ndarray) -> np.ndarray:
+        """``action`` clipped to the Box bounds, in the space's dtype: ``bias + scale * tanh``
+        rounds outside them by an ulp where tanh saturates (or the bounds are float64)."""
+        space = self.action_space
+        return np.clip(action, space.low, space.high).astype(space.dtype)  # type: ignore[attr-defined]
 
     @torch.no_grad()
     def predict(
@@ -423,18 +430,19 @@ def train_sac(
             learn_after = max(sc.learning_starts, sc.batch_size - 1)
             low, width = agent.actor.bias - agent.actor.scale, 2 * agent.actor.scale
             scale = agent.actor.scale.cpu().numpy()
-            bounds = act_space.low, act_space.high  # type: ignore[attr-defined]
             run.start(num_iters * n, state.iteration * n, "SAC", cfg.to_dict())
             diag: dict[str, torch.Tensor] = {}
             for it in range(state.iteration, num_iters):
                 if it * n < sc.learning_starts:  # uniform random actions (torch's global RNG)
-                    action = (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
+                    action = agent.env_action(
+                        (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
+                    )
                 else:
                     action = agent.act(state.obs)
                     if state.noise is not None:  # SB3: clip(a + noise, -1, 1) in [-1, 1] units
                         z = torch.randn(state.noise.shape).numpy()
                         state.noise = ou_noise(state.noise, sc.ou_noise_std, z)
-                        action = np.clip(action + scale * state.noise, *bounds)
+                        action = agent.env_action(action + scale * state.noise)
                 next_obs, reward, terminated, truncated, info = envs.step(action)
                 tr = adapter.step(state.obs, action, reward, terminated, truncated, info, next_obs)
                 buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated,
