@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
+from typing_extensions import Self
 
 from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
@@ -128,6 +129,14 @@ class QLearningConfig(AlgorithmConfig):
     per_eps: float = Field(1e-6, gt=0)
     """Added to every ``|TD error|`` so that no transition gets probability 0."""
 
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"batch_size: expected <= buffer_size ({self.buffer_size}), got {self.batch_size}"
+            )
+        return self
+
 
 class DQNConfig(QLearningConfig):
     """DQN hyper-parameters (after :class:`QLearningConfig`'s; defaults: RL-Zoo's DQN on
@@ -165,14 +174,6 @@ class DQNConfig(QLearningConfig):
     """Proportional prioritized replay with importance weights in the loss."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced periods, the last included); 0: none."""
-
-    @model_validator(mode="after")
-    def _check(self) -> DQNConfig:
-        if self.batch_size > self.buffer_size:
-            raise ValueError(
-                f"batch_size: expected <= buffer_size ({self.buffer_size}), got {self.batch_size}"
-            )
-        return self
 
     @property
     def num_periods(self) -> int:
