@@ -39,7 +39,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
+from typing_extensions import Self
 
 from rlstore.agents.async_run import LearnerConfig, LearnerRun
 from rlstore.agents.config import AlgorithmTrainConfig, folder_runner
@@ -77,7 +78,8 @@ class ApexConfig(LearnerConfig, QLearningConfig):
     num_shards: int = Field(1, ge=1)
     """Replay shard actors (S)."""
     learning_starts: int = Field(1000, ge=1)
-    """Transitions a shard holds before the learner samples from it."""
+    """Transitions the shards hold together before the learner samples (at most the replay's
+    capacity)."""
     samples_per_insert: float = Field(16.0, gt=0)
     """Target sampled transitions per inserted one (rate limiter)."""
     batches_per_call: int = Field(8, ge=1)
@@ -97,6 +99,21 @@ class ApexConfig(LearnerConfig, QLearningConfig):
     replay_checkpoint_s: float = Field(60.0, gt=0)
     """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
     resumed run, restores from them)."""
+
+    @property
+    def shard_capacity(self) -> int:
+        """Transitions one shard holds: ``buffer_size / num_shards``, at least a fragment."""
+        return max(self.buffer_size // self.num_shards, self.num_envs * self.fragment_length)
+
+    @model_validator(mode="after")
+    def _check_learning_starts(self) -> Self:
+        if self.learning_starts > self.shard_capacity * self.num_shards:
+            raise ValueError(
+                f"learning_starts: expected <= the replay's {self.shard_capacity * self.num_shards}"
+                f" transitions ({self.num_shards} shards of {self.shard_capacity}; buffer_size), "
+                f"got {self.learning_starts} (the learner would never start)"
+            )
+        return self
 
     def dqn(self) -> DQNConfig:
         """The :class:`DQNConfig` of the same networks (what :class:`DQNAgent` is built from)."""
@@ -182,8 +199,9 @@ def make_replay(ac: ApexConfig, seed: int, shard: int) -> NStepReplay:
     """Shard ``shard``'s buffer: an n-step view over a prioritized ring of ``buffer_size / S``
     (sampler seed ``seed + shard``; the learner passes ``beta``)."""
     sampler = {"kind": "prioritized", "alpha": ac.per_alpha, "eps": ac.per_eps}
-    capacity = max(ac.buffer_size // ac.num_shards, ac.num_envs * ac.fragment_length)
-    buffer = ReplayBuffer(capacity, num_envs=ac.num_envs, seed=seed + shard, sampler=sampler)
+    buffer = ReplayBuffer(
+        ac.shard_capacity, num_envs=ac.num_envs, seed=seed + shard, sampler=sampler
+    )
     return NStepReplay(buffer, n=ac.n_step, gamma=ac.gamma)
 
 
