@@ -264,23 +264,6 @@ def test_prioritized_n_step_run_changes_priorities_end_to_end(tmp_path: Path) ->
     assert buf._sampler.steps == cfg.dqn.num_periods * cfg.dqn.gradient_steps - 4  # one period idle
 
 
-@pytest.mark.parametrize(
-    ("learning_starts", "batch_size", "updates"), [(200, 16, 16), (0, 120, 24)]
-)
-def test_prioritized_beta_reaches_one_over_the_gradient_steps_the_run_takes(
-    tmp_path: Path, learning_starts: int, batch_size: int, updates: int
-) -> None:
-    # 8 periods of 50 steps, 4 gradient steps after each that ends past learning_starts with
-    # batch_size transitions stored: after steps 250..400 (4 periods), or 150..400 (6)
-    cfg = _cfg(prioritized=True, num_checkpoints=1, learning_starts=learning_starts,
-               batch_size=batch_size)  # fmt: skip
-    assert cfg.dqn.num_updates == updates
-    _, stats = train_dqn(cfg, run_dir=tmp_path)
-    sampler = load(tmp_path / "checkpoints" / "checkpoint_0000", prefix="buffer_")._sampler
-    assert stats.num_updates == sampler.steps == sampler.beta.steps == updates
-    assert sampler.current_beta() == 1.0
-
-
 @pytest.mark.parametrize("extra", [{}, {"prioritized": True, "n_step": 2, "dueling": True}])
 def test_resume_continues_the_run_exactly(tmp_path: Path, extra: dict[str, Any]) -> None:
     cfg = _cfg(num_envs=2, num_checkpoints=2, run={"eval_interval": 200, "eval_episodes": 1},

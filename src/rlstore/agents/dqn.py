@@ -180,14 +180,6 @@ class DQNConfig(QLearningConfig):
         """Collection + training periods of the run."""
         return max(1, self.total_timesteps // (self.train_freq * self.num_envs))
 
-    @property
-    def num_updates(self) -> int:
-        """Gradient steps of the run (at least 1): ``gradient_steps`` after each period that
-        ends past ``learning_starts`` with ``batch_size`` transitions stored."""
-        per = self.train_freq * self.num_envs
-        first = max(self.learning_starts // per + 1, -(-self.batch_size // per))  # 1-based
-        return max(self.num_periods - first + 1, 1) * self.gradient_steps
-
 
 class DQNTrainConfig(AlgorithmTrainConfig):
     """A whole DQN run: ``run``, ``environment`` (Discrete actions; observations: see
@@ -375,7 +367,7 @@ def train_dqn(
             num_periods = dc.num_periods
             sampler = None  # uniform; prioritized: beta annealed to 1 over the gradient steps
             if dc.prioritized:
-                beta = {"start": dc.per_beta, "end": 1.0, "steps": dc.num_updates}
+                beta = {"start": dc.per_beta, "end": 1.0, "steps": num_periods * dc.gradient_steps}
                 sampler = {"kind": "prioritized", "alpha": dc.per_alpha, "beta": beta,
                            "eps": dc.per_eps}  # fmt: skip
             buffer = ReplayBuffer(dc.buffer_size, num_envs=dc.num_envs, device=rc.device,
