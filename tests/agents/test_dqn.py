@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rlstore import NStepReplay
+from rlstore.agents.apex import ApexTrainConfig
 from rlstore.agents.dqn import (
     DEFAULT_CONFIGS,
     DQNAgent,
@@ -382,6 +383,11 @@ def test_mountain_car_gets_its_own_zoo_config_not_cartpoles() -> None:
 def test_bad_config_raises_config_error(dqn: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         DQNTrainConfig.from_dict({"dqn": dqn})
+
+
+def test_apex_refuses_a_batch_larger_than_its_replay_like_dqn() -> None:
+    with pytest.raises(ConfigError, match=r"apex.batch_size: expected <= buffer_size \(100\)"):
+        ApexTrainConfig.from_dict({"apex": {"buffer_size": 100, "batch_size": 101}})
 
 
 def test_non_discrete_actions_are_refused() -> None:

@@ -89,37 +89,35 @@ def test_squashed_log_prob_matches_the_change_of_variables_formula():
     mean = torch.randn(64, 3, generator=g, dtype=torch.float64)
     log_std = torch.rand(64, 3, generator=g, dtype=torch.float64) * 2 - 1.5
     u = mean + log_std.exp() * torch.randn(64, 3, generator=g, dtype=torch.float64)
-    scale = torch.tensor([2.0, 0.5, 1.0], dtype=torch.float64)
-    got = squashed_log_prob(u, mean, log_std, scale.log())
-    # independent reference in numpy: log N(u; m, s) - log(scale * (1 - tanh(u)^2)), per dim
-    un, mn, sn, cn = u.numpy(), mean.numpy(), log_std.exp().numpy(), scale.numpy()
+    got = squashed_log_prob(u, mean, log_std)
+    # independent reference in numpy: log N(u; m, s) - log(1 - tanh(u)^2), per dim
+    un, mn, sn = u.numpy(), mean.numpy(), log_std.exp().numpy()
     log_n = -0.5 * ((un - mn) / sn) ** 2 - np.log(sn) - 0.5 * np.log(2 * np.pi)
-    want = (log_n - np.log(cn * (1 - np.tanh(un) ** 2))).sum(-1)
+    want = (log_n - np.log(1 - np.tanh(un) ** 2)).sum(-1)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-10)
     # and torch.distributions' own transformed distribution, evaluated at the action
     dist = torch.distributions.TransformedDistribution(
-        torch.distributions.Normal(mean, log_std.exp()),
-        [torch.distributions.TanhTransform(), torch.distributions.AffineTransform(0.3, scale)],
+        torch.distributions.Normal(mean, log_std.exp()), [torch.distributions.TanhTransform()]
     )
-    action = 0.3 + scale * torch.tanh(u)
+    action = torch.tanh(u)
     np.testing.assert_allclose(got.numpy(), dist.log_prob(action).sum(-1).numpy(), atol=1e-6)
 
 
 def test_squashed_density_integrates_to_one_and_stays_finite_when_saturated():
-    # 1-D, bounds [-2, 2]: integrate exp(log p(a)) over a numerically (a = 2 tanh(u))
+    # 1-D: integrate exp(log p(a)) over a = tanh(u) in [-1, 1] numerically
     mean, log_std = torch.tensor([[0.7]], dtype=torch.float64), torch.tensor([[-0.2]]).double()
     u = torch.linspace(-12, 12, 200_001, dtype=torch.float64)[:, None]
-    p = squashed_log_prob(u, mean, log_std, torch.tensor([math.log(2.0)]).double()).exp()
-    a = 2 * torch.tanh(u[:, 0])
+    p = squashed_log_prob(u, mean, log_std).exp()
+    a = torch.tanh(u[:, 0])
     assert abs(float(torch.trapezoid(p, a)) - 1.0) < 1e-6
     # far in the tail tanh(u) == 1 in float32, yet log(1 - tanh^2) = log 4 - 2|u| exactly
     big = torch.tensor([[30.0]])
-    lp = squashed_log_prob(big, torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1))
+    lp = squashed_log_prob(big, torch.zeros(1, 1), torch.zeros(1, 1))
     want = -0.5 * 900 - 0.5 * math.log(2 * math.pi) - (math.log(4) - 60)
     assert math.isfinite(float(lp)) and abs(float(lp) - want) < 1e-3
 
 
-def test_actor_samples_inside_the_bounds_with_their_log_prob():
+def test_actor_samples_normalized_actions_with_their_log_prob_the_env_gets_them_scaled():
     env = gym.make("Pendulum-v1")
     agent = SACAgent(env.observation_space, env.action_space, SACConfig(), "Pendulum-v1")
     torch.manual_seed(0)
@@ -128,12 +126,10 @@ def test_actor_samples_inside_the_bounds_with_their_log_prob():
         a, lp = agent.actor.sample(obs)
         mean, log_std = agent.actor(obs)
     assert a.shape == (512, 1) and lp.shape == (512,)
-    assert float(a.abs().max()) <= 2.0
-    u = torch.atanh((a.double() / 2).clamp(-1 + 1e-12, 1 - 1e-12))  # back to the Gaussian
-    ref = squashed_log_prob(
-        u, mean.double(), log_std.double(), torch.tensor([math.log(2)]).double()
-    )
-    inner = a.abs()[:, 0] < 1.99  # where float32 tanh is invertible to good precision
+    assert float(a.abs().max()) <= 1.0
+    u = torch.atanh(a.double().clamp(-1 + 1e-12, 1 - 1e-12))  # back to the Gaussian
+    ref = squashed_log_prob(u, mean.double(), log_std.double())
+    inner = a.abs()[:, 0] < 0.995  # where float32 tanh is invertible to good precision
     np.testing.assert_allclose(lp[inner].numpy(), ref[inner].numpy(), atol=1e-3)
     det = agent.act(obs[:4].numpy(), deterministic=True)
     np.testing.assert_allclose(det, (2 * torch.tanh(mean[:4])).numpy(), atol=1e-6)

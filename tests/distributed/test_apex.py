@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.apex import ApexConfig, ApexPolicy, collector_epsilon, initial_priorities
+from rlstore.agents.apex import (
+    ApexConfig,
+    ApexPolicy,
+    ApexTrainConfig,
+    collector_epsilon,
+    initial_priorities,
+    make_replay,
+)
+from rlstore.errors import ConfigError
 
 
 def test_collector_epsilons_follow_apex() -> None:
@@ -73,3 +81,12 @@ def test_initial_priorities_are_nstep_td_errors() -> None:
                                atol=1e-5)  # fmt: skip
     np.testing.assert_allclose(got, initial_priorities(policy.agent, frag, ac))
     assert policy.epsilon == pytest.approx(0.4**8)
+
+
+def test_learning_starts_beyond_the_replay_capacity_is_refused() -> None:
+    # 2 shards of 1001 // 2 = 500 transitions: the learner would wait for 1001 forever
+    base = {"buffer_size": 1001, "num_shards": 2, "batch_size": 32}
+    assert ApexTrainConfig.from_dict({"apex": {**base, "learning_starts": 1000}})
+    with pytest.raises(ConfigError, match=r"apex.learning_starts: expected <= the replay's 1000"):
+        ApexTrainConfig.from_dict({"apex": {**base, "learning_starts": 1001}})
+    assert make_replay(ApexConfig(**base), 0, 1).buffer.capacity == 500

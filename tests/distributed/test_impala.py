@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.agents.impala import ImpalaConfig, ImpalaPolicy, vtrace_update
+from rlstore.agents.impala import ImpalaConfig, ImpalaPolicy, ImpalaTrainConfig, vtrace_update
 from rlstore.buffers.rollout import RolloutBuffer
+from rlstore.errors import ConfigError
 from rlstore.returns.reference import vtrace_reference
 
 T, N = 6, 2
@@ -92,3 +93,12 @@ def test_impala_policy_records_behaviour_logp_and_version() -> None:
     np.testing.assert_allclose(extra["logp"], expected.numpy(), rtol=1e-6)
     out = policy.finish({"obs": obs[None]}, obs)
     assert out["version"] == -1 and out["last_obs"].shape == obs.shape
+
+
+def test_num_minibatches_must_divide_a_batch_before_the_run_starts() -> None:
+    # 16 * 2 * 3 = 96 steps per batch: 5 minibatches refused at config time (it was the first
+    # update's error, after Ray and the collectors had started)
+    base = {"fragment_length": 16, "fragments_per_batch": 2, "num_envs": 3}
+    assert ImpalaTrainConfig.from_dict({"impala": {**base, "num_minibatches": 6}})
+    with pytest.raises(ConfigError, match=r"impala.num_minibatches: expected a divisor of the 96"):
+        ImpalaTrainConfig.from_dict({"impala": {**base, "num_minibatches": 5}})

@@ -39,7 +39,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
+from typing_extensions import Self
 
 from rlstore.agents.async_run import LearnerConfig, LearnerRun
 from rlstore.agents.config import AlgorithmTrainConfig, folder_runner
@@ -77,7 +78,8 @@ class ApexConfig(LearnerConfig, QLearningConfig):
     num_shards: int = Field(1, ge=1)
     """Replay shard actors (S)."""
     learning_starts: int = Field(1000, ge=1)
-    """Transitions a shard holds before the learner samples from it."""
+    """Transitions the shards hold together before the learner samples (at most the replay's
+    capacity)."""
     samples_per_insert: float = Field(16.0, gt=0)
     """Target sampled transitions per inserted one (rate limiter)."""
     batches_per_call: int = Field(8, ge=1)
@@ -97,6 +99,21 @@ class ApexConfig(LearnerConfig, QLearningConfig):
     replay_checkpoint_s: float = Field(60.0, gt=0)
     """Seconds between the shards' checkpoints in ``<run>/replay`` (a restarted shard, or a
     resumed run, restores from them)."""
+
+    @property
+    def shard_capacity(self) -> int:
+        """Transitions one shard holds: ``buffer_size / num_shards``, at least a fragment."""
+        return max(self.buffer_size // self.num_shards, self.num_envs * self.fragment_length)
+
+    @model_validator(mode="after")
+    def _check_learning_starts(self) -> Self:
+        if self.learning_starts > self.shard_capacity * self.num_shards:
+            raise ValueError(
+                f"learning_starts: expected <= the replay's {self.shard_capacity * self.num_shards}"
+                f" transitions ({self.num_shards} shards of {self.shard_capacity}; buffer_size), "
+                f"got {self.learning_starts} (the learner would never start)"
+            )
+        return self
 
     def dqn(self) -> DQNConfig:
         """The :class:`DQNConfig` of the same networks (what :class:`DQNAgent` is built from)."""
@@ -153,7 +170,7 @@ class ApexPolicy:
         greedy = self.agent(obs).argmax(1)
         explore = torch.rand(len(obs), generator=self.rng) < self.epsilon
         random = torch.randint(self.agent.num_actions, (len(obs),), generator=self.rng)
-        return torch.where(explore, random, greedy).numpy(), {}
+        return torch.where(explore, random, greedy).numpy() + self.agent.action_start, {}
 
     @torch.no_grad()
     def finish(self, fragment: dict[str, Any], last_obs: np.ndarray) -> dict[str, Any]:
@@ -162,10 +179,12 @@ class ApexPolicy:
 
 @torch.no_grad()
 def initial_priorities(agent: DQNAgent, fragment: dict[str, Any], ac: ApexConfig) -> np.ndarray:
-    """``|G_t - Q(s_t, a_t)|`` ``(T, N)`` of a fragment (see the module docstring)."""
+    """``|G_t - Q(s_t, a_t)|`` ``(T, N)`` of a fragment (see the module docstring; its actions
+    are the env's, ``action_start`` + Q-value index)."""
     T, N = fragment["reward"].shape
     flat = {k: torch.as_tensor(fragment[k]).reshape(T * N, *fragment[k].shape[2:])
             for k in ("obs", "next_obs", "action")}  # fmt: skip
+    flat["action"] = flat["action"] - agent.action_start
     ones = torch.ones(T * N)
     one_step = NStepBatch(flat["obs"], flat["action"], torch.zeros(T * N), flat["next_obs"],
                           ones, ones.bool(), ones.bool(), ones.long(), {}, ones, ones)  # fmt: skip
@@ -180,20 +199,22 @@ def make_replay(ac: ApexConfig, seed: int, shard: int) -> NStepReplay:
     """Shard ``shard``'s buffer: an n-step view over a prioritized ring of ``buffer_size / S``
     (sampler seed ``seed + shard``; the learner passes ``beta``)."""
     sampler = {"kind": "prioritized", "alpha": ac.per_alpha, "eps": ac.per_eps}
-    capacity = max(ac.buffer_size // ac.num_shards, ac.num_envs * ac.fragment_length)
-    buffer = ReplayBuffer(capacity, num_envs=ac.num_envs, seed=seed + shard, sampler=sampler)
+    buffer = ReplayBuffer(
+        ac.shard_capacity, num_envs=ac.num_envs, seed=seed + shard, sampler=sampler
+    )
     return NStepReplay(buffer, n=ac.n_step, gamma=ac.gamma)
 
 
-def _batch(b: Any, device: torch.device) -> NStepBatch:
-    """A :class:`~rlstore.distributed.ShardBatch` as the torch :class:`NStepBatch` of DQN."""
+def _batch(b: Any, device: torch.device, action_start: int) -> NStepBatch:
+    """A :class:`~rlstore.distributed.ShardBatch` (env actions) as the torch :class:`NStepBatch`
+    of DQN (Q-value indices: env action - ``action_start``)."""
 
     def t(x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(x), device=device)
 
     disc = t(b.discount).float()
-    zero = torch.zeros_like(disc)
-    return NStepBatch(t(b.obs), t(b.action), t(b.reward).float(), t(b.next_obs), disc,
+    zero, action = torch.zeros_like(disc), t(b.action) - action_start
+    return NStepBatch(t(b.obs), action, t(b.reward).float(), t(b.next_obs), disc,
                       t(b.terminated), t(b.truncated), zero.long(), {}, zero.long(),
                       t(b.weights).float())  # fmt: skip
 
@@ -248,8 +269,8 @@ def train_apex(
                     continue
                 losses, qs, ids, tds = [], [], [], []
                 for b in shards.sample_many(ac.batches_per_call, ac.batch_size, beta(step)):
-                    loss, q, td = td_step(agent, optimizer, _batch(b, agent.device), ac.double_q,
-                                          ac.max_grad_norm)  # fmt: skip
+                    batch = _batch(b, agent.device, agent.action_start)
+                    loss, q, td = td_step(agent, optimizer, batch, ac.double_q, ac.max_grad_norm)
                     losses.append(loss)
                     qs.append(q)
                     ids.append(b.ids)

@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
+from typing_extensions import Self
 
 from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
@@ -128,6 +129,14 @@ class QLearningConfig(AlgorithmConfig):
     per_eps: float = Field(1e-6, gt=0)
     """Added to every ``|TD error|`` so that no transition gets probability 0."""
 
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"batch_size: expected <= buffer_size ({self.buffer_size}), got {self.batch_size}"
+            )
+        return self
+
 
 class DQNConfig(QLearningConfig):
     """DQN hyper-parameters (after :class:`QLearningConfig`'s; defaults: RL-Zoo's DQN on
@@ -165,14 +174,6 @@ class DQNConfig(QLearningConfig):
     """Proportional prioritized replay with importance weights in the loss."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints over the run (evenly spaced periods, the last included); 0: none."""
-
-    @model_validator(mode="after")
-    def _check(self) -> DQNConfig:
-        if self.batch_size > self.buffer_size:
-            raise ValueError(
-                f"batch_size: expected <= buffer_size ({self.buffer_size}), got {self.batch_size}"
-            )
-        return self
 
     @property
     def num_periods(self) -> int:
@@ -254,6 +255,7 @@ class DQNAgent(nn.Module):
         if not isinstance(act_space, gym.spaces.Discrete):
             raise ConfigError(f"environment: DQN needs Discrete actions, got {act_space}")
         self.env, self.num_actions = env, int(act_space.n)
+        self.action_start = int(act_space.start)  # env action = Q-value index + start
         _check_obs_space(obs_space)
         self.preprocess = get_obs_preprocessor(obs_space)
         args = (int(np.prod(get_obs_shape(obs_space))), self.num_actions, cfg.hidden_sizes,
@@ -269,7 +271,8 @@ class DQNAgent(nn.Module):
 
     @torch.no_grad()
     def explore(self, obs: Any, epsilon: float) -> torch.Tensor:
-        """Epsilon-greedy actions ``(N,)`` int64 for raw observations ``(N, ...)`` (or a dict of
+        """Epsilon-greedy Q-value indices ``(N,)`` int64 (env actions minus ``action_start``,
+        what the replay stores) for raw observations ``(N, ...)`` (or a dict of
         them), drawn from torch's global RNG (the Q-network runs only when some env acts
         greedily)."""
         x = self.preprocess(obs, self.device)
@@ -282,16 +285,17 @@ class DQNAgent(nn.Module):
     def predict(
         self, states: torch.Tensor, hidden: Any = None, train_mode: bool = False
     ) -> tuple[torch.Tensor, Any]:
-        """velora's agent API: actions for a batch of states (epsilon-greedy at the current
+        """velora's agent API: env actions for a batch of states (epsilon-greedy at the current
         ``epsilon`` when ``train_mode``, greedy otherwise); ``hidden`` is passed through."""
         eps = self.epsilon if train_mode else 0.0
-        return self.explore(states, eps), hidden
+        return self.explore(states, eps) + self.action_start, hidden
 
     @torch.no_grad()
     def act(self, obs: Any) -> np.int64:
-        """Greedy action for ONE raw observation (for :func:`rlstore.agents.run.evaluate`), a
-        numpy scalar (hashable: toy-text envs index tables with it)."""
-        return np.int64(self.q(self.preprocess(obs, self.device)[None])[0].argmax().item())
+        """Greedy env action for ONE raw observation (for :func:`rlstore.agents.run.evaluate`),
+        a numpy scalar (hashable: toy-text envs index tables with it)."""
+        q = self.q(self.preprocess(obs, self.device)[None])[0]
+        return np.int64(q.argmax().item() + self.action_start)
 
     @property
     def device(self) -> torch.device:
@@ -393,7 +397,7 @@ def train_dqn(
                     eps = 1.0 if step < dc.learning_starts else epsilon(step)
                     agent.epsilon = eps
                     actions = agent.explore(obs, eps).cpu().numpy()
-                    next_obs, reward, term, trunc, info = envs.step(actions)
+                    next_obs, reward, term, trunc, info = envs.step(actions + agent.action_start)
                     next_obs = numeric_obs(next_obs)  # what the replay stores: no mission text
                     tr = adapter.step(obs, actions, reward, term, trunc, info, next_obs)
                     buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated,

@@ -44,7 +44,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlstore.agents.async_run import LearnerConfig, LearnerRun
 from rlstore.agents.config import AlgorithmTrainConfig, folder_runner
@@ -108,6 +108,16 @@ class ImpalaConfig(LearnerConfig):
     """Normalization of the policy-gradient advantages (``RolloutBuffer`` semantics)."""
     hidden_size: int = Field(64, ge=1)
     """Width of the actor's and the critic's two tanh layers."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ImpalaConfig:
+        steps = self.fragment_length * self.fragments_per_batch * self.num_envs
+        if steps % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches: expected a divisor of the {steps} steps of a batch "
+                f"(fragment_length * fragments_per_batch * num_envs), got {self.num_minibatches}"
+            )
+        return self
 
 
 class ImpalaTrainConfig(AlgorithmTrainConfig):
@@ -183,7 +193,7 @@ def vtrace_update(
     reward, term, trunc = cat("reward"), cat("terminated"), cat("truncated")
     zeros = torch.zeros(obs.shape[1], device=agent.device)
     buffer.reset()
-    actions = torch.as_tensor(action, device=agent.device)
+    actions = torch.as_tensor(action - agent.action_start, device=agent.device)  # env -> index
     for t in range(len(obs)):  # values / final values: unused by V-trace, which re-evaluates
         buffer.add(prep(obs[t]), actions[t], logp[t], zeros, reward[t], term[t], trunc[t],
                    final_value=zeros, final_obs=prep(nxt[t]))  # fmt: skip

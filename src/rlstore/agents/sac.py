@@ -3,8 +3,12 @@
 CleanRL-style, in reading order: config -> networks -> one update -> the training loop (what a
 checkpoint holds is in :mod:`rlstore.agents.sac_checkpoint`).
 
-* **Policy**: a tanh-squashed diagonal Gaussian scaled to the env's Box bounds, with the exact
-  log-density (:func:`squashed_log_prob`: the change of variables, no epsilon).
+* **Policy**: a tanh-squashed diagonal Gaussian, with the exact log-density
+  (:func:`squashed_log_prob`: the change of variables, no epsilon). Like Stable-Baselines3, the
+  learner works in normalized actions ``tanh(u)`` in ``[-1, 1]`` (critic inputs, log-probs,
+  hence the entropy target): the env gets ``bias + scale * tanh(u)`` in its Box bounds and the
+  replay holds env actions, normalized when sampled (:meth:`Actor.normalize`). The same run on
+  bounds ``[0, 10]`` or ``[-1, 1]`` learns the same thing.
 * **Critics**: twin Q networks as one batched MLP (:class:`TwinQ`), one Adam step for both;
   Polyak-averaged targets every ``target_update_interval`` updates.
 * **Target** (:func:`td_target`): ``r + gamma * (1 - terminated) * (min_k Q'_k(s', a') -
@@ -158,31 +162,31 @@ CLI_KEYS = SACTrainConfig.cli_keys()
 # ============================================================================ networks
 
 
-def squashed_log_prob(
-    u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, log_scale: torch.Tensor
-) -> torch.Tensor:
-    """Log-density of ``a = bias + scale * tanh(u)`` where ``u ~ N(mean, exp(log_std)^2)``.
+def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Log-density of the normalized action ``a = tanh(u)`` where ``u ~ N(mean, exp(log_std)^2)``
+    (Stable-Baselines3's, whose entropy target ``-|A|`` is meant for actions in ``[-1, 1]``: the
+    env's bounds do not change it).
 
     Args:
-        u: pre-squash sample ``(B, A)``; mean, log_std: ``(B, A)``; log_scale: ``(A,)``.
+        u: pre-squash sample ``(B, A)``; mean, log_std: ``(B, A)``.
 
     Returns:
-        ``(B,)``: ``sum_i [log N(u_i; mean_i, std_i) - log scale_i - log(1 - tanh(u_i)^2)]``,
+        ``(B,)``: ``sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2)]``,
         with ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``.
     """
     z = (u - mean) * torch.exp(-log_std)
     log_normal = -0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)
     log_dtanh = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
-    return (log_normal - log_dtanh - log_scale).sum(-1)
+    return (log_normal - log_dtanh).sum(-1)
 
 
 class Actor(nn.Module):
     """``obs -> (mean, log_std)`` of the pre-squash Gaussian (SB3's shape: a shared MLP, two
-    linear heads, log std clamped to ``[-20, 2]``), squashed into ``[low, high]``."""
+    linear heads, log std clamped to ``[-20, 2]``), squashed into ``[-1, 1]`` (normalized
+    actions), ``bias + scale * a`` in the env's ``[low, high]``."""
 
     scale: torch.Tensor
     bias: torch.Tensor
-    log_scale: torch.Tensor
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], low: Any, high: Any):
         super().__init__()
@@ -195,22 +199,29 @@ class Actor(nn.Module):
         lo, hi = torch.as_tensor(low).float(), torch.as_tensor(high).float()
         self.register_buffer("scale", (hi - lo) / 2)
         self.register_buffer("bias", (hi + lo) / 2)
-        self.register_buffer("log_scale", torch.log(self.scale))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.trunk(obs)
         return self.mean(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterized action ``(B, A)`` in the env's bounds and its log-prob ``(B,)``."""
+        """A reparameterized normalized action ``(B, A)`` in ``[-1, 1]`` and its log-prob
+        ``(B,)`` (:func:`squashed_log_prob`)."""
         mean, log_std = self(obs)
         u = mean + log_std.exp() * torch.randn_like(mean)
-        log_prob = squashed_log_prob(u, mean, log_std, self.log_scale)
-        return self.bias + self.scale * torch.tanh(u), log_prob
+        return torch.tanh(u), squashed_log_prob(u, mean, log_std)
 
     def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
-        """The deterministic action ``bias + scale * tanh(mean)`` (evaluation)."""
-        return self.bias + self.scale * torch.tanh(self(obs)[0])
+        """The deterministic env action ``bias + scale * tanh(mean)`` (evaluation)."""
+        return self.to_env(torch.tanh(self(obs)[0]))
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """Normalized actions ``(B, A)`` in ``[-1, 1]`` -> the env's ``bias + scale * action``."""
+        return self.bias + self.scale * action
+
+    def normalize(self, action: torch.Tensor) -> torch.Tensor:
+        """Env actions ``(B, A)`` (the replay's) -> ``[-1, 1]``: ``(action - bias) / scale``."""
+        return (action - self.bias) / self.scale
 
 
 class TwinQ(nn.Module):
@@ -277,22 +288,28 @@ class SACAgent(nn.Module):
         te = cfg.target_entropy
         self.target_entropy = -float(act_dim) if te == "auto" else float(te)
         self.env = SimpleNamespace(spec=gym.spec(env_id))
+        self.action_space = act_space
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        """Actions ``(N, A)`` float32 for observations ``(N, obs_dim)``: sampled, or the mean."""
-        x = torch.as_tensor(obs, dtype=torch.float32, device=self.log_alpha.device)
-        a = self.actor.mean_action(x) if deterministic else self.actor.sample(x)[0]
-        return a.cpu().numpy()
+        """Env actions ``(N, A)`` for observations ``(N, obs_dim)``: sampled, or the mean."""
+        return self.env_action(self.predict(obs, train_mode=not deterministic)[0].cpu().numpy())
+
+    def env_action(self, action: np.ndarray) -> np.ndarray:
+        """``action`` clipped to the Box bounds, in the space's dtype: ``bias + scale * tanh``
+        rounds outside them by an ulp where tanh saturates (or the bounds are float64)."""
+        space = self.action_space
+        return np.clip(action, space.low, space.high).astype(space.dtype)  # type: ignore[attr-defined]
 
     @torch.no_grad()
     def predict(
-        self, states: torch.Tensor, hidden: Any = None, train_mode: bool = True
+        self, states: torch.Tensor | np.ndarray, hidden: Any = None, train_mode: bool = True
     ) -> tuple[torch.Tensor, None]:
         """velora's agent API (``ReplayBuffer.warm``): sampled actions when ``train_mode``,
         else the mean action; SAC is feed-forward, so the hidden state stays ``None``."""
         x = torch.as_tensor(states, dtype=torch.float32, device=self.log_alpha.device)
-        return (self.actor.sample(x)[0] if train_mode else self.actor.mean_action(x)), None
+        a = self.actor.to_env(self.actor.sample(x)[0]) if train_mode else self.actor.mean_action(x)
+        return a, None
 
 
 def ou_noise(prev: np.ndarray, sigma: float, z: np.ndarray) -> np.ndarray:
@@ -313,11 +330,12 @@ def td_target(
     agent: SACAgent, batch: ReplayBatch, alpha: torch.Tensor, gamma: float
 ) -> torch.Tensor:
     """``y = r + gamma * (1 - terminated) * (min_k Q'_k(s', a') - alpha * log pi(a'|s'))``,
-    ``a' ~ pi(s')``, ``(B,)``. ``batch.next_obs`` is the true successor (the final observation
-    of a truncated episode): truncation bootstraps, termination does not."""
+    ``a' ~ pi(s')`` normalized, ``(B,)``. ``batch.next_obs`` is the true successor (the final
+    observation of a truncated episode): truncation bootstraps, termination does not."""
     with torch.no_grad():
-        next_action, next_log_prob = agent.actor.sample(batch.next_obs)  # type: ignore[arg-type]
-        next_q = agent.critic_target(batch.next_obs, next_action).min(0).values
+        next_obs = batch.next_obs.float()  # type: ignore[union-attr]  # the replay keeps int obs
+        next_action, next_log_prob = agent.actor.sample(next_obs)
+        next_q = agent.critic_target(next_obs, next_action).min(0).values
         not_done = (~batch.terminated).to(next_q.dtype)
         return batch.reward + gamma * not_done * (next_q - alpha * next_log_prob)
 
@@ -327,7 +345,8 @@ def sac_update(
 ) -> dict[str, torch.Tensor]:
     """One gradient step of alpha, the critics and the actor (SB3's order); returns detached
     diagnostics (tensors, so that no step forces a ``.item()``)."""
-    action, log_prob = agent.actor.sample(batch.obs)  # type: ignore[arg-type]
+    obs = batch.obs.float()  # type: ignore[union-attr]  # the replay keeps int observations
+    action, log_prob = agent.actor.sample(obs)
     alpha = agent.log_alpha.detach().exp()  # the coefficient before this step's alpha update
     alpha_loss = -(agent.log_alpha * (log_prob.detach() + agent.target_entropy)).mean()
     if "alpha" in opts:
@@ -336,13 +355,13 @@ def sac_update(
         opts["alpha"].step()
 
     y = td_target(agent, batch, alpha, cfg.gamma)
-    q = agent.critic(batch.obs, batch.action)  # (2, B)
+    q = agent.critic(obs, agent.actor.normalize(batch.action))  # (2, B)
     critic_loss = 0.5 * (q - y).square().mean(1).sum()  # SB3: 0.5 * sum_k MSE(Q_k, y)
     opts["critic"].zero_grad()
     critic_loss.backward()
     opts["critic"].step()
 
-    q_pi = agent.critic(batch.obs, action, detach=True).min(0).values  # type: ignore[arg-type]
+    q_pi = agent.critic(obs, action, detach=True).min(0).values
     actor_loss = (alpha * log_prob - q_pi).mean()
     opts["actor"].zero_grad()
     actor_loss.backward()
@@ -411,18 +430,19 @@ def train_sac(
             learn_after = max(sc.learning_starts, sc.batch_size - 1)
             low, width = agent.actor.bias - agent.actor.scale, 2 * agent.actor.scale
             scale = agent.actor.scale.cpu().numpy()
-            bounds = act_space.low, act_space.high  # type: ignore[attr-defined]
             run.start(num_iters * n, state.iteration * n, "SAC", cfg.to_dict())
             diag: dict[str, torch.Tensor] = {}
             for it in range(state.iteration, num_iters):
                 if it * n < sc.learning_starts:  # uniform random actions (torch's global RNG)
-                    action = (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
+                    action = agent.env_action(
+                        (low + width * torch.rand(n, low.numel(), device=device)).cpu().numpy()
+                    )
                 else:
                     action = agent.act(state.obs)
                     if state.noise is not None:  # SB3: clip(a + noise, -1, 1) in [-1, 1] units
                         z = torch.randn(state.noise.shape).numpy()
                         state.noise = ou_noise(state.noise, sc.ou_noise_std, z)
-                        action = np.clip(action + scale * state.noise, *bounds)
+                        action = agent.env_action(action + scale * state.noise)
                 next_obs, reward, terminated, truncated, info = envs.step(action)
                 tr = adapter.step(state.obs, action, reward, terminated, truncated, info, next_obs)
                 buffer.add(tr.obs, tr.action, tr.reward, tr.next_obs, tr.terminated,

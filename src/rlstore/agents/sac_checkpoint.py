@@ -49,8 +49,9 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "PREFIX", "LoopState", "save_checkpoint", "restore_checkpoint"]
 
-FORMAT = "rlstore.sac/1"
-"""``format`` entry of the SAC checkpoints this version writes and reads."""
+FORMAT = "rlstore.sac/2"
+"""``format`` entry of the SAC checkpoints this version writes and reads (2: the critics read
+actions normalized to ``[-1, 1]``, the log-probs are those of the normalized action)."""
 PREFIX = "sac_"
 Optimizers = dict[str, torch.optim.Optimizer]
 
