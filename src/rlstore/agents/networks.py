@@ -6,7 +6,8 @@
   and ``_evaluate(minibatch) -> (dist_params, value, mask)`` for a training minibatch, and says
   how its rollouts are cut into minibatches (``minibatches``). The algorithm (rollout, loss,
   update) is not here: :mod:`rlstore.agents.ppo`.
-* :class:`FCAgent`: separate actor / critic MLPs (2 x ``hidden_size``, tanh), discrete
+* :class:`FCAgent`: separate actor / critic MLPs (2 x ``hidden_size``, tanh), or for pixel
+  images a NatureCNN trunk shared by linear heads (:mod:`rlstore.agents.encoders`); discrete
   (categorical) or continuous (diagonal Gaussian, state-independent log-std) actions.
 * :class:`LSTMPPOAgent`: obs encoder -> LSTM -> MLP head, one such stack for the actor and one
   for the critic (sb3-contrib ``RecurrentPPO``'s default); trained on sequences of at most
@@ -38,7 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlstore.agents.config import EnvironmentConfig
+from rlstore.agents.config import Encoder, EnvironmentConfig
+from rlstore.agents.encoders import build_encoder
 from rlstore.agents.obs import RunNormalizer, get_obs_preprocessor, get_obs_shape
 from rlstore.agents.ppo_config import (
     LSTMModelConfig,
@@ -218,12 +220,15 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
 
 
 class FCAgent(PPOAgent):
-    """Feed-forward agent (CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` networks).
+    """Feed-forward agent (CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` networks; with
+    the ``cnn`` encoder ``ppo_atari.py``'s: a NatureCNN shared by the actor and critic heads).
 
     Args:
         envs: vector env (spaces). environment_config: kept for checkpoints.
         fc_model_config: unused (kept for DecisionTransformerInterpretability's signature). device:
-        parameter device. hidden_dim: width of the two tanh hidden layers of actor and critic.
+        parameter device. hidden_dim: width of the two tanh hidden layers of actor and critic
+        (``mlp`` encoder). encoder: ``online.encoder`` (:func:`~rlstore.agents.encoders.
+        resolve_encoder`); ``cnn``: ``encoder`` (NatureCNN, 512 features) feeds linear heads.
     """
 
     def __init__(
@@ -233,22 +238,29 @@ class FCAgent(PPOAgent):
         fc_model_config: Any = None,
         device: torch.device | str = "cpu",
         hidden_dim: int = 64,
+        encoder: Encoder = "mlp",
     ) -> None:
         super().__init__(envs, device)
         self.environment_config = environment_config
-        self.critic = mlp(self.obs_dim, hidden_dim, 1, 1.0)
-        self.actor = mlp(self.obs_dim, hidden_dim, self.action_dim, 0.01)
+        self.encoder = build_encoder(self.single_observation_space, encoder)
+        d = self.encoder.out_dim
+        if self.encoder.kind == "cnn":
+            self.critic = layer_init(nn.Linear(d, 1), std=1.0)
+            self.actor = layer_init(nn.Linear(d, self.action_dim), std=0.01)
+        else:
+            self.critic = mlp(d, hidden_dim, 1, 1.0)
+            self.actor = mlp(d, hidden_dim, self.action_dim, 0.01)
         self._make_log_std()
         self.to(self.device)
 
     def _step(
         self, obs: torch.Tensor, memory: Memory, episode_time: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, Any, Memory]:
-        x = obs.reshape(obs.shape[0], -1)
+        x = self.encoder(obs)
         return self.actor(x), self.critic(x).squeeze(-1), None, memory
 
     def _evaluate(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        x = mb.obs.reshape(mb.obs.shape[0], -1)
+        x = self.encoder(mb.obs)
         return self.actor(x), self.critic(x).squeeze(-1), None
 
 
@@ -510,13 +522,15 @@ def get_agent(
 ) -> PPOAgent:
     """Build the agent selected by ``model_config``'s type.
 
-    ``None`` -> :class:`FCAgent` (``online_config.hidden_size``); :class:`LSTMModelConfig` ->
+    ``None`` -> :class:`FCAgent` (``online_config.hidden_size``, ``online_config.encoder``);
+    :class:`LSTMModelConfig` ->
     :class:`LSTMPPOAgent`; :class:`TransformerModelConfig` -> :class:`TransformerPPOAgent`.
     ``agent.normalizer`` follows ``online_config.normalize_obs`` / ``normalize_reward``.
     """
     agent: PPOAgent
     if model_config is None:
-        agent = FCAgent(envs, environment_config, hidden_dim=online_config.hidden_size)
+        agent = FCAgent(envs, environment_config, hidden_dim=online_config.hidden_size,
+                        encoder=online_config.encoder)  # fmt: skip
     elif isinstance(model_config, LSTMModelConfig):
         agent = LSTMPPOAgent(envs, environment_config, model_config)
     elif isinstance(model_config, TransformerModelConfig):
@@ -527,6 +541,11 @@ def get_agent(
             f"got {type(model_config).__name__}"
         )
     oc = online_config
+    if oc.encoder == "cnn" and not isinstance(agent, FCAgent):
+        raise ConfigError(
+            f"online.encoder: 'cnn' is the FC agent's (agent: fc); the {type(agent).__name__} "
+            "reads the flattened observation, set encoder 'auto' or 'mlp'"
+        )
     if oc.normalize_obs and not isinstance(agent.single_observation_space, gym.spaces.Box):
         raise ConfigError(
             "online.normalize_obs: expected a Box observation space, got "
