@@ -17,7 +17,13 @@ import torch.nn.functional as F
 
 from rlstore.agents.dqn import DQNAgent, DQNConfig, DQNTrainConfig, EnvInfo, train_dqn
 from rlstore.agents.dqn import runner as dqn_runner
-from rlstore.agents.encoders import MIN_IMAGE_SIZE, NatureCNN, build_encoder, resolve_encoder
+from rlstore.agents.encoders import (
+    MIN_IMAGE_SIZE,
+    NatureCNN,
+    ObsEncoder,
+    build_encoder,
+    resolve_encoder,
+)
 from rlstore.agents.networks import FCAgent, get_agent
 from rlstore.agents.obs import get_obs_preprocessor
 from rlstore.agents.ppo import TrainConfig, load_saved_checkpoint, train_ppo
@@ -27,6 +33,7 @@ from rlstore.agents.ppo_config import (
     LSTMModelConfig,
     OnlineTrainConfig,
     RunConfig,
+    TransformerModelConfig,
 )
 from rlstore.checkpoint import load
 from rlstore.errors import ConfigError
@@ -141,9 +148,28 @@ def test_fc_agent_and_dqn_on_a_pixel_box_space() -> None:
     dqn = DQNAgent(EnvInfo(None, IMAGE, gym.spaces.Discrete(3)), DQNConfig(hidden_sizes=[16]))
     assert dqn.q.encoder is not None and dqn.q.body[0].in_features == 512
     assert dqn(IMAGE.sample()[None]).shape == (1, 3) and 0 <= dqn.act(IMAGE.sample()) < 3
-    # 'cnn' is the FC agent's: an LSTM agent refuses it rather than ignore it
-    with pytest.raises(ConfigError, match="online.encoder: 'cnn' is the FC agent's"):
-        get_agent(LSTMModelConfig(), envs, EnvironmentConfig(), OnlineTrainConfig(encoder="cnn"))
+    # the LSTM agent: a NatureCNN of image_dim features as each core's encoder
+    lstm = get_agent(LSTMModelConfig(image_dim=32), envs, EnvironmentConfig(), OnlineTrainConfig())
+    assert isinstance(lstm.actor_core.encoder, ObsEncoder) and lstm.actor_core.encoder.out_dim == 32
+    x = lstm.preprocess(np.stack([IMAGE.sample() for _ in range(6)]))  # (6, 3, 40, 44)
+    params, value, _, _ = lstm._step(x, lstm.initial_memory(6), torch.zeros(6))
+    assert params.shape == (6, 3) and value.shape == (6,)
+    # one sequence of 6 steps of one env gives the same as 6 single steps
+    mb = SimpleNamespace(obs=x[:, None], recurrence_memory=lstm.initial_memory(1), mask=None)
+    memory, steps = lstm.initial_memory(1), []
+    for t in range(6):
+        p, _, _, memory = lstm._step(x[t : t + 1], memory, torch.zeros(1))
+        steps.append(p)
+    torch.testing.assert_close(lstm._evaluate(mb)[0][:, 0], torch.cat(steps), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match="lstm.obs_encoder: the cnn encoder"):
+        get_agent(
+            LSTMModelConfig(obs_encoder=False), envs, EnvironmentConfig(), OnlineTrainConfig()
+        )
+    # the transformer refuses 'cnn' rather than ignore it
+    with pytest.raises(ConfigError, match="online.encoder: 'cnn' is for the fc and lstm agents"):
+        get_agent(
+            TransformerModelConfig(), envs, EnvironmentConfig(), OnlineTrainConfig(encoder="cnn")
+        )
 
 
 def test_ppo_trains_on_minigrid_pixels_with_the_cnn() -> None:

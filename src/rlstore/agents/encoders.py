@@ -119,11 +119,11 @@ class NatureCNN(nn.Module):
 
 
 class ObsEncoder(nn.Module):
-    """Preprocessed observations ``(B, *get_obs_shape(space))`` -> features ``(B, out_dim)``;
-    built by :func:`build_encoder`. ``kind`` is ``"mlp"`` (flatten; ``cnn`` is None) or
-    ``"cnn"``."""
+    """Preprocessed observations ``(B, *get_obs_shape(space))`` (or flattened,
+    ``(B, prod(obs_shape))``) -> features ``(B, out_dim)``; built by :func:`build_encoder`.
+    ``kind`` is ``"mlp"`` (flatten; ``cnn`` is None) or ``"cnn"`` (``features`` wide)."""
 
-    def __init__(self, space: gym.Space, kind: str) -> None:
+    def __init__(self, space: gym.Space, kind: str, features: int = 512) -> None:
         super().__init__()
         self.kind = kind
         self.cnn: NatureCNN | None = None
@@ -134,25 +134,25 @@ class ObsEncoder(nn.Module):
             self.image_hwc = (h, w, c)
             self.minigrid = not is_image_space(space)
             extra = self.out_dim - h * w * c if self.minigrid else 0
-            self.cnn = NatureCNN(c, h, w, extra)
+            self.cnn = NatureCNN(c, h, w, extra, features)
             self.out_dim = self.cnn.out_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.cnn is None:
             return obs.reshape(obs.shape[0], -1)
-        if not self.minigrid:  # obs.py gives (B, C, H, W) in [0, 1]
-            return self.cnn(obs)  # type: ignore[no-any-return]
-        # obs.py gives MiniGrid as (B, H*W*C / 10 + n_dir): the image flattened channels-last
         h, w, c = self.image_hwc
+        if not self.minigrid:  # obs.py gives (B, C, H, W) in [0, 1]
+            return self.cnn(obs.reshape(-1, c, h, w))  # type: ignore[no-any-return]
+        # obs.py gives MiniGrid as (B, H*W*C / 10 + n_dir): the image flattened channels-last
         image = obs[:, : h * w * c].reshape(-1, h, w, c).permute(0, 3, 1, 2)
         return self.cnn(image * (_MINIGRID_SCALE / 255.0), obs[:, h * w * c :])  # type: ignore[no-any-return]
 
 
-def build_encoder(space: gym.Space, encoder: Encoder) -> ObsEncoder:
+def build_encoder(space: gym.Space, encoder: Encoder, features: int = 512) -> ObsEncoder:
     """The encoder a config's ``encoder`` choice gives for ``space`` (one env's observation
-    space), see the module docstring.
+    space), see the module docstring; ``features``: the CNN's output width.
 
     Raises:
         ConfigError: as :func:`resolve_encoder`.
     """
-    return ObsEncoder(space, resolve_encoder(space, encoder))
+    return ObsEncoder(space, resolve_encoder(space, encoder), features)

@@ -94,11 +94,14 @@ class OnlineTrainConfig(BaseConfig):
     hidden_size: int = Field(64, ge=1)
     """Width of the FC agent's two hidden layers (actor and critic; ``mlp`` encoder)."""
     encoder: Encoder = "auto"
-    """The FC agent's observation encoder (:mod:`rlstore.agents.encoders`): ``cnn``, a
-    NatureCNN trunk (512 ReLU features) shared by linear actor and critic heads (CleanRL's
-    ``ppo_atari.py``); ``mlp``, separate actor and critic MLPs on the flattened observation;
-    ``auto``: ``cnn`` for pixel images of at least 36x36 (MiniGrid with ``img_obs``), else
-    ``mlp``. Runs written before this field existed used ``mlp``."""
+    """The observation encoder of the FC and LSTM agents (:mod:`rlstore.agents.encoders`):
+    ``cnn``, for the FC agent a NatureCNN trunk (512 ReLU features) shared by linear actor and
+    critic heads (CleanRL's ``ppo_atari.py``), for the LSTM agent a NatureCNN of
+    ``lstm.image_dim`` features in place of its ``Linear`` encoder; ``mlp``, the flattened
+    observation (FC: separate actor and critic MLPs); ``auto``: ``cnn`` for pixel images of at
+    least 36x36 (MiniGrid with ``img_obs``), else ``mlp``. The transformer agent takes ``auto``
+    or ``mlp`` (its tokens embed the flattened observation). Runs written before this field
+    existed used ``mlp``."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints written over the run (evenly spaced; the last at the final update); 0: none."""
     normalize_obs: bool = False
