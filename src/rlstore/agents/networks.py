@@ -11,8 +11,8 @@
   (categorical) or continuous (diagonal Gaussian, state-independent log-std) actions.
 * :class:`LSTMPPOAgent`: obs encoder (a NatureCNN for pixel images) -> LSTM -> MLP head, one
   such stack for the actor and one for the critic (sb3-contrib ``RecurrentPPO``'s default);
-  trained on sequences of at most
-  ``recurrence`` steps that never cross an episode boundary, started from the stored state.
+  trained on sequences of at most ``recurrence`` steps that never cross an episode boundary,
+  started from the stored state.
 * :class:`TransformerPPOAgent`: a causal token convolution, then causal attention over the last
   ``n_ctx`` steps of the episode, again one stack for the actor and one for the critic; the
   window the agent acted on is stored with every step and is what training evaluates.

@@ -21,7 +21,10 @@ Contract (every preprocessor built here follows it):
   MiniGrid ``Dict`` (keys ``image``,          ``(H*W*C + n_dir,)``: the grid encoding flattened
   ``direction``, optional ``mission``)        and divided by 10 (object ids <= 10, colours <= 5,
                                               states <= 2, so values lie in [0, 1]), followed by
-                                              the one-hot direction; the mission text is ignored
+                                              the one-hot direction; the mission text is ignored;
+                                              a pixel ``image`` (``img_obs``) alike, in
+                                              [0, 25.5] (:mod:`~rlstore.agents.encoders`'
+                                              CNN reads it unflattened in [0, 1])
   other ``Dict`` (one level)                  every sub-observation preprocessed as above,
                                               flattened and concatenated in key order, ``(D,)``
   ==========================================  ==================================================
