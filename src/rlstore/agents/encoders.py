@@ -40,15 +40,13 @@ import torch
 from torch import nn
 
 from rlstore.agents.config import Encoder
-from rlstore.agents.obs import get_obs_shape, is_image_space, is_minigrid_space
+from rlstore.agents.obs import _MINIGRID_SCALE, get_obs_shape, is_image_space, is_minigrid_space
 from rlstore.errors import ConfigError
 
 __all__ = ["MIN_IMAGE_SIZE", "NatureCNN", "ObsEncoder", "build_encoder", "resolve_encoder"]
 
 MIN_IMAGE_SIZE = 36
 """Least height and width NatureCNN's kernels fit."""
-
-_MINIGRID_SCALE = 10.0  # obs.py divides MiniGrid images by 10; the CNN reads them / 255
 
 
 def _image_of(space: gym.Space) -> gym.spaces.Box | None:
