@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from rlstore.agents.config import Encoder
-from rlstore.agents.obs import _MINIGRID_SCALE, get_obs_shape, is_image_space, is_minigrid_space
+from rlstore.agents.obs import MINIGRID_SCALE, get_obs_shape, is_image_space, is_minigrid_space
 from rlstore.errors import ConfigError
 
 __all__ = ["MIN_IMAGE_SIZE", "NatureCNN", "ObsEncoder", "build_encoder", "resolve_encoder"]
@@ -143,7 +143,7 @@ class ObsEncoder(nn.Module):
             return self.cnn(obs.reshape(-1, c, h, w))  # type: ignore[no-any-return]
         # obs.py gives MiniGrid as (B, H*W*C / 10 + n_dir): the image flattened channels-last
         image = obs[:, : h * w * c].reshape(-1, h, w, c).permute(0, 3, 1, 2)
-        return self.cnn(image * (_MINIGRID_SCALE / 255.0), obs[:, h * w * c :])  # type: ignore[no-any-return]
+        return self.cnn(image * (MINIGRID_SCALE / 255.0), obs[:, h * w * c :])  # type: ignore[no-any-return]
 
 
 def build_encoder(space: gym.Space, encoder: Encoder, features: int = 512) -> ObsEncoder:
