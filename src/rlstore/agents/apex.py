@@ -117,7 +117,7 @@ class ApexConfig(LearnerConfig, QLearningConfig):
 
     def dqn(self) -> DQNConfig:
         """The :class:`DQNConfig` of the same networks (what :class:`DQNAgent` is built from)."""
-        return DQNConfig(hidden_sizes=self.hidden_sizes, dueling=self.dueling,
+        return DQNConfig(hidden_sizes=self.hidden_sizes, dueling=self.dueling, encoder=self.encoder,
                          double_q=self.double_q, gamma=self.gamma, n_step=self.n_step)  # fmt: skip
 
 

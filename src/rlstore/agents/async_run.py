@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, BaseConfig
 from rlstore.agents.envs import make_env
 from rlstore.agents.run import TrainingRun, TrainStats, due, evaluation_due
 from rlstore.agents.run_checkpoint import (
@@ -89,7 +89,7 @@ class LearnerRun:
             path = None if run.ckpt_dir is None else latest_checkpoint(run.ckpt_dir, self.prefix)
             if path is None:
                 raise ConfigError(f"resume: no {label} checkpoint found under {run.ckpt_dir}")
-            self.counters = restore_learner(path, self.prefix, self.format, cfg.to_dict(),
+            self.counters = restore_learner(path, self.prefix, self.format, cfg,
                                             ("environment", section), model, optimizer,
                                             run.stats)  # fmt: skip
             self.counters["checkpoint_num"] += 1
@@ -171,7 +171,7 @@ def save_learner(
 
 
 def restore_learner(
-    path: Path, prefix: str, fmt: str, config: dict[str, Any], sections: tuple[str, ...],
+    path: Path, prefix: str, fmt: str, config: BaseConfig, sections: tuple[str, ...],
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, stats: TrainStats,
 ) -> dict[str, int]:  # fmt: skip
     """Load a :func:`save_learner` folder into fresh objects; every entry is checked before the
@@ -179,7 +179,8 @@ def restore_learner(
     sd = load_state(path, prefix=prefix)
     if sd.get("format") != fmt:
         raise CheckpointError(f"format: expected {fmt!r} in {path}, got {sd.get('format')!r}")
-    check_resumed_config(sd.get("config"), config, sections, str(path))
+    saved = type(config).fill_legacy(sd.get("config"))  # written before a field existed
+    check_resumed_config(saved, config.to_dict(), sections, str(path))
     check_module_state(sd.get("model"), model)
     opt = check_optimizer_state(sd.get("optimizer"), optimizer)
     c = sd.get("counters")

@@ -19,7 +19,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import ConfigDict, Field, model_validator
@@ -31,8 +31,14 @@ from rlstore.errors import ConfigError
 
 __all__ = [
     "BaseConfig", "RunConfig", "EnvironmentConfig", "AlgorithmConfig", "AlgorithmTrainConfig",
-    "folder_runner",
+    "Encoder", "folder_runner",
 ]  # fmt: skip
+
+Encoder = Literal["auto", "mlp", "cnn"]
+"""The observation encoder a config picks (PPO's ``online.encoder``, DQN's ``dqn.encoder``;
+:func:`rlstore.agents.encoders.resolve_encoder`): ``cnn``, NatureCNN for pixel images;
+``mlp``, the flattened observation into the MLP; ``auto``, ``cnn`` for pixel images
+NatureCNN's kernels fit (at least 36x36) and ``mlp`` otherwise."""
 
 
 logger = logging.getLogger(__name__)
@@ -50,6 +56,24 @@ class BaseConfig(StrictModel):
 
     model_config = ConfigDict(**StrictModel.model_config, strict=True)
 
+    legacy_defaults: ClassVar[dict[str, Any]] = {}
+    """Fields added after runs were written, with the value those runs used: a run folder's
+    ``config.yaml`` or a checkpoint's config without such a key means this value, not the
+    field's default (:meth:`fill_legacy`)."""
+
+    @classmethod
+    def fill_legacy(cls, data: Any) -> Any:
+        """``data`` (a stored run config) with every absent :attr:`legacy_defaults` key of this
+        model and its sections filled in; anything not a mapping is returned as it is."""
+        if not isinstance(data, Mapping):
+            return data
+        out = {**cls.legacy_defaults, **data}
+        for name, field in cls.model_fields.items():
+            sub = field.annotation
+            if isinstance(sub, type) and issubclass(sub, BaseConfig) and name in out:
+                out[name] = sub.fill_legacy(out[name])
+        return out
+
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Self:
         """Build from a plain dict (e.g. parsed YAML); ``None`` gives the defaults."""
@@ -60,10 +84,13 @@ class BaseConfig(StrictModel):
         return self.model_dump(mode="json")
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Self:
+    def from_file(cls, path: str | Path, *, run_file: bool = False) -> Self:
         """Build from a YAML or JSON file (:class:`~rlstore.errors.ConfigError` naming the bad
-        key); the algorithm modules' ``load_config``."""
-        return cls.from_dict(load_config_file(path))
+        key); the algorithm modules' ``load_config``. ``run_file``: ``path`` is a run folder's
+        ``config.yaml`` (written with every field), whose absent keys are fields added since
+        the run was written (:meth:`fill_legacy`)."""
+        data = load_config_file(path)
+        return cls.from_dict(cls.fill_legacy(data) if run_file else data)
 
     @classmethod
     def budget_key(cls) -> str:
@@ -250,7 +277,7 @@ def check_resume(cfg: BaseConfig, saved_path: Path) -> None:
     key = type(cfg).budget_key()
     section, leaf = key.rsplit(".", 1)
     mine = cfg.to_dict()
-    saved = type(cfg).from_file(saved_path).to_dict()
+    saved = type(cfg).from_file(saved_path, run_file=True).to_dict()
     want, have = mine[section][leaf], saved[section][leaf]
     mine[section][leaf] = have
     if mine != saved:

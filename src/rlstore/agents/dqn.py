@@ -29,8 +29,9 @@ beta is annealed from ``per_beta`` to 1 over the run's gradient steps (:class:`~
 samplers.LinearSchedule`).
 
 Observations: what PPO's preprocessor takes (:mod:`rlstore.agents.obs`: vectors, Discrete as
-one-hot, MiniGrid dicts) but pixel images; the replay stores them raw and the networks read
-them preprocessed (:class:`DQNAgent`).
+one-hot, MiniGrid dicts, pixel images); the replay stores them raw (uint8 frames stay uint8)
+and the networks read them preprocessed (:class:`DQNAgent`), pixel images through a NatureCNN
+(``encoder``, :mod:`rlstore.agents.encoders`).
 
 Example::
 
@@ -49,7 +50,7 @@ continues the run bit for bit on CPU.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -59,16 +60,11 @@ from pydantic import Field, model_validator
 from torch import nn
 from typing_extensions import Self
 
-from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, folder_runner
+from rlstore.agents.config import AlgorithmConfig, AlgorithmTrainConfig, Encoder, folder_runner
 from rlstore.agents.dqn_checkpoint import PREFIX, Progress, restore_checkpoint, save_checkpoint
+from rlstore.agents.encoders import ObsEncoder, build_encoder
 from rlstore.agents.envs import make_env, make_vector_env
-from rlstore.agents.obs import (
-    get_obs_preprocessor,
-    get_obs_shape,
-    is_image_space,
-    is_minigrid_space,
-    numeric_obs,
-)
+from rlstore.agents.obs import get_obs_preprocessor, get_obs_shape, numeric_obs
 from rlstore.agents.run import TrainingRun, TrainStats, adam, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_path, checkpoint_schedule, latest_checkpoint
 from rlstore.buffers.nstep import NStepBatch, NStepReplay
@@ -116,7 +112,13 @@ class QLearningConfig(AlgorithmConfig):
     max_grad_norm: float = Field(10.0, gt=0)
     """Global gradient-norm clip."""
     hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [256, 256], min_length=1)
-    """Widths of the Q-network's ReLU layers."""
+    """Widths of the Q-network's ReLU layers (after the encoder's features)."""
+    encoder: Encoder = "auto"
+    """The Q-network's observation encoder (:mod:`rlstore.agents.encoders`): ``cnn``, a
+    NatureCNN (512 ReLU features, CleanRL's ``dqn_atari.py``) before the ``hidden_sizes``
+    layers; ``mlp``, the flattened observation; ``auto``: ``cnn`` for pixel images of at
+    least 36x36 (MiniGrid with ``img_obs``), else ``mlp``. Runs written before this field
+    existed used ``mlp``."""
     dueling: bool = False
     """Dueling head: ``Q = V + A - mean(A)``."""
     double_q: bool = True
@@ -128,6 +130,8 @@ class QLearningConfig(AlgorithmConfig):
     """Initial importance exponent, annealed linearly to 1 over the run (prioritized replay)."""
     per_eps: float = Field(1e-6, gt=0)
     """Added to every ``|TD error|`` so that no transition gets probability 0."""
+
+    legacy_defaults: ClassVar[dict[str, Any]] = {"encoder": "mlp"}
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -198,11 +202,13 @@ CLI_KEYS = DQNTrainConfig.cli_keys()
 
 
 class QNetwork(nn.Module):
-    """MLP ``obs (B, obs_dim) -> Q (B, num_actions)``, with an optional dueling head; ``obs``
-    is preprocessed (:attr:`DQNAgent.preprocess`)."""
+    """``encoder`` then an MLP: ``obs (B, *obs_shape) -> Q (B, num_actions)``, with an optional
+    dueling head; ``obs`` is preprocessed (:attr:`DQNAgent.preprocess`)."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], dueling: bool):
+    def __init__(self, encoder: ObsEncoder, num_actions: int, hidden: list[int], dueling: bool):
         super().__init__()
+        obs_dim = encoder.out_dim
+        self.encoder = encoder if encoder.kind == "cnn" else None  # mlp: flatten, below
         layers: list[nn.Module] = []
         for width in hidden:
             layers += [nn.Linear(obs_dim, width), nn.ReLU()]
@@ -215,7 +221,7 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # ``body`` then the heads, as functional calls on the layers' parameters: the same ops
         # without nn.Module's call and attribute machinery (~15 us of a forward on one thread)
-        h = obs.flatten(1).float()
+        h = obs.flatten(1).float() if self.encoder is None else self.encoder(obs)
         for layer in self._hidden:
             h = F.relu(_linear(layer, h))
         a = _linear(self.advantage, h)
@@ -239,11 +245,11 @@ class EnvInfo(NamedTuple):
 class DQNAgent(nn.Module):
     """The online Q-network ``q``, its target ``target`` and the current exploration rate.
 
-    Observations: every space PPO's preprocessor takes (:mod:`rlstore.agents.obs`) but pixel
-    images: ``Box`` vectors, ``Discrete`` (one-hot), ``MultiDiscrete``, MiniGrid dicts and
+    Observations: every space PPO's preprocessor takes (:mod:`rlstore.agents.obs`): ``Box``
+    vectors and pixel images, ``Discrete`` (one-hot), ``MultiDiscrete``, MiniGrid dicts and
     one-level dicts of those. The replay stores raw observations (:func:`~rlstore.agents.obs.
-    numeric_obs`); the networks ``q`` and ``target`` read ``preprocess(obs)`` ``(B, obs_dim)``.
-    Pixel images are refused: the Q-network is an MLP and rlstore has no image encoder.
+    numeric_obs`: uint8 frames stay uint8); the networks ``q`` and ``target`` read
+    ``preprocess(obs)`` through the encoder ``cfg.encoder`` gives for the space.
 
     ``agent(obs)`` gives Q-values of raw observations; :meth:`predict` acts (velora's ``warm``
     calls it); ``state_dict()`` holds both networks.
@@ -258,9 +264,11 @@ class DQNAgent(nn.Module):
         self.action_start = int(act_space.start)  # env action = Q-value index + start
         _check_obs_space(obs_space)
         self.preprocess = get_obs_preprocessor(obs_space)
-        args = (int(np.prod(get_obs_shape(obs_space))), self.num_actions, cfg.hidden_sizes,
-                cfg.dueling)  # fmt: skip
-        self.q, self.target = QNetwork(*args), QNetwork(*args)
+        self.q, self.target = (
+            QNetwork(build_encoder(obs_space, cfg.encoder), self.num_actions, cfg.hidden_sizes,
+                     cfg.dueling)
+            for _ in range(2)
+        )  # fmt: skip
         self.target.load_state_dict(self.q.state_dict())
         self.target.requires_grad_(False)
         self.epsilon = cfg.exploration_initial_eps
@@ -311,13 +319,6 @@ class DQNAgent(nn.Module):
 
 def _check_obs_space(space: gym.Space) -> None:
     """ConfigError naming ``space`` unless DQN takes it (see :class:`DQNAgent`)."""
-    leaves = space.spaces.values() if isinstance(space, gym.spaces.Dict) else [space]
-    if any(is_image_space(s) for s in leaves) and not is_minigrid_space(space):
-        raise ConfigError(
-            f"environment: DQN cannot take pixel images (its Q-network is an MLP and rlstore "
-            f"has no image encoder; it takes Box vectors, Discrete, MultiDiscrete and MiniGrid "
-            f"observations), got {space!r}"
-        )
     try:
         get_obs_shape(space)
     except SpecError as err:

@@ -6,11 +6,13 @@
   and ``_evaluate(minibatch) -> (dist_params, value, mask)`` for a training minibatch, and says
   how its rollouts are cut into minibatches (``minibatches``). The algorithm (rollout, loss,
   update) is not here: :mod:`rlstore.agents.ppo`.
-* :class:`FCAgent`: separate actor / critic MLPs (2 x ``hidden_size``, tanh), discrete
+* :class:`FCAgent`: separate actor / critic MLPs (2 x ``hidden_size``, tanh), or for pixel
+  images a NatureCNN trunk shared by linear heads (:mod:`rlstore.agents.encoders`); discrete
   (categorical) or continuous (diagonal Gaussian, state-independent log-std) actions.
-* :class:`LSTMPPOAgent`: obs encoder -> LSTM -> MLP head, one such stack for the actor and one
-  for the critic (sb3-contrib ``RecurrentPPO``'s default); trained on sequences of at most
-  ``recurrence`` steps that never cross an episode boundary, started from the stored state.
+* :class:`LSTMPPOAgent`: obs encoder (a NatureCNN for pixel images) -> LSTM -> MLP head, one
+  such stack for the actor and one for the critic (sb3-contrib ``RecurrentPPO``'s default);
+  trained on sequences of at most ``recurrence`` steps that never cross an episode boundary,
+  started from the stored state.
 * :class:`TransformerPPOAgent`: a causal token convolution, then causal attention over the last
   ``n_ctx`` steps of the episode, again one stack for the actor and one for the critic; the
   window the agent acted on is stored with every step and is what training evaluates.
@@ -38,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlstore.agents.config import EnvironmentConfig
+from rlstore.agents.config import Encoder, EnvironmentConfig
+from rlstore.agents.encoders import ObsEncoder, build_encoder
 from rlstore.agents.obs import RunNormalizer, get_obs_preprocessor, get_obs_shape
 from rlstore.agents.ppo_config import (
     LSTMModelConfig,
@@ -218,12 +221,15 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
 
 
 class FCAgent(PPOAgent):
-    """Feed-forward agent (CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` networks).
+    """Feed-forward agent (CleanRL ``ppo.py`` / ``ppo_continuous_action.py`` networks; with
+    the ``cnn`` encoder ``ppo_atari.py``'s: a NatureCNN shared by the actor and critic heads).
 
     Args:
         envs: vector env (spaces). environment_config: kept for checkpoints.
         fc_model_config: unused (kept for DecisionTransformerInterpretability's signature). device:
-        parameter device. hidden_dim: width of the two tanh hidden layers of actor and critic.
+        parameter device. hidden_dim: width of the two tanh hidden layers of actor and critic
+        (``mlp`` encoder). encoder: ``online.encoder`` (:func:`~rlstore.agents.encoders.
+        resolve_encoder`); ``cnn``: ``encoder`` (NatureCNN, 512 features) feeds linear heads.
     """
 
     def __init__(
@@ -233,33 +239,50 @@ class FCAgent(PPOAgent):
         fc_model_config: Any = None,
         device: torch.device | str = "cpu",
         hidden_dim: int = 64,
+        encoder: Encoder = "mlp",
     ) -> None:
         super().__init__(envs, device)
         self.environment_config = environment_config
-        self.critic = mlp(self.obs_dim, hidden_dim, 1, 1.0)
-        self.actor = mlp(self.obs_dim, hidden_dim, self.action_dim, 0.01)
+        self.encoder = build_encoder(self.single_observation_space, encoder)
+        d = self.encoder.out_dim
+        if self.encoder.kind == "cnn":
+            self.critic = layer_init(nn.Linear(d, 1), std=1.0)
+            self.actor = layer_init(nn.Linear(d, self.action_dim), std=0.01)
+        else:
+            self.critic = mlp(d, hidden_dim, 1, 1.0)
+            self.actor = mlp(d, hidden_dim, self.action_dim, 0.01)
         self._make_log_std()
         self.to(self.device)
 
     def _step(
         self, obs: torch.Tensor, memory: Memory, episode_time: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, Any, Memory]:
-        x = obs.reshape(obs.shape[0], -1)
+        x = self.encoder(obs)
         return self.actor(x), self.critic(x).squeeze(-1), None, memory
 
     def _evaluate(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        x = mb.obs.reshape(mb.obs.shape[0], -1)
+        x = self.encoder(mb.obs)
         return self.actor(x), self.critic(x).squeeze(-1), None
 
 
 class _LSTMCore(nn.Module):
-    """``act(Linear(obs))`` (or the observation itself without ``obs_encoder``) -> one-layer
-    LSTM; ``forward(x (L, B, obs_dim), h, c)``."""
+    """``act(Linear(obs))`` (a NatureCNN of ``image_dim`` features with the ``cnn`` encoder;
+    the observation itself without ``obs_encoder``) -> one-layer LSTM;
+    ``forward(x (L, B, obs_dim), h, c)``."""
 
-    def __init__(self, obs_dim: int, cfg: LSTMModelConfig) -> None:
+    def __init__(self, obs_space: gym.Space, cfg: LSTMModelConfig, encoder: Encoder) -> None:
         super().__init__()
+        obs_dim = int(np.prod(get_obs_shape(obs_space)))
         self.encoder: nn.Module = nn.Identity()
-        if cfg.obs_encoder:
+        cnn = build_encoder(obs_space, encoder, cfg.image_dim)
+        if cnn.kind == "cnn":
+            if not cfg.obs_encoder:
+                raise ConfigError(
+                    "lstm.obs_encoder: the cnn encoder (online.encoder) is the LSTM's observation "
+                    "encoder, expected true, got false; or set online.encoder to 'mlp'"
+                )
+            self.encoder = cnn
+        elif cfg.obs_encoder:
             enc = nn.Linear(obs_dim, cfg.image_dim)
             act = ACTIVATIONS[cfg.activation]()
             self.encoder = nn.Sequential(layer_init(enc) if cfg.ortho_init else enc, act)
@@ -274,7 +297,11 @@ class _LSTMCore(nn.Module):
     def forward(
         self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        out, (h2, c2) = self.lstm(self.encoder(x), (h[None].contiguous(), c[None].contiguous()))
+        if isinstance(self.encoder, ObsEncoder):  # the CNN reads one observation per row
+            feats = self.encoder(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:2], -1)
+        else:
+            feats = self.encoder(x)
+        out, (h2, c2) = self.lstm(feats, (h[None].contiguous(), c[None].contiguous()))
         return out, (h2[0], c2[0])
 
 
@@ -293,13 +320,14 @@ class LSTMPPOAgent(PPOAgent):
         environment_config: EnvironmentConfig | None,
         lstm_config: LSTMModelConfig,
         device: torch.device | str = "cpu",
+        encoder: Encoder = "mlp",
     ) -> None:
         super().__init__(envs, device)
         self.environment_config = environment_config
         self.lstm_config = lstm_config
         H = lstm_config.memory_dim
-        self.actor_core = _LSTMCore(self.obs_dim, lstm_config)
-        self.critic_core = _LSTMCore(self.obs_dim, lstm_config)
+        self.actor_core = _LSTMCore(self.single_observation_space, lstm_config, encoder)
+        self.critic_core = _LSTMCore(self.single_observation_space, lstm_config, encoder)
         act, ortho = lstm_config.activation, lstm_config.ortho_init
         self.actor = mlp(H, H, self.action_dim, 0.01, 1, activation=act, ortho_init=ortho)
         self.critic = mlp(H, H, 1, 1.0, 1, activation=act, ortho_init=ortho)
@@ -511,14 +539,16 @@ def get_agent(
     """Build the agent selected by ``model_config``'s type.
 
     ``None`` -> :class:`FCAgent` (``online_config.hidden_size``); :class:`LSTMModelConfig` ->
-    :class:`LSTMPPOAgent`; :class:`TransformerModelConfig` -> :class:`TransformerPPOAgent`.
+    :class:`LSTMPPOAgent`; :class:`TransformerModelConfig` -> :class:`TransformerPPOAgent`; the
+    FC and LSTM agents read observations through ``online_config.encoder``.
     ``agent.normalizer`` follows ``online_config.normalize_obs`` / ``normalize_reward``.
     """
     agent: PPOAgent
     if model_config is None:
-        agent = FCAgent(envs, environment_config, hidden_dim=online_config.hidden_size)
+        agent = FCAgent(envs, environment_config, hidden_dim=online_config.hidden_size,
+                        encoder=online_config.encoder)  # fmt: skip
     elif isinstance(model_config, LSTMModelConfig):
-        agent = LSTMPPOAgent(envs, environment_config, model_config)
+        agent = LSTMPPOAgent(envs, environment_config, model_config, encoder=online_config.encoder)
     elif isinstance(model_config, TransformerModelConfig):
         agent = TransformerPPOAgent(envs, environment_config, model_config)
     else:
@@ -527,6 +557,11 @@ def get_agent(
             f"got {type(model_config).__name__}"
         )
     oc = online_config
+    if oc.encoder == "cnn" and isinstance(agent, TransformerPPOAgent):
+        raise ConfigError(
+            "online.encoder: 'cnn' is for the fc and lstm agents; the transformer embeds the "
+            "flattened observation, set encoder 'auto' or 'mlp'"
+        )
     if oc.normalize_obs and not isinstance(agent.single_observation_space, gym.spaces.Box):
         raise ConfigError(
             "online.normalize_obs: expected a Box observation space, got "

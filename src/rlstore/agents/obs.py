@@ -21,7 +21,10 @@ Contract (every preprocessor built here follows it):
   MiniGrid ``Dict`` (keys ``image``,          ``(H*W*C + n_dir,)``: the grid encoding flattened
   ``direction``, optional ``mission``)        and divided by 10 (object ids <= 10, colours <= 5,
                                               states <= 2, so values lie in [0, 1]), followed by
-                                              the one-hot direction; the mission text is ignored
+                                              the one-hot direction; the mission text is ignored;
+                                              a pixel ``image`` (``img_obs``) alike, in
+                                              [0, 25.5] (:mod:`~rlstore.agents.encoders`'
+                                              CNN reads it unflattened in [0, 1])
   other ``Dict`` (one level)                  every sub-observation preprocessed as above,
                                               flattened and concatenated in key order, ``(D,)``
   ==========================================  ==================================================
@@ -59,6 +62,7 @@ __all__ = [
     "preprocess_images",
     "is_image_space",
     "is_minigrid_space",
+    "MINIGRID_SCALE",
     "numeric_obs",
     "RunNormalizer",
 ]
@@ -66,9 +70,7 @@ __all__ = [
 #: ``preprocess(obs, device=None) -> float32 tensor of shape (*B, *get_obs_shape(space))``
 ObsPreprocessor = Callable[..., torch.Tensor]
 
-_MINIGRID_SCALE = (
-    10.0  # largest MiniGrid object index; colours (<= 5) and states (<= 2) are smaller
-)
+MINIGRID_SCALE = 10.0  # largest MiniGrid object index; colours (<= 5) and states (<= 2) are smaller
 _IMAGE_CHANNELS = (1, 3, 4)
 
 
@@ -315,7 +317,7 @@ def get_obs_preprocessor(obs_space: gym.Space) -> ObsPreprocessor:
                     f"obs['direction']: expected shape {batch} (the batch axes of obs['image']), "
                     f"got {tuple(direction.shape)}"
                 )
-            flat = image.reshape(*batch, -1).to(torch.float32) / _MINIGRID_SCALE
+            flat = image.reshape(*batch, -1).to(torch.float32) / MINIGRID_SCALE
             return torch.cat([flat, _one_hot(direction, n_dir, dir_start, "obs['direction']")], -1)
 
         return prep_minigrid

@@ -329,7 +329,7 @@ def ppo_runner(
     and training continues from its latest checkpoint (see :func:`train_ppo`).
     """
     if resume_dir is not None:
-        cfg = load_train_config(Path(resume_dir) / "config.yaml")
+        cfg = load_train_config(Path(resume_dir) / "config.yaml", run_file=True)
         return runner(cfg, run_dir=Path(resume_dir), resume=True)
     cfg = train_config_from_parts(run_config, online_config, environment_config, model_config)
     make_env(environment_config).close()  # a failing env build leaves no run folder behind

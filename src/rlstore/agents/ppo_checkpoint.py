@@ -179,7 +179,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def _config_of(payload: dict[str, Any]) -> TrainConfig:
     try:
-        return TrainConfig.model_validate(payload["config"])
+        return TrainConfig.model_validate(TrainConfig.fill_legacy(payload["config"]))
     except (RLStoreError, ValueError) as err:
         raise CheckpointError(f"config: not a valid TrainConfig ({err})") from None
 

@@ -29,12 +29,11 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from rlstore.agents.config import BaseConfig, EnvironmentConfig, RunConfig
-from rlstore.config import load_config_file
+from rlstore.agents.config import BaseConfig, Encoder, EnvironmentConfig, RunConfig
 from rlstore.errors import ConfigError
 
 __all__ = [
@@ -93,7 +92,16 @@ class OnlineTrainConfig(BaseConfig):
     target_kl: float | None = Field(None, gt=0)
     """Stop the update's remaining epochs once an epoch ends with approx-KL above this."""
     hidden_size: int = Field(64, ge=1)
-    """Width of the FC agent's two hidden layers (actor and critic)."""
+    """Width of the FC agent's two hidden layers (actor and critic; ``mlp`` encoder)."""
+    encoder: Encoder = "auto"
+    """The observation encoder of the FC and LSTM agents (:mod:`rlstore.agents.encoders`):
+    ``cnn``, for the FC agent a NatureCNN trunk (512 ReLU features) shared by linear actor and
+    critic heads (CleanRL's ``ppo_atari.py``), for the LSTM agent a NatureCNN of
+    ``lstm.image_dim`` features in place of its ``Linear`` encoder; ``mlp``, the flattened
+    observation (FC: separate actor and critic MLPs); ``auto``: ``cnn`` for pixel images of at
+    least 36x36 (MiniGrid with ``img_obs``), else ``mlp``. The transformer agent takes ``auto``
+    or ``mlp`` (its tokens embed the flattened observation). Runs written before this field
+    existed used ``mlp``."""
     num_checkpoints: int = Field(5, ge=0)
     """Checkpoints written over the run (evenly spaced; the last at the final update); 0: none."""
     normalize_obs: bool = False
@@ -111,6 +119,8 @@ class OnlineTrainConfig(BaseConfig):
     on raw rewards. Frozen in ``eval()`` mode and saved in checkpoints."""
     clip_reward: float = Field(10.0, gt=0)
     """Scaled rewards are clipped to ``[-clip_reward, clip_reward]`` (``normalize_reward``)."""
+
+    legacy_defaults: ClassVar[dict[str, Any]] = {"encoder": "mlp"}
 
     @model_validator(mode="after")
     def _check_batch(self) -> OnlineTrainConfig:
@@ -244,15 +254,16 @@ class TrainConfig(BaseConfig):
         return {"fc": None, "lstm": self.lstm, "transformer": self.transformer}[self.agent]
 
 
-def load_train_config(path: str | Path) -> TrainConfig:
+def load_train_config(path: str | Path, *, run_file: bool = False) -> TrainConfig:
     """Read a :class:`TrainConfig` from a YAML or JSON file (read by
-    :func:`rlstore.config.load_config_file`; an empty file gives the defaults).
+    :func:`rlstore.config.load_config_file`; an empty file gives the defaults); ``run_file``:
+    a run folder's ``config.yaml`` (:meth:`~rlstore.agents.config.BaseConfig.from_file`).
 
     Raises:
         ConfigError: the file is missing, is not YAML, is not a mapping, or holds an unknown key
             or an invalid value (the message names ``section.field``).
     """
-    return TrainConfig.from_dict(load_config_file(path))
+    return TrainConfig.from_file(path, run_file=run_file)
 
 
 def train_config_from_parts(

@@ -65,7 +65,6 @@ from rlstore.agents.run import TrainingRun, evaluation_due
 from rlstore.agents.run_checkpoint import checkpoint_schedule
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
 from rlstore.buffers.demos import Demo, DemoMixer, DemoStore
-from rlstore.config import load_config_file
 from rlstore.envs.keydoor import DEMO_FILE, KEYDOOR_ID
 from rlstore.errors import ConfigError
 
@@ -130,9 +129,8 @@ class PPODTrainConfig(TrainConfig):
         return TrainConfig.model_validate(self.model_dump(exclude={"ppod"}))
 
 
-def load_config(path: str | Path) -> PPODTrainConfig:
-    """A :class:`PPODTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
-    return PPODTrainConfig.from_dict(load_config_file(path))
+load_config = PPODTrainConfig.from_file
+"""A :class:`PPODTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
 
 
 def human_demos(cfg: PPODTrainConfig) -> list[Demo]:

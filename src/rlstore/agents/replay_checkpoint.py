@@ -78,7 +78,8 @@ def load_replay_checkpoint(
     if sd.get("format") != fmt:
         raise CheckpointError(f"{where}: format: expected {fmt!r}, got {sd.get('format')!r}")
     section = cfg.section()
-    check_resumed_config(sd.get("config"), cfg.to_dict(), ("environment", section), where)
+    saved = type(cfg).fill_legacy(sd.get("config"))  # written before a field existed
+    check_resumed_config(saved, cfg.to_dict(), ("environment", section), where)
     check_module_state(sd.get("model"), agent)
     check_global_rng_state(sd.get("rng"), "rng")
     return sd, buffer_sd

@@ -314,7 +314,7 @@ def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) 
             f"--resume: continues the run with its own config.yaml; drop {', '.join(given)} "
             "(only --total-steps may extend its budget)"
         )
-    cfg = module.load_config(run_dir / "config.yaml")
+    cfg = module.load_config(run_dir / "config.yaml", run_file=True)
     if args.total_steps is None:
         return cfg
     data = cfg.model_dump(mode="json")

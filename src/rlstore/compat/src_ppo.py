@@ -238,6 +238,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             optional = type(None) in typing.get_args(field.annotation) and len(inner) == 1
             kind = _FLAG_TYPES.get(inner[0] if optional else field.annotation)
             flag: dict[str, Any] = {"nargs": "?", "const": True} if field.annotation is bool else {}
+            if typing.get_origin(field.annotation) is typing.Literal:  # online.encoder
+                kind, flag = str, {"choices": typing.get_args(field.annotation)}
             if kind is not None:
                 default = field.get_default(call_default_factory=True)
                 parser.add_argument(f"--{name}", type=kind, default=default,
