@@ -288,3 +288,21 @@ def test_demo_from_arrays_drops_the_final_observation_and_names_the_file() -> No
     assert plain.observations.shape == (3, 2) and not plain.human
     with pytest.raises(CheckpointError, match=r"x\.npz"):
         demo_from_arrays("x.npz", obs[:2], act, rew)
+
+
+def test_an_infinite_max_value_is_refused_before_it_breaks_value_demo_sampling() -> None:
+    """A MaxValue of +inf left value_demo_probabilities no finite weight: every later value-demo
+    draw (inside a mixer step) raised. It is refused where it enters, the store unchanged."""
+    store = DemoStore(capacity=4, rho=0.0, phi=1.0, reward_threshold=5.0, seed=0)
+    assert store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), 1.0) == "value"
+    before = store.state_dict()
+    with pytest.raises(ConfigError, match="max_value: expected a finite number"):
+        store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), max_value=np.inf)
+    with pytest.raises(ConfigError, match="max_value: expected a finite number"):
+        store.update_max_value(store.value_demos[0].demo_id, float("inf"))
+    with pytest.raises(ConfigError, match="max_value"):
+        demo([1.0], max_value=float("inf"))
+    assert store.state_dict()["next_id"] == before["next_id"]
+    assert [d.max_value for d in store.value_demos] == [1.0]
+    assert store.sample_demo("value_demo") is store.value_demos[0]
+    assert demo([1.0]).max_value == -np.inf  # unknown stays allowed

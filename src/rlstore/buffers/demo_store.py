@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,9 +109,7 @@ class Demo:
         rew = rew32
         if not isinstance(self.human, (bool, np.bool_)):
             raise SpecError(f"human: expected a bool, got {self.human!r}")
-        max_value = real_number(
-            "max_value", self.max_value, expected="a number (-inf if unknown), not NaN"
-        )
+        max_value = _max_value(self.max_value)
         demo_id = check_count("demo_id", self.demo_id, minimum=-1, error=SpecError)
         if rew.ndim != 1 or rew.shape[0] < 1:
             raise SpecError(f"rewards: expected shape (L,) with L >= 1, got {rew.shape}")
@@ -159,6 +158,14 @@ def cut_after_last_positive(rewards: np.ndarray) -> int:
 def _demo_states(demos: Mapping[str, Any], sd: Mapping[str, Any], count: str) -> list[Any]:
     n = check_count(count, sd[count], minimum=0, error=CheckpointError)
     return [demos[str(i)] for i in range(n)]
+
+
+def _max_value(value: Any) -> float:
+    """A MaxValue: a finite number, or -inf if unknown (+inf would leave no finite sampling
+    weight for :func:`value_demo_probabilities`, so every later value-demo draw would fail)."""
+    return real_number(
+        "max_value", value, high=sys.float_info.max, expected="a finite number (-inf if unknown)"
+    )
 
 
 def _check_demo(demo: Any) -> None:
@@ -360,7 +367,7 @@ class DemoStore:
     def update_max_value(self, demo_id: int, max_value: float) -> bool:
         """Set MaxValue of value demo ``demo_id`` (after a replay); False if it was evicted."""
         check_count("demo_id", demo_id, minimum=-1, error=SpecError)
-        max_value = real_number("max_value", max_value, expected="a number, not NaN")
+        max_value = _max_value(max_value)
         for i, d in enumerate(self.value_demos):
             if d.demo_id == demo_id:
                 self.value_demos[i] = dataclasses.replace(d, max_value=float(max_value))
