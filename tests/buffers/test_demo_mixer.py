@@ -661,3 +661,16 @@ def test_lossless_reset_env_results_are_stored_in_the_env_dtype():
     mixer.reset(np.zeros((1, 2), np.uint8))
     obs, code = mixer.begin_episode(0)
     assert code == ENV and obs.dtype == np.uint8 and obs.tolist() == [3, 255]
+
+
+@pytest.mark.parametrize("i", [-1, 2, 1.0, True, "0"])
+def test_begin_episode_names_a_slot_outside_the_env(i) -> None:
+    """begin_episode(-1) replaced the last slot's episode silently; 2 / 1.0 raised IndexError."""
+    store = DemoStore(capacity=2, rho=1.0, phi=0.0, seed=0)
+    store.add_initial(demo([0.0, 1.0], human=True))
+    mixer = DemoMixer(store, 2)
+    mixer.reset(np.zeros((2, 2), np.float32))
+    before = _state(mixer)
+    with pytest.raises(ConfigError, match=r"i: expected"):
+        mixer.begin_episode(i)
+    assert_same(_state(mixer), before, "after a refused begin_episode")

@@ -263,6 +263,9 @@ class DemoMixer:
         """
         if self._obs is None:
             raise EmptyBufferError("begin_episode: call reset(obs) first")
+        i = check_count("i", i, minimum=0, error=ConfigError)
+        if i >= self.num_envs:  # -1 was the last slot, silently
+            raise ConfigError(f"i: expected a slot in [0, {self.num_envs}), got {i}")
         self._check_demos(self._obs.dtype, self._layout[2] if self._layout else None)
         obs, code = self._begin(i, self._obs[i], after_demo=True, next_t=self._t)
         self._obs[i] = obs
