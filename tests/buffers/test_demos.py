@@ -306,3 +306,29 @@ def test_an_infinite_max_value_is_refused_before_it_breaks_value_demo_sampling()
     assert [d.max_value for d in store.value_demos] == [1.0]
     assert store.sample_demo("value_demo") is store.value_demos[0]
     assert demo([1.0]).max_value == -np.inf  # unknown stays allowed
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 0.0, float("nan"), True, "2"])
+def test_value_demo_probabilities_refuses_an_alpha_that_is_not_positive(alpha) -> None:
+    """alpha=-1 or NaN returned NaN "probabilities"; True was taken as 1."""
+    with pytest.raises(ConfigError, match="alpha: expected a positive float"):
+        value_demo_probabilities(np.array([0.0, 1.0, 2.0]), alpha)
+
+
+@pytest.mark.parametrize("max_values", [np.array([]), np.ones((2, 2))])
+def test_value_demo_probabilities_wants_one_value_per_demo(max_values) -> None:
+    """[] raised numpy's bare ValueError; a (2, 2) array gave a (2, 2) "distribution"."""
+    with pytest.raises(SpecError, match=r"max_values: expected shape \(K,\)"):
+        value_demo_probabilities(max_values, 1.0)
+
+
+def test_a_reward_demo_evicted_on_arrival_is_reported_rejected() -> None:
+    """offer_episode said "reward" for a demo that enforce_capacity evicted at once (the longest
+    agent reward demo), as the value path already reports "rejected"."""
+    store = DemoStore(capacity=2, rho=0.2, phi=0.0, seed=0)
+    store.add_initial(demo([1.0], human=True))
+    assert store.offer_episode(np.zeros((5, 2)), np.arange(5), np.eye(5)[4]) == "reward"
+    assert store.offer_episode(np.zeros((6, 2)), np.arange(6), np.eye(6)[5]) == "rejected"
+    assert [d.length for d in store.reward_demos] == [1, 5]
+    assert store.offer_episode(np.zeros((3, 2)), np.arange(3), np.eye(3)[2]) == "reward"
+    assert [d.length for d in store.reward_demos] == [1, 3]  # the longer one made room

@@ -168,6 +168,14 @@ def _max_value(value: Any) -> float:
     )
 
 
+def _alpha(value: Any) -> float:
+    """The value-demo sampling exponent: a number > 0 (NaN or <= 0 gave NaN probabilities)."""
+    alpha = real_number("alpha", value, 0.0, expected="a positive float")
+    if alpha == 0.0:
+        raise ConfigError(f"alpha: expected a positive float, got {value!r}")
+    return alpha
+
+
 def _check_demo(demo: Any) -> None:
     if not isinstance(demo, Demo):
         raise SpecError(f"demo: expected a Demo, got {type(demo).__name__}")
@@ -183,7 +191,10 @@ def value_demo_probabilities(max_values: np.ndarray, alpha: float) -> np.ndarray
         max_values: ``(K,)`` MaxValue of each value demo, K >= 1.
         alpha: temperature exponent, > 0.
     """
+    alpha = _alpha(alpha)
     m = np.maximum(np.asarray(max_values, dtype=np.float64), 0.0)
+    if m.ndim != 1 or not m.size:
+        raise SpecError(f"max_values: expected shape (K,) with K >= 1, got {m.shape}")
     top = m.max()
     if not np.isfinite(top):
         raise SpecError(f"max_values: expected finite values, got max {top}")
@@ -225,9 +236,7 @@ class DemoStore:
         phi = real_number("phi", phi, 0.0, 1.0, expected="a probability in [0, 1]")
         if rho + phi > 1.0 + 1e-12:
             raise ConfigError(f"rho + phi: expected <= 1, got {rho} + {phi}")
-        alpha = real_number("alpha", alpha, 0.0, expected="a positive float")
-        if alpha == 0.0:
-            raise ConfigError(f"alpha: expected a positive float, got {alpha!r}")
+        alpha = _alpha(alpha)
         if reward_threshold is not None:
             real_number("reward_threshold", reward_threshold, expected="a number or None")
         self.capacity = int(capacity)
@@ -324,10 +333,10 @@ class DemoStore:
                 self.reward_demos = [d for d in self.reward_demos if d.human]
             self._next_id += 1
             self.reward_demos.append(demo)
-            self.enforce_capacity()
+            evicted = self.enforce_capacity()
             self.anneal()
             self._refresh_reward_stats()
-            return "reward"
+            return "rejected" if any(d is demo for d in evicted) else "reward"
         smallest = min((d.max_value for d in self.value_demos), default=np.inf)
         if max_value >= smallest or len(self) < self.capacity:
             self._next_id += 1
