@@ -332,3 +332,41 @@ def test_a_reward_demo_evicted_on_arrival_is_reported_rejected() -> None:
     assert [d.length for d in store.reward_demos] == [1, 5]
     assert store.offer_episode(np.zeros((3, 2)), np.arange(3), np.eye(3)[2]) == "reward"
     assert [d.length for d in store.reward_demos] == [1, 3]  # the longer one made room
+
+
+def _filled_store() -> DemoStore:
+    store = DemoStore(capacity=3, rho=0.2, phi=0.5, seed=1)
+    store.add_initial(demo([0.0, 1.0], human=True))
+    store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), 1.0)
+    store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), 2.0)
+    return store
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("rho", 7.0, "rho"),
+        ("phi", float("nan"), "phi"),
+        ("phi", 0.9, "rho \\+ phi <= 1"),
+        ("reward_threshold", float("nan"), "reward_threshold"),
+        ("next_id", 1, "distinct ids in \\[0, next_id=1\\)"),
+    ],
+)
+def test_store_load_state_dict_refuses_impossible_states(key, value, match) -> None:
+    """rho=7, NaN, rho + phi > 1 were loaded as they came; a next_id at or below a stored id
+    let the next demo share its id (update_max_value and the mixer find demos by id)."""
+    from rlstore.errors import CheckpointError
+
+    sd = _filled_store().state_dict()
+    target = DemoStore(capacity=3, seed=0)
+    before = target.state_dict()
+    with pytest.raises(CheckpointError, match=match):
+        target.load_state_dict({**sd, key: value})
+    assert target.state_dict()["rng"] == before["rng"] and len(target) == 0
+
+
+def test_store_load_state_dict_refuses_more_demos_than_its_capacity() -> None:
+    from rlstore.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="at most capacity=2"):
+        DemoStore(capacity=2).load_state_dict(_filled_store().state_dict())

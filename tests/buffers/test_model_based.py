@@ -316,3 +316,24 @@ def test_get_data_slice_takes_int_positions_only(start, end):
     buf.insert_data_slice(rows(0, 6))
     with pytest.raises(SpecError, match="start_pos, end_pos"):
         buf.get_data_slice(start, end)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"step": 1.5},
+        {"size": "5"},
+        {"data": {"x": np.full((5, 2), np.nan, np.float32), "k": np.zeros(5, np.int64)}},
+    ],
+)
+def test_load_state_dict_refuses_fractional_counters_and_non_finite_rows(change):
+    """step=1.5 was truncated to 1, "5" raised a bare ValueError, NaN rows (which inserts
+    refuse) were loaded."""
+    src = ModelBasedReplay(5)
+    src.insert_data_slice(rows(0, 7))
+    buf = ModelBasedReplay(5)
+    with pytest.raises(CheckpointError):
+        buf.load_state_dict({**src.state_dict(), **change})
+    with pytest.raises(CheckpointError, match="ModelBasedReplay state"):
+        buf.load_state_dict(None)  # type: ignore[arg-type]
+    assert len(buf) == 0 and buf.data == {}

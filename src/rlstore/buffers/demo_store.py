@@ -46,6 +46,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -456,12 +457,25 @@ class DemoStore:
         value = [
             Demo.from_state(d) for d in entry("value", lambda v: _demo_states(v, sd, "num_value"))
         ]
-        rho, phi = entry("rho", float), entry("phi", float)
-        reward_threshold = entry("reward_threshold", float)
-        max_demo_reward = entry("max_demo_reward", float)
+        rho, phi = (entry(k, partial(real_number, k, low=0.0, high=1.0)) for k in ("rho", "phi"))
+        reward_threshold, max_demo_reward = (
+            entry(k, partial(real_number, k)) for k in ("reward_threshold", "max_demo_reward")
+        )
         next_id = entry(
             "next_id", lambda v: check_count("next_id", v, minimum=0, error=CheckpointError)
         )
+        ids = [d.demo_id for d in (*reward, *value)]
+        if (
+            rho + phi > 1.0 + 1e-12
+            or len(ids) > self.capacity
+            or len(set(ids)) < len(ids)
+            or not all(0 <= i < next_id for i in ids)
+        ):  # ids must stay unique: update_max_value and the mixer find demos by id
+            raise CheckpointError(
+                f"DemoStore state: expected rho + phi <= 1, at most capacity={self.capacity} "
+                f"demos with distinct ids in [0, next_id={next_id}), got rho + phi = "
+                f"{rho + phi}, ids {ids}"
+            )
         rng_sd = entry("rng", lambda v: v)
         # assigned only once every entry is read: a refused state leaves the store as it was
         # (set_rng_state checks the state whole before it restores the shared rng in place)

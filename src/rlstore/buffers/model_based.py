@@ -281,9 +281,10 @@ class ModelBasedReplay:
         """Restore :meth:`state_dict` output (checked first; the buffer is unchanged on error)."""
         try:
             data = {k: np.asarray(v).copy() for k, v in dict(sd.get("data") or {}).items()}
-            step, size = int(sd["step"]), int(sd["size"])
+            step, size = (check_count(k, sd[k], minimum=0, error=CheckpointError)
+                          for k in ("step", "size"))  # fmt: skip
             rng = set_rng_state(self.rng, sd["rng"])
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError) as exc:
             raise CheckpointError(f"ModelBasedReplay state: missing or bad entry ({exc})") from exc
         if (
             any(a.ndim < 1 or a.shape[0] != self.max_size for a in data.values())
@@ -291,6 +292,7 @@ class ModelBasedReplay:
             or not 0 <= step < self.max_size
             or (size < self.max_size and step != size)  # only a full ring wraps
             or (size and not data)
+            or any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in data.values())
         ):
             raise CheckpointError(f"ModelBasedReplay state: does not fit max_size={self.max_size}")
         try:
