@@ -223,6 +223,12 @@ class DemoMixer:
         obs = real_array("obs", obs)
         if obs.shape[:1] != (self.num_envs,):
             raise SpecError(f"obs: expected a leading env axis {self.num_envs}, got {obs.shape}")
+        fs = self.frame_stack
+        if fs > 1 and (obs.ndim < 2 or obs.shape[1] % fs):  # else a replay failed mid-step
+            raise SpecError(
+                f"obs: expected (N, C * frame_stack, ...) stacks with frame_stack={fs}, got "
+                f"{obs.shape}"
+            )
         self._obs = obs.copy()
         self.reset_tracking()
         return self._obs.copy()
