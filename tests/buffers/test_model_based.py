@@ -337,3 +337,38 @@ def test_load_state_dict_refuses_fractional_counters_and_non_finite_rows(change)
     with pytest.raises(CheckpointError, match="ModelBasedReplay state"):
         buf.load_state_dict(None)  # type: ignore[arg-type]
     assert len(buf) == 0 and buf.data == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"reward": None}, "missing \\['reward'\\]"),
+        ({"next_obs": np.zeros((4, 3), np.float32)}, "next_obs shaped like obs"),
+        ({"reward": np.ones(5)}, "expected N rows each"),
+    ],
+)
+def test_model_dataset_names_missing_or_misshapen_fields(change, match):
+    """A missing field raised KeyError, shape mismatches numpy's ValueError."""
+    from rlstore.buffers.model_based import DataSplit
+
+    data = {**_discrete_data([0, 1, 1, 0]), **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    sp = DataSplit(np.arange(3), np.array([3]), np.zeros((1, 3), np.int64))
+    with pytest.raises(SpecError, match=match):
+        model_dataset(data, sp)
+
+
+def test_model_dataset_refuses_a_split_of_another_buffer():
+    """Indices past the data's rows raised IndexError (negative ones wrapped silently)."""
+    from rlstore.buffers.model_based import DataSplit
+
+    for train in (np.arange(5), np.array([-1, 0, 1])):
+        sp = DataSplit(train, np.array([], np.int64), np.zeros((1, train.size), np.int64))
+        with pytest.raises(SpecError, match=r"split: expected row indices in \[0, 4\)"):
+            model_dataset(_discrete_data([0, 1, 1, 0]), sp)
+
+
+def test_standard_scaler_refuses_non_finite_rows():
+    """fit on a NaN row gave NaN mean / std that scaled every later input to NaN."""
+    with pytest.raises(SpecError, match="x: expected finite values"):
+        StandardScaler().fit(np.array([[np.nan], [1.0]]))

@@ -318,8 +318,8 @@ class StandardScaler:
     def fit(self, x: np.ndarray) -> StandardScaler:
         """Fit on ``(B, D)`` rows (float64 statistics, population std)."""
         x64 = np.asarray(x, dtype=np.float64)
-        if x64.ndim != 2 or x64.shape[0] < 1:
-            raise SpecError(f"x: expected shape (B, D) with B >= 1, got {x64.shape}")
+        if x64.ndim != 2 or x64.shape[0] < 1 or not np.isfinite(x64).all():
+            raise SpecError(f"x: expected finite values shaped (B, D) with B >= 1, got {x64.shape}")
         self.mean, std = x64.mean(axis=0), x64.std(axis=0)
         self.std = np.where(std < 1e-12, 1.0, std)
         return self
@@ -372,7 +372,15 @@ def model_dataset(
         num_actions: one-hot encode integer actions with this many classes (Discrete spaces).
     """
     ok, ak, nk, rk = keys
-    n = data[ok].shape[0]
+    if missing := [k for k in keys if k is not None and k not in data]:
+        raise SpecError(f"data: expected the fields {[k for k in keys if k]}, missing {missing}")
+    n = np.shape(data[ok])[0] if np.ndim(data[ok]) else 0
+    shapes = {k: np.shape(data[k]) for k in keys if k is not None}
+    rows = np.concatenate([split.train, split.holdout])
+    if any(v[:1] != (n,) for v in shapes.values()) or shapes[nk] != shapes[ok]:
+        raise SpecError(f"data: expected N rows each and next_obs shaped like obs, got {shapes}")
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise SpecError(f"split: expected row indices in [0, {n}), got {rows.min()}..{rows.max()}")
     obs = np.asarray(data[ok], dtype=np.float32).reshape(n, -1)
     act = np.asarray(data[ak])
     if num_actions is not None:
