@@ -195,3 +195,12 @@ def test_save_npz_demo_refuses_bad_input_and_keeps_the_observation_dtype(tmp_pat
     img = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
     save_npz_demo(out, img, np.array([1, 0]), np.zeros(2))
     assert load_npz_demo(out).observations.dtype == np.uint8
+
+
+def test_a_bool_frame_skip_in_a_demo_file_is_refused(tmp_path: Path) -> None:
+    """FrameSkip=True was read as frame skip 1."""
+    out = tmp_path / "b.npz"
+    np.savez(out, Observation=np.zeros((2, 2)), Action=np.zeros(2), Reward=np.zeros(2),
+             FrameSkip=np.array(True))  # fmt: skip
+    with pytest.raises(CheckpointError, match="b.npz: FrameSkip: expected real numbers"):
+        load_npz_demo(out)

@@ -46,7 +46,7 @@ def read_npz(path: Path, fields: tuple[str, ...] = NPZ_FIELDS) -> dict[str, np.n
         raise CheckpointError(f"{path.name}: missing keys {missing}")
     for k in [*fields, "FrameSkip"]:
         a, skip = arrays.get(k, np.zeros(())), k == "FrameSkip"
-        if a.dtype.kind not in "biuf" or (
+        if a.dtype.kind not in "biuf"[skip:] or (  # FrameSkip: no bool
             skip and not (a.shape == () and np.isfinite(a) and a % 1 == 0)
         ):
             raise CheckpointError(
