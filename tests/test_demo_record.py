@@ -169,3 +169,38 @@ def test_keyboard_stop_before_the_end_writes_nothing(tmp_path: Path, lines: str)
     assert not out.exists()
     with pytest.raises(ConfigError, match="exactly one"):
         record(KEYDOOR_ID, out, keyboard=True, actions=[1])
+
+
+def test_save_npz_demo_refuses_bad_input_and_keeps_the_observation_dtype(tmp_path: Path) -> None:
+    """save_npz_demo wrote arrays that make no demo (a file load_npz_demo then refused), cut
+    frame_skip=1.5 to 1, and cast observations to float32 (0.1 float64 lost bits)."""
+    from rlstore.buffers.demo_files import save_npz_demo
+    from rlstore.errors import SpecError
+
+    out = tmp_path / "d.npz"
+    with pytest.raises(SpecError, match="actions: expected a leading axis L=2"):
+        save_npz_demo(out, np.zeros((3, 2)), np.zeros(5), np.zeros(2))
+    for bad in (1.5, 0, True, "2"):
+        with pytest.raises(ConfigError, match="frame_skip: expected an int >= 1"):
+            save_npz_demo(out, np.zeros((3, 2)), np.zeros(2), np.zeros(2), frame_skip=bad)
+    with pytest.raises(SpecError, match="observations"):
+        save_npz_demo(out, np.full((2, 2), np.nan), np.zeros(2), np.zeros(2))
+    assert not out.exists()
+    obs = np.full((3, 2), 0.1)  # L + 1 rows, float64
+    save_npz_demo(out, obs, np.array([1, 0]), np.array([0.0, 1.0]), frame_skip=2)
+    arrays = read_npz(out)
+    assert arrays["Observation"].dtype == np.float64 and int(arrays["FrameSkip"]) == 2
+    np.testing.assert_array_equal(arrays["Observation"], obs)
+    np.testing.assert_array_equal(load_npz_demo(out, 2).observations, obs[:2])
+    img = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    save_npz_demo(out, img, np.array([1, 0]), np.zeros(2))
+    assert load_npz_demo(out).observations.dtype == np.uint8
+
+
+def test_a_bool_frame_skip_in_a_demo_file_is_refused(tmp_path: Path) -> None:
+    """FrameSkip=True was read as frame skip 1."""
+    out = tmp_path / "b.npz"
+    np.savez(out, Observation=np.zeros((2, 2)), Action=np.zeros(2), Reward=np.zeros(2),
+             FrameSkip=np.array(True))  # fmt: skip
+    with pytest.raises(CheckpointError, match="b.npz: FrameSkip: expected real numbers"):
+        load_npz_demo(out)

@@ -661,3 +661,33 @@ def test_lossless_reset_env_results_are_stored_in_the_env_dtype():
     mixer.reset(np.zeros((1, 2), np.uint8))
     obs, code = mixer.begin_episode(0)
     assert code == ENV and obs.dtype == np.uint8 and obs.tolist() == [3, 255]
+
+
+@pytest.mark.parametrize("i", [-1, 2, 1.0, True, "0"])
+def test_begin_episode_names_a_slot_outside_the_env(i) -> None:
+    """begin_episode(-1) replaced the last slot's episode silently; 2 / 1.0 raised IndexError."""
+    store = DemoStore(capacity=2, rho=1.0, phi=0.0, seed=0)
+    store.add_initial(demo([0.0, 1.0], human=True))
+    mixer = DemoMixer(store, 2)
+    mixer.reset(np.zeros((2, 2), np.float32))
+    before = _state(mixer)
+    with pytest.raises(ConfigError, match=r"i: expected"):
+        mixer.begin_episode(i)
+    assert_same(_state(mixer), before, "after a refused begin_episode")
+
+
+@pytest.mark.parametrize("shape", [(2, 5), (2,)])
+def test_reset_refuses_observations_that_are_not_frame_stacks(shape) -> None:
+    """frame_stack=2 with obs (2, 5) or (2,) was accepted by reset; the first demo replay then
+    raised numpy's ValueError / IndexError in the middle of a step."""
+    store = DemoStore(capacity=2, rho=1.0, phi=0.0, seed=0)
+    store.add_initial(demo([0.0, 1.0], human=True))
+    mixer = DemoMixer(store, 2, frame_stack=2)
+    with pytest.raises(SpecError, match=r"obs: expected \(N, C \* frame_stack, ...\) stacks"):
+        mixer.reset(np.zeros(shape, np.float32))
+    with pytest.raises(EmptyBufferError):
+        mixer.state_dict()  # nothing was taken
+    mixer.reset(np.zeros((2, 4), np.float32))  # two stacked frames of 2
+    out = mixer.step(np.zeros(2, int), np.zeros(2), np.ones(2, bool), np.zeros(2, bool),
+                     np.ones((2, 4), np.float32))  # fmt: skip
+    np.testing.assert_array_equal(out.next_obs, [[0.0, 0.0, 0.0, 0.0]] * 2)  # demo frame 0 x 2

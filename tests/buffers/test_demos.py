@@ -288,3 +288,85 @@ def test_demo_from_arrays_drops_the_final_observation_and_names_the_file() -> No
     assert plain.observations.shape == (3, 2) and not plain.human
     with pytest.raises(CheckpointError, match=r"x\.npz"):
         demo_from_arrays("x.npz", obs[:2], act, rew)
+
+
+def test_an_infinite_max_value_is_refused_before_it_breaks_value_demo_sampling() -> None:
+    """A MaxValue of +inf left value_demo_probabilities no finite weight: every later value-demo
+    draw (inside a mixer step) raised. It is refused where it enters, the store unchanged."""
+    store = DemoStore(capacity=4, rho=0.0, phi=1.0, reward_threshold=5.0, seed=0)
+    assert store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), 1.0) == "value"
+    before = store.state_dict()
+    with pytest.raises(ConfigError, match="max_value: expected a finite number"):
+        store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), max_value=np.inf)
+    with pytest.raises(ConfigError, match="max_value: expected a finite number"):
+        store.update_max_value(store.value_demos[0].demo_id, float("inf"))
+    with pytest.raises(ConfigError, match="max_value"):
+        demo([1.0], max_value=float("inf"))
+    assert store.state_dict()["next_id"] == before["next_id"]
+    assert [d.max_value for d in store.value_demos] == [1.0]
+    assert store.sample_demo("value_demo") is store.value_demos[0]
+    assert demo([1.0]).max_value == -np.inf  # unknown stays allowed
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 0.0, float("nan"), True, "2"])
+def test_value_demo_probabilities_refuses_an_alpha_that_is_not_positive(alpha) -> None:
+    """alpha=-1 or NaN returned NaN "probabilities"; True was taken as 1."""
+    with pytest.raises(ConfigError, match="alpha: expected a positive float"):
+        value_demo_probabilities(np.array([0.0, 1.0, 2.0]), alpha)
+
+
+@pytest.mark.parametrize("max_values", [np.array([]), np.ones((2, 2))])
+def test_value_demo_probabilities_wants_one_value_per_demo(max_values) -> None:
+    """[] raised numpy's bare ValueError; a (2, 2) array gave a (2, 2) "distribution"."""
+    with pytest.raises(SpecError, match=r"max_values: expected shape \(K,\)"):
+        value_demo_probabilities(max_values, 1.0)
+
+
+def test_a_reward_demo_evicted_on_arrival_is_reported_rejected() -> None:
+    """offer_episode said "reward" for a demo that enforce_capacity evicted at once (the longest
+    agent reward demo), as the value path already reports "rejected"."""
+    store = DemoStore(capacity=2, rho=0.2, phi=0.0, seed=0)
+    store.add_initial(demo([1.0], human=True))
+    assert store.offer_episode(np.zeros((5, 2)), np.arange(5), np.eye(5)[4]) == "reward"
+    assert store.offer_episode(np.zeros((6, 2)), np.arange(6), np.eye(6)[5]) == "rejected"
+    assert [d.length for d in store.reward_demos] == [1, 5]
+    assert store.offer_episode(np.zeros((3, 2)), np.arange(3), np.eye(3)[2]) == "reward"
+    assert [d.length for d in store.reward_demos] == [1, 3]  # the longer one made room
+
+
+def _filled_store() -> DemoStore:
+    store = DemoStore(capacity=3, rho=0.2, phi=0.5, seed=1)
+    store.add_initial(demo([0.0, 1.0], human=True))
+    store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), 1.0)
+    store.offer_episode(np.zeros((2, 2)), np.arange(2), np.zeros(2), 2.0)
+    return store
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("rho", 7.0, "rho"),
+        ("phi", float("nan"), "phi"),
+        ("phi", 0.9, "rho \\+ phi <= 1"),
+        ("reward_threshold", float("nan"), "reward_threshold"),
+        ("next_id", 1, "distinct ids in \\[0, next_id=1\\)"),
+    ],
+)
+def test_store_load_state_dict_refuses_impossible_states(key, value, match) -> None:
+    """rho=7, NaN, rho + phi > 1 were loaded as they came; a next_id at or below a stored id
+    let the next demo share its id (update_max_value and the mixer find demos by id)."""
+    from rlstore.errors import CheckpointError
+
+    sd = _filled_store().state_dict()
+    target = DemoStore(capacity=3, seed=0)
+    before = target.state_dict()
+    with pytest.raises(CheckpointError, match=match):
+        target.load_state_dict({**sd, key: value})
+    assert target.state_dict()["rng"] == before["rng"] and len(target) == 0
+
+
+def test_store_load_state_dict_refuses_more_demos_than_its_capacity() -> None:
+    from rlstore.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="at most capacity=2"):
+        DemoStore(capacity=2).load_state_dict(_filled_store().state_dict())

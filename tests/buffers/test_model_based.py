@@ -262,3 +262,113 @@ def test_rows_live_in_the_shared_ring_and_state_checks_the_cursor():
     fresh.load_state_dict(sd)
     fresh.insert_data_slice(rows(6, 7))
     assert fresh.get_all()["k"].tolist() == [3, 4, 5, 6] and fresh.step == 3
+
+
+def _discrete_data(actions):
+    n = len(actions)
+    obs = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
+    return {"obs": obs, "action": np.asarray(actions), "next_obs": obs + 1, "reward": np.ones(n)}
+
+
+def test_one_hot_refuses_non_integral_actions_and_a_bad_num_actions():
+    """num_actions one-hot: 1.7 was truncated to class 1 silently; 0 / True / 2.5 classes
+    were not named. Integral floats (2.0) are lossless and encoded."""
+    from rlstore.buffers.model_based import DataSplit
+
+    sp = DataSplit(np.arange(4), np.arange(0), np.zeros((1, 4), np.int64))
+    ds = model_dataset(_discrete_data([0.0, 2.0, 1.0, 2.0]), sp, num_actions=3)
+    raw_onehot = ds.scaler.inverse_transform(ds.train_inputs)[:, 2:]
+    np.testing.assert_allclose(raw_onehot, np.eye(3)[[0, 2, 1, 2]], atol=1e-6)
+    for bad in ([0.0, 1.7, 1.0, 0.0], [0, 3, 1, 0], [0, -1, 1, 0], [True, False, True, True]):
+        with pytest.raises(SpecError, match="action: expected integers in"):
+            model_dataset(_discrete_data(bad), sp, num_actions=3)
+    for bad_n in (0, True, 2.5, "3"):
+        with pytest.raises(ConfigError, match="num_actions: expected an int >= 1"):
+            model_dataset(_discrete_data([0, 1, 1, 0]), sp, num_actions=bad_n)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"validation_ratio": "0.2"}, "validation_ratio"),
+        ({"validation_ratio": True}, "validation_ratio"),
+        ({"validation_ratio": float("nan")}, "validation_ratio"),
+        ({"max_holdout": 2.5}, "max_holdout"),
+        ({"max_holdout": -1}, "max_holdout"),
+        ({"ensemble_size": 1.5}, "ensemble_size"),
+        ({"ensemble_size": True}, "ensemble_size"),
+        ({"ensemble_size": 0}, "ensemble_size"),
+    ],
+)
+def test_split_arguments_are_checked_and_named(kwargs, name):
+    """A string / float ensemble_size raised a bare TypeError, max_holdout=2.5 was truncated."""
+    buf = ModelBasedReplay(8, seed=0)
+    buf.insert_data_slice(rows(0, 6))
+    before = buf.state_dict()["rng"]
+    with pytest.raises(ConfigError, match=name):
+        buf.train_validation_split(**kwargs)
+    assert buf.state_dict()["rng"] == before
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 1.5), (False, True), (0.0, 2), ("0", 2)])
+def test_get_data_slice_takes_int_positions_only(start, end):
+    buf = ModelBasedReplay(8)
+    buf.insert_data_slice(rows(0, 6))
+    with pytest.raises(SpecError, match="start_pos, end_pos"):
+        buf.get_data_slice(start, end)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"step": 1.5},
+        {"size": "5"},
+        {"data": {"x": np.full((5, 2), np.nan, np.float32), "k": np.zeros(5, np.int64)}},
+    ],
+)
+def test_load_state_dict_refuses_fractional_counters_and_non_finite_rows(change):
+    """step=1.5 was truncated to 1, "5" raised a bare ValueError, NaN rows (which inserts
+    refuse) were loaded."""
+    src = ModelBasedReplay(5)
+    src.insert_data_slice(rows(0, 7))
+    buf = ModelBasedReplay(5)
+    with pytest.raises(CheckpointError):
+        buf.load_state_dict({**src.state_dict(), **change})
+    with pytest.raises(CheckpointError, match="ModelBasedReplay state"):
+        buf.load_state_dict(None)  # type: ignore[arg-type]
+    assert len(buf) == 0 and buf.data == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"reward": None}, "missing \\['reward'\\]"),
+        ({"next_obs": np.zeros((4, 3), np.float32)}, "next_obs shaped like obs"),
+        ({"reward": np.ones(5)}, "expected N rows each"),
+    ],
+)
+def test_model_dataset_names_missing_or_misshapen_fields(change, match):
+    """A missing field raised KeyError, shape mismatches numpy's ValueError."""
+    from rlstore.buffers.model_based import DataSplit
+
+    data = {**_discrete_data([0, 1, 1, 0]), **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    sp = DataSplit(np.arange(3), np.array([3]), np.zeros((1, 3), np.int64))
+    with pytest.raises(SpecError, match=match):
+        model_dataset(data, sp)
+
+
+def test_model_dataset_refuses_a_split_of_another_buffer():
+    """Indices past the data's rows raised IndexError (negative ones wrapped silently)."""
+    from rlstore.buffers.model_based import DataSplit
+
+    for train in (np.arange(5), np.array([-1, 0, 1])):
+        sp = DataSplit(train, np.array([], np.int64), np.zeros((1, train.size), np.int64))
+        with pytest.raises(SpecError, match=r"split: expected row indices in \[0, 4\)"):
+            model_dataset(_discrete_data([0, 1, 1, 0]), sp)
+
+
+def test_standard_scaler_refuses_non_finite_rows():
+    """fit on a NaN row gave NaN mean / std that scaled every later input to NaN."""
+    with pytest.raises(SpecError, match="x: expected finite values"):
+        StandardScaler().fit(np.array([[np.nan], [1.0]]))

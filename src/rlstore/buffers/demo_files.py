@@ -14,9 +14,12 @@ import io
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from rlstore._checks import check_count
+from rlstore._trees import real_array
 from rlstore.buffers.demo_store import Demo
 from rlstore.checkpoint._atomic import write_text_atomic
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError
@@ -43,7 +46,7 @@ def read_npz(path: Path, fields: tuple[str, ...] = NPZ_FIELDS) -> dict[str, np.n
         raise CheckpointError(f"{path.name}: missing keys {missing}")
     for k in [*fields, "FrameSkip"]:
         a, skip = arrays.get(k, np.zeros(())), k == "FrameSkip"
-        if a.dtype.kind not in "biuf" or (
+        if a.dtype.kind not in "biuf"[skip:] or (  # FrameSkip: no bool
             skip and not (a.shape == () and np.isfinite(a) and a % 1 == 0)
         ):
             raise CheckpointError(
@@ -60,10 +63,7 @@ def load_npz_demo(path: str | os.PathLike[str], frame_skip: int = 1) -> Demo:
         CheckpointError: unreadable file, missing or non-numeric arrays, inconsistent lengths.
         ConfigError: the file's ``FrameSkip`` (1 when absent) differs from ``frame_skip``.
     """
-    if isinstance(frame_skip, bool) or not isinstance(frame_skip, (int, np.integer)):
-        raise ConfigError(f"frame_skip: expected an int >= 1, got {frame_skip!r}")
-    if frame_skip < 1:
-        raise ConfigError(f"frame_skip: expected an int >= 1, got {frame_skip}")
+    frame_skip = check_count("frame_skip", frame_skip, error=ConfigError)
     path = Path(path)
     arrays = read_npz(path)
     skip = int(arrays.get("FrameSkip", 1))
@@ -80,13 +80,18 @@ def demo_from_arrays(
     """A :class:`Demo` of a demo file's arrays: ``obs`` with ``L`` rows or ``L + 1`` (the final
     observation, in which no action was taken, is dropped); a :class:`CheckpointError` naming
     the file ``name`` when they do not make a demo."""
-    rew = np.asarray(rew).reshape(-1)
-    if obs.ndim >= 1 and obs.shape[0] == rew.shape[0] + 1:
-        obs = obs[:-1]
     try:
-        return Demo(obs, act, rew, human=human)
+        return _demo(obs, act, rew, human)
     except RLStoreError as exc:
         raise CheckpointError(f"{name}: {exc}") from exc
+
+
+def _demo(obs: Any, act: Any, rew: Any, human: bool = False) -> Demo:
+    """``Demo(obs, act, rew)`` with ``obs`` of ``L`` or ``L + 1`` rows (the last one dropped)."""
+    rew, obs = np.asarray(rew).reshape(-1), real_array("observations", obs)
+    if obs.ndim >= 1 and obs.shape[0] == rew.shape[0] + 1:
+        obs = obs[:-1]
+    return Demo(obs, act, rew, human=human)
 
 
 def save_npz_demo(
@@ -96,13 +101,21 @@ def save_npz_demo(
     rewards: np.ndarray,
     frame_skip: int = 1,
 ) -> Path:
-    """Atomically write a ``.npz`` demo (``observations`` with ``L`` or ``L + 1`` rows)."""
+    """Atomically write a ``.npz`` demo (``observations`` with ``L`` or ``L + 1`` rows, kept in
+    their dtype; rewards float32 as :class:`Demo` holds them).
+
+    Raises:
+        SpecError: arrays that do not make a demo (nothing is written).
+        ConfigError: ``frame_skip`` not an int >= 1.
+    """
     path = Path(path)
+    skip = check_count("frame_skip", frame_skip, error=ConfigError)
+    demo = _demo(observations, actions, rewards)
     arrays = {
-        "Observation": np.asarray(observations, np.float32),
-        "Action": np.asarray(actions),
-        "Reward": np.asarray(rewards, np.float32),
-        "FrameSkip": np.asarray(frame_skip, np.int64),
+        "Observation": real_array("observations", observations),
+        "Action": demo.actions,
+        "Reward": demo.rewards,
+        "FrameSkip": np.asarray(skip, np.int64),
     }
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]

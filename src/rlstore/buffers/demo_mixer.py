@@ -223,6 +223,12 @@ class DemoMixer:
         obs = real_array("obs", obs)
         if obs.shape[:1] != (self.num_envs,):
             raise SpecError(f"obs: expected a leading env axis {self.num_envs}, got {obs.shape}")
+        fs = self.frame_stack
+        if fs > 1 and (obs.ndim < 2 or obs.shape[1] % fs):  # else a replay failed mid-step
+            raise SpecError(
+                f"obs: expected (N, C * frame_stack, ...) stacks with frame_stack={fs}, got "
+                f"{obs.shape}"
+            )
         self._obs = obs.copy()
         self.reset_tracking()
         return self._obs.copy()
@@ -263,6 +269,9 @@ class DemoMixer:
         """
         if self._obs is None:
             raise EmptyBufferError("begin_episode: call reset(obs) first")
+        i = check_count("i", i, minimum=0, error=ConfigError)
+        if i >= self.num_envs:  # -1 was the last slot, silently
+            raise ConfigError(f"i: expected a slot in [0, {self.num_envs}), got {i}")
         self._check_demos(self._obs.dtype, self._layout[2] if self._layout else None)
         obs, code = self._begin(i, self._obs[i], after_demo=True, next_t=self._t)
         self._obs[i] = obs

@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,9 +110,7 @@ class Demo:
         rew = rew32
         if not isinstance(self.human, (bool, np.bool_)):
             raise SpecError(f"human: expected a bool, got {self.human!r}")
-        max_value = real_number(
-            "max_value", self.max_value, expected="a number (-inf if unknown), not NaN"
-        )
+        max_value = _max_value(self.max_value)
         demo_id = check_count("demo_id", self.demo_id, minimum=-1, error=SpecError)
         if rew.ndim != 1 or rew.shape[0] < 1:
             raise SpecError(f"rewards: expected shape (L,) with L >= 1, got {rew.shape}")
@@ -161,6 +161,22 @@ def _demo_states(demos: Mapping[str, Any], sd: Mapping[str, Any], count: str) ->
     return [demos[str(i)] for i in range(n)]
 
 
+def _max_value(value: Any) -> float:
+    """A MaxValue: a finite number, or -inf if unknown (+inf would leave no finite sampling
+    weight for :func:`value_demo_probabilities`, so every later value-demo draw would fail)."""
+    return real_number(
+        "max_value", value, high=sys.float_info.max, expected="a finite number (-inf if unknown)"
+    )
+
+
+def _alpha(value: Any) -> float:
+    """The value-demo sampling exponent: a number > 0 (NaN or <= 0 gave NaN probabilities)."""
+    alpha = real_number("alpha", value, 0.0, expected="a positive float")
+    if alpha == 0.0:
+        raise ConfigError(f"alpha: expected a positive float, got {value!r}")
+    return alpha
+
+
 def _check_demo(demo: Any) -> None:
     if not isinstance(demo, Demo):
         raise SpecError(f"demo: expected a Demo, got {type(demo).__name__}")
@@ -176,7 +192,10 @@ def value_demo_probabilities(max_values: np.ndarray, alpha: float) -> np.ndarray
         max_values: ``(K,)`` MaxValue of each value demo, K >= 1.
         alpha: temperature exponent, > 0.
     """
+    alpha = _alpha(alpha)
     m = np.maximum(np.asarray(max_values, dtype=np.float64), 0.0)
+    if m.ndim != 1 or not m.size:
+        raise SpecError(f"max_values: expected shape (K,) with K >= 1, got {m.shape}")
     top = m.max()
     if not np.isfinite(top):
         raise SpecError(f"max_values: expected finite values, got max {top}")
@@ -218,9 +237,7 @@ class DemoStore:
         phi = real_number("phi", phi, 0.0, 1.0, expected="a probability in [0, 1]")
         if rho + phi > 1.0 + 1e-12:
             raise ConfigError(f"rho + phi: expected <= 1, got {rho} + {phi}")
-        alpha = real_number("alpha", alpha, 0.0, expected="a positive float")
-        if alpha == 0.0:
-            raise ConfigError(f"alpha: expected a positive float, got {alpha!r}")
+        alpha = _alpha(alpha)
         if reward_threshold is not None:
             real_number("reward_threshold", reward_threshold, expected="a number or None")
         self.capacity = int(capacity)
@@ -317,10 +334,10 @@ class DemoStore:
                 self.reward_demos = [d for d in self.reward_demos if d.human]
             self._next_id += 1
             self.reward_demos.append(demo)
-            self.enforce_capacity()
+            evicted = self.enforce_capacity()
             self.anneal()
             self._refresh_reward_stats()
-            return "reward"
+            return "rejected" if any(d is demo for d in evicted) else "reward"
         smallest = min((d.max_value for d in self.value_demos), default=np.inf)
         if max_value >= smallest or len(self) < self.capacity:
             self._next_id += 1
@@ -360,7 +377,7 @@ class DemoStore:
     def update_max_value(self, demo_id: int, max_value: float) -> bool:
         """Set MaxValue of value demo ``demo_id`` (after a replay); False if it was evicted."""
         check_count("demo_id", demo_id, minimum=-1, error=SpecError)
-        max_value = real_number("max_value", max_value, expected="a number, not NaN")
+        max_value = _max_value(max_value)
         for i, d in enumerate(self.value_demos):
             if d.demo_id == demo_id:
                 self.value_demos[i] = dataclasses.replace(d, max_value=float(max_value))
@@ -440,12 +457,25 @@ class DemoStore:
         value = [
             Demo.from_state(d) for d in entry("value", lambda v: _demo_states(v, sd, "num_value"))
         ]
-        rho, phi = entry("rho", float), entry("phi", float)
-        reward_threshold = entry("reward_threshold", float)
-        max_demo_reward = entry("max_demo_reward", float)
+        rho, phi = (entry(k, partial(real_number, k, low=0.0, high=1.0)) for k in ("rho", "phi"))
+        reward_threshold, max_demo_reward = (
+            entry(k, partial(real_number, k)) for k in ("reward_threshold", "max_demo_reward")
+        )
         next_id = entry(
             "next_id", lambda v: check_count("next_id", v, minimum=0, error=CheckpointError)
         )
+        ids = [d.demo_id for d in (*reward, *value)]
+        if (
+            rho + phi > 1.0 + 1e-12
+            or len(ids) > self.capacity
+            or len(set(ids)) < len(ids)
+            or not all(0 <= i < next_id for i in ids)
+        ):  # ids must stay unique: update_max_value and the mixer find demos by id
+            raise CheckpointError(
+                f"DemoStore state: expected rho + phi <= 1, at most capacity={self.capacity} "
+                f"demos with distinct ids in [0, next_id={next_id}), got rho + phi = "
+                f"{rho + phi}, ids {ids}"
+            )
         rng_sd = entry("rng", lambda v: v)
         # assigned only once every entry is read: a refused state leaves the store as it was
         # (set_rng_state checks the state whole before it restores the shared rng in place)

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlstore._checks import check_count, real_number
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError, SpecError
 from rlstore.samplers import make_rng, rng_state, set_rng_state
 from rlstore.specs import FieldSpec, cast_to_spec
@@ -216,7 +217,9 @@ class ModelBasedReplay:
         Raises:
             SpecError: unless ``0 <= start_pos <= end_pos <= len(self)``.
         """
-        if not 0 <= start_pos <= end_pos <= self.size:
+        ok = all(isinstance(p, (int, np.integer)) and not isinstance(p, bool)
+                 for p in (start_pos, end_pos))  # fmt: skip
+        if not ok or not 0 <= start_pos <= end_pos <= self.size:
             raise SpecError(
                 f"start_pos, end_pos: expected 0 <= start <= end <= size={self.size}, "
                 f"got {start_pos}, {end_pos}"
@@ -245,18 +248,17 @@ class ModelBasedReplay:
         """MBPO split of the stored rows (module doc); uses ``seed`` or the buffer's Generator.
 
         Raises:
-            EmptyBufferError: fewer than 2 rows, or no train row left.
-            ConfigError: ratio outside [0, 1), negative cap or ensemble_size < 1.
+            EmptyBufferError: no train row left (an empty buffer).
+            ConfigError: ratio outside [0, 1), a cap that is not an int >= 0 or an
+                ensemble_size that is not an int >= 1.
         """
-        if not 0.0 <= validation_ratio < 1.0:
+        ratio = real_number("validation_ratio", validation_ratio, 0.0, 1.0, expected="[0, 1)")
+        if ratio == 1.0:
             raise ConfigError(f"validation_ratio: expected [0, 1), got {validation_ratio!r}")
-        if max_holdout < 0 or ensemble_size < 1:
-            raise ConfigError(
-                f"max_holdout, ensemble_size: expected >= 0 and >= 1, got {max_holdout}, "
-                f"{ensemble_size}"
-            )
+        max_holdout = check_count("max_holdout", max_holdout, minimum=0, error=ConfigError)
+        ensemble_size = check_count("ensemble_size", ensemble_size, error=ConfigError)
         n = self.size
-        n_hold = min(int(n * validation_ratio), int(max_holdout))
+        n_hold = min(int(n * ratio), max_holdout)
         if n - n_hold < 1:
             raise EmptyBufferError(f"train_validation_split: no train row left from size={n}")
         rng = self.rng if seed is None else make_rng(seed)
@@ -279,9 +281,10 @@ class ModelBasedReplay:
         """Restore :meth:`state_dict` output (checked first; the buffer is unchanged on error)."""
         try:
             data = {k: np.asarray(v).copy() for k, v in dict(sd.get("data") or {}).items()}
-            step, size = int(sd["step"]), int(sd["size"])
+            step, size = (check_count(k, sd[k], minimum=0, error=CheckpointError)
+                          for k in ("step", "size"))  # fmt: skip
             rng = set_rng_state(self.rng, sd["rng"])
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError) as exc:
             raise CheckpointError(f"ModelBasedReplay state: missing or bad entry ({exc})") from exc
         if (
             any(a.ndim < 1 or a.shape[0] != self.max_size for a in data.values())
@@ -289,6 +292,7 @@ class ModelBasedReplay:
             or not 0 <= step < self.max_size
             or (size < self.max_size and step != size)  # only a full ring wraps
             or (size and not data)
+            or any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in data.values())
         ):
             raise CheckpointError(f"ModelBasedReplay state: does not fit max_size={self.max_size}")
         try:
@@ -314,8 +318,8 @@ class StandardScaler:
     def fit(self, x: np.ndarray) -> StandardScaler:
         """Fit on ``(B, D)`` rows (float64 statistics, population std)."""
         x64 = np.asarray(x, dtype=np.float64)
-        if x64.ndim != 2 or x64.shape[0] < 1:
-            raise SpecError(f"x: expected shape (B, D) with B >= 1, got {x64.shape}")
+        if x64.ndim != 2 or x64.shape[0] < 1 or not np.isfinite(x64).all():
+            raise SpecError(f"x: expected finite values shaped (B, D) with B >= 1, got {x64.shape}")
         self.mean, std = x64.mean(axis=0), x64.std(axis=0)
         self.std = np.where(std < 1e-12, 1.0, std)
         return self
@@ -368,16 +372,27 @@ def model_dataset(
         num_actions: one-hot encode integer actions with this many classes (Discrete spaces).
     """
     ok, ak, nk, rk = keys
-    n = data[ok].shape[0]
+    if missing := [k for k in keys if k is not None and k not in data]:
+        raise SpecError(f"data: expected the fields {[k for k in keys if k]}, missing {missing}")
+    n = np.shape(data[ok])[0] if np.ndim(data[ok]) else 0
+    shapes = {k: np.shape(data[k]) for k in keys if k is not None}
+    rows = np.concatenate([split.train, split.holdout])
+    if any(v[:1] != (n,) for v in shapes.values()) or shapes[nk] != shapes[ok]:
+        raise SpecError(f"data: expected N rows each and next_obs shaped like obs, got {shapes}")
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise SpecError(f"split: expected row indices in [0, {n}), got {rows.min()}..{rows.max()}")
     obs = np.asarray(data[ok], dtype=np.float32).reshape(n, -1)
     act = np.asarray(data[ak])
     if num_actions is not None:
-        ints = act.reshape(n).astype(np.int64)
-        if ints.size and (ints.min() < 0 or ints.max() >= num_actions):
+        num_actions = check_count("num_actions", num_actions, error=ConfigError)
+        flat = act.reshape(n)
+        bad = flat.dtype.kind not in "iuf" or not np.isin(flat, np.arange(num_actions)).all()
+        if bad:  # 1.7 is not silently class 1, nor 2.0 refused
             raise SpecError(
-                f"{ak}: expected ints in [0, {num_actions}), got {ints.min()}..{ints.max()}"
+                f"{ak}: expected integers in [0, {num_actions}) for the one-hot, got "
+                f"{flat.dtype} values {np.unique(flat)[:8]}"
             )
-        act = np.eye(num_actions, dtype=np.float32)[ints]
+        act = np.eye(num_actions, dtype=np.float32)[flat.astype(np.int64)]
     inputs = np.concatenate([obs, act.astype(np.float32).reshape(n, -1)], axis=1)
     delta = np.asarray(data[nk], dtype=np.float32).reshape(n, -1) - obs
     targets = (
