@@ -112,8 +112,7 @@ class MBReplayBuffer(PyTorchRLStorage):
         return n
 
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray | None]:
-        """Copies of chronological rows ``[start_pos, end_pos)`` (0 = oldest); None for each
-        :attr:`storage_tensors` key never stored, as in PyTorchRL."""
+        """Copies of chronological rows ``[start_pos, end_pos)`` (0: oldest); unstored keys None."""
         return dict.fromkeys(self.storage_tensors) | self.core.get_data_slice(start_pos, end_pos)
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, np.ndarray | None]:

@@ -73,7 +73,7 @@ class BufferBase(ABC):
     ``ValueError``) naming velora's argument and stores nothing. ``save`` is atomic, its
     metadata file rlstore's checksummed sidecar (:meth:`metadata` under ``"metadata"``);
     ``load_state_dict`` of velora's layout restarts the sampler from the seed (an exact resume
-    goes through :meth:`checkpoint_state`).
+    goes through :meth:`checkpoint_state`). ``device=None`` reads as ``torch.device("cpu")``.
     """
 
     def __init__(
