@@ -43,6 +43,10 @@ SIGNATURES = {  # "name(=default)" of the documented parameters, in order; "*": 
     "pytorchrl.VTraceBuffer": B5,
     "pytorchrl.MBReplayBuffer": B5,
     "pytorchrl.GAEBuffer": f"{B5} gae_lambda=0.95",
+    "pytorchrl.VanillaOnPolicyBuffer.create_factory": "size",
+    "pytorchrl.GAEBuffer.create_factory": "size gae_lambda=0.95",  # was (size, *args, **kwargs)
+    "pytorchrl.VTraceBuffer.create_factory": "size",
+    "pytorchrl.MBReplayBuffer.create_factory": "size",
     "pytorchrl.VanillaOnPolicyBuffer.generate_batches": "num_mini_batch mini_batch_size "
     "num_epochs=1 shuffle=True",
     "pytorchrl.VanillaOnPolicyBuffer.compute_returns": "rewards returns values dones gamma",
@@ -59,6 +63,7 @@ SIGNATURES = {  # "name(=default)" of the documented parameters, in order; "*": 
     "pytorchrl.PPODBuffer.load_demo": "demo_path",
     "velora.ReplayBuffer": f"{VELORA} * device=None",
     "velora.BufferBase": f"{VELORA} * device=None",
+    "velora.BufferBase.sample": "",  # abstract, no batch_size (ReplayBuffer.sample adds it)
     "velora.ReplayBuffer.add": "state action reward next_state done hidden",
     "velora.ReplayBuffer.add_multi": "states actions rewards next_states dones hiddens",
     "velora.ReplayBuffer.sample": "batch_size",
@@ -109,9 +114,12 @@ def test_documented_signatures(name):
     _check(_resolve(name), _parse(SIGNATURES[name]))
 
 
-def test_ppod_documented_defaults():
-    # demo_dtypes defaulted to None; the documented default is the float32 dict
-    _check(compat.PPODBuffer, _parse(B5) + [(n, d, False) for n, d in PPOD])
+@pytest.mark.parametrize("factory", [False, True])
+def test_ppod_documented_defaults(factory):
+    # demo_dtypes defaulted to None; the documented default is the float32 dict; create_factory
+    # showed (size, *args, **kwargs)
+    obj, first = (compat.PPODBuffer.create_factory, "size") if factory else (compat.PPODBuffer, B5)
+    _check(obj, _parse(first) + [(n, d, False) for n, d in PPOD])
 
 
 def test_every_storage_is_in_the_pytorchrl_namespace():
@@ -178,7 +186,25 @@ def test_mb_insert_transition_stores_only_the_storage_tensors():
     buf.insert_transition({**step, LOGP: torch.zeros(2, 1), "info": [{}, {}]})
     buf.insert_transition(step)
     data = buf.get_all_buffer_data()
-    assert sorted(data) == sorted(step) and data[OBS2].tolist() == [[1.0] * 3] * 4
+    assert {k for k, v in data.items() if v is not None} == set(step)
+    assert data[OBS2].tolist() == [[1.0] * 3] * 4
+
+
+def test_mb_data_has_every_storage_key_none_until_stored():
+    # PyTorchRL's get_all_buffer_data / get_data_slice return every storage_tensors key, None
+    # where nothing was stored; rlstore's left them out (data[RHS] raised KeyError)
+    from rlstore.compat.pytorchrl import ACT, DONE, DONE2, OBS, OBS2, REW, RHS, RHS2
+
+    envs = SimpleNamespace(single_action_space=None)
+    buf = pytorchrl.MBReplayBuffer(4, "cpu", SimpleNamespace(), SimpleNamespace(), envs)
+    keys = list(buf.storage_tensors)
+    assert buf.get_all_buffer_data() == dict.fromkeys(keys)  # before any insert
+    step = {k: torch.full((2, 1), 1.0) for k in (OBS, DONE, ACT, REW, OBS2, DONE2)}
+    buf.insert_transition(step)
+    for data in (buf.get_all_buffer_data(), buf.get_data_slice(1, 2)):
+        assert list(data) == keys and data[RHS] is None and data[RHS2] is None
+        assert all(data[k].tolist() == [[1.0]] * len(data[OBS]) for k in step)
+    assert len(buf.get_data_slice(1, 2)[OBS]) == 1
 
 
 def test_src_ppo_learn_refuses_the_originals_maximizing_optimizer():
@@ -217,3 +243,29 @@ def test_simple_replay_buffer_takes_numpy_int_dims_like_its_siblings():
     for bad in (True, 3.0, "3"):
         with pytest.raises(ConfigError, match=r"obs_dim: expected an int >= 1, got"):
             compat.SimpleReplayBuffer(bad, 2, 8, 2)
+
+
+def test_memory_preprocesses_reset_observations_as_the_agents_do():
+    # the original's Memory.__init__ built get_obs_preprocessor(envs.observation_space) and
+    # reset() stored next_obs preprocessed; rlstore's stored the raw ones (FrozenLake: int64
+    # states (N,), where the agents read one-hot float32 (N, 16))
+    import gymnasium as gym
+
+    from rlstore.compat.src_ppo import Memory
+
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("FrozenLake-v1")] * 2)
+    memory = Memory(envs, SimpleNamespace(gamma=0.9, gae_lambda=0.9, minibatch_size=2))
+    assert memory.next_obs.dtype == torch.float32  # FrozenLake starts in state 0
+    assert memory.next_obs.tolist() == [[1.0] + [0.0] * 15] * 2
+    envs.close()
+
+
+def test_compat_holds_the_storages_and_records_src_ppo_the_rest():
+    # rlstore.compat: every library's storage classes with their sample records (velora's
+    # BatchExperience was there, src.ppo.memory's Minibatch / TrajectoryMinibatch were not);
+    # src.ppo's agents and trainer stay in rlstore.compat.src_ppo (src.ppo exports nothing)
+    from rlstore.compat import src_ppo
+
+    for name in ("Memory", "Minibatch", "TrajectoryMinibatch", "compute_advantages_vectorized"):
+        assert getattr(compat, name) is getattr(src_ppo, name) and name in compat.__all__
+    assert not {"FCAgent", "PPOAgent", "get_agent", "train_ppo"} & set(compat.__all__)

@@ -1,7 +1,7 @@
-"""Five other RL libraries' classes with their documented signatures, as thin facades over
-rlstore's core: velora's buffers, PyTorchRL's storages, DecisionTransformerInterpretability's
-``src.ppo`` (:mod:`rlstore.compat.src_ppo`) and ``src.buffers`` (``PPOBuffer``,
-``SimpleReplayBuffer``). velora's ``ReplayBuffer`` is ``VeloraReplayBuffer`` here."""
+"""Five other RL libraries' storage classes and sample records with their documented
+signatures, as thin facades over rlstore's core: velora's buffers (``VeloraReplayBuffer``),
+PyTorchRL's storages, DecisionTransformerInterpretability's ``src.buffers``, ``src.ppo.memory``
+(the rest of ``src.ppo``, whose package exports nothing itself: :mod:`rlstore.compat.src_ppo`)."""
 
 from __future__ import annotations
 
@@ -17,20 +17,11 @@ from rlstore.compat.simple_replay import SimpleReplayBuffer
 from rlstore.compat.src_ppo_memory import Memory, compute_advantages_vectorized, shift_rows
 from rlstore.compat.velora import BatchExperience, BufferBase
 from rlstore.compat.velora import ReplayBuffer as VeloraReplayBuffer
+from rlstore.minibatches import Minibatch, TrajectoryMinibatch  # src.ppo.memory's records
 
 __all__ = [
-    "SimpleReplayBuffer",
-    "PPOBuffer",
-    "discount_cumsum",
-    "VeloraReplayBuffer",
-    "BufferBase",
-    "BatchExperience",
-    "VanillaOnPolicyBuffer",
-    "GAEBuffer",
-    "VTraceBuffer",
-    "PPODBuffer",
-    "MBReplayBuffer",
-    "Memory",
-    "compute_advantages_vectorized",
-    "shift_rows",
-]
+    "SimpleReplayBuffer", "PPOBuffer", "discount_cumsum", "VeloraReplayBuffer", "BufferBase",
+    "BatchExperience", "VanillaOnPolicyBuffer", "GAEBuffer", "VTraceBuffer", "PPODBuffer",
+    "MBReplayBuffer", "Memory", "Minibatch", "TrajectoryMinibatch",
+    "compute_advantages_vectorized", "shift_rows",
+]  # fmt: skip

@@ -3,10 +3,12 @@ over :class:`rlstore.ReplayBuffer`, config-file constructors, PyTorchRL's storag
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 import sys
 from collections.abc import Callable, Mapping
+from functools import partial, update_wrapper
 from typing import Any, ClassVar
 
 import numpy as np
@@ -100,18 +102,28 @@ class FromConfig:
             raise ConfigError(str(exc)) from exc
 
 
+def create_factory(cls: type, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+    """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
+    other constructor arguments (``gae_lambda``, ``validation_ratio``, ...)."""
+
+    def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
+        return cls(size, device, actor, algorithm, envs, *args, **kwargs)
+
+    return create_buffer_instance
+
+
 class PyTorchRLStorage:
     """PyTorchRL's ``create_factory`` and ``update_storage_parameter``."""
 
-    @classmethod
-    def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-        """A function ``(device, actor, algorithm, envs) -> buffer``; ``args`` / ``kwargs``: the
-        other constructor arguments (``gae_lambda``, ``validation_ratio``, ...)."""
+    create_factory: ClassVar[Callable[..., Callable[..., Any]]]
 
-        def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-            return cls(size, device, actor, algorithm, envs, *args, **kwargs)  # type: ignore[call-arg]
-
-        return create_buffer_instance
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """``cls.create_factory``, signed as the constructor less device, actor, algorithm, envs."""
+        super().__init_subclass__(**kwargs)
+        factory: Any = update_wrapper(partial(create_factory, cls), create_factory)
+        p = [*inspect.signature(cls).parameters.values()]  # size, device, actor, algorithm, envs
+        factory.__signature__ = inspect.Signature(p[:1] + p[5:])
+        cls.create_factory = factory
 
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: float) -> None:
         """Set the numeric attribute ``parameter_name`` (e.g. ``gae_lambda``), keeping its type;

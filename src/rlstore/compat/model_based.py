@@ -111,13 +111,13 @@ class MBReplayBuffer(PyTorchRLStorage):
         store[(self.core.step + n - keep + np.arange(keep)) % self.max_size] = v[n - keep :]
         return n
 
-    def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray]:
-        """Copies of chronological rows ``[start_pos, end_pos)`` (0 = oldest)."""
-        return self.core.get_data_slice(start_pos, end_pos)
+    def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, np.ndarray | None]:
+        """Copies of chronological rows ``[start_pos, end_pos)`` (0: oldest); unstored keys None."""
+        return dict.fromkeys(self.storage_tensors) | self.core.get_data_slice(start_pos, end_pos)
 
-    def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, np.ndarray]:
-        """Copies of all stored rows, oldest first (numpy arrays are always on the CPU)."""
-        return self.core.get_all()
+    def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, np.ndarray | None]:
+        """:meth:`get_data_slice` of all stored rows (numpy arrays are always on the CPU)."""
+        return self.get_data_slice(0, self.core.size)
 
     def reset(self) -> None:
         """Empty the buffer."""

@@ -9,7 +9,7 @@ rlstore's safetensors + JSON folders; ``make_optimizer``'s Adam minimizes the lo
 original's ascended an objective: ``learn`` refuses ``maximize=True``); the observation helpers
 are :mod:`rlstore.agents.obs`'s (images: channels-first float32 tensors in [0, 1]; MiniGrid
 dicts: flat); Probe6 / Probe7 are :mod:`rlstore.envs.probes`'s (Probe6 rewards ``a == t mod
-2``, the original's stated intent).
+2``, the original's stated intent); ``device`` defaults are ``"cpu"`` (read: ``torch.device``).
 
     >>> from rlstore.agents.ppo import EnvironmentConfig, OnlineTrainConfig, make_vector_env
     >>> env_cfg = EnvironmentConfig(env_id="CartPole-v1")

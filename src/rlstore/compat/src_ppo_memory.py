@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ import torch
 from rlstore import returns as R
 from rlstore._checks import as_device
 from rlstore._trees import as_tensor, cast_lossless, tree_map
+from rlstore.agents.obs import get_obs_preprocessor
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import Minibatch, TrajectoryMinibatch
@@ -118,14 +119,15 @@ class Memory:
     from it. An agent of :mod:`rlstore.compat.src_ppo` fills it through
     :meth:`record_rollout` instead, ``memory.state`` carrying the env and recurrent state.
     ``args``: ``gamma``, ``gae_lambda``, ``minibatch_size`` (optional ``num_minibatches``,
-    ``seed``); ``obs_preprocessor`` (rlstore) maps ``envs.reset()`` observations.
+    ``seed``); ``obs_preprocessor``: the agents' (:func:`rlstore.agents.obs.get_obs_preprocessor`
+    of ``envs.single_observation_space``), applied to ``envs.reset()``'s observations.
 
     Differences: ``add(..., truncated=, final_value=)`` and ``next_truncated`` /
     ``next_final_value`` mark time-limit ends, which bootstrap from ``V(final_obs)``;
     ``global_step`` counts env steps; recurrent minibatches never cross an env column or an
     episode and carry the hidden state before their first step and a mask; trajectory
     minibatches use the rollout-wide GAE; assertions are ConfigError / SpecError; ``log``
-    writes to wandb or any writer.
+    writes to wandb or any writer; ``device`` defaults to ``"cpu"``, read as a ``torch.device``.
     """
 
     next_obs: Any = None
@@ -135,16 +137,14 @@ class Memory:
     next_final_value: torch.Tensor | None = None
     state: Any = None  # rlstore's RolloutState, once an agent rolled out into memory
 
-    def __init__(
-        self, envs: Any, args: Any, device: torch.device | str = "cpu", *,
-        obs_preprocessor: Callable[[Any], Any] | None = None,
-    ) -> None:  # fmt: skip
+    def __init__(self, envs: Any, args: Any, device: torch.device | str = "cpu") -> None:
         if missing := [
             k for k in ("gamma", "gae_lambda", "minibatch_size") if not hasattr(args, k)
         ]:
             raise ConfigError(f"args: expected an OnlineTrainConfig-like object; missing {missing}")
         self.envs, self.args, self.num_envs = envs, args, int(envs.num_envs)
-        self.device, self.obs_preprocessor = as_device(device), obs_preprocessor
+        self.device = as_device(device)
+        self.obs_preprocessor = get_obs_preprocessor(envs.single_observation_space)
         self.global_step, self._episodes_seen = 0, 0  # episodes of ``state`` already logged
         self.rng = np.random.default_rng(getattr(args, "seed", None))
         self.reset()
@@ -235,10 +235,7 @@ class Memory:
         self.episode_returns: list[float] = []
         if self.next_obs is None:
             obs, _ = self.envs.reset()
-            obs = obs if self.obs_preprocessor is None else self.obs_preprocessor(obs)
-            self.next_obs = tree_map(
-                lambda x: torch.as_tensor(np.asarray(x), device=self.device), obs
-            )
+            self.next_obs = self.obs_preprocessor(obs, self.device)
             self.next_done = torch.zeros(self.num_envs, device=self.device)
 
     def rollout_buffer(self, num_steps: int) -> RolloutBuffer:

@@ -73,7 +73,7 @@ class BufferBase(ABC):
     ``ValueError``) naming velora's argument and stores nothing. ``save`` is atomic, its
     metadata file rlstore's checksummed sidecar (:meth:`metadata` under ``"metadata"``);
     ``load_state_dict`` of velora's layout restarts the sampler from the seed (an exact resume
-    goes through :meth:`checkpoint_state`).
+    goes through :meth:`checkpoint_state`). ``device=None`` reads as ``torch.device("cpu")``.
     """
 
     def __init__(
@@ -122,8 +122,8 @@ class BufferBase(ABC):
         write(core, (obs, act, rew, nxt, done & ~trunc, done & trunc), hidden=hidden)
 
     @abstractmethod
-    def sample(self, batch_size: int) -> BatchExperience:
-        """Samples experience from the buffer (see :meth:`ReplayBuffer.sample`)."""
+    def sample(self) -> BatchExperience:
+        """Samples experience from the buffer (:meth:`ReplayBuffer.sample` adds ``batch_size``)."""
 
     def __len__(self) -> int:
         """Gets the current size of the buffer."""
@@ -213,7 +213,7 @@ class ReplayBuffer(BufferBase):
         """Creates a buffer config model (type, capacity, state_dim, action_dim, hidden_dim)."""
         return BufferConfig(**self._dims())
 
-    def sample(self, batch_size: int) -> BatchExperience:
+    def sample(self, batch_size: int) -> BatchExperience:  # type: ignore[override]  # as velora
         """Samples ``0 < batch_size <= len(self)`` experiences uniformly with replacement."""
         batch = self._core.sample(batch_size)
         obs, act, rew, nxt, done = sampled(batch)
