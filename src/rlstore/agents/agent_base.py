@@ -19,7 +19,7 @@ from rlstore.agents.obs import RunNormalizer, get_obs_preprocessor, get_obs_shap
 from rlstore.agents.ppo_config import OnlineTrainConfig, TrainConfig
 from rlstore.errors import ConfigError
 
-__all__ = ["ACTIVATIONS", "Memory", "layer_init", "mlp", "PPOAgent"]
+__all__ = ["ACTIVATIONS", "Memory", "layer_init", "mlp", "MultiCategorical", "PPOAgent"]
 
 Memory = Any
 """Per-env recurrent memory of an agent during rollouts (None, LSTM ``(h, c)``, window dict)."""
@@ -67,6 +67,33 @@ def _spaces(envs: Any) -> tuple[gym.Space, gym.Space]:
     return obs_space, act_space
 
 
+class MultiCategorical:
+    """Independent categoricals over the sub-actions of a ``MultiDiscrete`` space (CleanRL's
+    ``ppo_multidiscrete.py``): ``logits`` ``(..., sum(nvec))`` split into ``len(nvec)`` groups;
+    actions are ``(..., len(nvec))`` int64 indices; log-prob and entropy are summed over the
+    sub-actions."""
+
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]) -> None:
+        self.parts = [
+            torch.distributions.Categorical(logits=x, validate_args=False)
+            for x in logits.split(list(nvec), dim=-1)
+        ]
+
+    def sample(self) -> torch.Tensor:
+        return torch.stack([d.sample() for d in self.parts], dim=-1)
+
+    def mode(self) -> torch.Tensor:
+        return torch.stack([d.logits.argmax(-1) for d in self.parts], dim=-1)
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        return torch.stack(
+            [d.log_prob(action[..., i]) for i, d in enumerate(self.parts)], dim=-1
+        ).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([d.entropy() for d in self.parts], dim=-1).sum(-1)
+
+
 class PPOAgent(nn.Module, metaclass=ABCMeta):
     """Base of the PPO agents: spaces, observation preprocessing, action distributions.
 
@@ -79,8 +106,13 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
 
     Attributes:
         obs_shape: shape of one preprocessed observation (``get_obs_shape``).
-        discrete: True for ``Discrete`` actions, False for ``Box`` (Gaussian).
-        action_dim: number of actions (discrete) or action vector size (continuous).
+        discrete: True for ``Discrete`` and ``MultiDiscrete`` actions (logits), False for
+            ``Box`` (Gaussian).
+        action_dim: number of logits (discrete: ``n``, multi-discrete: ``sum(nvec)``) or action
+            vector size (continuous).
+        action_nvec: ``MultiDiscrete``'s ``nvec`` as a tuple (actions ``(..., len(nvec))``, one
+            index per sub-action); None for ``Discrete`` (actions ``(...,)``) and ``Box``.
+        action_start: what :meth:`env_action` adds to the indices (the space's ``start``).
         environment_config: set by :func:`get_agent` (used to rebuild envs from checkpoints).
         normalizer: observation / reward normalization
             (:class:`~rlstore.agents.obs.RunNormalizer`, off unless :func:`get_agent`
@@ -101,15 +133,21 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         self.preprocess = get_obs_preprocessor(obs_space)
         self.normalizer = RunNormalizer()  # off; get_agent sets the configured one
         self.device = torch.device(device)
+        self.action_nvec: tuple[int, ...] | None = None
+        self.action_start: Any = 0
         if isinstance(act_space, gym.spaces.Discrete):
             self.discrete, self.action_dim = True, int(act_space.n)
             self.action_start = int(act_space.start)
+        elif isinstance(act_space, gym.spaces.MultiDiscrete) and act_space.nvec.ndim == 1:
+            self.action_nvec = tuple(int(n) for n in act_space.nvec)
+            self.discrete, self.action_dim = True, sum(self.action_nvec)
+            self.action_start = np.asarray(act_space.start, dtype=np.int64)
         elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
             self.discrete, self.action_dim = False, int(act_space.shape[0])
-            self.action_start = 0
         else:
             raise ConfigError(
-                f"envs.single_action_space: expected Discrete or a 1-D Box, got {act_space!r}"
+                "envs.single_action_space: expected Discrete, a 1-D MultiDiscrete or a 1-D Box, "
+                f"got {act_space!r}"
             )
         self.environment_config: EnvironmentConfig | None = None
         self.train_config: TrainConfig | None = None  # set by load_saved_checkpoint
@@ -122,12 +160,15 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         if not self.discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(self.action_dim))
 
-    def distribution(self, params: torch.Tensor) -> torch.distributions.Distribution:
+    def distribution(self, params: torch.Tensor) -> Any:
         """Action distribution from the actor output ``(..., action_dim)``.
 
-        Discrete: ``Categorical(logits=params)``. Continuous: ``Independent(Normal(params,
+        Discrete: ``Categorical(logits=params)``. Multi-discrete: :class:`MultiCategorical`
+        (one categorical per sub-action). Continuous: ``Independent(Normal(params,
         exp(log_std)), 1)`` (log-prob and entropy summed over action dims).
         """
+        if self.action_nvec is not None:
+            return MultiCategorical(params, self.action_nvec)
         if self.discrete:
             return torch.distributions.Categorical(logits=params, validate_args=False)
         std = self.actor_logstd.exp().expand_as(params)
@@ -135,11 +176,18 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
             torch.distributions.Normal(params, std, validate_args=False), 1, validate_args=False
         )
 
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        """The deterministic action of the actor output ``params``: the most likely index
+        (of each sub-action) for discrete actions, the mean for continuous ones."""
+        if self.action_nvec is not None:
+            return MultiCategorical(params, self.action_nvec).mode()
+        return params.argmax(-1) if self.discrete else params
+
     def env_action(self, action: torch.Tensor) -> np.ndarray:
         """Tensor actions -> what ``envs.step`` takes (offset by the space's start / clipped)."""
         a = action.cpu().numpy()
         if self.discrete:
-            return a + self.action_start if self.action_start else a
+            return a + self.action_start
         space = self.single_action_space
         assert isinstance(space, gym.spaces.Box)  # checked in __init__ (type narrowing only)
         return np.clip(a, space.low, space.high).astype(space.dtype)

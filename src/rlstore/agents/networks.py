@@ -441,6 +441,6 @@ def deterministic_policy(
         with torch.no_grad():
             params, _, _, carry["memory"] = agent._step(x, carry["memory"], carry["t"])
         carry["t"] = carry["t"] + 1
-        return agent.env_action(params.argmax(-1) if agent.discrete else params)[0]
+        return agent.env_action(agent.greedy(params))[0]
 
     return begin, act
