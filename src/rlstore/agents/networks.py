@@ -10,7 +10,8 @@
   :mod:`rlstore.agents.ppo`.
 * :class:`FCAgent`: separate actor / critic MLPs (2 x ``hidden_size``, tanh), or for pixel
   images a NatureCNN trunk shared by linear heads (:mod:`rlstore.agents.encoders`); discrete
-  (categorical) or continuous (diagonal Gaussian, state-independent log-std) actions.
+  (categorical), multi-discrete (one categorical per sub-action) or continuous (diagonal
+  Gaussian, state-independent log-std) actions (every agent takes all three).
 * :class:`LSTMPPOAgent`: obs encoder (a NatureCNN for pixel images) -> LSTM -> MLP head, one
   such stack for the actor and one for the critic (sb3-contrib ``RecurrentPPO``'s default);
   trained on sequences of at most ``recurrence`` steps that never cross an episode boundary,
