@@ -196,10 +196,16 @@ def ppo_loss(
         ("entropy", entropy),
     ):
         _check(name, t, n)
+    coef = "a finite number >= 0"
+    clip_coef = real_number("clip_coef", clip_coef, 0.0, _MAX, expected=coef)
+    vf_coef = real_number("vf_coef", vf_coef, 0.0, _MAX, expected=coef)
+    ent_coef = real_number("ent_coef", ent_coef, 0.0, _MAX, expected=coef)
     m = None
     if mask is not None:
         _check("mask", mask, n)
         m = mask.to(new_logprob.dtype)
+        if not bool(((m == 0) | (m == 1)).all()):
+            raise SpecError(f"mask: expected 0/1 entries, got values {m.unique().tolist()[:8]}")
     if norm_adv and (m is None or bool(m.any())):
         advantages = normalize_advantages(advantages, mask=m, eps=ADV_EPS)
     logratio = new_logprob - old_logprob
