@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlstore.agents.ppo_update import ADV_EPS, ppo_loss
-from rlstore.errors import SpecError
+from rlstore.errors import ConfigError, SpecError
 
 
 def ppo_loss_reference(
@@ -198,6 +198,26 @@ def test_shape_mismatch_names_the_argument() -> None:
         ppo_loss(a, a, a, a, a, torch.zeros(3), a)
     with pytest.raises(SpecError, match="mask"):
         ppo_loss(a, a, a, a, a, a, a, mask=torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"clip_coef": -0.2}, {"clip_coef": float("nan")}, {"vf_coef": float("inf")},
+     {"ent_coef": True}, {"ent_coef": "0.01"}, {"vf_coef": -1.0}],
+)  # fmt: skip
+def test_coefficients_are_validated(kwargs) -> None:
+    # a negative clip_coef clamped every ratio to 1 - eps > 1 + eps: a silently wrong loss
+    a = torch.zeros(4)
+    (name,) = kwargs
+    with pytest.raises(ConfigError, match=rf"{name}: expected a finite number >= 0, got"):
+        ppo_loss(a, a, a, a, a, a, a, **kwargs)
+
+
+def test_mask_must_be_zeros_and_ones() -> None:
+    a = torch.zeros(4)
+    with pytest.raises(SpecError, match=r"mask: expected 0/1 entries, got values \[0.0, 1.0, 2"):
+        ppo_loss(a, a, a, a, a, a, a, mask=torch.tensor([1.0, 0.0, 2.0, 1.0]))
+    ppo_loss(a, a, a, a, a, a, a, mask=torch.tensor([True, False, True, True]))
 
 
 @pytest.mark.parametrize("clip_vloss", [True, False])

@@ -73,6 +73,21 @@ def test_scheduler_state_round_trip_and_validation() -> None:
         PPOScheduler(opt, 1.0, 0.0, 0)
     with pytest.raises(ConfigError, match="initial_lr"):
         PPOScheduler(opt, 0.0, 0.0, 3)
+    # no bools (True was a rate of 1.0), no inf; a refused call leaves the optimizer alone
+    opt.param_groups[0]["lr"] = 0.5
+    for lr0, lr1, n, name in (
+        (True, 0.0, 3, "initial_lr"),
+        (float("inf"), 0.0, 3, "initial_lr"),
+        (1.0, float("inf"), 3, "end_lr"),
+        (1.0, False, 3, "end_lr"),
+        ("1", 0.0, 3, "initial_lr"),
+        (1.0, 0.0, True, "num_updates"),
+    ):
+        with pytest.raises(ConfigError, match=rf"{name}: expected .*got"):
+            PPOScheduler(opt, lr0, lr1, n)  # type: ignore[arg-type]
+    assert opt.param_groups[0]["lr"] == 0.5
+    with pytest.raises(ConfigError, match="num_updates"):
+        a.replan(True)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ models

@@ -30,7 +30,7 @@ from rlstore.agents.ppod import (
 )
 from rlstore.agents.rollout import RolloutState, run_rollout
 from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
-from rlstore.buffers.demos import DemoStore
+from rlstore.buffers.demos import Demo, DemoStore
 from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.checkpoint import load_state
 from rlstore.envs.keydoor import DEMO_FILE, KEYDOOR_ID, optimal_actions
@@ -212,3 +212,30 @@ def test_ppod_solves_keydoor_from_one_demo_and_plain_ppo_does_not(seed: int) -> 
     success_ppo = stats_ppo.evaluations[-1][1]
     assert success_ppod > 0.9, stats.evaluations
     assert success_ppo < 0.1, stats_ppo.evaluations
+
+
+def test_demo_steps_of_box_actions_store_the_demo_action() -> None:
+    # a (N,) row mask against (N, 1) Box actions broadcast to (N, N): a shape error here (and
+    # with N == action size, other envs' actions silently replaced)
+    n, length = 3, 4
+    cfg = PPODTrainConfig.from_dict(
+        {"run": {"track": False}, "environment": {"env_id": "Pendulum-v1", "max_steps": 5},
+         "online": {"num_envs": n, "num_steps": 16}, "ppod": {"rho": 1.0, "phi": 0.0}}
+    )  # fmt: skip
+    envs = make_vector_env(cfg.environment, n)
+    agent = get_agent(None, envs, cfg.environment, cfg.online)
+    store = DemoStore(4, rho=1.0, phi=0.0, seed=0)
+    actions = np.full((length, 1), 1.5, np.float32)
+    store.add_initial(Demo(np.zeros((length, 3), np.float32), actions, np.ones(length, np.float32),
+                           human=True))  # fmt: skip
+    obs, _ = envs.reset(seed=0)
+    state = RolloutState.start(agent, envs, 0)
+    mix = DemoRollout(store, agent, envs, obs, cfg.ppod, None)
+    buffer = RolloutBuffer(16, n, gamma=0.99, lam=0.95, seed=0)
+    run_rollout(agent, buffer, 16, envs, state, mix=mix)
+    envs.close()
+    b = buffer.get()
+    assert b.actions.shape == (16, n, 1)
+    # the first episode of each slot is real (5-step limit), then every step replays the demo
+    assert torch.all(b.actions[5:] == 1.5) and torch.all(b.logprobs[5:] == 0)
+    assert torch.all(b.logprobs[:5] < 0) and not torch.any(b.actions[:5] == 1.5)

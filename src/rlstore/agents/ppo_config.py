@@ -247,6 +247,15 @@ class TrainConfig(BaseConfig):
                 f"lstm.recurrence: must divide online.num_steps = {self.online.num_steps}, "
                 f"got {self.lstm.recurrence}"
             )
+        # a rollout without episode ends has the fewest sequences: N * T / recurrence; more
+        # minibatches fail in the update (only late in a run, once episodes outlast rollouts)
+        if self.agent == "lstm" and self.online.num_minibatches > (
+            n_seq := self.online.batch_size // self.lstm.recurrence
+        ):
+            raise ValueError(
+                f"online.num_minibatches: expected at most the {n_seq} sequences of a rollout "
+                f"(num_envs * num_steps / lstm.recurrence), got {self.online.num_minibatches}"
+            )
         return self
 
     def selected_model_config(self) -> ModelConfig:

@@ -7,17 +7,22 @@ PPO+D and the seed-004 facade train with the same update. Users import these nam
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
+from rlstore._checks import check_count, real_number
 from rlstore.agents.networks import PPOAgent
 from rlstore.agents.ppo_config import OnlineTrainConfig
 from rlstore.errors import ConfigError, SpecError
 from rlstore.returns import normalize_advantages
 
 __all__ = ["PPOScheduler", "PPOLoss", "ppo_loss", "ppo_update"]
+
+_MAX = sys.float_info.max
 
 
 # ----------------------------------------------------------------- learning-rate schedule
@@ -47,16 +52,14 @@ class PPOScheduler:
     def __init__(
         self, optimizer: torch.optim.Optimizer, initial_lr: float, end_lr: float, num_updates: int
     ) -> None:
-        if not initial_lr > 0:
-            raise ConfigError(f"initial_lr: expected > 0, got {initial_lr}")
-        if not end_lr >= 0:
-            raise ConfigError(f"end_lr: expected >= 0, got {end_lr}")
-        if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 1:
-            raise ConfigError(f"num_updates: expected an int >= 1, got {num_updates!r}")
+        # finite reals, no bools (True was a rate of 1.0, inf an inf rate)
+        lr0 = real_number(
+            "initial_lr", initial_lr, math.ulp(0.0), _MAX, expected="a finite number > 0"
+        )
+        lr1 = real_number("end_lr", end_lr, 0.0, _MAX, expected="a finite number >= 0")
+        self.num_updates = check_count("num_updates", num_updates, error=ConfigError)
         self.optimizer = optimizer
-        self.initial_lr = float(initial_lr)
-        self.end_lr = float(end_lr)
-        self.num_updates = num_updates
+        self.initial_lr, self.end_lr = lr0, lr1
         self.n_step_calls = 0
         self._apply()
 
@@ -79,9 +82,7 @@ class PPOScheduler:
         """Define the decay over ``num_updates`` updates in all (a run whose budget is extended
         on resume): the next update uses ``lr(n_step_calls)`` of the new plan, so the rate
         continues as if the run had been planned with the new budget from the start."""
-        if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 1:
-            raise ConfigError(f"num_updates: expected an int >= 1, got {num_updates!r}")
-        self.num_updates = num_updates
+        self.num_updates = check_count("num_updates", num_updates, error=ConfigError)
         self._apply()
 
     def state_dict(self) -> dict[str, Any]:
@@ -195,10 +196,16 @@ def ppo_loss(
         ("entropy", entropy),
     ):
         _check(name, t, n)
+    coef = "a finite number >= 0"
+    clip_coef = real_number("clip_coef", clip_coef, 0.0, _MAX, expected=coef)
+    vf_coef = real_number("vf_coef", vf_coef, 0.0, _MAX, expected=coef)
+    ent_coef = real_number("ent_coef", ent_coef, 0.0, _MAX, expected=coef)
     m = None
     if mask is not None:
         _check("mask", mask, n)
         m = mask.to(new_logprob.dtype)
+        if not bool(((m == 0) | (m == 1)).all()):
+            raise SpecError(f"mask: expected 0/1 entries, got values {m.unique().tolist()[:8]}")
     if norm_adv and (m is None or bool(m.any())):
         advantages = normalize_advantages(advantages, mask=m, eps=ADV_EPS)
     logratio = new_logprob - old_logprob

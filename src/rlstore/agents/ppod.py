@@ -204,7 +204,8 @@ class DemoRollout:
         if demo.any():
             rows = torch.as_tensor(demo, device=action.device)
             demo_action = torch.as_tensor(m.action - self.agent.action_start)
-            action = torch.where(rows, demo_action.to(action.device, action.dtype), action)
+            at = rows.reshape(-1, *[1] * (action.ndim - 1))  # (N, 1, ...) over action dims
+            action = torch.where(at, demo_action.to(action.device, action.dtype), action)
             logp = torch.where(rows, torch.zeros_like(logp), logp)
         reward = np.where(demo, m.reward, reward)
         return action, logp, reward, m.terminated, m.truncated, m.next_obs, demo

@@ -146,16 +146,16 @@ def _select_action(
     if method == "basic":
         return dist.sample()
     if method == "greedy":
-        return params.argmax(-1) if agent.discrete else params
+        return agent.greedy(params)
     if method == "temperature":
         temp = float(kwargs.get("temperature", 1.0))
         if not temp > 0:
             raise ConfigError(f"temperature: expected > 0, got {temp}")
         if agent.discrete:
-            return torch.distributions.Categorical(logits=params / temp).sample()
+            return agent.distribution(params / temp).sample()
         return params + temp * agent.actor_logstd.exp() * torch.randn_like(params)
     if method == "topk":
-        if not agent.discrete:
+        if not agent.discrete or agent.action_nvec is not None:
             raise ConfigError("sampling_method: 'topk' needs a Discrete action space")
         k = int(kwargs.get("k", 1))
         if not 1 <= k <= params.shape[-1]:

@@ -267,7 +267,7 @@ def sample_from_agents(
                 f"agents[{i}]: has no environment_config; pass environment_config=... "
                 "to sample_from_agents"
             )
-        if sampling_method == "topk" and not agent.discrete:
+        if sampling_method == "topk" and (not agent.discrete or agent.action_nvec is not None):
             raise ConfigError(f"sampling_method: 'topk' needs Discrete actions (agents[{i}])")
         envs = make_vector_env(env_cfg, int(num_envs))
         writer = TrajectoryWriter(
