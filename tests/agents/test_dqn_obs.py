@@ -27,6 +27,8 @@ ENVS = {
     # Dict(direction: Discrete(4), image: Box(0, 255, (7, 7, 3), uint8), mission: text)
     "MiniGrid-Empty-5x5-v0": ({}, {"direction": ((), np.int64), "image": ((7, 7, 3), np.uint8)}),
     "CartPole-v1": ({}, {"": ((4,), np.float32)}),
+    # Tuple(Discrete(32), Discrete(11), Discrete(2)), read as a dict with keys "0", "1", "2"
+    "Blackjack-v1": ({}, {str(i): ((), np.int64) for i in range(3)}),
 }
 
 
@@ -108,7 +110,7 @@ def test_a_space_dqn_does_not_take_is_named_in_the_error(space: gym.Space, match
         DQNAgent(EnvInfo(None, space, gym.spaces.Discrete(2)), DQNConfig(hidden_sizes=[8]))
 
 
-@pytest.mark.parametrize("env_id", ["CliffWalking-v1", "MiniGrid-Empty-5x5-v0"])
+@pytest.mark.parametrize("env_id", ["CliffWalking-v1", "MiniGrid-Empty-5x5-v0", "Blackjack-v1"])
 def test_resume_continues_a_non_box_run_exactly(tmp_path: Path, env_id: str) -> None:
     cfg = _cfg(env_id, {"eval_interval": 200, "eval_episodes": 1}, num_envs=2,
                num_checkpoints=2, total_timesteps=400)  # fmt: skip

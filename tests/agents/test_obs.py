@@ -219,3 +219,45 @@ def test_minigrid_real_env() -> None:
         np.testing.assert_array_equal(out[:, -4:].argmax(-1).numpy(), obs["direction"])
     finally:
         envs.close()
+
+
+def test_tuple_observations_are_read_as_dicts_of_their_parts() -> None:
+    """Blackjack's Tuple observations were refused ("unsupported observation space")."""
+    from rlstore.agents.config import EnvironmentConfig
+    from rlstore.agents.envs import make_env, make_vector_env
+
+    cfg = EnvironmentConfig(env_id="Blackjack-v1")
+    envs = make_vector_env(cfg, 2)
+    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}  # as make_vector_env
+    plain = gym.make_vec("Blackjack-v1", 2, "sync", vector_kwargs=same_step)
+    D = gym.spaces.Discrete
+    want = gym.spaces.Dict({"0": D(32), "1": D(11), "2": D(2)})
+    assert envs.single_observation_space == want == make_env(cfg).observation_space
+    (obs, _), (raw, _) = envs.reset(seed=5), plain.reset(seed=5)
+    for _ in range(20):  # the same env underneath, relabelled
+        assert set(obs) == {"0", "1", "2"}
+        for i in range(3):
+            np.testing.assert_array_equal(obs[str(i)], raw[i])
+        acts = np.array([0, 1])
+        obs, raw = envs.step(acts)[0], plain.step(acts)[0]
+    x = get_obs_preprocessor(want)(obs)  # one-hots of 32 + 11 + 2 in key order
+    assert x.shape == (2, 45) and get_obs_shape(want) == (45,)
+    assert torch.equal(x.sum(-1), torch.full((2,), 3.0))
+    make_cart = make_env(EnvironmentConfig(env_id="CartPole-v1"))
+    assert isinstance(make_cart.observation_space, gym.spaces.Box)  # other envs unchanged
+
+
+def test_ppo_trains_and_evaluates_on_tuple_observations() -> None:
+    from rlstore.agents.ppo import (
+        EnvironmentConfig,
+        OnlineTrainConfig,
+        RunConfig,
+        evaluate_agent,
+        train_ppo,
+    )
+
+    env = EnvironmentConfig(env_id="Blackjack-v1")
+    online = OnlineTrainConfig(total_timesteps=64, num_envs=2, num_steps=16, num_minibatches=2)
+    agent, _ = train_ppo(RunConfig(track=False, seed=0), online, env)
+    assert agent.obs_shape == (45,)  # one-hots of the player sum, dealer card and usable ace
+    assert len(evaluate_agent(agent, env, 3, 0)) == 3

@@ -46,6 +46,8 @@ __all__ = [
     "check_env_id",
     "WRAPPERS",
     "EpisodeLog",
+    "TupleAsDict",
+    "tuple_as_dict",
     "has_episode_logs",
     "wrapper_names",
     "env_spec",
@@ -84,6 +86,28 @@ class EpisodeLog(gym.Wrapper):
         return self.env.step(action)
 
 
+class TupleAsDict(gym.ObservationWrapper):  # type: ignore[type-arg]
+    """A ``Tuple`` observation space as a one-level ``Dict`` with keys ``"0"``, ``"1"``, ...
+    (Blackjack's ``(player sum, dealer card, usable ace)``): the agents' preprocessors, replays
+    and checkpoints read dicts. A relabelling only (the env's state and randomness are
+    untouched), applied by :func:`make_vector_env` / :func:`make_env` to every env whose
+    observations are a ``Tuple``; not a named wrapper, so specs and old checkpoints are unchanged.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        parts = enumerate(env.observation_space.spaces)  # type: ignore[attr-defined]
+        self.observation_space = gym.spaces.Dict({str(i): s for i, s in parts})
+
+    def observation(self, observation: Any) -> dict[str, Any]:
+        return {str(i): v for i, v in enumerate(observation)}
+
+
+def tuple_as_dict(env: gym.Env) -> gym.Env:
+    """``env``, wrapped by :class:`TupleAsDict` if its observation space is a ``Tuple``."""
+    return TupleAsDict(env) if isinstance(env.observation_space, gym.spaces.Tuple) else env
+
+
 def _minigrid(name: str) -> Callable[[], type]:
     def load() -> type:
         import minigrid.wrappers
@@ -116,14 +140,15 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
     """A ``SyncVectorEnv`` of ``num_envs`` copies of the configured env, autoreset SAME_STEP.
 
     Each sub-env is wrapped by its registered wrappers (:func:`wrapper_names`), the outermost
-    being :class:`EpisodeLog` (what checkpoints replay).
+    being :class:`EpisodeLog` (what checkpoints replay), and ``Tuple`` observations are read as
+    dicts (:class:`TupleAsDict`, innermost).
 
     rlstore's own ids (``CartPoleNoVel-v1``, ``rlstore/Probe*``) are registered and MiniGrid
     ids import ``minigrid`` first.
     """
     cfg = environment_config
     check_env_id(cfg)
-    wrappers = [WRAPPERS[name]() for name in wrapper_names(cfg)]
+    wrappers = [tuple_as_dict, *(WRAPPERS[name]() for name in wrapper_names(cfg))]
     kwargs = dict(cfg.env_kwargs)
     if cfg.max_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_steps
@@ -133,7 +158,7 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
             num_envs=num_envs,
             vectorization_mode="sync",
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-            wrappers=wrappers or None,
+            wrappers=wrappers,
             **kwargs,
         )
     except gym.error.Error as err:
@@ -141,8 +166,8 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
 
 
 def make_env(environment_config: EnvironmentConfig, render_mode: str | None = None) -> gym.Env:
-    """One env as :func:`make_vector_env` builds each sub-env, without the
-    :class:`EpisodeLog` (evaluation episodes, videos)."""
+    """One env as :func:`make_vector_env` builds each sub-env (``Tuple`` observations as
+    dicts), without the :class:`EpisodeLog` (evaluation episodes, videos)."""
     cfg = environment_config
     check_env_id(cfg)
     kwargs = dict(cfg.env_kwargs)
@@ -151,7 +176,7 @@ def make_env(environment_config: EnvironmentConfig, render_mode: str | None = No
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     try:
-        env = gym.make(cfg.env_id, **kwargs)
+        env = tuple_as_dict(gym.make(cfg.env_id, **kwargs))
     except gym.error.Error as err:
         raise ConfigError(f"environment.env_id: cannot make {cfg.env_id!r}: {err}") from err
     for name in wrapper_names(cfg)[:-1]:  # the last one is the EpisodeLog
