@@ -148,7 +148,7 @@ def make_vector_env(environment_config: EnvironmentConfig, num_envs: int) -> gym
     """
     cfg = environment_config
     check_env_id(cfg)
-    wrappers = [tuple_as_dict, *(WRAPPERS[name]() for name in wrapper_names(cfg))]
+    wrappers: list[Any] = [tuple_as_dict, *(WRAPPERS[name]() for name in wrapper_names(cfg))]
     kwargs = dict(cfg.env_kwargs)
     if cfg.max_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_steps
