@@ -197,8 +197,9 @@ class ShardSampling:
         items ``ids`` (from :attr:`ShardBatch.ids`) to their shards.
 
         Raises:
-            SpecError: ids not a 1-D array of ints >= 0, priorities not finite or not of
-                length ``len(ids)`` (nothing is sent); what a shard rejects.
+            SpecError: ids not a 1-D array of ints >= 0, priorities not finite, negative
+                (``(B,)``) or not of length ``len(ids)`` (nothing is sent); what a shard
+                rejects.
         """
         idx = np.asarray(ids)
         if idx.ndim != 1 or idx.dtype.kind not in "iu" or (idx.size and idx.min() < 0):
@@ -210,6 +211,8 @@ class ShardSampling:
                 f"priorities: expected finite numbers of leading length {len(idx)} like ids, "
                 f"got shape {pri.shape}"
             )
+        if pri.ndim == 1 and (pri < 0).any():  # (B, T) TD errors may be negative
+            raise SpecError(f"priorities: expected numbers >= 0, got {pri[pri < 0][0]}")
         idx = idx.astype(np.int64)
         shard, local = idx % self.num_shards, idx // self.num_shards
         deadline = time.monotonic() + self.timeout_s

@@ -1,0 +1,71 @@
+"""Cross-shard sampling without Ray: :class:`ShardSampling` over in-process shards (a fake
+actor runs each call at once), for the client-side checks and the routing of ids."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlstore import ReplayBuffer
+from rlstore.distributed.shard import ReplayShard
+from rlstore.distributed.shard_sampling import ShardSampling
+from rlstore.errors import SpecError
+from rlstore.samplers import PrioritizedSampler
+
+
+class _Call:
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def remote(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+class _Actor:
+    def __init__(self, shard: ReplayShard) -> None:
+        self.shard = shard
+
+    def __getattr__(self, method: str) -> _Call:
+        return _Call(getattr(self.shard, method))
+
+
+class LocalShards(ShardSampling):
+    """The sampling half of ``ReplayShards`` over ``ReplayShard`` objects in this process."""
+
+    def __init__(self, shards: list[ReplayShard], seed: int = 0) -> None:
+        self.shards, self.num_shards, self.name, self.timeout_s = shards, len(shards), "t", 10.0
+        self._actors = [_Actor(s) for s in shards]
+        self._rng = np.random.default_rng(seed)
+        self._pending = deque()
+        self._refresh()
+
+    def _get(self, s: int, ref: Any, method: str, args: tuple, deadline: float) -> Any:
+        return ref
+
+    def _refresh(self, timeout_s: float | None = None) -> None:
+        self._stats = [s.stats() for s in self.shards]
+
+
+def prioritized_shards(fragment: Any, sizes: tuple[int, ...]) -> LocalShards:
+    def make(i: int) -> ReplayBuffer:
+        return ReplayBuffer(64, sampler=PrioritizedSampler(alpha=1.0, beta=0.5, seed=i))
+
+    shards = [ReplayShard(make, shard=i) for i in range(len(sizes))]
+    for i, (s, n) in enumerate(zip(shards, sizes, strict=True)):
+        s.add(fragment(n, 1, 100 * i))
+    return LocalShards(shards)
+
+
+def test_negative_priorities_change_no_shard(fragment) -> None:
+    client = prioritized_shards(fragment, (8, 8))
+    batch = client.sample(16)
+    assert set(batch.ids % 2) == {0, 1}
+    priorities = np.full(16, 3.0)
+    priorities[np.flatnonzero(batch.ids % 2 == 1)[0]] = -1.0  # one bad value, on shard 1
+    masses = [s.prio.tree.total for s in client.shards]
+    with pytest.raises(SpecError, match="priorities: expected numbers >= 0, got -1.0"):
+        client.update_priorities(batch.ids, priorities)
+    assert [s.prio.tree.total for s in client.shards] == masses  # shard 0 unchanged too
