@@ -1,5 +1,5 @@
-"""Cross-shard sampling without Ray: :class:`ShardSampling` over in-process shards (a fake
-actor runs each call at once), for the client-side checks and the routing of ids."""
+"""Replay shards without Ray: :class:`ShardSampling` over in-process shards (a fake actor runs
+each call at once) for the client-side checks, and :class:`ReplayShard` refusing whole adds."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rlstore import ReplayBuffer
+from rlstore.distributed import SampleToInsertRatio
 from rlstore.distributed.shard import ReplayShard
 from rlstore.distributed.shard_sampling import ShardSampling
 from rlstore.errors import SpecError
@@ -69,3 +70,16 @@ def test_negative_priorities_change_no_shard(fragment) -> None:
     with pytest.raises(SpecError, match="priorities: expected numbers >= 0, got -1.0"):
         client.update_priorities(batch.ids, priorities)
     assert [s.prio.tree.total for s in client.shards] == masses  # shard 0 unchanged too
+
+
+def test_an_add_whose_priorities_overflow_the_tree_stores_nothing(fragment) -> None:
+    limiter = SampleToInsertRatio(1.0, 4, 10.0).config()
+    shard = ReplayShard(
+        lambda: ReplayBuffer(64, num_envs=2, sampler=PrioritizedSampler(alpha=1.0)),
+        rate_limiter=limiter,
+    )
+    frag = {**fragment(3, 2, 0), "priorities": np.full((3, 2), 1e307)}
+    with pytest.raises(SpecError, match=r"priorities: expected \(p \+ eps\)\^alpha <="):
+        shard.add(frag)
+    assert (shard.stats()["size"], shard.added) == (0, 0)  # was 6 items stored, 0 counted
+    assert shard.limiter is not None and shard.limiter.inserts == 0
