@@ -21,6 +21,9 @@ class _Call:
     def __init__(self, fn: Any) -> None:
         self.fn = fn
 
+    def options(self, **options: Any) -> _Call:
+        return self
+
     def remote(self, *args: Any) -> Any:
         return self.fn(*args)
 

@@ -128,3 +128,22 @@ def test_one_shard_draws_what_the_local_buffer_draws(ray_session, fragment) -> N
                 np.testing.assert_array_equal(getattr(b, k), getattr(want, k).numpy(), err_msg=k)
     finally:
         shards.close()
+
+
+def test_adds_blocked_by_the_limiter_leave_threads_to_the_samples(ray_session, fragment) -> None:
+    # more blocked adds than the actor's default threads (8): the samples that unblock them
+    # must still run (they waited behind the adds until every add timed out)
+    from rlstore.distributed import SampleToInsertRatio
+
+    limiter = SampleToInsertRatio(1.0, 1, 1.0)  # inserts wait while diff > 2
+    shards = ReplayShards(lambda: ReplayBuffer(64), name="busy", timeout_s=30.0,
+                          rate_limiter=limiter)  # fmt: skip
+    try:
+        shards.add(fragment(3, 1, 0))  # diff = 3: the next adds wait for samples
+        refs = [shards.add_async(fragment(1, 1, 10 + i)) for i in range(10)]
+        while refs:
+            shards.sample(1)
+            _, refs = ray_session.wait(refs, timeout=0.05)
+        assert shards.size() == 13
+    finally:
+        shards.close()

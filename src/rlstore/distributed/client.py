@@ -41,7 +41,14 @@ from rlstore._checks import check_count, real_number
 from rlstore.distributed._ray import NAMESPACE, require_ray, start_ray
 from rlstore.distributed.rate_limiter import ReplayTimeoutError, SampleToInsertRatio
 from rlstore.distributed.shard import ReplayShard, log
-from rlstore.distributed.shard_sampling import ShardBatch, ShardSampling, _cat, _Request
+from rlstore.distributed.shard_sampling import (
+    GROUPS,
+    ShardBatch,
+    ShardSampling,
+    _cat,
+    _Request,
+    send,
+)
 from rlstore.errors import ConfigError, SpecError
 from rlstore.samplers import make_rng
 
@@ -158,7 +165,7 @@ class ReplayShards(ShardSampling):
         if placement is not None and not callable(placement):
             raise ConfigError(f"placement: expected a function of the shard index, got "
                               f"{placement!r}")  # fmt: skip
-        remote = ray.remote(ReplayShard)
+        remote = ray.remote(concurrency_groups=GROUPS)(ReplayShard)
         self._actors = [
             remote.options(
                 name=actor_name, namespace=NAMESPACE, max_restarts=restarts,
@@ -212,7 +219,7 @@ class ReplayShards(ShardSampling):
                         f"(the actor failed: {type(exc).__name__})"
                     ) from exc
                 time.sleep(0.05)
-                ref = getattr(self._actors[s], method).remote(*args)
+                ref = send(self._actors[s], method, args)
 
     def _resolve(self, s: int, exc: BaseException) -> Any:
         ray = require_ray()
@@ -258,7 +265,7 @@ class ReplayShards(ShardSampling):
         s = self._route(route)
         args = _checked_fragment(fragment)
         deadline = time.monotonic() + self.timeout_s
-        ref = self._actors[s].add.remote(*args)
+        ref = send(self._actors[s], "add", args)
         self._stats[s] = self._get(s, ref, "add", args, deadline)
 
     def add_async(self, fragment: Mapping[str, Any], *, route: int = 0) -> Any:
@@ -268,7 +275,7 @@ class ReplayShards(ShardSampling):
         failed add (a rejected fragment, a dead shard) shows only there; this call does not
         retry.
         """
-        return self._actors[self._route(route)].add.remote(*_checked_fragment(fragment))
+        return send(self._actors[self._route(route)], "add", _checked_fragment(fragment))
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> list[dict[str, Any]]:

@@ -22,8 +22,9 @@ not for the write. A shard whose folder holds a checkpoint restores it in ``__in
 is what Ray re-runs when it restarts a dead actor: the data added after the last checkpoint are
 lost, and the restore is logged (logger ``rlstore.distributed``).
 
-Concurrency. The actor runs with several threads (Ray's ``max_concurrency``) so that a call the
-rate limiter blocks does not block the calls that would unblock it; every buffer access holds
+Concurrency. The actor runs with several threads, adds and samples in concurrency groups of
+their own (:data:`~rlstore.distributed.shard_sampling.GROUPS`), so that calls the rate limiter
+blocks never take the threads of the calls that would unblock them; every buffer access holds
 one lock.
 """
 

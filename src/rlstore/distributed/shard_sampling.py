@@ -38,7 +38,7 @@ from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 
-__all__ = ["ShardBatch", "ShardSampling"]
+__all__ = ["GROUPS", "ShardBatch", "ShardSampling", "send"]
 
 _CORE = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NOT_EXTRA = {*_CORE, "ids", "ratio", "beta", "discount", "extras"}
@@ -111,7 +111,7 @@ class ShardSampling:
             )
         counts = self._rng.multinomial(batch_size, masses / masses.sum(), size=k)
         refs = [
-            a.sample_many.remote(counts[:, s].tolist(), beta) if counts[:, s].any() else None
+            send(a, "sample_many", (counts[:, s].tolist(), beta)) if counts[:, s].any() else None
             for s, a in enumerate(self._actors)
         ]
         return _Request(counts, beta, refs)
@@ -224,6 +224,21 @@ class ShardSampling:
                 sent.append((s, actor.update_priorities.remote(*args), args))
         for s, ref, args in sent:
             self._get(s, ref, "update_priorities", args, deadline)
+
+
+GROUPS = {"add": 8, "sample_many": 8}
+"""Ray concurrency groups of the shard actor: the calls the rate limiter may block (adds,
+samples) each get their own threads, so that blocked adds never hold every thread a sample
+(which would unblock them) needs, nor blocked samples those of the adds; the other calls run
+in the default group."""
+
+
+def send(actor: Any, method: str, args: tuple) -> Any:
+    """Call ``method(*args)`` on a shard actor, in its concurrency group (:data:`GROUPS`)."""
+    call = getattr(actor, method)
+    if method in GROUPS:
+        call = call.options(concurrency_group=method)
+    return call.remote(*args)
 
 
 def _cat(values: list[Any]) -> Any:
