@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("ray")
 
 from rlstore import ReplayBuffer  # noqa: E402
-from rlstore.distributed import ReplayShards, ShardBatch  # noqa: E402
+from rlstore.distributed import ReplayShards, ShardBatch, ShardUnavailableError  # noqa: E402
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -107,9 +107,13 @@ def test_bad_input_is_rejected_and_changes_nothing(three, fragment) -> None:
         ({"timeout_s": 0}, "timeout_s"),
         ({"max_restarts": -2}, "max_restarts"),
         ({"rate_limiter": {"samples_per_insert": 1}}, "rate_limiter"),
+        ({"checkpoint_dir": 5}, "checkpoint_dir"),  # was 120 s of retries, then a timeout
     ]:
         with pytest.raises(ConfigError, match=match):
             ReplayShards(lambda: ReplayBuffer(8), **kwargs)
+    # a make_buffer that fails in the actors: the error at once, not 120 s of retries
+    with pytest.raises(ShardUnavailableError, match="(?s)constructor.*make_buffer: expected"):
+        ReplayShards(lambda: 3, name="nobuffer")
 
 
 def test_one_shard_draws_what_the_local_buffer_draws(ray_session, fragment) -> None:

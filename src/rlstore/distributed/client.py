@@ -28,6 +28,7 @@ A shard that is gone for good raises :class:`ShardUnavailableError`.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import deque
@@ -131,6 +132,8 @@ class ReplayShards(ShardSampling):
         self.num_shards = check_count("num_shards", num_shards, error=ConfigError)
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ConfigError(f"name: expected letters, digits, '_', '.', '-', got {name!r}")
+        if checkpoint_dir is not None and not isinstance(checkpoint_dir, str | os.PathLike):
+            raise ConfigError(f"checkpoint_dir: expected a path or None, got {checkpoint_dir!r}")
         every = real_number("checkpoint_every_s", checkpoint_every_s, 0.0)
         self.timeout_s = real_number("timeout_s", timeout_s, 0.0)
         cpus = real_number("num_cpus", num_cpus, 0.0, expected="a number >= 0")
@@ -206,6 +209,11 @@ class ReplayShards(ShardSampling):
                     "(timeout_s)"
                 ) from None
             except RayActorError as exc:
+                if exc.actor_init_failed:  # every restart fails the same way: do not retry
+                    raise ShardUnavailableError(
+                        f"{self._where(s)}: the actor failed in its constructor (make_buffer, "
+                        f"or the restore of its checkpoint): {exc.error_msg}"
+                    ) from exc
                 log.warning(
                     "%s: %s failed (%s); re-resolving the actor and sending it again%s",
                     self._where(s), method, type(exc).__name__,
