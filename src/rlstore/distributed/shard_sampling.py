@@ -226,11 +226,13 @@ class ShardSampling:
             self._get(s, ref, "update_priorities", args, deadline)
 
 
-GROUPS = {"add": 8, "sample_many": 8}
+GROUPS = {"add": 1, "sample_many": 8}
 """Ray concurrency groups of the shard actor: the calls the rate limiter may block (adds,
 samples) each get their own threads, so that blocked adds never hold every thread a sample
 (which would unblock them) needs, nor blocked samples those of the adds; the other calls run
-in the default group."""
+in the default group. Adds run one at a time, in the order they arrive: several adds of one
+sender in flight are stored in the order sent (n-step and sequence views need consecutive
+rows; the limiter admits or holds all adds alike anyway)."""
 
 
 def send(actor: Any, method: str, args: tuple) -> Any:
