@@ -13,7 +13,7 @@ from rlstore import ReplayBuffer
 from rlstore.distributed import SampleToInsertRatio
 from rlstore.distributed.shard import ReplayShard
 from rlstore.distributed.shard_sampling import ShardSampling
-from rlstore.errors import SpecError
+from rlstore.errors import ConfigError, SpecError
 from rlstore.samplers import PrioritizedSampler
 
 
@@ -86,3 +86,15 @@ def test_an_add_whose_priorities_overflow_the_tree_stores_nothing(fragment) -> N
         shard.add(frag)
     assert (shard.stats()["size"], shard.added) == (0, 0)  # was 6 items stored, 0 counted
     assert shard.limiter is not None and shard.limiter.inserts == 0
+
+
+def test_bad_placement_is_refused_before_ray_starts(monkeypatch) -> None:
+    pytest.importorskip("ray")
+    from rlstore.distributed import client
+
+    def no_ray() -> None:
+        raise AssertionError("Ray started for a call that fails its checks")
+
+    monkeypatch.setattr(client, "start_ray", no_ray)
+    with pytest.raises(ConfigError, match="placement: expected a function"):
+        client.ReplayShards(lambda: ReplayBuffer(8), placement=5)

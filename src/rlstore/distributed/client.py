@@ -151,6 +151,9 @@ class ReplayShards(ShardSampling):
         self.coalesce_items = None
         if rate_limiter is not None:
             self.coalesce_items = int(rate_limiter.error_buffer / rate_limiter.samples_per_insert)
+        if placement is not None and not callable(placement):
+            raise ConfigError(f"placement: expected a function of the shard index, got "
+                              f"{placement!r}")  # fmt: skip
         self.name = name
         self._rng = make_rng(seed)
         ray = require_ray()
@@ -165,9 +168,6 @@ class ReplayShards(ShardSampling):
                 f"name: a shard actor {actor_name!r} exists already; close() the other "
                 "ReplayShards or pick another name"
             )
-        if placement is not None and not callable(placement):
-            raise ConfigError(f"placement: expected a function of the shard index, got "
-                              f"{placement!r}")  # fmt: skip
         remote = ray.remote(concurrency_groups=GROUPS)(ReplayShard)
         self._actors = [
             remote.options(
