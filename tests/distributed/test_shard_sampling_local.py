@@ -98,3 +98,12 @@ def test_bad_placement_is_refused_before_ray_starts(monkeypatch) -> None:
     monkeypatch.setattr(client, "start_ray", no_ray)
     with pytest.raises(ConfigError, match="placement: expected a function"):
         client.ReplayShards(lambda: ReplayBuffer(8), placement=5)
+
+
+def test_the_split_after_update_priorities_follows_the_new_masses(fragment) -> None:
+    client = prioritized_shards(fragment, (8, 8))  # every priority 1: masses 8 and 8
+    client.sample(4)
+    ids0 = np.arange(8) * 2  # all of shard 0, local ids 0..7
+    client.update_priorities(ids0, np.full(8, 1e6))  # shard 1: now ~1e-6 of the mass
+    batch = client.sample(16)
+    assert (batch.ids % 2 == 0).sum() >= 15  # was split by the old masses: ~8 from shard 1

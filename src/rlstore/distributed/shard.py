@@ -194,12 +194,14 @@ class ReplayShard:
             )
         return p
 
-    def update_priorities(self, ids: np.ndarray, priorities: Any) -> None:
+    def update_priorities(self, ids: np.ndarray, priorities: Any) -> dict[str, Any]:
         """Set priorities of shard-local ids under the lock: ``view.update_priorities`` (a
-        sequence view: TD errors ``(B, T)``), else the buffer's (``NStepReplay`` has none)."""
+        sequence view: TD errors ``(B, T)``), else the buffer's (``NStepReplay`` has none).
+        Returns :meth:`stats` (the new mass, for the client's next split)."""
         target = self.view if hasattr(self.view, "update_priorities") else self.store
         with self._lock:
             target.update_priorities(ids, priorities)
+            return self._stats()
 
     # ------------------------------------------------------------------ reading
     def stats(self) -> dict[str, Any]:

@@ -222,8 +222,8 @@ class ShardSampling:
             if mine.any():
                 args = (local[mine], pri[mine])
                 sent.append((s, actor.update_priorities.remote(*args), args))
-        for s, ref, args in sent:
-            self._get(s, ref, "update_priorities", args, deadline)
+        for s, ref, args in sent:  # the new masses split the next request
+            self._stats[s] = self._get(s, ref, "update_priorities", args, deadline)
 
 
 GROUPS = {"add": 1, "sample_many": 8}
