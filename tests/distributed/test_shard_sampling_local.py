@@ -107,3 +107,23 @@ def test_the_split_after_update_priorities_follows_the_new_masses(fragment) -> N
     client.update_priorities(ids0, np.full(8, 1e6))  # shard 1: now ~1e-6 of the mass
     batch = client.sample(16)
     assert (batch.ids % 2 == 0).sum() >= 15  # was split by the old masses: ~8 from shard 1
+
+
+def test_the_limiter_counts_under_the_buffer_lock(fragment) -> None:
+    # a checkpoint copies buffer and counters under the buffer lock: counted after it was
+    # released, a checkpoint in between saved the items without their count
+    limiter = SampleToInsertRatio(1.0, 1, 100.0).config()
+    shard = ReplayShard(lambda: ReplayBuffer(64), rate_limiter=limiter)
+    assert shard.limiter is not None
+    locked = []
+    for name in ("record_insert", "record_sample"):
+        real = getattr(shard.limiter, name)
+
+        def record(n: int, real: Any = real) -> None:
+            locked.append(shard._lock.locked())
+            real(n)
+
+        setattr(shard.limiter, name, record)
+    shard.add(fragment(4, 1, 0))
+    shard.sample_many([2])
+    assert locked == [True, True]

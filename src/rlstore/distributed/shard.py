@@ -169,10 +169,9 @@ class ReplayShard:
                 hi = self.store.first_id + len(self.store)
                 self.store.update_priorities(np.arange(hi - k, hi), pri.ravel()[n - k :])
             self.added += n
-            stats = self._stats()
-        if self.limiter is not None and n:
-            self.limiter.record_insert(n)
-        return stats
+            if self.limiter is not None and n:  # under the lock: a checkpoint sees both
+                self.limiter.record_insert(n)
+            return self._stats()
 
     def _check_priorities(self, pri: Any, lead: tuple[int, ...]) -> np.ndarray:
         sampler = getattr(self.store, "_sampler", None)
@@ -243,10 +242,9 @@ class ReplayShard:
             self.limiter.wait_sample(total, self.wait_s, where=self.where)
         with self._lock:
             parts = [self._draw(int(c), beta) if c else None for c in counts]
-            stats = self._stats()
-        if self.limiter is not None and total:
-            self.limiter.record_sample(total)
-        return parts, stats
+            if self.limiter is not None and total:
+                self.limiter.record_sample(total)
+            return parts, self._stats()
 
     def _draw(self, count: int, beta: float | None) -> dict[str, Any]:
         """``count`` items; more than the shard holds are drawn in several calls (a buffer
