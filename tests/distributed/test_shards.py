@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("ray")
 
 from rlstore import ReplayBuffer  # noqa: E402
-from rlstore.distributed import ReplayShards, ShardBatch  # noqa: E402
+from rlstore.distributed import ReplayShards, ShardBatch, ShardUnavailableError  # noqa: E402
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -107,9 +107,13 @@ def test_bad_input_is_rejected_and_changes_nothing(three, fragment) -> None:
         ({"timeout_s": 0}, "timeout_s"),
         ({"max_restarts": -2}, "max_restarts"),
         ({"rate_limiter": {"samples_per_insert": 1}}, "rate_limiter"),
+        ({"checkpoint_dir": 5}, "checkpoint_dir"),  # was 120 s of retries, then a timeout
     ]:
         with pytest.raises(ConfigError, match=match):
             ReplayShards(lambda: ReplayBuffer(8), **kwargs)
+    # a make_buffer that fails in the actors: the error at once, not 120 s of retries
+    with pytest.raises(ShardUnavailableError, match="(?s)constructor.*make_buffer: expected"):
+        ReplayShards(lambda: 3, name="nobuffer")
 
 
 def test_one_shard_draws_what_the_local_buffer_draws(ray_session, fragment) -> None:
@@ -126,5 +130,24 @@ def test_one_shard_draws_what_the_local_buffer_draws(ray_session, fragment) -> N
             np.testing.assert_array_equal(b.ids, want.indices)  # one shard: id * 1 + 0
             for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated"):
                 np.testing.assert_array_equal(getattr(b, k), getattr(want, k).numpy(), err_msg=k)
+    finally:
+        shards.close()
+
+
+def test_adds_blocked_by_the_limiter_leave_threads_to_the_samples(ray_session, fragment) -> None:
+    # more blocked adds than the actor's default threads (8): the samples that unblock them
+    # must still run (they waited behind the adds until every add timed out)
+    from rlstore.distributed import SampleToInsertRatio
+
+    limiter = SampleToInsertRatio(1.0, 1, 1.0)  # inserts wait while diff > 2
+    shards = ReplayShards(lambda: ReplayBuffer(64), name="busy", timeout_s=30.0,
+                          rate_limiter=limiter)  # fmt: skip
+    try:
+        shards.add(fragment(3, 1, 0))  # diff = 3: the next adds wait for samples
+        refs = [shards.add_async(fragment(1, 1, 10 + i)) for i in range(10)]
+        while refs:
+            shards.sample(1)
+            _, refs = ray_session.wait(refs, timeout=0.05)
+        assert shards.size() == 13
     finally:
         shards.close()

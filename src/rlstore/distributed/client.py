@@ -28,6 +28,7 @@ A shard that is gone for good raises :class:`ShardUnavailableError`.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import deque
@@ -41,7 +42,14 @@ from rlstore._checks import check_count, real_number
 from rlstore.distributed._ray import NAMESPACE, require_ray, start_ray
 from rlstore.distributed.rate_limiter import ReplayTimeoutError, SampleToInsertRatio
 from rlstore.distributed.shard import ReplayShard, log
-from rlstore.distributed.shard_sampling import ShardBatch, ShardSampling, _cat, _Request
+from rlstore.distributed.shard_sampling import (
+    GROUPS,
+    ShardBatch,
+    ShardSampling,
+    _cat,
+    _Request,
+    send,
+)
 from rlstore.errors import ConfigError, SpecError
 from rlstore.samplers import make_rng
 
@@ -124,6 +132,8 @@ class ReplayShards(ShardSampling):
         self.num_shards = check_count("num_shards", num_shards, error=ConfigError)
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ConfigError(f"name: expected letters, digits, '_', '.', '-', got {name!r}")
+        if checkpoint_dir is not None and not isinstance(checkpoint_dir, str | os.PathLike):
+            raise ConfigError(f"checkpoint_dir: expected a path or None, got {checkpoint_dir!r}")
         every = real_number("checkpoint_every_s", checkpoint_every_s, 0.0)
         self.timeout_s = real_number("timeout_s", timeout_s, 0.0)
         cpus = real_number("num_cpus", num_cpus, 0.0, expected="a number >= 0")
@@ -141,6 +151,9 @@ class ReplayShards(ShardSampling):
         self.coalesce_items = None
         if rate_limiter is not None:
             self.coalesce_items = int(rate_limiter.error_buffer / rate_limiter.samples_per_insert)
+        if placement is not None and not callable(placement):
+            raise ConfigError(f"placement: expected a function of the shard index, got "
+                              f"{placement!r}")  # fmt: skip
         self.name = name
         self._rng = make_rng(seed)
         ray = require_ray()
@@ -155,10 +168,7 @@ class ReplayShards(ShardSampling):
                 f"name: a shard actor {actor_name!r} exists already; close() the other "
                 "ReplayShards or pick another name"
             )
-        if placement is not None and not callable(placement):
-            raise ConfigError(f"placement: expected a function of the shard index, got "
-                              f"{placement!r}")  # fmt: skip
-        remote = ray.remote(ReplayShard)
+        remote = ray.remote(concurrency_groups=GROUPS)(ReplayShard)
         self._actors = [
             remote.options(
                 name=actor_name, namespace=NAMESPACE, max_restarts=restarts,
@@ -199,6 +209,11 @@ class ReplayShards(ShardSampling):
                     "(timeout_s)"
                 ) from None
             except RayActorError as exc:
+                if exc.actor_init_failed:  # every restart fails the same way: do not retry
+                    raise ShardUnavailableError(
+                        f"{self._where(s)}: the actor failed in its constructor (make_buffer, "
+                        f"or the restore of its checkpoint): {exc.error_msg}"
+                    ) from exc
                 log.warning(
                     "%s: %s failed (%s); re-resolving the actor and sending it again%s",
                     self._where(s), method, type(exc).__name__,
@@ -212,7 +227,7 @@ class ReplayShards(ShardSampling):
                         f"(the actor failed: {type(exc).__name__})"
                     ) from exc
                 time.sleep(0.05)
-                ref = getattr(self._actors[s], method).remote(*args)
+                ref = send(self._actors[s], method, args)
 
     def _resolve(self, s: int, exc: BaseException) -> Any:
         ray = require_ray()
@@ -258,7 +273,7 @@ class ReplayShards(ShardSampling):
         s = self._route(route)
         args = _checked_fragment(fragment)
         deadline = time.monotonic() + self.timeout_s
-        ref = self._actors[s].add.remote(*args)
+        ref = send(self._actors[s], "add", args)
         self._stats[s] = self._get(s, ref, "add", args, deadline)
 
     def add_async(self, fragment: Mapping[str, Any], *, route: int = 0) -> Any:
@@ -268,7 +283,7 @@ class ReplayShards(ShardSampling):
         failed add (a rejected fragment, a dead shard) shows only there; this call does not
         retry.
         """
-        return self._actors[self._route(route)].add.remote(*_checked_fragment(fragment))
+        return send(self._actors[self._route(route)], "add", _checked_fragment(fragment))
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> list[dict[str, Any]]:

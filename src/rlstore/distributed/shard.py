@@ -22,8 +22,9 @@ not for the write. A shard whose folder holds a checkpoint restores it in ``__in
 is what Ray re-runs when it restarts a dead actor: the data added after the last checkpoint are
 lost, and the restore is logged (logger ``rlstore.distributed``).
 
-Concurrency. The actor runs with several threads (Ray's ``max_concurrency``) so that a call the
-rate limiter blocks does not block the calls that would unblock it; every buffer access holds
+Concurrency. The actor runs with several threads, adds and samples in concurrency groups of
+their own (:data:`~rlstore.distributed.shard_sampling.GROUPS`), so that calls the rate limiter
+blocks never take the threads of the calls that would unblock them; every buffer access holds
 one lock.
 """
 
@@ -45,6 +46,7 @@ from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.distributed.rate_limiter import SampleToInsertRatio
 from rlstore.errors import ConfigError, RLStoreError, SpecError
 from rlstore.samplers import PrioritizedSampler
+from rlstore.samplers.prioritized import _power
 
 __all__ = ["ReplayShard", "FRAGMENT_KEYS", "log"]
 
@@ -167,13 +169,13 @@ class ReplayShard:
                 hi = self.store.first_id + len(self.store)
                 self.store.update_priorities(np.arange(hi - k, hi), pri.ravel()[n - k :])
             self.added += n
-            stats = self._stats()
-        if self.limiter is not None and n:
-            self.limiter.record_insert(n)
-        return stats
+            if self.limiter is not None and n:  # under the lock: a checkpoint sees both
+                self.limiter.record_insert(n)
+            return self._stats()
 
     def _check_priorities(self, pri: Any, lead: tuple[int, ...]) -> np.ndarray:
-        if not isinstance(getattr(self.store, "_sampler", None), PrioritizedSampler):
+        sampler = getattr(self.store, "_sampler", None)
+        if not isinstance(sampler, PrioritizedSampler):
             raise ConfigError(
                 f"{self.where}priorities: the buffer samples uniformly; build it with a "
                 "PrioritizedSampler to set initial priorities"
@@ -183,14 +185,22 @@ class ReplayShard:
             raise SpecError(f"priorities: expected shape {lead} like reward, got {p.shape}")
         if not (np.isfinite(p).all() and (p >= 0).all()):
             raise SpecError("priorities: expected finite numbers >= 0, got NaN, inf or < 0")
+        top = _power(p.max(initial=0.0) + sampler.eps, sampler.alpha)
+        if not top <= sampler.tree.max_value:  # checked before extend: the add is refused whole
+            raise SpecError(
+                f"priorities: expected (p + eps)^alpha <= {sampler.tree.max_value:.6g}, got "
+                f"{top} from p = {p.max()}"
+            )
         return p
 
-    def update_priorities(self, ids: np.ndarray, priorities: Any) -> None:
+    def update_priorities(self, ids: np.ndarray, priorities: Any) -> dict[str, Any]:
         """Set priorities of shard-local ids under the lock: ``view.update_priorities`` (a
-        sequence view: TD errors ``(B, T)``), else the buffer's (``NStepReplay`` has none)."""
+        sequence view: TD errors ``(B, T)``), else the buffer's (``NStepReplay`` has none).
+        Returns :meth:`stats` (the new mass, for the client's next split)."""
         target = self.view if hasattr(self.view, "update_priorities") else self.store
         with self._lock:
             target.update_priorities(ids, priorities)
+            return self._stats()
 
     # ------------------------------------------------------------------ reading
     def stats(self) -> dict[str, Any]:
@@ -232,10 +242,9 @@ class ReplayShard:
             self.limiter.wait_sample(total, self.wait_s, where=self.where)
         with self._lock:
             parts = [self._draw(int(c), beta) if c else None for c in counts]
-            stats = self._stats()
-        if self.limiter is not None and total:
-            self.limiter.record_sample(total)
-        return parts, stats
+            if self.limiter is not None and total:
+                self.limiter.record_sample(total)
+            return parts, self._stats()
 
     def _draw(self, count: int, beta: float | None) -> dict[str, Any]:
         """``count`` items; more than the shard holds are drawn in several calls (a buffer

@@ -38,7 +38,7 @@ from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 
-__all__ = ["ShardBatch", "ShardSampling"]
+__all__ = ["GROUPS", "ShardBatch", "ShardSampling", "send"]
 
 _CORE = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NOT_EXTRA = {*_CORE, "ids", "ratio", "beta", "discount", "extras"}
@@ -111,7 +111,7 @@ class ShardSampling:
             )
         counts = self._rng.multinomial(batch_size, masses / masses.sum(), size=k)
         refs = [
-            a.sample_many.remote(counts[:, s].tolist(), beta) if counts[:, s].any() else None
+            send(a, "sample_many", (counts[:, s].tolist(), beta)) if counts[:, s].any() else None
             for s, a in enumerate(self._actors)
         ]
         return _Request(counts, beta, refs)
@@ -197,8 +197,9 @@ class ShardSampling:
         items ``ids`` (from :attr:`ShardBatch.ids`) to their shards.
 
         Raises:
-            SpecError: ids not a 1-D array of ints >= 0, priorities not finite or not of
-                length ``len(ids)`` (nothing is sent); what a shard rejects.
+            SpecError: ids not a 1-D array of ints >= 0, priorities not finite, negative
+                (``(B,)``) or not of length ``len(ids)`` (nothing is sent); what a shard
+                rejects.
         """
         idx = np.asarray(ids)
         if idx.ndim != 1 or idx.dtype.kind not in "iu" or (idx.size and idx.min() < 0):
@@ -210,6 +211,8 @@ class ShardSampling:
                 f"priorities: expected finite numbers of leading length {len(idx)} like ids, "
                 f"got shape {pri.shape}"
             )
+        if pri.ndim == 1 and (pri < 0).any():  # (B, T) TD errors may be negative
+            raise SpecError(f"priorities: expected numbers >= 0, got {pri[pri < 0][0]}")
         idx = idx.astype(np.int64)
         shard, local = idx % self.num_shards, idx // self.num_shards
         deadline = time.monotonic() + self.timeout_s
@@ -219,8 +222,25 @@ class ShardSampling:
             if mine.any():
                 args = (local[mine], pri[mine])
                 sent.append((s, actor.update_priorities.remote(*args), args))
-        for s, ref, args in sent:
-            self._get(s, ref, "update_priorities", args, deadline)
+        for s, ref, args in sent:  # the new masses split the next request
+            self._stats[s] = self._get(s, ref, "update_priorities", args, deadline)
+
+
+GROUPS = {"add": 1, "sample_many": 8}
+"""Ray concurrency groups of the shard actor: the calls the rate limiter may block (adds,
+samples) each get their own threads, so that blocked adds never hold every thread a sample
+(which would unblock them) needs, nor blocked samples those of the adds; the other calls run
+in the default group. Adds run one at a time, in the order they arrive: several adds of one
+sender in flight are stored in the order sent (n-step and sequence views need consecutive
+rows; the limiter admits or holds all adds alike anyway)."""
+
+
+def send(actor: Any, method: str, args: tuple) -> Any:
+    """Call ``method(*args)`` on a shard actor, in its concurrency group (:data:`GROUPS`)."""
+    call = getattr(actor, method)
+    if method in GROUPS:
+        call = call.options(concurrency_group=method)
+    return call.remote(*args)
 
 
 def _cat(values: list[Any]) -> Any:
