@@ -46,7 +46,6 @@ from rlstore.checkpoint import load_state, metadata_file_path, save_state
 from rlstore.distributed.rate_limiter import SampleToInsertRatio
 from rlstore.errors import ConfigError, RLStoreError, SpecError
 from rlstore.samplers import PrioritizedSampler
-from rlstore.samplers.prioritized import _power
 
 __all__ = ["ReplayShard", "FRAGMENT_KEYS", "log"]
 
@@ -185,12 +184,7 @@ class ReplayShard:
             raise SpecError(f"priorities: expected shape {lead} like reward, got {p.shape}")
         if not (np.isfinite(p).all() and (p >= 0).all()):
             raise SpecError("priorities: expected finite numbers >= 0, got NaN, inf or < 0")
-        top = _power(p.max(initial=0.0) + sampler.eps, sampler.alpha)
-        if not top <= sampler.tree.max_value:  # checked before extend: the add is refused whole
-            raise SpecError(
-                f"priorities: expected (p + eps)^alpha <= {sampler.tree.max_value:.6g}, got "
-                f"{top} from p = {p.max()}"
-            )
+        sampler.check_storable(p)  # before extend: the add is refused whole
         return p
 
     def update_priorities(self, ids: np.ndarray, priorities: Any) -> dict[str, Any]:

@@ -211,13 +211,22 @@ class PrioritizedSampler:
             raise SpecError(f"indices: expected ids in [0, {self.hi}) (written), got {bad}")
         if not len(slots):
             return
+        self._check_top(top, p_top)
+        self.tree._set_unique(slots, stored)
+        self.max_priority = max(self.max_priority, raw_max)
+
+    def check_storable(self, priorities: np.ndarray) -> None:
+        """SpecError unless every ``(p + eps)^alpha`` of finite ``priorities >= 0`` fits the
+        sum tree (a caller that stores data before setting its priorities checks first)."""
+        p_top = float(priorities.max(initial=0.0))
+        self._check_top(float(_power(p_top + self.eps, self.alpha)), p_top)
+
+    def _check_top(self, top: float, p_top: float) -> None:
         if not top <= self.tree.max_value:  # inf after the power, or a sum that could overflow
             raise SpecError(
                 f"priorities: expected (p + eps)^alpha <= {self.tree.max_value:.6g}, got "
                 f"{top} from p = {p_top}"
             )
-        self.tree._set_unique(slots, stored)
-        self.max_priority = max(self.max_priority, raw_max)
 
     def state_dict(self) -> dict[str, Any]:
         """The tree's leaves (a copy) and JSON-able scalars (window, counters, RNG state)."""
