@@ -156,23 +156,3 @@ def test_a_senders_fragments_are_stored_in_order(one) -> None:
     b = one.sample_many(1, 200)[0]  # items in insertion order: id = 2 * step + env
     order = np.argsort(b.ids, kind="stable")
     np.testing.assert_array_equal(b.obs[order, 0], b.ids[order] // 2)
-
-
-def test_adds_in_flight_are_stored_in_the_order_sent(ray_session, fragment) -> None:
-    # a sender keeps 2 adds in flight to a shard that does not coalesce: the shard ran them
-    # on several threads, and about 1 in 60 fragments was stored before its predecessor
-    shards = ReplayShards(lambda: ReplayBuffer(1024, num_envs=2), name="order", seed=0,
-                          coalesce_bytes=0)  # fmt: skip
-    try:
-        sender = FragmentSender(shards, 0)
-        assert sender.max_in_flight == 2
-        for i in range(400):
-            sender.push(fragment(1, 2, 2 * i))
-        sender.flush()
-        obs_of = {}
-        for b in shards.sample_many(10, 800):
-            obs_of.update(zip(b.ids.tolist(), b.obs[:, 0].tolist(), strict=True))
-        obs = [obs_of[i] for i in sorted(obs_of)]  # by id: the order stored
-        assert len(obs) > 700 and obs == sorted(obs)
-    finally:
-        shards.close()

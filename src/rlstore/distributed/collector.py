@@ -161,7 +161,8 @@ class Coordinator:
 
 class FragmentSender:
     """One sender's adds to a sink: at most ``max_in_flight`` calls in flight (default: 1 when
-    the sink coalesces, which keeps the fragments in order; else :data:`MAX_IN_FLIGHT`).
+    the sink coalesces, which keeps the fragments in order; else :data:`MAX_IN_FLIGHT`, whose
+    calls Ray may run out of order, rarely: pass 1 where n-step or sequence rows need order).
 
     A fragment pushed while all calls are in flight waits here when the sink coalesces (its
     ``coalesce_bytes``: the most array bytes per call, 0 or absent: one fragment per call; its

@@ -230,9 +230,10 @@ GROUPS = {"add": 1, "sample_many": 8}
 """Ray concurrency groups of the shard actor: the calls the rate limiter may block (adds,
 samples) each get their own threads, so that blocked adds never hold every thread a sample
 (which would unblock them) needs, nor blocked samples those of the adds; the other calls run
-in the default group. Adds run one at a time, in the order they arrive: several adds of one
-sender in flight are stored in the order sent (n-step and sequence views need consecutive
-rows; the limiter admits or holds all adds alike anyway)."""
+in the default group. Adds run one at a time (the limiter admits or holds all adds alike
+anyway), which makes two adds of one sender in flight rarely swap; Ray does not promise the
+order of a threaded actor's calls, so a sender that needs its fragments in order keeps one call
+in flight (``FragmentSender``'s default whenever the shards coalesce)."""
 
 
 def send(actor: Any, method: str, args: tuple) -> Any:
