@@ -431,3 +431,24 @@ def test_the_shared_replay_checkpoint_loader_checks_the_format_and_the_files(tmp
         load_replay_checkpoint(folder, "dqn_", "rlstore.sac/1", cfg, agent, "DQN")
     with pytest.raises(CheckpointError, match="not a readable SAC checkpoint"):
         load_replay_checkpoint(folder, "sac_", "rlstore.sac/1", cfg, agent, "SAC")
+
+
+@pytest.mark.parametrize("learning_starts", [64, 200])
+def test_per_beta_reaches_one_at_the_last_gradient_step(monkeypatch, learning_starts: int) -> None:
+    """beta is annealed over the gradient steps that run: none before ``learning_starts``."""
+    from rlstore.samplers.prioritized import PrioritizedSampler
+
+    used: list[float] = []
+    sample = PrioritizedSampler.sample
+
+    def spy(self: PrioritizedSampler, batch_size: int, beta: Any = None) -> Any:
+        used.append(self.current_beta() if beta is None else beta)
+        return sample(self, batch_size, beta)
+
+    monkeypatch.setattr(PrioritizedSampler, "sample", spy)
+    cfg = _cfg(prioritized=True, per_beta=0.4, learning_starts=learning_starts)
+    train_dqn(cfg)
+    first_train = next(p for p in range(8) if (p + 1) * 50 > learning_starts)
+    assert len(used) == (8 - first_train) * 4 == cfg.dqn.num_training_periods * 4
+    assert used[0] == pytest.approx(0.4)
+    assert used[-1] == pytest.approx(1.0 - 0.6 / len(used))  # one step short of the end: 1

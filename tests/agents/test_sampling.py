@@ -255,3 +255,12 @@ def test_load_rejects_missing_or_foreign_files(tmp_path: Path) -> None:
     save_state(tmp_path / "other", {"x": np.zeros(2)}, prefix="trajectories_")
     with pytest.raises(CheckpointError, match="expected a trajectories file"):
         load_trajectories(tmp_path / "other")
+
+
+def test_a_cpu_agent_leaves_every_cuda_rng_alone(monkeypatch) -> None:
+    """torch.manual_seed would reseed every CUDA device and fork_rng(devices=[]) not restore it."""
+    calls: list[str] = []
+    for name in ("manual_seed", "manual_seed_all"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, name=name: calls.append(name))
+    sample_from_agents([fixed_policy_agent(LOGITS)], 8, num_envs=2, seed=5)
+    assert calls == []

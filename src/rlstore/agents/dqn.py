@@ -184,6 +184,13 @@ class DQNConfig(QLearningConfig):
         """Collection + training periods of the run."""
         return max(1, self.total_timesteps // (self.train_freq * self.num_envs))
 
+    @property
+    def num_training_periods(self) -> int:
+        """Periods that end with gradient steps: those after which more than ``learning_starts``
+        env steps and at least ``batch_size`` transitions were collected."""
+        per, need = self.train_freq * self.num_envs, max(self.learning_starts + 1, self.batch_size)
+        return max(0, self.num_periods - (-(-need // per) - 1))
+
 
 class DQNTrainConfig(AlgorithmTrainConfig):
     """A whole DQN run: ``run``, ``environment`` (Discrete actions; observations: see
@@ -368,7 +375,8 @@ def train_dqn(
             num_periods = dc.num_periods
             sampler = None  # uniform; prioritized: beta annealed to 1 over the gradient steps
             if dc.prioritized:
-                beta = {"start": dc.per_beta, "end": 1.0, "steps": num_periods * dc.gradient_steps}
+                steps = max(1, dc.num_training_periods * dc.gradient_steps)
+                beta = {"start": dc.per_beta, "end": 1.0, "steps": steps}
                 sampler = {"kind": "prioritized", "alpha": dc.per_alpha, "beta": beta,
                            "eps": dc.per_eps}  # fmt: skip
             buffer = ReplayBuffer(dc.buffer_size, num_envs=dc.num_envs, device=rc.device,

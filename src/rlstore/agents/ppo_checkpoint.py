@@ -260,8 +260,11 @@ def restore_training(
 ) -> tuple[int, int, list[dict[str, float]]]:
     """Load a resumable checkpoint into freshly built training objects (in place).
 
-    Everything is checked before the first object changes; the environments are rebuilt by
-    replaying their saved episodes (:func:`rlstore.agents.envs.restore_envs`).
+    The model, optimizer, scheduler, RNG states, log and normalizer are checked before the first
+    object changes; the buffer and rollout state check their parts as they load (all or nothing
+    each), and the environments are rebuilt by replaying their saved episodes
+    (:func:`rlstore.agents.envs.restore_envs`). A failure in those last steps leaves the objects
+    partly restored: discard them, as :func:`~rlstore.agents.ppo.train_ppo` does.
 
     Returns:
         ``(updates_done, next_checkpoint_num, updates_log)``.

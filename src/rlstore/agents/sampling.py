@@ -241,7 +241,8 @@ def sample_from_agents(
         temperature: required by (and only by) ``temperature``.
         k: required by (and only by) ``topk``.
         seed: env i of every agent is reset with ``seed + i``; action sampling uses a torch RNG
-            seeded with ``seed`` (the global torch RNG is restored afterwards).
+            seeded with ``seed`` (the CPU RNG, and the CUDA RNG of a CUDA agent's device: restored
+            afterwards; no other device's RNG is touched).
         environment_config: an ``EnvironmentConfig`` to use for every agent instead of
             ``agent.environment_config``.
 
@@ -284,8 +285,12 @@ def sample_from_agents(
         try:
             buffer = RolloutBuffer(int(rollout_length), int(num_envs), device=agent.device)
             agent.eval()
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
+            cuda = [agent.device] if agent.device.type == "cuda" else []  # the RNGs it uses
+            with torch.random.fork_rng(devices=cuda):
+                torch.random.default_generator.manual_seed(seed)
+                if cuda:  # the agent's device only, restored after
+                    with torch.cuda.device(agent.device):
+                        torch.cuda.manual_seed(seed)
                 writer.start(envs.reset(seed=seed)[0])
                 state = RolloutState.start(agent, envs, seed)  # same seeds: same first obs
                 run_rollout(

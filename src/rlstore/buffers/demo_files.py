@@ -1,6 +1,7 @@
-"""PyTorchRL's ``.npz`` demonstration files (``Observation``, ``Action``, ``Reward``,
-``FrameSkip``): reading (never unpickled), loading as a :class:`~rlstore.buffers.demos.Demo`
-and writing.
+"""Demo files: rlstore's single-demo files (:func:`save_demo`, :func:`load_demo`,
+:func:`list_demos`: safetensors + checksummed sidecar) and PyTorchRL's ``.npz`` demonstration
+files (``Observation``, ``Action``, ``Reward``, ``FrameSkip``): reading (never unpickled),
+loading as a :class:`~rlstore.buffers.demos.Demo` and writing.
 
 ``Observation`` holds ``L`` rows (the observation each action was taken in) or ``L + 1`` (the
 final observation appended, as :func:`save_npz_demo` writes it); ``Action`` and ``Reward`` hold
@@ -22,9 +23,13 @@ from rlstore._checks import check_count
 from rlstore._trees import real_array
 from rlstore.buffers.demo_store import Demo
 from rlstore.checkpoint._atomic import write_text_atomic
+from rlstore.checkpoint._state import load_state, metadata_file_path, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError
 
-__all__ = ["NPZ_FIELDS", "read_npz", "load_npz_demo", "demo_from_arrays", "save_npz_demo"]
+__all__ = [
+    "NPZ_FIELDS", "read_npz", "load_npz_demo", "demo_from_arrays", "save_npz_demo", "save_demo",
+    "load_demo", "list_demos",
+]  # fmt: skip
 
 NPZ_FIELDS: tuple[str, ...] = ("Observation", "Action", "Reward")
 
@@ -121,3 +126,23 @@ def save_npz_demo(
     np.savez(buf, **arrays)  # type: ignore[arg-type]
     write_text_atomic(path, buf.getvalue())
     return path
+
+
+def save_demo(demo: Demo, dirpath: str | os.PathLike[str], name: str) -> Path:
+    """Write one demo as ``<dirpath>/<name>_state.safetensors`` + ``<name>_metadata.json``."""
+    return save_state(dirpath, demo.state(), prefix=f"{name}_", class_name="Demo")
+
+
+def load_demo(dirpath: str | os.PathLike[str], name: str) -> Demo:
+    """Read a demo written by :func:`save_demo` (the store assigns a new ``demo_id``)."""
+    return Demo.from_state(load_state(dirpath, prefix=f"{name}_"))
+
+
+def list_demos(dirpath: str | os.PathLike[str]) -> list[str]:
+    """Sorted names of the demos saved in ``dirpath`` (``[]`` if it does not exist)."""
+    d = Path(dirpath)
+    if not d.is_dir():
+        return []
+    suffix = "_metadata.json"
+    names = [p.name[: -len(suffix)] for p in d.glob(f"*{suffix}")]
+    return sorted(n for n in names if metadata_file_path(d, f"{n}_").is_file())

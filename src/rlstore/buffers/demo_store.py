@@ -42,19 +42,16 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array
-from rlstore.checkpoint._state import load_state, metadata_file_path, save_state
 from rlstore.errors import (
     CapacityError,
     CheckpointError,
@@ -65,8 +62,7 @@ from rlstore.errors import (
 from rlstore.samplers import make_rng, rng_state, set_rng_state
 
 __all__ = [
-    "Demo", "DemoStore", "cut_after_last_positive", "value_demo_probabilities", "save_demo",
-    "load_demo", "list_demos",
+    "Demo", "DemoStore", "cut_after_last_positive", "value_demo_probabilities",
 ]  # fmt: skip
 
 Source = Literal["reward_demo", "value_demo", "env"]
@@ -484,24 +480,3 @@ class DemoStore:
         self.rho, self.phi = rho, phi
         self.reward_threshold, self.max_demo_reward = reward_threshold, max_demo_reward
         self._next_id, self.rng = next_id, rng
-
-
-# ---------------------------------------------------------------------- single-demo files
-def save_demo(demo: Demo, dirpath: str | os.PathLike[str], name: str) -> Path:
-    """Write one demo as ``<dirpath>/<name>_state.safetensors`` + ``<name>_metadata.json``."""
-    return save_state(dirpath, demo.state(), prefix=f"{name}_", class_name="Demo")
-
-
-def load_demo(dirpath: str | os.PathLike[str], name: str) -> Demo:
-    """Read a demo written by :func:`save_demo` (the store assigns a new ``demo_id``)."""
-    return Demo.from_state(load_state(dirpath, prefix=f"{name}_"))
-
-
-def list_demos(dirpath: str | os.PathLike[str]) -> list[str]:
-    """Sorted names of the demos saved in ``dirpath`` (``[]`` if it does not exist)."""
-    d = Path(dirpath)
-    if not d.is_dir():
-        return []
-    suffix = "_metadata.json"
-    names = [p.name[: -len(suffix)] for p in d.glob(f"*{suffix}")]
-    return sorted(n for n in names if metadata_file_path(d, f"{n}_").is_file())
