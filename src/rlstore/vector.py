@@ -150,12 +150,8 @@ class TransitionAdapter:
                     f"{done.tolist()}"
                 )
             next_obs = tree_map(np.array, next_obs)  # copy before patching
-            for i in np.flatnonzero(done):
-                if isinstance(next_obs, dict):
-                    for k in next_obs:
-                        next_obs[k][i] = final[i][k]
-                else:
-                    next_obs[i] = final[i]
+            for i in np.flatnonzero(done):  # every leaf of a Box / Dict / Tuple (nested) obs
+                tree_map(lambda dst, src, i=i: dst.__setitem__(i, src), next_obs, final[i])
         return Transitions(
             obs,
             to_numpy("action", action),
