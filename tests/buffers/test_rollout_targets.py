@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -164,3 +165,8 @@ def test_intrinsic_config_ranges():
         IntrinsicConfig(int_gamma=1.5)
     with pytest.raises(ConfigError, match="int_lam"):
         IntrinsicConfig(int_lam=-0.1)
+    for name in ("ext_coef", "int_coef"):  # inf was accepted and made every advantage inf/NaN
+        for bad in (math.inf, -math.inf, math.nan):
+            with pytest.raises(ConfigError, match=f"{name}: expected a finite number"):
+                IntrinsicConfig(**{name: bad})
+    assert IntrinsicConfig(ext_coef=0, int_coef=-1.5).int_coef == -1.5

@@ -18,6 +18,7 @@ and ``last_int_value``, and the training advantage is ``ext_coef * A_ext + int_c
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +32,8 @@ from rlstore.minibatches import Hidden, Obs, RolloutBatch
 from rlstore.returns import gae, vtrace
 
 __all__ = ["IntrinsicConfig", "successor_values", "gae_targets", "vtrace_targets"]
+
+_FMAX = sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,8 @@ class IntrinsicConfig:
 
     def __post_init__(self) -> None:
         real_number("int_gamma", self.int_gamma, 0.0, 1.0)
-        real_number("ext_coef", self.ext_coef)
-        real_number("int_coef", self.int_coef)
+        for name in ("ext_coef", "int_coef"):  # finite: an inf weight makes every advantage inf
+            real_number(name, getattr(self, name), -_FMAX, _FMAX, expected="a finite number")
         if self.int_lam is not None:
             real_number("int_lam", self.int_lam, 0.0, 1.0)
         if not isinstance(self.normalize_rewards, bool):
