@@ -179,13 +179,21 @@ def collect(
     Args:
         env: a ``gymnasium.vector.VectorEnv``.
         policy: batched ``obs -> actions``; uniform random (seeded by ``seed``) when ``None``.
-        num_steps: vector steps to take.
+        num_steps: vector steps to take, an int >= 0.
         seed: seed passed to ``env.reset``.
+
+    Raises:
+        CapacityError: ``num_steps`` is not an int >= 0 (raised here, before ``env`` is reset).
     """
+    steps = check_count("num_steps", num_steps, minimum=0)  # not 2.5 -> 2, "3" or True
+    return _collect(env, policy, steps, seed)
+
+
+def _collect(env: Any, policy: Any, num_steps: int, seed: int | None) -> Iterator[Transitions]:
     adapter = TransitionAdapter.from_env(env)
     act = policy if policy is not None else _random_policy(env, seed)
     obs, _ = env.reset(seed=seed)
-    for _ in range(int(num_steps)):
+    for _ in range(num_steps):
         action = act(obs)
         next_obs, reward, term, trunc, info = env.step(action)
         tr = adapter.step(obs, action, reward, term, trunc, info, next_obs)
