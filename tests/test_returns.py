@@ -482,6 +482,13 @@ def test_torch_inputs_with_grad_and_non_contiguous_views() -> None:
     ref = gae_reference(r, v, nv, te, tr)
     np.testing.assert_allclose(adv.numpy(), ref[0])
     assert not adv.requires_grad
+    # normalize_advantages too (its output kept the autograd graph of adv)
+    a = torch.tensor(ref[0], requires_grad=True)
+    for mask in (None, torch.tensor(ref[0] > 0)):
+        out = normalize_advantages(a, mask=mask)
+        assert not out.requires_grad and out.grad_fn is None
+        expect = normalize_advantages_reference(ref[0], mask=None if mask is None else mask.numpy())
+        np.testing.assert_allclose(out.numpy(), expect, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("np_dtype", [np.float32, np.float64])
