@@ -262,7 +262,8 @@ def vtrace(
     )
     vs = np.empty_like(r)
     pg = np.subtract(tl, bl)  # holds the ratios, then (in place) the PG advantages
-    np.exp(pg, out=pg)
+    with np.errstate(over="ignore"):  # a log-ratio > 88 is inf in float32: clipped, not a warning
+        np.exp(pg, out=pg)
     s = r.dtype.type
     _k().vtrace_kernel(pg, r, v, nv, te, tr, s(g), s(lm), s(rb), s(cb), s(pb), vs, pg)
     return out(vs, shape), out(pg, shape)
