@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlstore.errors import ConfigError, EmptyBufferError
+from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.minibatches import (
     RolloutBatch,
     column_index_plan,
@@ -86,6 +86,37 @@ def test_segment_bounds_and_sequence_plan_by_hand():
     assert t0.tolist() == [0, 2, 3, 4, 6]
     assert length.tolist() == [2, 1, 1, 2, 1]
     assert env.tolist() == [0] * 5
+
+
+def test_public_plans_validate_their_arguments():
+    """Were unchecked: seq_len=0 made empty chunks (with a numpy warning), 2.5 fractional ones,
+    0.5 flags counted as done, a 1-D or empty dones raised numpy errors, column_index_plan(2.5)
+    gave float indices and flat_index_plan(4.0) an AxisError."""
+    dones = np.array([[0, 1], [1, 0], [0, 0]])
+    for bad in (0, 2.5, True, "2"):
+        with pytest.raises(ConfigError, match="seq_len: expected an int >= 1"):
+            sequence_plan(dones, bad)
+    bad_dones = [
+        (np.full((3, 2), 0.5), "got a value 0.5"),
+        (np.zeros(3), r"\(T, N\)"),
+        (np.zeros((0, 2), bool), r"T >= 1, got \(0, 2\)"),
+        ({"a": 1}, "dict"),
+    ]
+    for bad, match in bad_dones:
+        with pytest.raises(SpecError, match=f"dones: expected.*{match}"):
+            segment_bounds(bad)
+    # 0/1 numbers and tensors are flags like bools
+    for like in (dones.astype(np.float32), torch.as_tensor(dones)):
+        for got, want in zip(
+            sequence_plan(like, 2), sequence_plan(dones.astype(bool), 2), strict=True
+        ):
+            np.testing.assert_array_equal(got, want)
+    with pytest.raises(ConfigError, match="num_steps: expected an int >= 1, got 2.5"):
+        list(column_index_plan(2.5, 2, num_minibatches=1))
+    with pytest.raises(ConfigError, match="num_envs: expected an int >= 0, got 2.0"):
+        list(column_index_plan(2, 2.0, num_minibatches=1))
+    with pytest.raises(ConfigError, match="total: expected an int >= 0, got 4.0"):
+        list(flat_index_plan(4.0, num_minibatches=2))
 
 
 def test_flat_minibatches_cover_each_step_once_per_epoch_and_gather_rows():

@@ -158,14 +158,31 @@ def test_discounted_return_with_dones_restarts_at_episode_ends() -> None:
     assert float(hand.rms.var) == pytest.approx(0.25)
 
 
+def test_discounted_return_dones_may_be_tensors_or_0_1_numbers() -> None:
+    """dones went through np.asarray: a CUDA tensor raised numpy's TypeError, 0/1 numbers (the
+    flags every other rlstore function takes) a SpecError."""
+    rng = np.random.default_rng(5)
+    r, d = rng.normal(size=(6, 2)), rng.random((6, 2)) < 0.4
+    ref = DiscountedReturnNormalizer(0.9)
+    ref.update(r, d)
+    for dones in (torch.from_numpy(d), d.astype(np.float32), torch.from_numpy(d).int()):
+        norm = DiscountedReturnNormalizer(0.9)
+        norm.update(r, dones)
+        np.testing.assert_array_equal(norm.returns, ref.returns)
+        np.testing.assert_array_equal(norm.rms.var, ref.rms.var)
+
+
 def test_discounted_return_rejected_updates_change_nothing() -> None:
     norm = DiscountedReturnNormalizer(0.9)
     norm.update(np.ones((2, 2)))
     before = norm.state_dict()
-    with pytest.raises(SpecError, match=r"dones: expected bool of shape \(3, 2\)"):
+    with pytest.raises(SpecError, match=r"dones: expected bool or 0/1 flags of shape \(3, 2\)"):
         norm.update(np.ones((3, 2)), np.zeros((3, 1), bool))
-    with pytest.raises(SpecError, match="dones: expected bool"):
-        norm.update(np.ones((3, 2)), np.zeros((3, 2)))
+    with pytest.raises(SpecError, match="dones: expected bool or 0/1 flags, got a value 0.5"):
+        norm.update(np.ones((3, 2)), np.full((3, 2), 0.5))
+    meta = torch.zeros(3, 2, dtype=torch.bool, device="meta")  # like CUDA: not numpy-viewable
+    with pytest.raises(SpecError, match="dones: expected a tensor with data"):
+        norm.update(np.ones((3, 2)), meta)
     with pytest.raises(SpecError, match="variance fits float64"):
         norm.update(np.array([[1e300, -1e300], [1e300, -1e300]]))  # overflowing std update
     after = norm.state_dict()

@@ -364,6 +364,21 @@ def test_vtrace_nan_log_prob_propagates_instead_of_being_clipped(which: str, bar
         assert np.isnan(pg[2]) and np.isfinite(pg[3])
 
 
+def test_vtrace_float32_ratio_overflow_is_clipped_without_a_warning() -> None:
+    # exp(100) overflows float32: numpy's RuntimeWarning (an error under -W error) escaped,
+    # though the clipped result rho_bar is exact
+    rng = np.random.default_rng(8)
+    r, v, nv = (rng.normal(size=(5, 2)) for _ in range(3))
+    f = np.zeros((5, 2), dtype=bool)
+    bl, tl = np.zeros((5, 2)), rng.normal(size=(5, 2))
+    tl[1, 0], tl[3, 1] = 100.0, 95.0  # ratios e^100, e^95: inf in float32, clipped to 1
+    args32 = [x.astype(np.float32) for x in (bl, tl, r, v, nv)]
+    vs, pg = vtrace(*args32, f, f, gamma=0.9, lam=0.8)  # filterwarnings = error
+    ref_vs, ref_pg = vtrace_reference(bl, tl, r, v, nv, f, f, gamma=0.9, lam=0.8)
+    np.testing.assert_allclose(vs, ref_vs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(pg, ref_pg, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("flag", ["terminated", "truncated"])
 def test_splitting_a_trajectory_at_an_episode_end_changes_nothing(flag: str) -> None:
     rng = np.random.default_rng(7)
@@ -482,6 +497,13 @@ def test_torch_inputs_with_grad_and_non_contiguous_views() -> None:
     ref = gae_reference(r, v, nv, te, tr)
     np.testing.assert_allclose(adv.numpy(), ref[0])
     assert not adv.requires_grad
+    # normalize_advantages too (its output kept the autograd graph of adv)
+    a = torch.tensor(ref[0], requires_grad=True)
+    for mask in (None, torch.tensor(ref[0] > 0)):
+        out = normalize_advantages(a, mask=mask)
+        assert not out.requires_grad and out.grad_fn is None
+        expect = normalize_advantages_reference(ref[0], mask=None if mask is None else mask.numpy())
+        np.testing.assert_allclose(out.numpy(), expect, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("np_dtype", [np.float32, np.float64])

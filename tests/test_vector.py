@@ -118,6 +118,34 @@ def test_same_step_patches_dict_observations() -> None:
         assert tr.next_obs["img"].dtype == np.uint8
 
 
+class NestedObs(gym.ObservationWrapper):
+    """CountEnv's observation as a Tuple holding a Dict: ``(vec, {"t": vec[2:]})``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        t = gym.spaces.Dict({"t": gym.spaces.Box(-1e6, 1e6, (1,), np.float32)})
+        self.observation_space = gym.spaces.Tuple((env.observation_space, t))
+
+    def observation(self, obs):
+        return (obs, {"t": obs[2:]})
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_tuple_and_nested_dict_observations_get_their_final_observation(mode) -> None:
+    """SAME_STEP used to raise TypeError on a Tuple observation and, for a Dict inside a Dict,
+    to keep the reset observation and add the final one under int keys."""
+    fns = [lambda i=i: NestedObs(TimeLimit(CountEnv(i, 3), max_episode_steps=10)) for i in (0, 1)]
+    env = SyncVectorEnv(fns, autoreset_mode=mode)
+    steps = list(collect(env, None, 8, seed=0))
+    env.close()
+    assert sum(int(tr.terminated.sum()) for tr in steps) >= 2
+    for tr in steps:
+        v = tr.valid
+        np.testing.assert_array_equal(tr.next_obs[0][v, 2], tr.obs[0][v, 2] + 1)
+        np.testing.assert_array_equal(tr.next_obs[1]["t"][:, 0], tr.next_obs[0][:, 2])
+        assert list(tr.next_obs[1]) == ["t"]
+
+
 def test_adapter_errors() -> None:
     with pytest.raises(ConfigError, match="mode"):
         TransitionAdapter("sometimes", 2)
@@ -164,6 +192,12 @@ def test_counts_are_ints_not_bools() -> None:
 
     with pytest.raises(CapacityError, match="num_envs"):
         TransitionAdapter(AutoresetMode.SAME_STEP, True)
+    env = make_vec(AutoresetMode.SAME_STEP)
+    for bad in (2.5, "3", True, -1):  # were int()-ed: 2.5 took 2 steps, "3" three
+        with pytest.raises(CapacityError, match="num_steps: expected an int >= 0"):
+            collect(env, None, bad)
+    assert len(list(collect(env, None, np.int64(0)))) == 0
+    env.close()
     buf = ReplayBuffer(16)
     for kwargs, named in (({"n_samples": True}, "n_samples"), ({"n_samples": "8"}, "n_samples"),
                           ({"n_samples": 8, "num_envs": True}, "num_envs")):  # fmt: skip

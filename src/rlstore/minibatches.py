@@ -46,9 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._trees import tree_map
-from rlstore.errors import ConfigError, EmptyBufferError
+from rlstore._checks import check_count
+from rlstore._trees import to_numpy, tree_map
+from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.returns import normalize_advantages
+from rlstore.returns._io import _check_flags
 from rlstore.rollout_records import Hidden as Hidden
 from rlstore.rollout_records import Minibatch, RolloutBatch, TrajectoryMinibatch
 from rlstore.rollout_records import Obs as Obs
@@ -179,6 +181,11 @@ def _positive_int(name: str, value: Any, *, allow_none: bool = False) -> Any:
     return int(value)
 
 
+def _count(name: str, value: Any) -> int:
+    """An int ``>= 0`` (numpy ints accepted; bools, floats and strings rejected)."""
+    return check_count(name, value, minimum=0, error=ConfigError)
+
+
 def _check_epochs(num_epochs: int) -> None:
     _positive_int("num_epochs", num_epochs)
 
@@ -197,17 +204,24 @@ def _require_returns(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return batch.advantages, batch.returns
 
 
-def segment_bounds(dones: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def segment_bounds(dones: Any) -> tuple[np.ndarray, np.ndarray]:
     """First and last time index of the episode segment of every step.
 
     Args:
-        dones: ``(T, N)`` bool, ``terminated | truncated`` (transition-aligned).
+        dones: ``(T, N)`` bool (or 0/1 numbers, an array or a tensor on any device), ``T >= 1``:
+            ``terminated | truncated`` (transition-aligned).
 
     Returns:
         ``(start, end)``, both ``(T, N)`` int64: ``start[t, n] <= t <= end[t, n]`` and no step in
         ``start..end`` other than ``end`` is done.
+
+    Raises:
+        SpecError: ``dones`` is not a ``(T, N)`` array of flags with ``T >= 1``.
     """
-    dones = np.asarray(dones, dtype=bool)
+    dones = to_numpy("dones", dones)
+    if dones.ndim != 2 or not dones.shape[0]:
+        raise SpecError(f"dones: expected shape (T, N) with T >= 1, got {dones.shape}")
+    dones = _check_flags("dones", dones)  # not 0.5 -> True
     T, N = dones.shape
     t_idx = np.broadcast_to(np.arange(T, dtype=np.int64)[:, None], (T, N))
     starts = np.zeros((T, N), dtype=bool)
@@ -220,17 +234,18 @@ def segment_bounds(dones: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return start, end_rev[::-1].copy()
 
 
-def sequence_plan(dones: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sequence_plan(dones: Any, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut every episode segment of every env column into chunks of at most ``seq_len`` steps.
 
     Args:
-        dones: ``(T, N)`` bool.
-        seq_len: maximum chunk length, >= 1.
+        dones: ``(T, N)`` flags, as :func:`segment_bounds` takes them.
+        seq_len: maximum chunk length, an int >= 1 (:class:`ConfigError` otherwise).
 
     Returns:
         ``(t0, env, length)``, each ``(S,)`` int64, ordered by env then time: chunk ``s`` covers
         steps ``t0[s] .. t0[s] + length[s] - 1`` of column ``env[s]``.
     """
+    seq_len = _positive_int("seq_len", seq_len)  # 0 made empty chunks, 2.5 fractional ones
     start, end = segment_bounds(dones)
     T, N = start.shape
     # a chunk starts at each segment start and every seq_len steps after it
@@ -265,7 +280,7 @@ def flat_index_plan(
     _check_epochs(num_epochs)
     _check_flag("shuffle", shuffle)
     size = resolve_minibatch_size(
-        total, num_minibatches=num_minibatches, mini_batch_size=mini_batch_size
+        _count("total", total), num_minibatches=num_minibatches, mini_batch_size=mini_batch_size
     )
     for _ in range(num_epochs):
         perm = _permutation(total, rng, shuffle)
@@ -289,8 +304,12 @@ def column_index_plan(
     """
     _check_epochs(num_epochs)
     _check_flag("shuffle", shuffle)
+    num_steps = _positive_int("num_steps", num_steps)  # 2.5 made float indices
     per = resolve_minibatch_size(
-        num_envs, num_minibatches=num_minibatches, mini_batch_size=None, what="env columns"
+        _count("num_envs", num_envs),
+        num_minibatches=num_minibatches,
+        mini_batch_size=None,
+        what="env columns",
     )
     cols = torch.arange(num_steps, device=device)[:, None] * num_envs
     for _ in range(num_epochs):
@@ -400,9 +419,8 @@ def recurrent_minibatches(
             mask = torch.ones(flat_idx.shape, dtype=torch.bool, device=device)
             yield _sequence_minibatch(batch, flat_idx, mask, normalize)
         return
-    seq_len = _positive_int("seq_len", seq_len)
     num_minibatches = _positive_int("num_minibatches", num_minibatches)
-    t0, env, length = sequence_plan(batch.dones.cpu().numpy(), seq_len)
+    t0, env, length = sequence_plan(batch.dones, seq_len)
     S = len(t0)
     if num_minibatches > S:
         raise ConfigError(
@@ -447,7 +465,7 @@ def trajectory_minibatches(
     T, N = batch.num_steps, batch.num_envs
     total = T * N
     size = resolve_minibatch_size(total, num_minibatches=None, mini_batch_size=mini_batch_size)
-    start, end = segment_bounds(batch.dones.cpu().numpy())
+    start, end = segment_bounds(batch.dones)
     flat_start, flat_end = start.reshape(-1), end.reshape(-1)
     device = batch.rewards.device
     offs = np.arange(timesteps, dtype=np.int64) - (timesteps - 1)  # (W,): -(W-1) .. 0

@@ -22,8 +22,9 @@ import numpy as np
 import torch
 
 from rlstore._checks import check_count, check_keys, real_number
-from rlstore._trees import as_tensor, check_real
+from rlstore._trees import as_tensor, check_real, to_numpy
 from rlstore.errors import CheckpointError, RLStoreError, SpecError
+from rlstore.returns._io import _check_flags
 
 __all__ = ["RunningMeanStd", "DiscountedReturnNormalizer"]
 
@@ -232,19 +233,21 @@ class DiscountedReturnNormalizer:
     def update(self, rewards: Any, dones: Any = None) -> None:
         """Advance the per-env discounted sums over ``rewards`` and update the running std.
 
-        ``dones`` (bool, shaped like ``rewards``; default: never) makes the sums episodic, as in
-        Stable-Baselines3's ``VecNormalize``: ``R_n`` is reset to 0 after a step with
-        ``dones[t, n]`` (that step's sum still counts)."""
+        ``dones`` (bool or 0/1 numbers shaped like ``rewards``, an array or a tensor on any
+        device; default: never) makes the sums episodic, as in Stable-Baselines3's
+        ``VecNormalize``: ``R_n`` is reset to 0 after a step with ``dones[t, n]`` (that step's
+        sum still counts)."""
         r = self._as_2d(rewards)
         T, N = r.shape
-        d = None if dones is None else np.asarray(dones)
+        d = None if dones is None else to_numpy("dones", dones)  # tensors on any device
         if d is not None:
             d = d[:, None] if d.ndim == 1 else d
-            if d.dtype != np.bool_ or d.shape != r.shape:
+            if d.shape != r.shape:
                 raise SpecError(
-                    f"dones: expected bool of shape {r.shape} like rewards, got "
+                    f"dones: expected bool or 0/1 flags of shape {r.shape} like rewards, got "
                     f"{d.dtype} of shape {d.shape}"
                 )
+            d = _check_flags("dones", d)
         ret = np.zeros(N) if self.returns is None else self.returns.copy()
         sums = np.empty_like(r)
         for t in range(T):  # vectorized over envs; T is a rollout length

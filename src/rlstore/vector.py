@@ -150,12 +150,8 @@ class TransitionAdapter:
                     f"{done.tolist()}"
                 )
             next_obs = tree_map(np.array, next_obs)  # copy before patching
-            for i in np.flatnonzero(done):
-                if isinstance(next_obs, dict):
-                    for k in next_obs:
-                        next_obs[k][i] = final[i][k]
-                else:
-                    next_obs[i] = final[i]
+            for i in np.flatnonzero(done):  # every leaf of a Box / Dict / Tuple (nested) obs
+                tree_map(lambda dst, src, i=i: dst.__setitem__(i, src), next_obs, final[i])
         return Transitions(
             obs,
             to_numpy("action", action),
@@ -183,13 +179,21 @@ def collect(
     Args:
         env: a ``gymnasium.vector.VectorEnv``.
         policy: batched ``obs -> actions``; uniform random (seeded by ``seed``) when ``None``.
-        num_steps: vector steps to take.
+        num_steps: vector steps to take, an int >= 0.
         seed: seed passed to ``env.reset``.
+
+    Raises:
+        CapacityError: ``num_steps`` is not an int >= 0 (raised here, before ``env`` is reset).
     """
+    steps = check_count("num_steps", num_steps, minimum=0)  # not 2.5 -> 2, "3" or True
+    return _collect(env, policy, steps, seed)
+
+
+def _collect(env: Any, policy: Any, num_steps: int, seed: int | None) -> Iterator[Transitions]:
     adapter = TransitionAdapter.from_env(env)
     act = policy if policy is not None else _random_policy(env, seed)
     obs, _ = env.reset(seed=seed)
-    for _ in range(int(num_steps)):
+    for _ in range(num_steps):
         action = act(obs)
         next_obs, reward, term, trunc, info = env.step(action)
         tr = adapter.step(obs, action, reward, term, trunc, info, next_obs)

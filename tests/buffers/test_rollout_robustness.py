@@ -130,13 +130,19 @@ def filled(seed: int = 0) -> RolloutBuffer:
     return rb
 
 
+_DELETE = object()
+
+
 def _set(sd: dict, path: str, value: Any) -> dict:
     sd = copy.deepcopy(sd)
     *head, last = path.split("/")
     node = sd
     for k in head:
         node = node[k]
-    node[last] = value
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[last] = value
     return sd
 
 
@@ -161,6 +167,13 @@ CORRUPT = [
     ("results/int_returns", torch.zeros(3, N)),  # no intrinsic stream
     ("next_episode_time", torch.zeros(N + 1, dtype=torch.int64)),
     ("config/num_envs", 3),
+    # loaded, then get() raised a TypeError / claimed an empty buffer / add wrote final_obs into a
+    # dict key: the fields of the first add and the final_obs layout are checked
+    ("data/actions", _DELETE),
+    ("data/obs", _DELETE),
+    ("hidden_given", None),
+    ("data/final_obs", torch.zeros(4, N, 7)),
+    ("data/final_obs", {"x": torch.zeros(4, N, 3)}),
 ]
 
 
@@ -176,6 +189,27 @@ def test_load_state_dict_is_all_or_nothing_and_raises_only_checkpoint_error(path
     a = [mb.indices for mb in dst.minibatches(num_minibatches=2)]
     b = [mb.indices for mb in draws_before.minibatches(num_minibatches=2)]
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))  # RNG untouched
+
+
+def test_loaded_final_obs_keys_follow_the_obs_key_order():
+    """final_obs leaves are written in obs's key order: a checkpoint whose final_obs dict came
+    back in another order used to swap same-shaped keys silently."""
+
+    def step(a: float, b: float) -> dict[str, Any]:
+        fo = {"a": torch.full((N, 2), a), "b": torch.full((N, 2), b)}
+        obs = {"a": torch.zeros(N, 2), "b": torch.zeros(N, 2)}
+        return good(obs=obs, truncated=torch.ones(N, dtype=torch.bool), final_obs=fo,
+                    final_value=torch.zeros(N))  # fmt: skip
+
+    src = RolloutBuffer(4, N)
+    src.add(**step(1.0, 2.0))
+    sd = src.state_dict()
+    sd["data"]["final_obs"] = dict(reversed(sd["data"]["final_obs"].items()))
+    dst = RolloutBuffer(4, N)
+    dst.load_state_dict(sd)
+    dst.add(**step(3.0, 4.0))
+    fo = dst.get().final_obs
+    assert fo["a"][:, 0, 0].tolist() == [1.0, 3.0] and fo["b"][:, 0, 0].tolist() == [2.0, 4.0]
 
 
 def test_load_state_dict_round_trip_uses_the_rng_state_helpers():

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
+from rlstore import checkpoint
+from rlstore.buffers.rollout import RolloutBuffer
 from rlstore.buffers.rollout_targets import (
     IntrinsicConfig,
     gae_targets,
@@ -159,8 +163,24 @@ def test_vtrace_targets_rejects_bad_evaluate_outputs():
         vtrace_targets(b, lambda o, a, h: (b.logprobs, b.values[:, 0]), torch.zeros(2), gamma=0.9)
 
 
-def test_intrinsic_config_ranges():
+def test_intrinsic_config_ranges(tmp_path):
     with pytest.raises(ConfigError, match="int_gamma"):
         IntrinsicConfig(int_gamma=1.5)
     with pytest.raises(ConfigError, match="int_lam"):
         IntrinsicConfig(int_lam=-0.1)
+    for name in ("ext_coef", "int_coef"):  # inf was accepted and made every advantage inf/NaN
+        for bad in (math.inf, -math.inf, math.nan):
+            with pytest.raises(ConfigError, match=f"{name}: expected a finite number"):
+                IntrinsicConfig(**{name: bad})
+    assert IntrinsicConfig(ext_coef=0, int_coef=-1.5).int_coef == -1.5
+    # numpy scalars / 0-d tensors are stored as floats: they were kept, and checkpoint.save
+    # refused the buffer's config
+    cfg = IntrinsicConfig(
+        int_gamma=np.float32(0.5), ext_coef=torch.tensor(2.0), int_lam=np.int64(1)
+    )
+    assert [type(getattr(cfg, k)) for k in ("int_gamma", "ext_coef", "int_lam")] == [float] * 3
+    assert (cfg.int_gamma, cfg.ext_coef, cfg.int_lam) == (0.5, 2.0, 1.0)
+    rb = RolloutBuffer(2, 1, intrinsic=cfg)
+    json.dumps(rb.config())
+    back = checkpoint.load(checkpoint.save(rb, tmp_path).parent)
+    assert back.intrinsic == cfg

@@ -25,6 +25,7 @@ from rlstore._checks import real_number
 from rlstore._trees import (
     as_tensor,
     check_real,
+    flat_items,
     tree_from_state,
     tree_leaves,
     tree_map,
@@ -452,6 +453,20 @@ def stage_rollout_state(
         )
     if (hidden_given is True) != ("hidden" in data):
         raise CheckpointError(f"hidden_given={hidden_given!r} disagrees with the stored data")
+    added = "obs" in data  # the first add allocates obs and actions and sets hidden_given
+    if ("actions" in data) != added or (hidden_given is None) == added or (pos and not added):
+        raise CheckpointError(
+            f"data: expected obs, actions and a bool hidden_given once a step was added, got "
+            f"pos={pos}, {sorted({'obs', 'actions'} & set(data))}, hidden_given={hidden_given!r}"
+        )
+    if "final_obs" in data:  # written leaf by leaf in obs's order: same keys, shapes, dtypes
+        fo, obs = data["final_obs"], data.get("obs")
+        if isinstance(fo, dict) and isinstance(obs, dict):
+            data["final_obs"] = fo = {k: fo[k] for k in obs if k in fo} | fo
+        if _layout(fo) != _layout(obs):
+            raise CheckpointError(
+                f"data.final_obs: expected {_layout(obs)} like obs, got {_layout(fo)}"
+            )
     for k, v in data.items():
         for leaf in tree_leaves(v):
             _check_state_leaf(f"data.{k}", leaf, (T, N), fixed.get(k))
@@ -487,6 +502,14 @@ def stage_rollout_state(
         "normalizer": new_normalizer,
         "rng": rng,
     }
+
+
+def _layout(tree: Any) -> list[tuple[str, tuple[int, ...], Any]]:
+    """``(key path, shape, dtype)`` of every leaf of a stored tree, in order."""
+    return [
+        (k, tuple(getattr(x, "shape", ())), getattr(x, "dtype", type(x)))
+        for k, x in flat_items(tree).items()
+    ]
 
 
 def _check_state_leaf(name: str, x: Any, lead: tuple[int, ...], dtype: torch.dtype | None) -> None:

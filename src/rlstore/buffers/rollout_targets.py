@@ -18,6 +18,7 @@ and ``last_int_value``, and the training advantage is ``ext_coef * A_ext + int_c
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +32,8 @@ from rlstore.minibatches import Hidden, Obs, RolloutBatch
 from rlstore.returns import gae, vtrace
 
 __all__ = ["IntrinsicConfig", "successor_values", "gae_targets", "vtrace_targets"]
+
+_FMAX = sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,15 @@ class IntrinsicConfig:
     normalize_rewards: bool = True
 
     def __post_init__(self) -> None:
-        real_number("int_gamma", self.int_gamma, 0.0, 1.0)
-        real_number("ext_coef", self.ext_coef)
-        real_number("int_coef", self.int_coef)
-        if self.int_lam is not None:
-            real_number("int_lam", self.int_lam, 0.0, 1.0)
+        # kept as Python floats: a numpy scalar or 0-d tensor made config() unsaveable
+        ranges = {"int_gamma": (0.0, 1.0), "int_lam": (0.0, 1.0)}
+        for name in ("int_gamma", "ext_coef", "int_coef", "int_lam"):
+            value = getattr(self, name)
+            if value is None and name == "int_lam":
+                continue
+            low, high = ranges.get(name, (-_FMAX, _FMAX))  # finite coefs: inf made advantages inf
+            expected = None if name in ranges else "a finite number"
+            object.__setattr__(self, name, real_number(name, value, low, high, expected=expected))
         if not isinstance(self.normalize_rewards, bool):
             raise ConfigError(f"normalize_rewards: expected a bool, got {self.normalize_rewards!r}")
 

@@ -262,7 +262,8 @@ def vtrace(
     )
     vs = np.empty_like(r)
     pg = np.subtract(tl, bl)  # holds the ratios, then (in place) the PG advantages
-    np.exp(pg, out=pg)
+    with np.errstate(over="ignore"):  # a log-ratio > 88 is inf in float32: clipped, not a warning
+        np.exp(pg, out=pg)
     s = r.dtype.type
     _k().vtrace_kernel(pg, r, v, nv, te, tr, s(g), s(lm), s(rb), s(cb), s(pb), vs, pg)
     return out(vs, shape), out(pg, shape)
@@ -322,7 +323,8 @@ def normalize_advantages(adv: ArrayT, *, mask: ArrayT | None = None, eps: float 
         eps: added to the std, finite and ``>= 0``.
 
     Returns:
-        Normalized advantages, same shape, type, dtype and device as ``adv``.
+        Normalized advantages, same shape, type, dtype and device as ``adv``, without autograd
+        history.
     """
     e = _check_eps("eps", eps)
     if isinstance(adv, torch.Tensor):
@@ -341,7 +343,8 @@ def _mask_like(shape: Any, mask: Any) -> np.ndarray:
 def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
     if not adv.is_floating_point():
         raise SpecError(f"adv: expected a floating-point dtype, got {adv.dtype}")
-    x = adv if adv.dtype in (torch.float32, torch.float64) else adv.float()  # half: in float32
+    x = adv.detach()  # a constant like every estimator output: no autograd history
+    x = x if x.dtype in (torch.float32, torch.float64) else x.float()  # half: in float32
     if mask is None:
         if adv.numel() == 0:
             raise SpecError("adv: expected at least one element, got an empty array")

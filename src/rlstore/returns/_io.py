@@ -195,7 +195,7 @@ def _check_flags(name: str, f: np.ndarray) -> np.ndarray:
         raise SpecError(f"{name}: expected bool or 0/1 flags, got dtype {f.dtype}")
     ok = (f == 0) | (f == 1)
     if not ok.all():
-        bad = f[~ok].ravel()[0]
+        bad = f[~ok].ravel()[0].item()  # 0.5, not np.float64(0.5)
         raise SpecError(f"{name}: expected bool or 0/1 flags, got a value {bad!r}")
     return f != 0
 
