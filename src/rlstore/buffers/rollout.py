@@ -48,13 +48,13 @@ from rlstore._trees import (
     tree_map,
     tree_to_state,
 )
+from rlstore.buffers._rollout_state import stage_rollout_state
 from rlstore.buffers.rollout_checks import (
     FLAGS,
     TREES,
     AdvNorm,
     StepChecker,
     check_rollout_args,
-    stage_rollout_state,
 )
 from rlstore.buffers.rollout_minibatches import RolloutMinibatches
 from rlstore.buffers.rollout_targets import IntrinsicConfig, gae_targets, vtrace_targets
