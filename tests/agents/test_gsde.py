@@ -253,7 +253,7 @@ def test_a_run_config_from_before_gsde_loads_without_it() -> None:
         (LSTMModelConfig(), {"use_sde": True}, "online.use_sde: an option of the fc agent"),
         (TransformerModelConfig(), {"use_sde": True}, "online.use_sde: .*TransformerModelConfig"),
         (LSTMModelConfig(), {"ortho_init": False}, "online.ortho_init: .*lstm.ortho_init"),
-        (None, {"use_sde": True}, "use_sde: expected a Box action space"),
+        (None, {"use_sde": True}, r"sde \(online.use_sde\): expected a Box action space"),
     ],
 )
 def test_agents_that_refuse_gsde(model, online: dict, match: str) -> None:
@@ -295,7 +295,7 @@ def test_mountain_car_continuous_config_has_rl_zoo_settings() -> None:
         o = ppo.load_config(f).online
     assert (o.num_envs, o.num_steps, o.minibatch_size, o.update_epochs) == (1, 8, 8, 10)
     assert (o.gamma, o.gae_lambda, o.ent_coef, o.learning_rate) == (0.9999, 0.9, 0.00429, 7.77e-5)
-    assert (o.clip_coef, o.vf_coef, o.max_grad_norm, o.total_timesteps) == (0.1, 0.19, 5, 20_000)
+    assert (o.clip_coef, o.vf_coef, o.max_grad_norm, o.total_timesteps) == (0.1, 0.38, 5, 20_000)
     assert not o.decay_lr and not o.clip_vloss and o.normalize_obs and o.normalize_reward
     assert (o.use_sde, o.sde_sample_freq, o.full_std) == (True, -1, True)
     assert (o.log_std_init, o.ortho_init) == (-3.29, False)

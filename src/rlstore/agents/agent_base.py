@@ -165,7 +165,8 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         ``(latent_dim, action_dim)`` (``(latent_dim, 1)`` without ``full_std``); zeros."""
         if sde is not None and self.discrete:
             raise ConfigError(
-                f"use_sde: expected a Box action space for gSDE, got {self.single_action_space!r}"
+                "sde (online.use_sde): expected a Box action space for gSDE, got "
+                f"{self.single_action_space!r}"
             )
         self.sde = sde
         if sde is not None:
