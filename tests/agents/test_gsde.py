@@ -251,7 +251,11 @@ def test_a_run_config_from_before_gsde_loads_without_it() -> None:
     ("model", "online", "match"),
     [
         (LSTMModelConfig(), {"use_sde": True}, "online.use_sde: an option of the fc agent"),
-        (TransformerModelConfig(), {"use_sde": True}, "online.use_sde: .*TransformerModelConfig"),
+        (
+            TransformerModelConfig(),
+            {"use_sde": True},
+            "online.use_sde: .* with TransformerModelConfig",
+        ),
         (LSTMModelConfig(), {"ortho_init": False}, "online.ortho_init: .*lstm.ortho_init"),
         (None, {"use_sde": True}, r"sde \(online.use_sde\): expected a Box action space"),
     ],

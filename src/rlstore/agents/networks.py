@@ -412,19 +412,13 @@ def get_agent(
     ``agent.normalizer`` follows ``online_config.normalize_obs`` / ``normalize_reward``.
     """
     oc = online_config
-    if model_config is not None:
-        for name, value, default in (("use_sde", oc.use_sde, False),
-                                     ("ortho_init", oc.ortho_init, True)):  # fmt: skip
-            if value != default:
-                raise ConfigError(
-                    f"online.{name}: an option of the fc agent, expected {default} for "
-                    f"{type(model_config).__name__}, got {value}"
-                    + (
-                        "; the lstm agent's is lstm.ortho_init"
-                        if name == "ortho_init" and isinstance(model_config, LSTMModelConfig)
-                        else ""
-                    )
-                )
+    if model_config is not None and (oc.use_sde or not oc.ortho_init):
+        key, value = ("use_sde", True) if oc.use_sde else ("ortho_init", False)
+        hint = "; the lstm agent's is lstm.ortho_init" if key == "ortho_init" else ""
+        raise ConfigError(
+            f"online.{key}: an option of the fc agent, got {value} with "
+            f"{type(model_config).__name__}{hint}"
+        )
     agent: PPOAgent
     if model_config is None:
         sde = GSDEConfig(oc.sde_sample_freq, oc.full_std) if oc.use_sde else None
