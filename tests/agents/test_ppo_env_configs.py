@@ -17,6 +17,7 @@ from rlstore.agents.train_cli import build_config, default_config, fallback_env
 PACKAGED = {
     "Pendulum-v1": "ppo_fc_Pendulum-v1.yaml",
     "MountainCar-v0": "ppo_fc_MountainCar-v0.yaml",
+    "MountainCarContinuous-v0": "ppo_fc_MountainCarContinuous-v0.yaml",
 }
 """The configs this file checks: env id -> file (RL Zoo's settings, cited in the files)."""
 
@@ -57,17 +58,28 @@ def test_mountain_car_config_has_rl_zoo_settings() -> None:
     assert o.normalize_obs and o.normalize_reward and (o.clip_obs, o.clip_reward) == (10, 10)
 
 
-def test_fallback_depends_on_the_action_space() -> None:
+BOX = "rlstoretest/BoxActions-v0"
+"""A continuous-action env without a packaged config (MountainCarContinuous-v0 has one)."""
+
+
+@pytest.fixture
+def box_env():
+    gym.register(BOX, entry_point=lambda: gym.make("Pendulum-v1"))
+    yield
+    del gym.registry[BOX]
+
+
+def test_fallback_depends_on_the_action_space(box_env) -> None:
     """Before: every env without a config got CartPole-v1's (discrete-tuned) settings."""
     assert ppo.CONTINUOUS_FALLBACK == "Pendulum-v1"
-    assert fallback_env(ppo, "MountainCarContinuous-v0") == "Pendulum-v1"
+    assert fallback_env(ppo, BOX) == "Pendulum-v1"
     assert fallback_env(ppo, "Acrobot-v1") == "CartPole-v1"
-    path, fallback = default_config("ppo", ppo, "MountainCarContinuous-v0", None)
+    path, fallback = default_config("ppo", ppo, BOX, None)
     assert path.name == "ppo_fc_Pendulum-v1.yaml" and fallback
-    path, fallback = default_config("ppo", ppo, "MountainCarContinuous-v0", "lstm")
+    path, fallback = default_config("ppo", ppo, BOX, "lstm")
     assert path.name == "ppo_fc_Pendulum-v1.yaml" and fallback
-    cfg = build_config(_args("--env", "MountainCarContinuous-v0", "--agent", "lstm"))
-    assert cfg.environment.env_id == "MountainCarContinuous-v0" and cfg.agent == "lstm"
+    cfg = build_config(_args("--env", BOX, "--agent", "lstm"))
+    assert cfg.environment.env_id == BOX and cfg.agent == "lstm"
     assert cfg.online.gamma == 0.9  # Pendulum-v1's settings
     path, fallback = default_config("ppo", ppo, "Acrobot-v1", None)
     assert path.name == "ppo_fc_CartPole-v1.yaml" and fallback
@@ -95,9 +107,9 @@ def test_other_algorithms_keep_their_single_fallback() -> None:
     assert fallback_env(dqn, "Pendulum-v1") == next(iter(dqn.DEFAULT_CONFIGS))
 
 
-def test_continuous_fallback_warning_names_pendulum(caplog) -> None:
-    args = _args("--env", "MountainCarContinuous-v0")
+def test_continuous_fallback_warning_names_pendulum(caplog, box_env) -> None:
+    args = _args("--env", BOX)
     with caplog.at_level(logging.WARNING, logger="rlstore.train"):
-        cli_train._warn_if_untuned(args, ppo, "MountainCarContinuous-v0")
-    assert "no packaged ppo config for MountainCarContinuous-v0: using the hyper-parameters " \
+        cli_train._warn_if_untuned(args, ppo, BOX)
+    assert f"no packaged ppo config for {BOX}: using the hyper-parameters " \
         "tuned for Pendulum-v1 (ppo_fc_Pendulum-v1.yaml)" in caplog.text  # fmt: skip

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rlstore.agents.config import EnvironmentConfig
+from rlstore.agents.gsde import GSDEConfig, GSDEDistribution, sample_exploration
 from rlstore.agents.obs import RunNormalizer, get_obs_preprocessor, get_obs_shape
 from rlstore.agents.ppo_config import OnlineTrainConfig, TrainConfig
 from rlstore.errors import ConfigError
@@ -114,6 +115,8 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
             index per sub-action); None for ``Discrete`` (actions ``(...,)``) and ``Box``.
         action_start: what :meth:`env_action` adds to the indices (the space's ``start``).
         environment_config: set by :func:`get_agent` (used to rebuild envs from checkpoints).
+        sde: the gSDE settings (:mod:`rlstore.agents.gsde`) of an agent that explores with
+            state-dependent noise (FC agent, ``Box`` actions), else None.
         normalizer: observation / reward normalization
             (:class:`~rlstore.agents.obs.RunNormalizer`, off unless :func:`get_agent`
             got ``normalize_obs`` / ``normalize_reward``); its statistics are updated by rollouts
@@ -149,6 +152,7 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
                 "envs.single_action_space: expected Discrete, a 1-D MultiDiscrete or a 1-D Box, "
                 f"got {act_space!r}"
             )
+        self.sde: GSDEConfig | None = None
         self.environment_config: EnvironmentConfig | None = None
         self.train_config: TrainConfig | None = None  # set by load_saved_checkpoint
 
@@ -156,21 +160,47 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
 
     # ----------------------------------------------------------------- distributions
 
-    def _make_log_std(self) -> None:
-        if not self.discrete:
+    def _make_log_std(self, sde: GSDEConfig | None = None, latent_dim: int = 0) -> None:
+        """The continuous actions' ``actor_logstd``: ``(action_dim,)``, or with ``sde`` gSDE's
+        ``(latent_dim, action_dim)`` (``(latent_dim, 1)`` without ``full_std``); zeros."""
+        if sde is not None and self.discrete:
+            raise ConfigError(
+                "sde (online.use_sde): expected a Box action space for gSDE, got "
+                f"{self.single_action_space!r}"
+            )
+        self.sde = sde
+        if sde is not None:
+            shape = (latent_dim, self.action_dim if sde.full_std else 1)
+            self.actor_logstd = nn.Parameter(torch.zeros(shape))
+        elif not self.discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(self.action_dim))
 
-    def distribution(self, params: torch.Tensor) -> Any:
-        """Action distribution from the actor output ``(..., action_dim)``.
+    def sample_exploration(self, num_envs: int) -> torch.Tensor | None:
+        """New gSDE exploration matrices ``(num_envs, L, A)`` (torch's global RNG); None for an
+        agent without gSDE."""
+        if self.sde is None:
+            return None
+        return sample_exploration(self.actor_logstd, self.action_dim, num_envs)
+
+    def distribution(self, params: torch.Tensor, exploration: torch.Tensor | None = None) -> Any:
+        """Action distribution from the actor output ``params`` ``(..., P)``.
 
         Discrete: ``Categorical(logits=params)``. Multi-discrete: :class:`MultiCategorical`
         (one categorical per sub-action). Continuous: ``Independent(Normal(params,
-        exp(log_std)), 1)`` (log-prob and entropy summed over action dims).
+        exp(log_std)), 1)`` (log-prob and entropy summed over action dims). gSDE: ``params`` is
+        the mean and the actor's features side by side, ``(..., A + L)``, and the result a
+        :class:`~rlstore.agents.gsde.GSDEDistribution` that samples with ``exploration``
+        (``(..., L, A)``, :meth:`sample_exploration`).
         """
         if self.action_nvec is not None:
             return MultiCategorical(params, self.action_nvec)
         if self.discrete:
             return torch.distributions.Categorical(logits=params, validate_args=False)
+        if self.sde is not None:
+            a = self.action_dim
+            return GSDEDistribution(
+                params[..., :a], params[..., a:], self.actor_logstd, exploration
+            )
         std = self.actor_logstd.exp().expand_as(params)
         return torch.distributions.Independent(
             torch.distributions.Normal(params, std, validate_args=False), 1, validate_args=False
@@ -181,7 +211,7 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
         (of each sub-action) for discrete actions, the mean for continuous ones."""
         if self.action_nvec is not None:
             return MultiCategorical(params, self.action_nvec).mode()
-        return params.argmax(-1) if self.discrete else params
+        return params.argmax(-1) if self.discrete else params[..., : self.action_dim]
 
     def env_action(self, action: torch.Tensor) -> np.ndarray:
         """Tensor actions -> what ``envs.step`` takes (offset by the space's start / clipped)."""
@@ -206,12 +236,13 @@ class PPOAgent(nn.Module, metaclass=ABCMeta):
     def _step(
         self, obs: torch.Tensor, memory: Memory, episode_time: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, Any, Memory]:
-        """One env step: ``obs`` ``(N, *obs_shape)`` -> actor params ``(N, A)``, value ``(N,)``,
+        """One env step: ``obs`` ``(N, *obs_shape)`` -> actor params ``(N, P)`` (``P = A``; gSDE:
+        ``A + L``, :meth:`distribution`), value ``(N,)``,
         the hidden state to store with the step (or None) and the memory after the step."""
 
     @abstractmethod
     def _evaluate(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Training minibatch -> actor params ``(*B, A)``, values ``(*B,)``, mask or None."""
+        """Training minibatch -> actor params ``(*B, P)``, values ``(*B,)``, mask or None."""
 
     def get_value(
         self, obs: torch.Tensor, memory: Memory, episode_time: torch.Tensor

@@ -44,6 +44,7 @@ from torch import nn
 from rlstore.agents.agent_base import ACTIVATIONS, Memory, PPOAgent, layer_init, mlp
 from rlstore.agents.config import Encoder, EnvironmentConfig
 from rlstore.agents.encoders import ObsEncoder, build_encoder
+from rlstore.agents.gsde import GSDEConfig
 from rlstore.agents.obs import RunNormalizer, get_obs_shape
 from rlstore.agents.ppo_config import (
     LSTMModelConfig,
@@ -77,6 +78,10 @@ class FCAgent(PPOAgent):
         parameter device. hidden_dim: width of the two tanh hidden layers of actor and critic
         (``mlp`` encoder). encoder: ``online.encoder`` (:func:`~rlstore.agents.encoders.
         resolve_encoder`); ``cnn``: ``encoder`` (NatureCNN, 512 features) feeds linear heads.
+        sde: gSDE (:mod:`rlstore.agents.gsde`; ``Box`` actions) on the features the actor's
+        last layer reads (its last hidden layer; the CNN's features); None: a state-independent
+        log-std. ortho_init: CleanRL's orthogonal init of the actor and critic layers (not the
+        CNN's); False: PyTorch's default.
     """
 
     def __init__(
@@ -87,29 +92,43 @@ class FCAgent(PPOAgent):
         device: torch.device | str = "cpu",
         hidden_dim: int = 64,
         encoder: Encoder = "mlp",
+        *,
+        sde: GSDEConfig | None = None,
+        ortho_init: bool = True,
     ) -> None:
         super().__init__(envs, device)
         self.environment_config = environment_config
         self.encoder = build_encoder(self.single_observation_space, encoder)
         d = self.encoder.out_dim
         if self.encoder.kind == "cnn":
-            self.critic = layer_init(nn.Linear(d, 1), std=1.0)
-            self.actor = layer_init(nn.Linear(d, self.action_dim), std=0.01)
+            init = layer_init if ortho_init else (lambda layer, std=0.0: layer)
+            self.critic = init(nn.Linear(d, 1), std=1.0)
+            self.actor = init(nn.Linear(d, self.action_dim), std=0.01)
         else:
-            self.critic = mlp(d, hidden_dim, 1, 1.0)
-            self.actor = mlp(d, hidden_dim, self.action_dim, 0.01)
-        self._make_log_std()
+            self.critic = mlp(d, hidden_dim, 1, 1.0, ortho_init=ortho_init)
+            self.actor = mlp(d, hidden_dim, self.action_dim, 0.01, ortho_init=ortho_init)
+        self._make_log_std(sde, d if self.encoder.kind == "cnn" else hidden_dim)
         self.to(self.device)
+
+    def _actor(self, x: torch.Tensor) -> torch.Tensor:
+        """Actor params: the mean / logits; gSDE: ``[mean, features]``, the features being the
+        input of the actor's last layer."""
+        if self.sde is None:
+            return self.actor(x)
+        z, head = x, self.actor  # cnn: a Linear head on the CNN's features
+        if isinstance(self.actor, nn.Sequential):  # mlp
+            z, head = self.actor[:-1](x), self.actor[-1]
+        return torch.cat([head(z), z], dim=-1)
 
     def _step(
         self, obs: torch.Tensor, memory: Memory, episode_time: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, Any, Memory]:
         x = self.encoder(obs)
-        return self.actor(x), self.critic(x).squeeze(-1), None, memory
+        return self._actor(x), self.critic(x).squeeze(-1), None, memory
 
     def _evaluate(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         x = self.encoder(mb.obs)
-        return self.actor(x), self.critic(x).squeeze(-1), None
+        return self._actor(x), self.critic(x).squeeze(-1), None
 
 
 class _LSTMCore(nn.Module):
@@ -387,13 +406,24 @@ def get_agent(
 
     ``None`` -> :class:`FCAgent` (``online_config.hidden_size``); :class:`LSTMModelConfig` ->
     :class:`LSTMPPOAgent`; :class:`TransformerModelConfig` -> :class:`TransformerPPOAgent`; the
-    FC and LSTM agents read observations through ``online_config.encoder``.
+    FC and LSTM agents read observations through ``online_config.encoder``; the FC agent alone
+    takes ``use_sde`` (gSDE) and ``ortho_init``; every Gaussian policy starts at
+    ``log_std_init``.
     ``agent.normalizer`` follows ``online_config.normalize_obs`` / ``normalize_reward``.
     """
+    oc = online_config
+    if model_config is not None and (oc.use_sde or not oc.ortho_init):
+        key, value = ("use_sde", True) if oc.use_sde else ("ortho_init", False)
+        hint = "; the lstm agent's is lstm.ortho_init" if key == "ortho_init" else ""
+        raise ConfigError(
+            f"online.{key}: an option of the fc agent, got {value} with "
+            f"{type(model_config).__name__}{hint}"
+        )
     agent: PPOAgent
     if model_config is None:
-        agent = FCAgent(envs, environment_config, hidden_dim=online_config.hidden_size,
-                        encoder=online_config.encoder)  # fmt: skip
+        sde = GSDEConfig(oc.sde_sample_freq, oc.full_std) if oc.use_sde else None
+        agent = FCAgent(envs, environment_config, hidden_dim=oc.hidden_size, encoder=oc.encoder,
+                        sde=sde, ortho_init=oc.ortho_init)  # fmt: skip
     elif isinstance(model_config, LSTMModelConfig):
         agent = LSTMPPOAgent(envs, environment_config, model_config, encoder=online_config.encoder)
     elif isinstance(model_config, TransformerModelConfig):
@@ -403,7 +433,8 @@ def get_agent(
             "model_config: expected None (FC agent), LSTMModelConfig or TransformerModelConfig, "
             f"got {type(model_config).__name__}"
         )
-    oc = online_config
+    if not agent.discrete:
+        nn.init.constant_(agent.actor_logstd, oc.log_std_init)
     if oc.encoder == "cnn" and isinstance(agent, TransformerPPOAgent):
         raise ConfigError(
             "online.encoder: 'cnn' is for the fc and lstm agents; the transformer embeds the "

@@ -120,10 +120,38 @@ class OnlineTrainConfig(BaseConfig):
     clip_reward: float = Field(10.0, gt=0)
     """Scaled rewards are clipped to ``[-clip_reward, clip_reward]`` (``normalize_reward``)."""
 
+    log_std_init: float = Field(0.0, allow_inf_nan=False)
+    """Initial log standard deviation of the Gaussian policy of ``Box`` actions (every agent;
+    with ``use_sde`` every entry of gSDE's ``log_std``)."""
+    ortho_init: bool = True
+    """FC agent: CleanRL's orthogonal init of the actor and critic layers (gain sqrt(2), policy
+    output 0.01, value output 1); off: PyTorch's default init (Stable-Baselines3's
+    ``ortho_init=False``). The LSTM agent's is ``lstm.ortho_init``."""
+    use_sde: bool = False
+    """FC agent, ``Box`` actions: explore with generalized state-dependent noise (gSDE,
+    :mod:`rlstore.agents.gsde`; Stable-Baselines3's ``use_sde``): the noise is ``z @ W``, ``z``
+    the actor's last hidden layer, ``W`` a matrix per env with entries ``N(0, exp(log_std)^2)``
+    redrawn at the start of each rollout (and every ``sde_sample_freq`` steps), so actions
+    change smoothly with the state instead of jittering every step."""
+    sde_sample_freq: int = Field(-1, ge=-1)
+    """With ``use_sde``: draw new exploration matrices every ``sde_sample_freq`` steps of a
+    rollout; -1: only at its start."""
+    full_std: bool = True
+    """With ``use_sde``: one log-std per (feature, action dim); off: one per feature, shared by
+    the action dims."""
+
     legacy_defaults: ClassVar[dict[str, Any]] = {"encoder": "mlp"}
 
     @model_validator(mode="after")
     def _check_batch(self) -> OnlineTrainConfig:
+        if self.sde_sample_freq == 0:
+            raise ValueError("sde_sample_freq: expected -1 (only at rollout start) or >= 1, got 0")
+        if not self.use_sde and (self.sde_sample_freq != -1 or not self.full_std):
+            raise ValueError(
+                "use_sde: sde_sample_freq and full_std are gSDE settings, expected use_sde true "
+                f"with them, got use_sde false with sde_sample_freq {self.sde_sample_freq}, "
+                f"full_std {self.full_std}"
+            )
         if self.batch_size % self.num_minibatches != 0:
             raise ValueError(
                 f"num_minibatches: must divide num_envs * num_steps = {self.batch_size}, "

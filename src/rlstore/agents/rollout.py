@@ -153,6 +153,8 @@ def _select_action(
             raise ConfigError(f"temperature: expected > 0, got {temp}")
         if agent.discrete:
             return agent.distribution(params / temp).sample()
+        if agent.sde is not None:  # gSDE: the same matrices, noise scaled
+            return dist.mean + temp * dist.noise()
         return params + temp * agent.actor_logstd.exp() * torch.randn_like(params)
     if method == "topk":
         if not agent.discrete or agent.action_nvec is not None:
@@ -192,6 +194,11 @@ def run_rollout(
     V(final_obs)`` for truncated envs and the agent's pre-step hidden state, reset the memory
     of finished envs. At the end: ``buffer.compute_returns(V(next_obs))``.
 
+    gSDE (``agent.sde``): the exploration matrices are drawn (torch's global RNG) at the first
+    step and every ``agent.sde.sample_freq`` steps after it (-1: never again in this rollout),
+    and an action is ``mean + features @ W`` (:mod:`rlstore.agents.gsde`). Nothing of them
+    outlives the rollout: a resumed run draws the same ones from the restored global RNG.
+
     With ``agent.normalizer`` on, observations (what the agent sees and what is stored) and the
     stored rewards are normalized; its statistics are updated only when ``agent.training``.
 
@@ -203,10 +210,14 @@ def run_rollout(
     obs, memory, ep_time = state.next_obs, state.memory, state.episode_time
     n = envs.num_envs
     no_demo = np.zeros(n, dtype=bool)
-    for _ in range(num_steps):
+    every = agent.sde.sample_freq if agent.sde is not None else -1
+    exploration = None
+    for t in range(num_steps):
+        if t == 0 or (every > 0 and t % every == 0):
+            exploration = agent.sample_exploration(n)  # gSDE's matrices; None without gSDE
         with torch.no_grad():
             params, value, hidden, new_memory = agent._step(obs, memory, ep_time)
-            dist = agent.distribution(params)
+            dist = agent.distribution(params, exploration)
             action = _select_action(agent, params, dist, sampling_method, kwargs)
             logp = dist.log_prob(action)
         env_action = agent.env_action(action)
