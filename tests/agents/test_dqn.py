@@ -341,7 +341,7 @@ def test_shipped_config_has_rl_zoo_settings_but_lr_and_final_eps() -> None:
     assert next(iter(DEFAULT_CONFIGS)) == "CartPole-v1"  # the fallback of other envs
     cfg = load_config(CONFIGS / DEFAULT_CONFIGS["CartPole-v1"])
     d = cfg.dqn
-    zoo = (1e-3, 64, 100_000, 1000, 0.99, 10, 256, 128, 0.16, 0.01, [256, 256], 50_000)
+    zoo = (1e-3, 64, 100_000, 1000, 0.99, 10, 256, 128, 0.16, 0.0, [256, 256], 50_000)
     assert (d.learning_rate, d.batch_size, d.buffer_size, d.learning_starts, d.gamma,
             d.target_update_interval, d.train_freq, d.gradient_steps, d.exploration_fraction,
             d.exploration_final_eps, d.hidden_sizes, d.total_timesteps) == zoo  # fmt: skip

@@ -152,8 +152,9 @@ def test_resume_refuses_a_crafted_observation(tmp_path: Path, obs: Any, match: s
 
 @pytest.mark.parametrize(
     ("env_id", "max_steps", "changed"),
-    [("CliffWalking-v1", 200, {}),
-     ("Taxi-v4", None, {"total_timesteps": 200_000, "exploration_fraction": 0.5})],
+    [("CliffWalking-v1", 200, {"exploration_final_eps": 0.01}),
+     ("Taxi-v4", None, {"total_timesteps": 200_000, "exploration_fraction": 0.5,
+                        "exploration_final_eps": 0.01})],
 )  # fmt: skip
 def test_non_box_env_gets_its_config_cartpoles_settings_but_named_ones(
     env_id: str, max_steps: int | None, changed: dict[str, Any]
