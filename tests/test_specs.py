@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from rlstore.errors import RLStoreError, SpecError
 from rlstore.specs import FieldSpec, all_finite, cast_to_spec, infer_specs, validate_batch
@@ -60,6 +61,11 @@ def test_cast_to_spec_fast_path_returns_input_unchanged() -> None:
         (np.array([3, 4], np.int32), np.int64, np.array([3, 4], np.int64)),
         (np.array([0, 1], np.int64), np.bool_, np.array([False, True])),
         (np.array([1.0, 0.0], np.float32), np.bool_, np.array([True, False])),  # float dones
+        # int -> float when exact: 2**24 and its even neighbours fit float32's 24-bit mantissa
+        (np.array([2**24, -(2**24) - 2]), np.float32, np.array([2**24, -(2**24) - 2], np.float32)),
+        (np.array([2**53, 7], np.uint64), np.float64, np.array([2.0**53, 7.0])),
+        (np.array([2**62, -(2**63)]), np.float64, np.array([2.0**62, -(2.0**63)])),
+        (np.array([65504, -2048], np.int32), np.float16, np.array([65504, -2048], np.float16)),
     ],
 )
 def test_cast_to_spec_accepts_safe_casts(value, dtype, expected) -> None:
@@ -85,6 +91,13 @@ def test_cast_to_spec_accepts_safe_casts(value, dtype, expected) -> None:
         ([True, False], np.int64, r"action: expected dtype int64, got bool"),
         (np.array([1e300, 0.0]), np.float32, r"action: expected values within the float32"),
         (["1", "2"], np.float32, r"action: expected dtype float32, got <U1"),
+        # no silent rounding of integers a float cannot hold
+        ([0, 2**24 + 1], np.float32, r"in float32 \(\|x\| <= 2\*\*24\), got 16777217"),
+        (np.array([-(2**53) - 1, 0]), np.float64, r"in float64 .*got -9007199254740993"),
+        (np.array([2**64 - 1, 0], np.uint64), np.float64, r"got 18446744073709551615"),
+        (np.array([2049, 0], np.int16), np.float16, r"in float16 .*got 2049"),
+        (np.array([70000, 0], np.int32), np.float16, r"got 70000 \(would be stored as inf\)"),
+        (torch.ones(2, requires_grad=True), np.float32, r"action: expected data, got a tensor"),
     ],
 )
 def test_cast_to_spec_rejects_unsafe_input_naming_the_field(value, dtype, match) -> None:

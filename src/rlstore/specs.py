@@ -6,8 +6,10 @@ field as an array of shape ``(*lead, *spec.shape)`` where ``lead`` is e.g. ``(T,
 
 Casting rules (:func:`cast_to_spec`): only *safe* conversions are accepted.
 
-* same kind or widening (``int -> float``), and float narrowing (``float64 -> float32``),
-  which is what every RL library does with observations, unless a value overflows to inf;
+* same kind or widening, and float narrowing (``float64 -> float32``), which is what every RL
+  library does with observations, unless a value overflows to inf;
+* ``int -> float`` when every integer is exactly representable (``2**24 + 1`` is never stored
+  as float32 ``16777216.0``, nor ``70000`` as float16 ``inf``);
 * integer narrowing (``int64 -> uint8``) only when every value fits the target range;
 * ``bool`` fields accept integer or float input whose values are all exactly 0 or 1 (CleanRL's
   float dones; the rollout buffer's flags take the same);
@@ -25,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -191,7 +194,11 @@ def cast_to_spec(
     else:
         if isinstance(value, Mapping):
             raise SpecError(f"{name}: expected an array of shape {expected}, got a dict")
-        if isinstance(value, torch.Tensor) and not value.requires_grad:  # (a graph: refused)
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:  # a graph is not data
+                raise SpecError(
+                    f"{name}: expected data, got a tensor that requires grad (pass tensor.detach())"
+                )
             value = to_numpy(name, value)  # CUDA and bfloat16 tensors too
         try:
             arr = np.asarray(value)
@@ -223,9 +230,11 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if src.kind == "b":
         raise SpecError(f"{name}: expected dtype {dtype}, got bool (a flag, not a number)")
     if dtype.kind == "f":
-        # bool/int/uint -> float and float narrowing are accepted, overflow to inf is not
+        # int -> float when exact and float narrowing are accepted, overflow to inf is not
         with np.errstate(over="ignore"):
             out = arr.astype(dtype)
+        if src.kind in "iu":
+            _check_exact_ints(name, arr, out)
         if src.kind == "f" and src.itemsize > dtype.itemsize and arr.size:
             overflow = np.isinf(out) & np.isfinite(arr)
             if overflow.any():
@@ -246,6 +255,23 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
                 f"got {src} values in [{lo}, {hi}]"
             )
     return arr.astype(dtype)
+
+
+def _check_exact_ints(name: str, arr: np.ndarray, out: np.ndarray) -> None:
+    """SpecError unless every integer of ``arr`` equals its float conversion ``out``: integers
+    up to ``2**(nmant + 1)`` in magnitude always do; larger ones are compared exactly."""
+    bits = np.finfo(out.dtype).nmant + 1
+    if arr.dtype.itemsize * 8 - (arr.dtype.kind == "i") <= bits or not arr.size:
+        return  # (int16 -> float32, uint8 -> float16: always exact)
+    big = (arr > 2**bits) | (arr < -(2**bits))
+    if not big.any():
+        return
+    for v, f in zip(arr[big].tolist(), out[big].tolist(), strict=True):
+        if not (math.isfinite(f) and int(f) == v):
+            raise SpecError(
+                f"{name}: expected integers exactly representable in {out.dtype} "
+                f"(|x| <= 2**{bits}), got {v} (would be stored as {f!r})"
+            )
 
 
 def validate_batch(
