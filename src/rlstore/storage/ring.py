@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlstore._checks import check_keys
-from rlstore.errors import CapacityError, CheckpointError
+from rlstore.errors import CapacityError, CheckpointError, RLStoreError
 from rlstore.specs import FieldSpec
 
 __all__ = ["RingStorage", "SideStore"]
@@ -78,7 +78,7 @@ class RingStorage:
                 self.arrays = {
                     k: self._zeros(k, (*shape, *s.shape), s.dtype) for k, s in self.specs.items()
                 }
-        except CheckpointError:  # a memory-mapped file that does not fit
+        except RLStoreError:  # a memory-mapped file that does not fit or cannot be made
             raise
         except (MemoryError, ValueError) as exc:  # ValueError: "array is too big"
             item = sum(math.prod(s.shape) * s.dtype.itemsize for s in self.specs.values())
