@@ -176,13 +176,28 @@ def test_memmap_buffer_equals_memory_and_reopens_without_a_copy(tmp_path) -> Non
 
 
 def test_memmap_keep_false_removes_its_files(tmp_path) -> None:
+    """keep=False: the ring's files go with the buffer, and so does the state a flush wrote
+    beside them (it was left behind, naming ring files that no longer existed), also for a
+    buffer reopened from the folder."""
     d = tmp_path / "scratch"
     buf = ReplayBuffer(4, seed=0, storage={"kind": "memmap", "directory": str(d), "keep": False})
     buf.add(**_row(0, 1))
     assert list(d.glob("*.npy"))
+    buf.flush()
     del buf
     gc.collect()
-    assert not list(d.glob("*.npy"))
+    assert list(d.iterdir()) == []
+    buf = ReplayBuffer(4, seed=0, storage=StorageLayout.memmap(d, keep=False))
+    buf.add(**_row(0, 1))
+    buf.flush()
+    back = ReplayBuffer.open(d)
+    buf._storage._finalizer.detach()  # (as if `buf` lived in a process that ended)
+    del buf
+    gc.collect()
+    assert len(list(d.iterdir())) == 3
+    del back
+    gc.collect()
+    assert list(d.iterdir()) == []
 
 
 @pytest.mark.parametrize("per", [False, True])

@@ -20,7 +20,12 @@ import numpy as np
 
 from rlstore._checks import check_keys
 from rlstore._trees import flat_items
-from rlstore.checkpoint._state import load_state, save_state
+from rlstore.checkpoint._state import (
+    load_state,
+    metadata_file_path,
+    save_state,
+    state_file_path,
+)
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 from rlstore.samplers import make_sampler
 from rlstore.specs import FieldSpec, TransitionSchema
@@ -123,7 +128,10 @@ class ReplayState:
         if st is not None:
             st.flush()  # type: ignore[attr-defined]
         counters = None if st is None else st.counters()  # type: ignore[attr-defined]
-        save_state(str(self._layout.directory), self._state(counters), prefix=_MMAP_PREFIX)
+        directory = str(self._layout.directory)
+        save_state(directory, self._state(counters), prefix=_MMAP_PREFIX)
+        if st is not None:
+            _own_state_files(st, directory)
 
     @classmethod
     def open(cls, directory: str | Path, *, device: str | None = None) -> Self:
@@ -147,12 +155,19 @@ class ReplayState:
             raise CheckpointError(f"{directory}: config does not fit ReplayBuffer ({exc})") from exc
         if sd["storage"] is not None:
             sd["storage"] = MemmapStorage.open(directory, sd["storage"], keep=layout.keep)
+            _own_state_files(sd["storage"], str(directory))
         buf.load_state_dict(sd)
         return buf
 
 
 _MMAP_PREFIX = "replay_"
 """File prefix of the state a memory-mapped buffer's :meth:`ReplayState.flush` writes."""
+
+
+def _own_state_files(st: Any, directory: str) -> None:
+    """With ``keep=False`` the flushed state goes with the ring's files (else it is left behind,
+    naming files that no longer exist)."""
+    st.own([f(directory, _MMAP_PREFIX) for f in (metadata_file_path, state_file_path)])
 
 
 def checked_state(buf: ReplayState, sd: Mapping[str, Any]) -> dict[str, Any]:

@@ -80,7 +80,8 @@ class MemmapStorage(RingStorage):
                     "ReplayBuffer.open, or remove them)"
                 )
         super().__init__(rows, num_envs, specs, packed=packed)
-        self._finalizer = weakref.finalize(self, _remove, [] if keep else list(self._files))
+        self._doomed: list[Path] = [] if keep else list(self._files)  # removed when gone
+        self._finalizer = weakref.finalize(self, _remove, self._doomed)
 
     def _zeros(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         path = self.directory / f"{name}.npy"
@@ -134,6 +135,12 @@ class MemmapStorage(RingStorage):
             if isinstance(arr, np.memmap):
                 arr.flush()
 
+    def own(self, files: list[Path]) -> None:
+        """Files written beside the ring (a buffer's flushed state): with ``keep=False`` they
+        are removed with the ring's own files."""
+        if not self.keep:
+            self._doomed.extend(f for f in files if f not in self._doomed)
+
     def close(self) -> None:
         """Flush, and remove the files now when ``keep`` is False."""
         self.flush()
@@ -142,7 +149,7 @@ class MemmapStorage(RingStorage):
     def remove(self) -> None:
         """Remove the files now (whatever ``keep`` says); the storage must not be used after."""
         self._finalizer.detach()
-        _remove(self._files)
+        _remove(self._files + self._doomed)
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a memory-mapped storage is not pickled: flush() and open() it instead")
