@@ -140,3 +140,14 @@ def test_validate_batch_names_missing_and_extra_keys() -> None:
     assert out["a"].dtype == np.float32 and out["b"].shape == (1, 2)
     with pytest.raises(SpecError, match=r"missing \['b'\], unexpected \['c'\]"):
         validate_batch(specs, {"a": [1.0], "c": [1]}, (1,))
+
+
+def test_field_spec_dtypes_are_native() -> None:
+    """A big-endian dtype is stored in the native byte order (lossless; torch cannot read the
+    other), and a value of either byte order casts to it."""
+    spec = FieldSpec("obs", (2,), np.dtype(">f4"))
+    assert spec.dtype == np.float32 and spec.dtype.isnative
+    assert FieldSpec.from_json(spec.to_json()) == spec == FieldSpec("obs", (2,), "<f4")
+    out = cast_to_spec("obs", np.array([[1.5, -2.0]], ">f4"), spec, (1,), allow_nonfinite=False)
+    assert out.dtype.isnative and out.tolist() == [[1.5, -2.0]]
+    assert infer_specs({"a": np.zeros(3, ">i4")}, batch_ndim=1)["a"].dtype.isnative

@@ -55,7 +55,8 @@ class FieldSpec:
     Attributes:
         name: field name, ``"obs"``, ``"obs.<key>"`` for dict observations, ``"action"``, ...
         shape: per-item shape, e.g. ``(17,)`` or ``()`` for scalars.
-        dtype: numpy dtype of the stored array (``np.dtype``, normalised on construction).
+        dtype: numpy dtype of the stored array (``np.dtype``, normalised on construction to
+            the native byte order: torch cannot read big-endian arrays).
     """
 
     name: str
@@ -84,6 +85,7 @@ class FieldSpec:
             raise SpecError(f"{self.name}: invalid dtype {self.dtype!r}") from exc
         if dtype.kind not in "biuf":
             raise SpecError(f"{self.name}: dtype must be bool, int, uint or float, got {dtype}")
+        dtype = dtype.newbyteorder("=")  # stored natively: ``>f4`` input is cast losslessly
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtype)
 
