@@ -210,6 +210,27 @@ def test_bad_calls_change_nothing() -> None:
         seq.sample(1)
 
 
+def test_rejected_samples_and_priorities_do_not_observe_new_rows() -> None:
+    """A bad batch_size or beta, or priorities too large for the sum tree, are refused before
+    the sampler observes the rows written since its last call (it did observe them first, and
+    when it observes decides the grid of rows dropped meanwhile: not all or nothing)."""
+    buf, seq = fill([[0]] * 3, 8, length=2, alpha=2.0)
+    b = seq.sample(2)
+    buf.add(np.array([0.0, 99.0]), 0, 0.0, np.array([0.0, 1.0]), False, False, hidden=[0, 0])
+    before = seq.state_dict()
+    for call, error, match in [
+        (lambda: seq.sample(0), CapacityError, "batch_size: expected an int >= 1"),
+        (lambda: seq.sample(2, beta=-1.0), ConfigError, "beta: expected a finite number"),
+        (lambda: seq.update_priorities(b.ids, np.full((2, 2), 1e300)), SpecError, "p = 1e"),
+    ]:
+        with pytest.raises(error, match=match):
+            call()
+        assert seq.state_dict()["hi"] == before["hi"] == 3
+        np.testing.assert_array_equal(
+            seq.state_dict()["prio"]["tree"]["leaves"], before["prio"]["tree"]["leaves"]
+        )
+
+
 def test_docstring_examples() -> None:
     import doctest
 
