@@ -151,3 +151,42 @@ def test_field_spec_dtypes_are_native() -> None:
     out = cast_to_spec("obs", np.array([[1.5, -2.0]], ">f4"), spec, (1,), allow_nonfinite=False)
     assert out.dtype.isnative and out.tolist() == [[1.5, -2.0]]
     assert infer_specs({"a": np.zeros(3, ">i4")}, batch_ndim=1)["a"].dtype.isnative
+
+
+_A = FieldSpec("action", (), np.int64)
+
+
+@pytest.mark.parametrize(
+    ("specs", "match"),
+    [  # each was accepted: the first broke at the first add (a KeyError), the second at
+        # save/load (a spec saves under its own name, so 'obs' came back missing), the
+        # others silently (a dict key '', the second of two specs named alike overriding)
+        ({"obs": FieldSpec("obs", (2,), np.float32), "obs.x": FieldSpec("obs.x", (1,), np.float32),
+          "action": _A}, r"expected 'obs' alone or 'obs.<key>' fields .*\['obs', 'obs.x'\]"),
+        ({"obs": FieldSpec("x", (2,), np.float32), "action": _A},
+         r"specs\['obs'\]: expected a FieldSpec named 'obs', got 'x'"),
+        ({"obs.": FieldSpec("obs.", (2,), np.float32), "action": _A}, r"non-empty keys"),
+        ([{"name": "obs", "shape": [2], "dtype": "<f4"}, {"name": "obs", "shape": [3],
+          "dtype": "<f4"}, _A.to_json()], r"expected distinct field names"),
+    ],
+)  # fmt: skip
+def test_transition_schema_refuses_specs_it_cannot_store_or_restore(specs, match) -> None:
+    from rlstore import ReplayBuffer
+    from rlstore.specs import TransitionSchema
+
+    with pytest.raises(SpecError, match=match):
+        TransitionSchema.parse(specs)
+    with pytest.raises(SpecError, match=match):
+        ReplayBuffer(4, specs=specs)
+
+
+def test_a_first_add_with_an_empty_dict_observation_key_is_refused() -> None:
+    from _helpers import flat_state
+
+    from rlstore import ReplayBuffer
+
+    buf = ReplayBuffer(4, seed=0)
+    before = flat_state(buf)
+    with pytest.raises(SpecError, match="non-empty keys"):
+        buf.add({"": np.zeros(2)}, 0, 0.0, {"": np.ones(2)}, False, False)
+    assert flat_state(buf) == before

@@ -347,26 +347,42 @@ class TransitionSchema:
         ``config()``), adding the default reward/flag specs; ``None`` stays ``None``.
 
         Raises:
-            SpecError: no ``obs``/``action``, a ``next_obs`` entry, or a malformed spec.
+            SpecError: no ``obs``/``action``, ``obs`` together with ``obs.<key>`` fields, an
+                empty ``<key>``, a ``next_obs`` entry, a name given twice or a spec whose
+                ``name`` is not its key, or a malformed spec.
         """
         if specs is None:
             return None
         try:
             if isinstance(specs, Mapping):
-                out = {
-                    k: s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s})
+                pairs = [
+                    (k, s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s}))
                     for k, s in specs.items()
-                }
+                ]
             elif isinstance(specs, Sequence) and not isinstance(specs, str):
-                out = {d["name"]: FieldSpec.from_json(d) for d in specs}
+                pairs = [(d["name"], FieldSpec.from_json(d)) for d in specs]
             else:
                 raise TypeError(type(specs).__name__)
         except (TypeError, KeyError) as exc:
             raise SpecError(
                 f"specs: expected dict of FieldSpec / dicts or list of dicts, got {specs!r}"
             ) from exc
-        if not any(k == "obs" or k.startswith("obs.") for k in out) or "action" not in out:
+        out = dict(pairs)
+        for k, spec in pairs:  # a spec saves (to_json) under its own name: they must agree
+            if spec.name != k:
+                raise SpecError(
+                    f"specs[{k!r}]: expected a FieldSpec named {k!r}, got {spec.name!r}"
+                )
+        if len(out) != len(pairs):
+            names = [k for k, _ in pairs]
+            raise SpecError(f"specs: expected distinct field names, got {names}")
+        obs = [k for k in out if k == "obs" or k.startswith("obs.")]
+        if not obs or "action" not in out:
             raise SpecError(f"specs: expected 'obs' (or 'obs.<key>') and 'action', got {list(out)}")
+        if ("obs" in obs and len(obs) > 1) or "obs." in obs:
+            raise SpecError(
+                f"specs: expected 'obs' alone or 'obs.<key>' fields with non-empty keys, got {obs}"
+            )
         if any(k == "next_obs" or k.startswith("next_obs.") for k in out):
             raise SpecError("specs: 'next_obs' is implied by 'obs' and must not be given")
         return {**out, **{k: s for k, s in DEFAULT_SPECS.items() if k not in out}}
