@@ -231,6 +231,23 @@ def test_rejected_samples_and_priorities_do_not_observe_new_rows() -> None:
         )
 
 
+def test_extras_named_like_computed_outputs_come_back_as_stored() -> None:
+    """Extras named ``mask``, ``ids`` or ``weights`` came back as the computed mask, sequence
+    ids and importance weights (and a ``hidden`` named like one of them read the computed one)."""
+    buf = ReplayBuffer(8, seed=0)
+    for t in range(5):
+        buf.add(np.full(2, t, np.float32), 0, 1.0, np.full(2, t + 1.0, np.float32), False, False,
+                mask=np.float32(t), ids=np.float32(10 + t), weights=np.float32(20 + t))  # fmt: skip
+    b = SequenceReplay(buf, 2, hidden="weights", seed=0).sample(4)
+    rows = b.obs[:, :, 0]  # obs = t
+    torch.testing.assert_close(b.extras["mask"], rows, rtol=0, atol=0)
+    torch.testing.assert_close(b.extras["ids"], 10 + rows, rtol=0, atol=0)
+    torch.testing.assert_close(b.hidden, 20 + rows[:, 0], rtol=0, atol=0)
+    assert b.mask.dtype == torch.bool and bool(b.mask.all())
+    assert b.ids.tolist() == rows[:, 0].long().tolist()
+    torch.testing.assert_close(b.weights, torch.ones(4))
+
+
 def test_docstring_examples() -> None:
     import doctest
 

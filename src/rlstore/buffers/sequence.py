@@ -190,15 +190,15 @@ class SequenceReplay:
         ends = episode_ends(a, (b, w), f.obs)
         mask = np.ones((b, w), dtype=bool)
         mask[:, 1:] = np.cumsum(ends[:, :-1], axis=1) == 0
-        out = {k: v.reshape(b, w, *v.shape[1:]) for k, v in a.items()}
-        if self.hidden is not None:
-            out["hidden"] = out.pop(self.hidden)[:, 0]
-        out.update(mask=mask, ids=ids, weights=weights)
-        t = to_torch(out, torch.device(getattr(buf, "device", "cpu")))
+        dev = torch.device(getattr(buf, "device", "cpu"))
+        t = to_torch({k: v.reshape(b, w, *v.shape[1:]) for k, v in a.items()}, dev)
+        # computed apart from the stored fields: an extra may be named "mask" or "weights"
+        c = to_torch({"mask": mask, "ids": ids, "weights": weights}, dev)
         return SequenceBatch(
             split_obs(t, f.obs), t["action"], t["reward"], split_obs(t, f.next),
-            t["terminated"], t["truncated"], t["mask"], t.get("hidden"),
-            {k: t[k] for k in f.extras if k != self.hidden}, t["ids"], t["weights"],
+            t["terminated"], t["truncated"], c["mask"],
+            None if self.hidden is None else t[self.hidden][:, 0],
+            {k: t[k] for k in f.extras if k != self.hidden}, c["ids"], c["weights"],
         )  # fmt: skip
 
     def update_priorities(self, ids: Any, td_errors: Any, mask: Any = None) -> None:
