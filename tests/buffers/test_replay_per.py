@@ -200,6 +200,31 @@ def test_memmap_keep_false_removes_its_files(tmp_path) -> None:
     assert list(d.iterdir()) == []
 
 
+def test_open_refuses_a_ring_written_after_its_last_flush(tmp_path) -> None:
+    """One add after a flush of a full ring rewrites its oldest row's observation (the spare
+    row rotates); a process that ended then left files the flushed state does not describe,
+    and open() served the oldest transition with a newer observation. Now open() refuses such
+    a folder until a flush, and accepts it after one (also after a load_state_dict)."""
+    d = tmp_path / "ring"
+    buf = ReplayBuffer(4, seed=0, storage=StorageLayout.memmap(d))
+    for i in range(6):
+        buf.add(**_row(i, 1))
+    buf.flush()
+    ReplayBuffer.open(d)  # clean: opens
+    buf.add(**_row(6, 1))
+    buf._storage.flush()  # the pages reach the files (the OS does that sooner or later)
+    with pytest.raises(CheckpointError, match="written after the last flush"):
+        ReplayBuffer.open(d)
+    buf.flush()
+    back = ReplayBuffer.open(d)
+    assert _state(back) == _state(buf)
+    back.load_state_dict(buf.state_dict())  # (new ring files)
+    with pytest.raises(CheckpointError, match="written after the last flush"):
+        ReplayBuffer.open(d)
+    back.flush()
+    assert _state(ReplayBuffer.open(d)) == _state(buf)
+
+
 @pytest.mark.parametrize("per", [False, True])
 def test_a_load_whose_files_cannot_be_made_changes_nothing(tmp_path, per: bool) -> None:
     """Loading a state into a memory-mapped buffer writes new ring files; in a folder that

@@ -20,6 +20,7 @@ import numpy as np
 
 from rlstore._checks import check_keys
 from rlstore._trees import flat_items
+from rlstore.checkpoint._atomic import _fsync_dir, write_text_atomic
 from rlstore.checkpoint._state import (
     load_state,
     metadata_file_path,
@@ -57,6 +58,7 @@ class ReplayState:
     _prev_open: np.ndarray
     _sampler: Sampler
     _layout: StorageLayout
+    _clean: bool
 
     def config(self) -> dict[str, Any]:
         raise NotImplementedError  # provided by ReplayBuffer
@@ -105,6 +107,8 @@ class ReplayState:
             twin.bind((self.capacity_per_env + 1) * n)
             twin.load_state_dict(sd["sampler"], window=window)
             storage = self._layout.adopt(storage, self._storage)
+        if self._clean:  # the ring files change: the last flush no longer describes them
+            self._mark_unflushed()
         self._sampler.load_state_dict(sd["sampler"], window=window)  # checked before it changes
         if storage is None:
             self.specs = self._schema = self._storage = self._side = self._disc = None
@@ -132,6 +136,20 @@ class ReplayState:
         save_state(directory, self._state(counters), prefix=_MMAP_PREFIX)
         if st is not None:
             _own_state_files(st, directory)
+        _unflushed_marker(directory).unlink(missing_ok=True)  # the state describes the files
+        _fsync_dir(Path(directory))
+        self._clean = True
+
+    def _mark_unflushed(self) -> None:
+        """Before a flushed memory-mapped ring changes: leave a durable marker, so that
+        :meth:`open` refuses the folder until the next :meth:`flush` (the files would hold rows
+        the flushed state does not describe, e.g. a newer observation in the oldest row)."""
+        write_text_atomic(
+            _unflushed_marker(str(self._layout.directory)),
+            "The ring files were written after the last flush(); ReplayBuffer.open refuses "
+            "them until the buffer is flushed again.\n",
+        )
+        self._clean = False
 
     @classmethod
     def open(cls, directory: str | Path, *, device: str | None = None) -> Self:
@@ -141,6 +159,11 @@ class ReplayState:
         Raises:
             CheckpointError: the folder holds no flushed buffer, or files that do not match.
         """
+        if _unflushed_marker(str(directory)).exists():
+            raise CheckpointError(
+                f"{directory}: the ring files were written after the last flush() (the process "
+                "ended before flushing again), so they no longer match the flushed state"
+            )
         sd = dict(load_state(str(directory), prefix=_MMAP_PREFIX))
         cfg = sd.get("config")
         if not isinstance(cfg, Mapping) or not isinstance(cfg.get("storage"), Mapping):
@@ -157,6 +180,7 @@ class ReplayState:
             sd["storage"] = MemmapStorage.open(directory, sd["storage"], keep=layout.keep)
             _own_state_files(sd["storage"], str(directory))
         buf.load_state_dict(sd)
+        buf._clean = True
         return buf
 
 
@@ -167,7 +191,13 @@ _MMAP_PREFIX = "replay_"
 def _own_state_files(st: Any, directory: str) -> None:
     """With ``keep=False`` the flushed state goes with the ring's files (else it is left behind,
     naming files that no longer exist)."""
-    st.own([f(directory, _MMAP_PREFIX) for f in (metadata_file_path, state_file_path)])
+    files = [f(directory, _MMAP_PREFIX) for f in (metadata_file_path, state_file_path)]
+    st.own([*files, _unflushed_marker(directory)])
+
+
+def _unflushed_marker(directory: str) -> Path:
+    """The file that says a memory-mapped ring changed after its last flush."""
+    return Path(directory) / f"{_MMAP_PREFIX}unflushed"
 
 
 def checked_state(buf: ReplayState, sd: Mapping[str, Any]) -> dict[str, Any]:

@@ -156,6 +156,7 @@ class ReplayBuffer(ReplayWriter, ReplayState):
         self._plan: WritePlan | None = None
         self._prev_open = np.zeros(self.num_envs, dtype=bool)
         self._prev_open_any = self._prev_all = False
+        self._clean = False  # a memory-mapped ring as its last flush left it (see flush)
         parsed = TransitionSchema.parse(specs)
         if parsed is not None:
             self._allocate(parsed)
