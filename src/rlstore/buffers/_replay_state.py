@@ -121,7 +121,8 @@ class ReplayState:
     # ------------------------------------------------------------------ memory-mapped files
     def flush(self) -> None:
         """Write a memory-mapped buffer's pages and everything else it needs to reopen
-        (:meth:`open`) into its folder.
+        (:meth:`open`) into its folder. Flush again after the last write: the first write
+        after a flush marks the folder, and :meth:`open` refuses it until the next flush.
 
         Raises:
             ConfigError: the buffer is not memory-mapped.
@@ -157,7 +158,9 @@ class ReplayState:
         files (no copy); later adds and samples continue exactly.
 
         Raises:
-            CheckpointError: the folder holds no flushed buffer, or files that do not match.
+            CheckpointError: the folder holds no flushed buffer, files that do not match, or
+                a ring written after its last flush (a process that ended without flushing
+                again: the files hold rows the flushed state does not describe).
         """
         if _unflushed_marker(str(directory)).exists():
             raise CheckpointError(
