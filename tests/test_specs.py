@@ -190,3 +190,24 @@ def test_a_first_add_with_an_empty_dict_observation_key_is_refused() -> None:
     with pytest.raises(SpecError, match="non-empty keys"):
         buf.add({"": np.zeros(2)}, 0, 0.0, {"": np.ones(2)}, False, False)
     assert flat_state(buf) == before
+
+
+@pytest.mark.parametrize(
+    ("d", "match"),
+    [  # a null dtype became float64 silently; the others raised a bare TypeError
+        ({"name": "x", "shape": [2], "dtype": None}, r"x: invalid dtype None"),
+        (
+            {"name": "x", "shape": None, "dtype": "<f4"},
+            r"x: shape must be a list of ints, got None",
+        ),
+        ({"name": "x", "shape": 5, "dtype": "<f4"}, r"x: shape must be a list of ints, got 5"),
+        ({"name": "x", "shape": [2], "dtype": "nope"}, r"x: invalid dtype 'nope'"),
+        (["x", [2], "<f4"], r"field spec: expected a dict"),
+    ],
+)
+def test_field_spec_from_json_refuses_malformed_entries(d, match) -> None:
+    with pytest.raises(SpecError, match=match):
+        FieldSpec.from_json(d)
+    if isinstance(d, dict) and d["dtype"] is None:
+        with pytest.raises(SpecError, match=match):
+            FieldSpec("x", (2,), None)  # type: ignore[arg-type]

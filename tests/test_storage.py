@@ -398,3 +398,12 @@ def test_side_store_single_keys_in_any_order_stay_sorted() -> None:
     hit, pos = side.lookup(np.array(sorted(seen)))
     assert hit.all()
     np.testing.assert_array_equal(side.arrays["o"][pos, 0], sorted(seen))
+
+
+def test_a_ring_state_with_a_null_dtype_is_refused() -> None:
+    """``np.dtype(None)`` is float64: a spec saved with ``"dtype": null`` loaded as float64."""
+    st = RingStorage(2, 1, {"x": FieldSpec("x", (2,), np.float64)})
+    sd = st.state_dict()
+    sd["specs"] = [{**sd["specs"][0], "dtype": None}]
+    with pytest.raises(CheckpointError, match=r"storage.specs\[0\]: malformed"):
+        RingStorage.from_state_dict(sd)

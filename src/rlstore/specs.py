@@ -80,6 +80,8 @@ class FieldSpec:
         if any(s < 0 for s in shape):
             raise SpecError(f"{self.name}: shape must be non-negative, got {shape}")
         try:
+            if self.dtype is None:  # np.dtype(None) is float64: never a silent default
+                raise TypeError("None")
             dtype = np.dtype(self.dtype)
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{self.name}: invalid dtype {self.dtype!r}") from exc
@@ -100,11 +102,21 @@ class FieldSpec:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> FieldSpec:
-        """Rebuild a spec from :meth:`to_json` output."""
+        """Rebuild a spec from :meth:`to_json` output.
+
+        Raises:
+            SpecError: not a dict, a missing key, a shape that is not a list of ints, a dtype
+                that is not a bool/int/uint/float dtype name.
+        """
+        if not isinstance(d, Mapping):
+            raise SpecError(f"field spec: expected a dict {{name, shape, dtype}}, got {d!r}")
         try:
-            return cls(str(d["name"]), tuple(d["shape"]), np.dtype(d["dtype"]))
+            name, shape, dtype = d["name"], d["shape"], d["dtype"]
         except KeyError as exc:
             raise SpecError(f"field spec: missing key {exc.args[0]!r} in {dict(d)!r}") from exc
+        if not isinstance(shape, (list, tuple)):
+            raise SpecError(f"{name}: shape must be a list of ints, got {shape!r}")
+        return cls(str(name), tuple(shape), dtype)
 
 
 def _default_dtype(arr: np.ndarray, name: str) -> np.dtype:

@@ -305,7 +305,7 @@ def _specs_from_json(where: str, value: Any) -> dict[str, FieldSpec]:
         ok = isinstance(name, str) and name not in specs and isinstance(shape, list)
         ok = ok and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)
         try:
-            spec = FieldSpec(name, tuple(shape), np.dtype(dtype)) if ok else None
+            spec = FieldSpec(name, tuple(shape), dtype) if ok else None
         except (TypeError, ValueError):  # SpecError is a ValueError
             spec = None
         if spec is None or spec.dtype.kind not in "biuf":
