@@ -211,3 +211,22 @@ def test_field_spec_from_json_refuses_malformed_entries(d, match) -> None:
     if isinstance(d, dict) and d["dtype"] is None:
         with pytest.raises(SpecError, match=match):
             FieldSpec("x", (2,), None)  # type: ignore[arg-type]
+
+
+def test_field_names_with_a_slash_are_refused_at_the_first_add() -> None:
+    """A dict observation key or an extra with '/' was stored and sampled, but the buffer
+    could never be saved (checkpoint keys are '/'-joined): refused up front, nothing changed."""
+    from _helpers import flat_state
+
+    from rlstore import ReplayBuffer
+
+    buf = ReplayBuffer(4, seed=0)
+    before = flat_state(buf)
+    with pytest.raises(SpecError, match=r"without '/', got \['obs.cam/rgb'\]"):
+        buf.add({"cam/rgb": np.zeros(2)}, 0, 0.0, {"cam/rgb": np.ones(2)}, False, False)
+    with pytest.raises(SpecError, match=r"without '/', got \['a/b'\]"):
+        buf.add(np.zeros(2), 0, 0.0, np.ones(2), False, False, **{"a/b": np.zeros(1)})
+    assert flat_state(buf) == before
+    with pytest.raises(SpecError, match="without '/'"):
+        ReplayBuffer(4, specs={"obs": {"shape": [2], "dtype": "<f4"}, "action": {"shape": [],
+                     "dtype": "<i8"}, "x/y": {"shape": [], "dtype": "<f4"}})  # fmt: skip

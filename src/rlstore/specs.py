@@ -361,7 +361,8 @@ class TransitionSchema:
         Raises:
             SpecError: no ``obs``/``action``, ``obs`` together with ``obs.<key>`` fields, an
                 empty ``<key>``, a ``next_obs`` entry, a name given twice or a spec whose
-                ``name`` is not its key, or a malformed spec.
+                ``name`` is not its key, a name with ``/`` (checkpoint keys join names with
+                it), or a malformed spec.
         """
         if specs is None:
             return None
@@ -388,6 +389,12 @@ class TransitionSchema:
         if len(out) != len(pairs):
             names = [k for k, _ in pairs]
             raise SpecError(f"specs: expected distinct field names, got {names}")
+        slashed = [k for k in out if "/" in k]
+        if slashed:  # a checkpoint joins its keys with "/": the buffer could never be saved
+            raise SpecError(
+                f"specs: expected field names (dict observation keys, extras) without '/', "
+                f"got {slashed}"
+            )
         obs = [k for k in out if k == "obs" or k.startswith("obs.")]
         if not obs or "action" not in out:
             raise SpecError(f"specs: expected 'obs' (or 'obs.<key>') and 'action', got {list(out)}")
