@@ -225,6 +225,22 @@ def test_open_refuses_a_ring_written_after_its_last_flush(tmp_path) -> None:
     assert _state(ReplayBuffer.open(d)) == _state(buf)
 
 
+def test_an_add_that_cannot_mark_the_folder_changes_nothing(tmp_path) -> None:
+    """The first add after a flush marks the folder first; when that fails (the folder was
+    removed) the add is a ConfigError naming it and nothing is written."""
+    import shutil
+
+    d = tmp_path / "ring"
+    buf = ReplayBuffer(4, seed=0, storage=StorageLayout.memmap(d))
+    buf.add(**_row(0, 1))
+    buf.flush()
+    shutil.rmtree(d)  # (the mapped pages stay readable)
+    before = _state(buf)
+    with pytest.raises(ConfigError, match="directory: cannot write .*replay_unflushed"):
+        buf.add(**_row(1, 1))
+    assert _state(buf) == before
+
+
 @pytest.mark.parametrize("per", [False, True])
 def test_a_load_whose_files_cannot_be_made_changes_nothing(tmp_path, per: bool) -> None:
     """Loading a state into a memory-mapped buffer writes new ring files; in a folder that

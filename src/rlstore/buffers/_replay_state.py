@@ -145,11 +145,15 @@ class ReplayState:
         """Before a flushed memory-mapped ring changes: leave a durable marker, so that
         :meth:`open` refuses the folder until the next :meth:`flush` (the files would hold rows
         the flushed state does not describe, e.g. a newer observation in the oldest row)."""
-        write_text_atomic(
-            _unflushed_marker(str(self._layout.directory)),
-            "The ring files were written after the last flush(); ReplayBuffer.open refuses "
-            "them until the buffer is flushed again.\n",
-        )
+        marker = _unflushed_marker(str(self._layout.directory))
+        try:
+            write_text_atomic(
+                marker,
+                "The ring files were written after the last flush(); ReplayBuffer.open "
+                "refuses them until the buffer is flushed again.\n",
+            )
+        except OSError as exc:  # the folder went away or turned read-only: nothing written
+            raise ConfigError(f"directory: cannot write {str(marker)!r} ({exc})") from exc
         self._clean = False
 
     @classmethod
