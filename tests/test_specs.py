@@ -230,3 +230,19 @@ def test_field_names_with_a_slash_are_refused_at_the_first_add() -> None:
     with pytest.raises(SpecError, match="without '/'"):
         ReplayBuffer(4, specs={"obs": {"shape": [2], "dtype": "<f4"}, "action": {"shape": [],
                      "dtype": "<i8"}, "x/y": {"shape": [], "dtype": "<f4"}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        FieldSpec("terminated", (), np.float32),  # TypeError in the add (float | float)
+        FieldSpec("truncated", (2,), np.bool_),  # ValueError in the add (a broadcast)
+        FieldSpec("terminated", (), np.int64),  # accepted: ints came back as flags
+    ],
+)
+def test_flags_declared_other_than_scalar_bools_are_refused(flag: FieldSpec) -> None:
+    from rlstore import ReplayBuffer
+
+    specs = {"obs": FieldSpec("obs", (2,), np.float32), "action": _A, flag.name: flag}
+    with pytest.raises(SpecError, match=rf"specs\['{flag.name}'\]: expected shape \(\) dtype bool"):
+        ReplayBuffer(4, num_envs=2, specs=specs)

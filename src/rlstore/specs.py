@@ -362,7 +362,8 @@ class TransitionSchema:
             SpecError: no ``obs``/``action``, ``obs`` together with ``obs.<key>`` fields, an
                 empty ``<key>``, a ``next_obs`` entry, a name given twice or a spec whose
                 ``name`` is not its key, a name with ``/`` (checkpoint keys join names with
-                it), or a malformed spec.
+                it), ``terminated`` / ``truncated`` other than scalar bools, or a malformed
+                spec.
         """
         if specs is None:
             return None
@@ -398,6 +399,9 @@ class TransitionSchema:
         obs = [k for k in out if k == "obs" or k.startswith("obs.")]
         if not obs or "action" not in out:
             raise SpecError(f"specs: expected 'obs' (or 'obs.<key>') and 'action', got {list(out)}")
+        for k in ("terminated", "truncated"):  # the write path ORs them into done flags
+            if k in out and out[k] != DEFAULT_SPECS[k]:
+                raise SpecError(f"specs[{k!r}]: expected shape () dtype bool, got {out[k]}")
         if ("obs" in obs and len(obs) > 1) or "obs." in obs:
             raise SpecError(
                 f"specs: expected 'obs' alone or 'obs.<key>' fields with non-empty keys, got {obs}"
