@@ -271,6 +271,47 @@ def test_memmap_keep_false_removes_the_files_and_folders_are_not_clobbered(tmp_p
     assert list(d.glob("*.npy"))  # keep=True: the files stay for open()
 
 
+def test_memmap_folders_that_cannot_hold_a_ring_are_named_errors_leaving_nothing(
+    tmp_path, monkeypatch
+) -> None:
+    """A path through a file, a ring too large for the file system, a folder refusing writes:
+    an RLStoreError naming the argument (was a bare OSError), and no file of the failed ring
+    is left behind (a later ring in that folder was refused as "holding .npy files")."""
+    import errno
+
+    from _helpers import flat_state
+
+    from rlstore import ReplayBuffer
+
+    blocker = tmp_path / "a file"
+    blocker.write_text("x")
+    for d in (blocker, blocker / "sub"):
+        with pytest.raises(ConfigError, match="directory: expected a folder that can be created"):
+            MemmapStorage(2, 1, SPECS, directory=d)
+    big = {"x": FieldSpec("x", (1 << 17,), np.float64)}  # 2**60 bytes: more than any disk
+    d = tmp_path / "dir with spaces ünï"
+    with pytest.raises(CapacityError, match="capacity: cannot create the ring file"):
+        MemmapStorage(1 << 40, 1, big, directory=d)
+    assert list(d.iterdir()) == []
+    buf = ReplayBuffer(1 << 46, storage=StorageLayout.memmap(d), seed=0)
+    before = flat_state(buf)
+    with pytest.raises(CapacityError, match="capacity: cannot create"):
+        buf.add(np.zeros(1 << 12, np.float32), 0, 0.0, np.ones(1 << 12, np.float32), False, False)
+    assert flat_state(buf) == before and list(d.iterdir()) == []
+
+    def refuse(path, *args, **kwargs):  # what a read-only folder does for a user who is not root
+        if str(path).endswith("b.npy"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    real = np.lib.format.open_memmap
+    monkeypatch.setattr(np.lib.format, "open_memmap", refuse)
+    two = {"a": FieldSpec("a", (), np.float32), "b": FieldSpec("b", (), np.float32)}
+    with pytest.raises(ConfigError, match=r"directory: cannot create the ring file .*b\.npy"):
+        MemmapStorage(2, 1, two, directory=d, packed=False)
+    assert list(d.iterdir()) == []  # a.npy, made before, is removed too
+
+
 def test_memmap_open_refuses_missing_or_mismatching_files(tmp_path) -> None:
     st = MemmapStorage(2, 1, SPECS, directory=tmp_path / "a")
     counters = st.counters()
@@ -357,3 +398,12 @@ def test_side_store_single_keys_in_any_order_stay_sorted() -> None:
     hit, pos = side.lookup(np.array(sorted(seen)))
     assert hit.all()
     np.testing.assert_array_equal(side.arrays["o"][pos, 0], sorted(seen))
+
+
+def test_a_ring_state_with_a_null_dtype_is_refused() -> None:
+    """``np.dtype(None)`` is float64: a spec saved with ``"dtype": null`` loaded as float64."""
+    st = RingStorage(2, 1, {"x": FieldSpec("x", (2,), np.float64)})
+    sd = st.state_dict()
+    sd["specs"] = [{**sd["specs"][0], "dtype": None}]
+    with pytest.raises(CheckpointError, match=r"storage.specs\[0\]: malformed"):
+        RingStorage.from_state_dict(sd)

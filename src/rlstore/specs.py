@@ -6,8 +6,10 @@ field as an array of shape ``(*lead, *spec.shape)`` where ``lead`` is e.g. ``(T,
 
 Casting rules (:func:`cast_to_spec`): only *safe* conversions are accepted.
 
-* same kind or widening (``int -> float``), and float narrowing (``float64 -> float32``),
-  which is what every RL library does with observations, unless a value overflows to inf;
+* same kind or widening, and float narrowing (``float64 -> float32``), which is what every RL
+  library does with observations, unless a value overflows to inf;
+* ``int -> float`` when every integer is exactly representable (``2**24 + 1`` is never stored
+  as float32 ``16777216.0``, nor ``70000`` as float16 ``inf``);
 * integer narrowing (``int64 -> uint8``) only when every value fits the target range;
 * ``bool`` fields accept integer or float input whose values are all exactly 0 or 1 (CleanRL's
   float dones; the rollout buffer's flags take the same);
@@ -25,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +55,8 @@ class FieldSpec:
     Attributes:
         name: field name, ``"obs"``, ``"obs.<key>"`` for dict observations, ``"action"``, ...
         shape: per-item shape, e.g. ``(17,)`` or ``()`` for scalars.
-        dtype: numpy dtype of the stored array (``np.dtype``, normalised on construction).
+        dtype: numpy dtype of the stored array (``np.dtype``, normalised on construction to
+            the native byte order: torch cannot read big-endian arrays).
     """
 
     name: str
@@ -76,11 +80,14 @@ class FieldSpec:
         if any(s < 0 for s in shape):
             raise SpecError(f"{self.name}: shape must be non-negative, got {shape}")
         try:
+            if self.dtype is None:  # np.dtype(None) is float64: never a silent default
+                raise TypeError("None")
             dtype = np.dtype(self.dtype)
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{self.name}: invalid dtype {self.dtype!r}") from exc
         if dtype.kind not in "biuf":
             raise SpecError(f"{self.name}: dtype must be bool, int, uint or float, got {dtype}")
+        dtype = dtype.newbyteorder("=")  # stored natively: ``>f4`` input is cast losslessly
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtype)
 
@@ -95,11 +102,21 @@ class FieldSpec:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> FieldSpec:
-        """Rebuild a spec from :meth:`to_json` output."""
+        """Rebuild a spec from :meth:`to_json` output.
+
+        Raises:
+            SpecError: not a dict, a missing key, a shape that is not a list of ints, a dtype
+                that is not a bool/int/uint/float dtype name.
+        """
+        if not isinstance(d, Mapping):
+            raise SpecError(f"field spec: expected a dict {{name, shape, dtype}}, got {d!r}")
         try:
-            return cls(str(d["name"]), tuple(d["shape"]), np.dtype(d["dtype"]))
+            name, shape, dtype = d["name"], d["shape"], d["dtype"]
         except KeyError as exc:
             raise SpecError(f"field spec: missing key {exc.args[0]!r} in {dict(d)!r}") from exc
+        if not isinstance(shape, (list, tuple)):
+            raise SpecError(f"{name}: shape must be a list of ints, got {shape!r}")
+        return cls(str(name), tuple(shape), dtype)
 
 
 def _default_dtype(arr: np.ndarray, name: str) -> np.dtype:
@@ -191,7 +208,11 @@ def cast_to_spec(
     else:
         if isinstance(value, Mapping):
             raise SpecError(f"{name}: expected an array of shape {expected}, got a dict")
-        if isinstance(value, torch.Tensor) and not value.requires_grad:  # (a graph: refused)
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:  # a graph is not data
+                raise SpecError(
+                    f"{name}: expected data, got a tensor that requires grad (pass tensor.detach())"
+                )
             value = to_numpy(name, value)  # CUDA and bfloat16 tensors too
         try:
             arr = np.asarray(value)
@@ -223,9 +244,11 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if src.kind == "b":
         raise SpecError(f"{name}: expected dtype {dtype}, got bool (a flag, not a number)")
     if dtype.kind == "f":
-        # bool/int/uint -> float and float narrowing are accepted, overflow to inf is not
+        # int -> float when exact and float narrowing are accepted, overflow to inf is not
         with np.errstate(over="ignore"):
             out = arr.astype(dtype)
+        if src.kind in "iu":
+            _check_exact_ints(name, arr, out)
         if src.kind == "f" and src.itemsize > dtype.itemsize and arr.size:
             overflow = np.isinf(out) & np.isfinite(arr)
             if overflow.any():
@@ -246,6 +269,23 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
                 f"got {src} values in [{lo}, {hi}]"
             )
     return arr.astype(dtype)
+
+
+def _check_exact_ints(name: str, arr: np.ndarray, out: np.ndarray) -> None:
+    """SpecError unless every integer of ``arr`` equals its float conversion ``out``: integers
+    up to ``2**(nmant + 1)`` in magnitude always do; larger ones are compared exactly."""
+    bits = np.finfo(out.dtype).nmant + 1
+    if arr.dtype.itemsize * 8 - (arr.dtype.kind == "i") <= bits or not arr.size:
+        return  # (int16 -> float32, uint8 -> float16: always exact)
+    big = (arr > 2**bits) | (arr < -(2**bits))
+    if not big.any():
+        return
+    for v, f in zip(arr[big].tolist(), out[big].tolist(), strict=True):
+        if not (math.isfinite(f) and int(f) == v):
+            raise SpecError(
+                f"{name}: expected integers exactly representable in {out.dtype} "
+                f"(|x| <= 2**{bits}), got {v} (would be stored as {f!r})"
+            )
 
 
 def validate_batch(
@@ -319,26 +359,53 @@ class TransitionSchema:
         ``config()``), adding the default reward/flag specs; ``None`` stays ``None``.
 
         Raises:
-            SpecError: no ``obs``/``action``, a ``next_obs`` entry, or a malformed spec.
+            SpecError: no ``obs``/``action``, ``obs`` together with ``obs.<key>`` fields, an
+                empty ``<key>``, a ``next_obs`` entry, a name given twice or a spec whose
+                ``name`` is not its key, a name with ``/`` (checkpoint keys join names with
+                it), ``terminated`` / ``truncated`` other than scalar bools, or a malformed
+                spec.
         """
         if specs is None:
             return None
         try:
             if isinstance(specs, Mapping):
-                out = {
-                    k: s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s})
+                pairs = [
+                    (k, s if isinstance(s, FieldSpec) else FieldSpec.from_json({"name": k, **s}))
                     for k, s in specs.items()
-                }
+                ]
             elif isinstance(specs, Sequence) and not isinstance(specs, str):
-                out = {d["name"]: FieldSpec.from_json(d) for d in specs}
+                pairs = [(d["name"], FieldSpec.from_json(d)) for d in specs]
             else:
                 raise TypeError(type(specs).__name__)
         except (TypeError, KeyError) as exc:
             raise SpecError(
                 f"specs: expected dict of FieldSpec / dicts or list of dicts, got {specs!r}"
             ) from exc
-        if not any(k == "obs" or k.startswith("obs.") for k in out) or "action" not in out:
+        out = dict(pairs)
+        for k, spec in pairs:  # a spec saves (to_json) under its own name: they must agree
+            if spec.name != k:
+                raise SpecError(
+                    f"specs[{k!r}]: expected a FieldSpec named {k!r}, got {spec.name!r}"
+                )
+        if len(out) != len(pairs):
+            names = [k for k, _ in pairs]
+            raise SpecError(f"specs: expected distinct field names, got {names}")
+        slashed = [k for k in out if "/" in k]
+        if slashed:  # a checkpoint joins its keys with "/": the buffer could never be saved
+            raise SpecError(
+                f"specs: expected field names (dict observation keys, extras) without '/', "
+                f"got {slashed}"
+            )
+        obs = [k for k in out if k == "obs" or k.startswith("obs.")]
+        if not obs or "action" not in out:
             raise SpecError(f"specs: expected 'obs' (or 'obs.<key>') and 'action', got {list(out)}")
+        for k in ("terminated", "truncated"):  # the write path ORs them into done flags
+            if k in out and out[k] != DEFAULT_SPECS[k]:
+                raise SpecError(f"specs[{k!r}]: expected shape () dtype bool, got {out[k]}")
+        if ("obs" in obs and len(obs) > 1) or "obs." in obs:
+            raise SpecError(
+                f"specs: expected 'obs' alone or 'obs.<key>' fields with non-empty keys, got {obs}"
+            )
         if any(k == "next_obs" or k.startswith("next_obs.") for k in out):
             raise SpecError("specs: 'next_obs' is implied by 'obs' and must not be given")
         return {**out, **{k: s for k, s in DEFAULT_SPECS.items() if k not in out}}

@@ -256,3 +256,28 @@ def test_nstep_through_a_prioritized_buffer_carries_ids_and_weights() -> None:
     assert torch.all(again.weights[again.indices == hot] < low.min())  # likely -> small weight
     batch = ns.batch(np.array([0]))  # gather indices: row 0 is id 16
     assert batch.indices.tolist() == [16] and batch.weights.tolist() == [1.0]
+
+
+_CLASHING = ("discount", "steps", "indices", "weights", "_weights", "mask", "ids")
+"""Extra field names equal to outputs computed at sampling time."""
+
+
+def test_extras_named_like_computed_outputs_come_back_as_stored() -> None:
+    """An extra named ``discount`` (dm_env's per-step discount), ``weights`` or ``steps`` came
+    back as the n-step discount, the importance weights or the window lengths (``_weights`` as
+    the replay buffer's weights), and the computed outputs stayed right: both now are."""
+    buf = ReplayBuffer(8, seed=0)
+    for t in range(4):
+        extras = {k: np.float32(10 * i + t) for i, k in enumerate(_CLASHING)}
+        buf.add(np.full(2, t, np.float32), 0, 1.0, np.full(2, t + 1.0, np.float32), False, False,
+                **extras)  # fmt: skip
+    one = buf.sample(3)
+    ns = NStepReplay(buf, n=2, gamma=0.5).sample(3)
+    for batch in (one, ns):
+        rows = batch.obs[:, 0]  # obs = t: the row of each sample
+        for i, k in enumerate(_CLASHING):
+            torch.testing.assert_close(batch.extras[k], 10 * i + rows, rtol=0, atol=0)
+        torch.testing.assert_close(batch.weights, torch.ones(3))
+    torch.testing.assert_close(ns.steps, torch.where(ns.obs[:, 0] < 3, 2, 1))
+    torch.testing.assert_close(ns.discount, torch.where(ns.obs[:, 0] < 3, 0.25, 0.5))
+    assert ns.indices.tolist() == ns.obs[:, 0].long().tolist()

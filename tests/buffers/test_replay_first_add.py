@@ -225,3 +225,32 @@ def test_bad_device_is_a_config_error() -> None:
 def test_malformed_constructor_arguments_are_named(kwargs: dict, error: type, named: str) -> None:
     with pytest.raises(error, match=named):
         ReplayBuffer(10, **kwargs)
+
+
+def test_big_endian_input_is_stored_natively_sampled_and_reloaded(tmp_path) -> None:
+    """Network-order data (``>f4`` observations, ``>i8`` actions), inferred or declared: the
+    specs were big-endian, so ``sample`` failed in ``torch.from_numpy`` (a bare ValueError) and
+    a saved buffer could not be loaded (its arrays come back native)."""
+    from rlstore import checkpoint
+    from rlstore.specs import FieldSpec
+
+    declared = {
+        "obs": FieldSpec("obs", (2,), np.dtype(">f4")),
+        "action": {"shape": [], "dtype": ">i8"},
+    }
+    for specs in (None, declared):
+        buf = ReplayBuffer(4, specs=specs, seed=0)
+        for t in range(3):
+            obs = np.full(2, t, ">f4")
+            buf.add(obs, np.array(t, ">i8"), np.array(0.5, ">f8"), obs + 1, t == 2, False)
+        assert buf.specs is not None
+        assert buf.specs["obs"].dtype == np.float32 and buf.specs["obs"].dtype.isnative
+        assert buf.specs["action"].dtype == np.int64 and buf.specs["action"].dtype.isnative
+        batch = buf.sample(3)
+        assert sorted(batch.obs[:, 0].tolist()) == sorted(batch.action.float().tolist())
+        checkpoint.save(buf, tmp_path)
+        back = checkpoint.load(tmp_path)
+        assert flat_state(back) == flat_state(buf)
+        np.testing.assert_array_equal(
+            back.sample(3).next_obs.numpy(), buf.sample(3).next_obs.numpy()
+        )

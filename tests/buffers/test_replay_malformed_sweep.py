@@ -28,7 +28,7 @@ from rlstore.errors import RLStoreError
 F = np.float32
 NAN, INF = float("nan"), float("inf")
 ANY = [None, "abc", {"a": 1}, np.array([object()]), 1 + 1j, np.zeros(7, F)]  # any field
-FLOAT = [NAN, INF, -INF, 1e300, True]  # float fields
+FLOAT = [NAN, INF, -INF, 1e300, True, 2**24 + 1]  # float fields (2**24 + 1: not a float32)
 INT = [0.5, NAN, True, 2**70]  # integer fields
 FLAG = [0.5, 2, -1, NAN, "False"]  # done / terminated / truncated
 

@@ -176,13 +176,69 @@ def test_memmap_buffer_equals_memory_and_reopens_without_a_copy(tmp_path) -> Non
 
 
 def test_memmap_keep_false_removes_its_files(tmp_path) -> None:
+    """keep=False: the ring's files go with the buffer, and so does the state a flush wrote
+    beside them (it was left behind, naming ring files that no longer existed), also for a
+    buffer reopened from the folder."""
     d = tmp_path / "scratch"
     buf = ReplayBuffer(4, seed=0, storage={"kind": "memmap", "directory": str(d), "keep": False})
     buf.add(**_row(0, 1))
     assert list(d.glob("*.npy"))
+    buf.flush()
     del buf
     gc.collect()
-    assert not list(d.glob("*.npy"))
+    assert list(d.iterdir()) == []
+    buf = ReplayBuffer(4, seed=0, storage=StorageLayout.memmap(d, keep=False))
+    buf.add(**_row(0, 1))
+    buf.flush()
+    back = ReplayBuffer.open(d)
+    buf._storage._finalizer.detach()  # (as if `buf` lived in a process that ended)
+    del buf
+    gc.collect()
+    assert len(list(d.iterdir())) == 3
+    del back
+    gc.collect()
+    assert list(d.iterdir()) == []
+
+
+def test_open_refuses_a_ring_written_after_its_last_flush(tmp_path) -> None:
+    """One add after a flush of a full ring rewrites its oldest row's observation (the spare
+    row rotates); a process that ended then left files the flushed state does not describe,
+    and open() served the oldest transition with a newer observation. Now open() refuses such
+    a folder until a flush, and accepts it after one (also after a load_state_dict)."""
+    d = tmp_path / "ring"
+    buf = ReplayBuffer(4, seed=0, storage=StorageLayout.memmap(d))
+    for i in range(6):
+        buf.add(**_row(i, 1))
+    buf.flush()
+    ReplayBuffer.open(d)  # clean: opens
+    buf.add(**_row(6, 1))
+    buf._storage.flush()  # the pages reach the files (the OS does that sooner or later)
+    with pytest.raises(CheckpointError, match="written after the last flush"):
+        ReplayBuffer.open(d)
+    buf.flush()
+    back = ReplayBuffer.open(d)
+    assert _state(back) == _state(buf)
+    back.load_state_dict(buf.state_dict())  # (new ring files)
+    with pytest.raises(CheckpointError, match="written after the last flush"):
+        ReplayBuffer.open(d)
+    back.flush()
+    assert _state(ReplayBuffer.open(d)) == _state(buf)
+
+
+def test_an_add_that_cannot_mark_the_folder_changes_nothing(tmp_path) -> None:
+    """The first add after a flush marks the folder first; when that fails (the folder was
+    removed) the add is a ConfigError naming it and nothing is written."""
+    import shutil
+
+    d = tmp_path / "ring"
+    buf = ReplayBuffer(4, seed=0, storage=StorageLayout.memmap(d))
+    buf.add(**_row(0, 1))
+    buf.flush()
+    shutil.rmtree(d)  # (the mapped pages stay readable)
+    before = _state(buf)
+    with pytest.raises(ConfigError, match="directory: cannot write .*replay_unflushed"):
+        buf.add(**_row(1, 1))
+    assert _state(buf) == before
 
 
 @pytest.mark.parametrize("per", [False, True])

@@ -210,6 +210,44 @@ def test_bad_calls_change_nothing() -> None:
         seq.sample(1)
 
 
+def test_rejected_samples_and_priorities_do_not_observe_new_rows() -> None:
+    """A bad batch_size or beta, or priorities too large for the sum tree, are refused before
+    the sampler observes the rows written since its last call (it did observe them first, and
+    when it observes decides the grid of rows dropped meanwhile: not all or nothing)."""
+    buf, seq = fill([[0]] * 3, 8, length=2, alpha=2.0)
+    b = seq.sample(2)
+    buf.add(np.array([0.0, 99.0]), 0, 0.0, np.array([0.0, 1.0]), False, False, hidden=[0, 0])
+    before = seq.state_dict()
+    for call, error, match in [
+        (lambda: seq.sample(0), CapacityError, "batch_size: expected an int >= 1"),
+        (lambda: seq.sample(2, beta=-1.0), ConfigError, "beta: expected a finite number"),
+        (lambda: seq.update_priorities(b.ids, np.full((2, 2), 1e300)), SpecError, "p = 1e"),
+    ]:
+        with pytest.raises(error, match=match):
+            call()
+        assert seq.state_dict()["hi"] == before["hi"] == 3
+        np.testing.assert_array_equal(
+            seq.state_dict()["prio"]["tree"]["leaves"], before["prio"]["tree"]["leaves"]
+        )
+
+
+def test_extras_named_like_computed_outputs_come_back_as_stored() -> None:
+    """Extras named ``mask``, ``ids`` or ``weights`` came back as the computed mask, sequence
+    ids and importance weights (and a ``hidden`` named like one of them read the computed one)."""
+    buf = ReplayBuffer(8, seed=0)
+    for t in range(5):
+        buf.add(np.full(2, t, np.float32), 0, 1.0, np.full(2, t + 1.0, np.float32), False, False,
+                mask=np.float32(t), ids=np.float32(10 + t), weights=np.float32(20 + t))  # fmt: skip
+    b = SequenceReplay(buf, 2, hidden="weights", seed=0).sample(4)
+    rows = b.obs[:, :, 0]  # obs = t
+    torch.testing.assert_close(b.extras["mask"], rows, rtol=0, atol=0)
+    torch.testing.assert_close(b.extras["ids"], 10 + rows, rtol=0, atol=0)
+    torch.testing.assert_close(b.hidden, 20 + rows[:, 0], rtol=0, atol=0)
+    assert b.mask.dtype == torch.bool and bool(b.mask.all())
+    assert b.ids.tolist() == rows[:, 0].long().tolist()
+    torch.testing.assert_close(b.weights, torch.ones(4))
+
+
 def test_docstring_examples() -> None:
     import doctest
 

@@ -219,6 +219,41 @@ def test_save_interrupted_in_process_at_each_stage(
     ]
 
 
+_ORDER = ["written", "linked", "state_replaced", "committed"]
+
+
+@pytest.mark.parametrize("first", _ORDER)
+def test_saves_interrupted_one_after_another_keep_the_last_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """A save interrupted at ``first``, then saves interrupted at every stage in turn (and one
+    that completes): after each, the folder loads the last committed generation, whatever
+    state file and ``.prev`` link the earlier interruptions left (a ``.prev`` must never be
+    dropped while it is the only committed state file)."""
+    from rlstore.checkpoint import _atomic
+
+    def save(gen: int, stage: str | None, committed: int) -> int:
+        """Save generation ``gen``, interrupted at ``stage``; the generation committed after."""
+
+        def hook(name: str) -> None:
+            if name == stage:
+                raise _Boom(name)
+
+        with monkeypatch.context() as patch:
+            interrupt_at_stages(_atomic, hook, patch.setattr)
+            with contextlib.suppress(_Boom):
+                save_state(tmp_path, {"x": np.full(3, float(gen)), "gen": gen})
+        return gen if stage in (None, "committed") else committed
+
+    save_state(tmp_path, {"x": np.zeros(3), "gen": 0})
+    committed = save(1, first, 0)
+    for gen, stage in enumerate([*_ORDER, *_ORDER[::-1], None, *_ORDER], start=2):
+        committed = save(gen, stage, committed)
+        loaded = load_state(tmp_path)
+        assert loaded["gen"] == committed, (first, gen, stage)
+        np.testing.assert_array_equal(loaded["x"], np.full(3, float(committed)))
+
+
 def test_orphan_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> None:
     """Temporaries (files and folders) named after a dead pid go at the next save; those of a
     live pid stay."""

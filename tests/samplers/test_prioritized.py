@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import numpy as np
@@ -121,6 +122,21 @@ def test_linear_beta_schedule() -> None:
         LinearSchedule(0.4, 1.0, 0)
     with pytest.raises(ConfigError, match="beta.start"):
         LinearSchedule(-0.1, 1.0, 10)
+    with pytest.raises(ConfigError, match="beta.end: expected a finite number >= 0, got inf"):
+        LinearSchedule(0.4, math.inf, 10)
+
+
+@pytest.mark.parametrize("beta", [math.inf, float("nan"), -1.0])
+def test_an_infinite_beta_is_refused_not_turned_into_zero_weights(beta: float) -> None:
+    """``beta = inf`` gave every drawn id but the least likely ones the weight 0 (the weights
+    are documented in (0, 1]); it is refused like a negative beta, nothing drawn."""
+    s = _sampler([1.0, 3.0], alpha=1.0, seed=0)
+    before = _state(s)
+    with pytest.raises(ConfigError, match=r"beta: expected a finite number >= 0"):
+        s.sample(4, beta=beta)
+    _assert_same_state(before, _state(s))
+    with pytest.raises(ConfigError, match=r"beta: expected a finite number >= 0"):
+        PrioritizedSampler(4, beta=beta)
 
 
 def test_new_items_get_the_max_priority_seen() -> None:

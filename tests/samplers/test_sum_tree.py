@@ -266,3 +266,19 @@ def test_property_against_list_model(cap: int, batches: list) -> None:
         cum = np.cumsum(leaves)
         # got is right of every prefix sum <= mass (up to rounding) and its own prefix > mass
         assert (cum[got] >= masses - 1e-9 * t.total).all()
+
+
+def test_a_tree_too_large_for_memory_is_a_capacity_error() -> None:
+    """Was a bare ValueError ("array is too big") or MemoryError from the constructor of a
+    prioritized buffer; now a CapacityError naming the capacity, the caller's sampler unbound."""
+    from rlstore import ReplayBuffer
+    from rlstore.errors import CapacityError
+    from rlstore.samplers import PrioritizedSampler
+
+    with pytest.raises(CapacityError, match=r"capacity: cannot allocate a sum tree of 1,000,"):
+        SumTree(10**18)
+    sampler = PrioritizedSampler(alpha=0.6, seed=0)
+    with pytest.raises(CapacityError, match="capacity: cannot allocate a sum tree"):
+        ReplayBuffer(10**18, sampler=sampler)
+    assert sampler.capacity is None
+    ReplayBuffer(8, sampler=sampler)  # still usable

@@ -20,7 +20,13 @@ import numpy as np
 
 from rlstore._checks import check_keys
 from rlstore._trees import flat_items
-from rlstore.checkpoint._state import load_state, save_state
+from rlstore.checkpoint._atomic import _fsync_dir, write_text_atomic
+from rlstore.checkpoint._state import (
+    load_state,
+    metadata_file_path,
+    save_state,
+    state_file_path,
+)
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError, SpecError
 from rlstore.samplers import make_sampler
 from rlstore.specs import FieldSpec, TransitionSchema
@@ -52,6 +58,7 @@ class ReplayState:
     _prev_open: np.ndarray
     _sampler: Sampler
     _layout: StorageLayout
+    _clean: bool
 
     def config(self) -> dict[str, Any]:
         raise NotImplementedError  # provided by ReplayBuffer
@@ -100,6 +107,8 @@ class ReplayState:
             twin.bind((self.capacity_per_env + 1) * n)
             twin.load_state_dict(sd["sampler"], window=window)
             storage = self._layout.adopt(storage, self._storage)
+        if self._clean:  # the ring files change: the last flush no longer describes them
+            self._mark_unflushed()
         self._sampler.load_state_dict(sd["sampler"], window=window)  # checked before it changes
         if storage is None:
             self.specs = self._schema = self._storage = self._side = self._disc = None
@@ -112,7 +121,8 @@ class ReplayState:
     # ------------------------------------------------------------------ memory-mapped files
     def flush(self) -> None:
         """Write a memory-mapped buffer's pages and everything else it needs to reopen
-        (:meth:`open`) into its folder.
+        (:meth:`open`) into its folder. Flush again after the last write: the first write
+        after a flush marks the folder, and :meth:`open` refuses it until the next flush.
 
         Raises:
             ConfigError: the buffer is not memory-mapped.
@@ -123,7 +133,28 @@ class ReplayState:
         if st is not None:
             st.flush()  # type: ignore[attr-defined]
         counters = None if st is None else st.counters()  # type: ignore[attr-defined]
-        save_state(str(self._layout.directory), self._state(counters), prefix=_MMAP_PREFIX)
+        directory = str(self._layout.directory)
+        save_state(directory, self._state(counters), prefix=_MMAP_PREFIX)
+        if st is not None:
+            _own_state_files(st, directory)
+        _unflushed_marker(directory).unlink(missing_ok=True)  # the state describes the files
+        _fsync_dir(Path(directory))
+        self._clean = True
+
+    def _mark_unflushed(self) -> None:
+        """Before a flushed memory-mapped ring changes: leave a durable marker, so that
+        :meth:`open` refuses the folder until the next :meth:`flush` (the files would hold rows
+        the flushed state does not describe, e.g. a newer observation in the oldest row)."""
+        marker = _unflushed_marker(str(self._layout.directory))
+        try:
+            write_text_atomic(
+                marker,
+                "The ring files were written after the last flush(); ReplayBuffer.open "
+                "refuses them until the buffer is flushed again.\n",
+            )
+        except OSError as exc:  # the folder went away or turned read-only: nothing written
+            raise ConfigError(f"directory: cannot write {str(marker)!r} ({exc})") from exc
+        self._clean = False
 
     @classmethod
     def open(cls, directory: str | Path, *, device: str | None = None) -> Self:
@@ -131,8 +162,15 @@ class ReplayState:
         files (no copy); later adds and samples continue exactly.
 
         Raises:
-            CheckpointError: the folder holds no flushed buffer, or files that do not match.
+            CheckpointError: the folder holds no flushed buffer, files that do not match, or
+                a ring written after its last flush (a process that ended without flushing
+                again: the files hold rows the flushed state does not describe).
         """
+        if _unflushed_marker(str(directory)).exists():
+            raise CheckpointError(
+                f"{directory}: the ring files were written after the last flush() (the process "
+                "ended before flushing again), so they no longer match the flushed state"
+            )
         sd = dict(load_state(str(directory), prefix=_MMAP_PREFIX))
         cfg = sd.get("config")
         if not isinstance(cfg, Mapping) or not isinstance(cfg.get("storage"), Mapping):
@@ -147,12 +185,26 @@ class ReplayState:
             raise CheckpointError(f"{directory}: config does not fit ReplayBuffer ({exc})") from exc
         if sd["storage"] is not None:
             sd["storage"] = MemmapStorage.open(directory, sd["storage"], keep=layout.keep)
+            _own_state_files(sd["storage"], str(directory))
         buf.load_state_dict(sd)
+        buf._clean = True
         return buf
 
 
 _MMAP_PREFIX = "replay_"
 """File prefix of the state a memory-mapped buffer's :meth:`ReplayState.flush` writes."""
+
+
+def _own_state_files(st: Any, directory: str) -> None:
+    """With ``keep=False`` the flushed state goes with the ring's files (else it is left behind,
+    naming files that no longer exist)."""
+    files = [f(directory, _MMAP_PREFIX) for f in (metadata_file_path, state_file_path)]
+    st.own([*files, _unflushed_marker(directory)])
+
+
+def _unflushed_marker(directory: str) -> Path:
+    """The file that says a memory-mapped ring changed after its last flush."""
+    return Path(directory) / f"{_MMAP_PREFIX}unflushed"
 
 
 def checked_state(buf: ReplayState, sd: Mapping[str, Any]) -> dict[str, Any]:

@@ -317,6 +317,8 @@ class ReplayWriter(ReplayState):
         if first:  # allocate only once everything passed
             self._allocate(plan.schema.specs)
             plan = self._plan or plan
+        if self._clean:  # a flushed memory-mapped ring is about to change
+            self._mark_unflushed()
         st: Storage = self._storage  # type: ignore[assignment]  # (allocated)
         if t is None:
             self._write_row(plan, vals, st)

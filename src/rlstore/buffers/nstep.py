@@ -204,23 +204,26 @@ class NStepReplay:
         steps, pick, term, trunc = kern.nstep_sums(
             reward, ends, *flags, avail, self._powers, g, disc
         )
-        out = {k: a[k][::n] for k in (*f.obs, "action", *f.extras)}
+        out = {k: a[k][::n] for k in (*f.obs, "action")}
         for k in f.next:
             out[k] = a[k][pick]
-        out.update(reward=g, discount=disc, terminated=term, truncated=trunc, steps=steps,
-                   indices=idx + buf.first_id,
-                   weights=np.ones(b, np.float32) if weights is None else weights)  # fmt: skip
         t = to_torch(out, self._device)
+        c = to_torch(  # computed apart from the stored fields: an extra may be named "discount"
+            {"reward": g, "discount": disc, "terminated": term, "truncated": trunc,
+             "steps": steps, "indices": idx + buf.first_id,
+             "weights": np.ones(b, np.float32) if weights is None else weights},
+            self._device,
+        )  # fmt: skip
         return NStepBatch(
             split_obs(t, f.obs),
             t["action"],
-            t["reward"],
+            c["reward"],
             split_obs(t, f.next),
-            t["discount"],
-            t["terminated"],
-            t["truncated"],
-            t["steps"],
-            {k: t[k] for k in f.extras},
-            t["indices"],
-            t["weights"],
+            c["discount"],
+            c["terminated"],
+            c["truncated"],
+            c["steps"],
+            to_torch({k: a[k][::n] for k in f.extras}, self._device),
+            c["indices"],
+            c["weights"],
         )

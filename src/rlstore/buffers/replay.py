@@ -156,6 +156,7 @@ class ReplayBuffer(ReplayWriter, ReplayState):
         self._plan: WritePlan | None = None
         self._prev_open = np.zeros(self.num_envs, dtype=bool)
         self._prev_open_any = self._prev_all = False
+        self._clean = False  # a memory-mapped ring as its last flush left it (see flush)
         parsed = TransitionSchema.parse(specs)
         if parsed is not None:
             self._allocate(parsed)
@@ -314,12 +315,13 @@ class ReplayBuffer(ReplayWriter, ReplayState):
         """
         drawn = self.sample_ids(batch_size, beta)
         arrays = self._gather_ids(drawn.indices)
-        arrays["_weights"] = drawn.weights
         dev = self.device
         if dev.type == "cpu":
             t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+            weights = torch.from_numpy(drawn.weights)
         else:
             t = {k: torch.from_numpy(v).to(dev, non_blocking=True) for k, v in arrays.items()}
+            weights = torch.from_numpy(drawn.weights).to(dev, non_blocking=True)
         obs: torch.Tensor | dict[str, torch.Tensor] = t.get("obs", {})
         nxt: torch.Tensor | dict[str, torch.Tensor] = t.get("next_obs", {})
         if self._dict_obs:
@@ -334,7 +336,7 @@ class ReplayBuffer(ReplayWriter, ReplayState):
             t["truncated"],
             {k: t[k] for k in self._extra_names},
             drawn.indices,
-            t["_weights"],
+            weights,
         )
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:

@@ -51,6 +51,7 @@ from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array, to_numpy
 from rlstore.buffers.nstep import episode_ends, fields, split_obs, to_torch
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
+from rlstore.samplers.prioritized import _beta
 from rlstore.samplers.sequence import SequenceSampler
 from rlstore.samplers.uniform import check_ids
 
@@ -177,6 +178,9 @@ class SequenceReplay:
                 f"hidden: expected an extra field {self.hidden!r} in the buffer, got fields "
                 f"{sorted(specs)}"
             )
+        check_count("batch_size", batch_size)  # checked before _sync changes anything
+        if beta is not None:
+            _beta(beta)
         self._sync()
         ids, weights = self.sampler.sample(batch_size, beta)
         g, env = np.divmod(ids, n)
@@ -186,15 +190,15 @@ class SequenceReplay:
         ends = episode_ends(a, (b, w), f.obs)
         mask = np.ones((b, w), dtype=bool)
         mask[:, 1:] = np.cumsum(ends[:, :-1], axis=1) == 0
-        out = {k: v.reshape(b, w, *v.shape[1:]) for k, v in a.items()}
-        if self.hidden is not None:
-            out["hidden"] = out.pop(self.hidden)[:, 0]
-        out.update(mask=mask, ids=ids, weights=weights)
-        t = to_torch(out, torch.device(getattr(buf, "device", "cpu")))
+        dev = torch.device(getattr(buf, "device", "cpu"))
+        t = to_torch({k: v.reshape(b, w, *v.shape[1:]) for k, v in a.items()}, dev)
+        # computed apart from the stored fields: an extra may be named "mask" or "weights"
+        c = to_torch({"mask": mask, "ids": ids, "weights": weights}, dev)
         return SequenceBatch(
             split_obs(t, f.obs), t["action"], t["reward"], split_obs(t, f.next),
-            t["terminated"], t["truncated"], t["mask"], t.get("hidden"),
-            {k: t[k] for k in f.extras if k != self.hidden}, t["ids"], t["weights"],
+            t["terminated"], t["truncated"], c["mask"],
+            None if self.hidden is None else t[self.hidden][:, 0],
+            {k: t[k] for k in f.extras if k != self.hidden}, c["ids"], c["weights"],
         )  # fmt: skip
 
     def update_priorities(self, ids: Any, td_errors: Any, mask: Any = None) -> None:
@@ -224,8 +228,10 @@ class SequenceReplay:
         count = m.sum(1)
         mean = np.where(m, td, 0.0).sum(1) / np.maximum(count, 1)
         top = np.where(m, td, 0.0).max(1, initial=0.0)
+        priorities = self.eta * top + (1 - self.eta) * mean
+        self.sampler.prio.check_storable(priorities)  # before _sync changes anything
         self._sync()
-        self.sampler.update_priorities(idx, self.eta * top + (1 - self.eta) * mean)
+        self.sampler.update_priorities(idx, priorities)
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state (starts, priorities, RNG); save the buffer's state with it."""

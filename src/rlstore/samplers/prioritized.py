@@ -57,7 +57,9 @@ class LinearSchedule:
 
     def __post_init__(self) -> None:
         for name in ("start", "end"):
-            object.__setattr__(self, name, real_number(f"beta.{name}", getattr(self, name), 0.0))
+            value = real_number(f"beta.{name}", getattr(self, name), 0.0, _FLOAT_MAX,
+                                expected="a finite number >= 0")  # fmt: skip
+            object.__setattr__(self, name, value)
         check_count("beta.steps", self.steps, error=ConfigError)
 
     def __call__(self, step: int) -> float:
@@ -300,8 +302,9 @@ class PrioritizedSampler:
 
 
 def _beta(beta: Any) -> float:
-    """``beta`` as a float >= 0 (ConfigError otherwise)."""
-    return real_number("beta", beta, 0.0, expected="a number >= 0 or a LinearSchedule")
+    """``beta`` as a finite float >= 0 (ConfigError otherwise: ``inf`` made every weight 0)."""
+    return real_number("beta", beta, 0.0, _FLOAT_MAX,
+                       expected="a finite number >= 0 or a LinearSchedule")  # fmt: skip
 
 
 def _power(x: Any, alpha: float) -> Any:

@@ -40,7 +40,13 @@ import numpy as np
 from rlstore._checks import check_count, check_keys
 from rlstore._lazy import lazy_module
 from rlstore._trees import to_numpy
-from rlstore.errors import CheckpointError, ConfigError, EmptyBufferError, SpecError
+from rlstore.errors import (
+    CapacityError,
+    CheckpointError,
+    ConfigError,
+    EmptyBufferError,
+    SpecError,
+)
 from rlstore.samplers.uniform import check_ids
 from rlstore.storage.ring import _checked_array, _count
 
@@ -85,6 +91,10 @@ class SumTree:
     Args:
         capacity: number of leaves (int >= 1); padded to a multiple of 4 internally.
 
+    Raises:
+        ConfigError: ``capacity`` not an int >= 1.
+        CapacityError: the tree does not fit in memory.
+
     Attributes:
         capacity: the number of usable leaves.
         max_value: the largest leaf value accepted, ``float64 max / (2 * n)`` for ``n`` padded
@@ -95,8 +105,14 @@ class SumTree:
         self.capacity = check_count("capacity", capacity, error=ConfigError)
         self._offs = _kernels().level_offsets(self.capacity)  # level starts, then the size
         size, n_leaves = int(self._offs[-1]), int(self._offs[1])
-        self._sum = _aligned(size, 0.0)
-        self._min = _aligned(size - n_leaves, np.inf)  # no leaf level
+        try:
+            self._sum = _aligned(size, 0.0)
+            self._min = _aligned(size - n_leaves, np.inf)  # no leaf level
+        except (MemoryError, ValueError) as exc:  # ValueError: "array is too big"
+            raise CapacityError(
+                f"capacity: cannot allocate a sum tree of {self.capacity:,} leaves "
+                f"({(2 * size - n_leaves) * 8:,} bytes; {type(exc).__name__}: {exc})"
+            ) from None
         self.max_value = float(np.finfo(np.float64).max) / (2 * n_leaves)
 
     @property

@@ -20,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+import errno
+import math
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rlstore.errors import CheckpointError, ConfigError
+from rlstore.errors import CapacityError, CheckpointError, ConfigError
 from rlstore.specs import FieldSpec
 from rlstore.storage.ring import RingStorage, checked_counts, checked_layout
 
@@ -44,7 +46,8 @@ class MemmapStorage(RingStorage):
             them then.
 
     Raises:
-        ConfigError: the folder already holds ring files.
+        ConfigError: the folder already holds ring files, or cannot be created or written.
+        CapacityError: the files do not fit the file system (nothing is left behind).
     """
 
     def __init__(
@@ -63,7 +66,13 @@ class MemmapStorage(RingStorage):
         self._mode = _mode
         self._files: list[Path] = []
         if _mode == "w+":
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file in the way, a read-only parent
+                raise ConfigError(
+                    f"directory: expected a folder that can be created, got "
+                    f"{str(self.directory)!r} ({exc})"
+                ) from exc
             if any(self.directory.glob("*.npy")):
                 raise ConfigError(
                     f"directory: expected a folder without a memory-mapped ring, got "
@@ -71,13 +80,23 @@ class MemmapStorage(RingStorage):
                     "ReplayBuffer.open, or remove them)"
                 )
         super().__init__(rows, num_envs, specs, packed=packed)
-        self._finalizer = weakref.finalize(self, _remove, [] if keep else list(self._files))
+        self._doomed: list[Path] = [] if keep else list(self._files)  # removed when gone
+        self._finalizer = weakref.finalize(self, _remove, self._doomed)
 
     def _zeros(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         path = self.directory / f"{name}.npy"
         self._files.append(path)
         if self._mode == "w+":  # a new file reads as zeros (sparse on most file systems)
-            return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+            try:
+                return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+            except OSError as exc:  # nothing is left behind: the files made so far go too
+                _remove(self._files)
+                need = math.prod(shape) * dtype.itemsize
+                room = exc.errno in _NO_ROOM
+                raise (CapacityError if room else ConfigError)(
+                    f"{'capacity' if room else 'directory'}: cannot create the ring file "
+                    f"{str(path)!r} of {need:,} bytes ({exc})"
+                ) from exc
         try:
             arr = np.load(path, mmap_mode="r+", allow_pickle=False)
         except (OSError, ValueError) as exc:
@@ -116,6 +135,12 @@ class MemmapStorage(RingStorage):
             if isinstance(arr, np.memmap):
                 arr.flush()
 
+    def own(self, files: list[Path]) -> None:
+        """Files written beside the ring (a buffer's flushed state): with ``keep=False`` they
+        are removed with the ring's own files."""
+        if not self.keep:
+            self._doomed.extend(f for f in files if f not in self._doomed)
+
     def close(self) -> None:
         """Flush, and remove the files now when ``keep`` is False."""
         self.flush()
@@ -124,10 +149,14 @@ class MemmapStorage(RingStorage):
     def remove(self) -> None:
         """Remove the files now (whatever ``keep`` says); the storage must not be used after."""
         self._finalizer.detach()
-        _remove(self._files)
+        _remove(self._files + self._doomed)
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a memory-mapped storage is not pickled: flush() and open() it instead")
+
+
+_NO_ROOM = (errno.EINVAL, errno.EFBIG, errno.ENOSPC, errno.ENOMEM, errno.EOVERFLOW)
+"""Errors of a file too large for the file system, the disk or the address space."""
 
 
 def _remove(files: list[Path]) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlstore._checks import check_keys
-from rlstore.errors import CapacityError, CheckpointError
+from rlstore.errors import CapacityError, CheckpointError, RLStoreError
 from rlstore.specs import FieldSpec
 
 __all__ = ["RingStorage", "SideStore"]
@@ -78,7 +78,7 @@ class RingStorage:
                 self.arrays = {
                     k: self._zeros(k, (*shape, *s.shape), s.dtype) for k, s in self.specs.items()
                 }
-        except CheckpointError:  # a memory-mapped file that does not fit
+        except RLStoreError:  # a memory-mapped file that does not fit or cannot be made
             raise
         except (MemoryError, ValueError) as exc:  # ValueError: "array is too big"
             item = sum(math.prod(s.shape) * s.dtype.itemsize for s in self.specs.values())
@@ -305,7 +305,7 @@ def _specs_from_json(where: str, value: Any) -> dict[str, FieldSpec]:
         ok = isinstance(name, str) and name not in specs and isinstance(shape, list)
         ok = ok and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)
         try:
-            spec = FieldSpec(name, tuple(shape), np.dtype(dtype)) if ok else None
+            spec = FieldSpec(name, tuple(shape), dtype) if ok else None
         except (TypeError, ValueError):  # SpecError is a ValueError
             spec = None
         if spec is None or spec.dtype.kind not in "biuf":
