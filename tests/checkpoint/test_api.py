@@ -312,3 +312,13 @@ def test_package_exports_resolve_and_hold_no_test_seams() -> None:
     arrays, schema, tree = _flatten({"a": {"b": np.zeros(2)}, "c": 1})
     assert list(arrays) == ["a/b"] and tree == {"a": {}, "c": 1}
     assert schema == {"a/b": {"shape": [2], "dtype": "float64", "kind": "numpy"}}
+
+
+def test_load_given_the_sidecar_path_that_save_returns_names_the_fix(tmp_path: Path) -> None:
+    """It looked for ``<sidecar>/buffer_metadata.json`` and said that file was missing."""
+    sidecar = save_state(tmp_path, {"x": np.arange(3)})
+    assert sidecar.is_file()
+    with pytest.raises(CheckpointError, match=r"dirpath: expected the checkpoint's folder, got the"
+                       r" file .*buffer_metadata\.json.* pass its parent folder"):  # fmt: skip
+        load_state(sidecar)
+    np.testing.assert_array_equal(load_state(sidecar.parent)["x"], np.arange(3))

@@ -48,6 +48,11 @@ def _folder(dirpath: Any, prefix: Any) -> Path:
         raise CheckpointError(  # '../' wrote outside the folder
             f"prefix: expected a file-name prefix (no path separator), got {prefix!r}"
         )
+    if Path(dirpath).is_file():  # e.g. the sidecar path that save() returns
+        raise CheckpointError(
+            f"dirpath: expected the checkpoint's folder, got the file {str(dirpath)!r} (save() "
+            "returns the sidecar's path: pass its parent folder)"
+        )
     return Path(dirpath)
 
 
