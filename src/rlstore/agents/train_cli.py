@@ -122,19 +122,35 @@ def _algo(args: argparse.Namespace) -> str:
     """``--algo``; with ``--resume`` and no ``--algo``, the algorithm of the run's config."""
     algo = getattr(args, "algo", None)
     if algo is None and getattr(args, "resume", None) is not None:
-        algo = _algo_of_run(Path(args.resume))
+        algo = _algo_of_file(Path(args.resume) / "config.yaml")
     return algo or "ppo"
 
 
-def _algo_of_run(run_dir: Path) -> str | None:
-    """The algorithm whose section (``dqn:``, ``sac:``, ...) the run's config.yaml holds (None:
-    PPO's, or unreadable: the runner then reports the file)."""
+def _algo_of_file(path: str | Path) -> str | None:
+    """The algorithm whose section (``dqn:``, ``sac:``, ..., PPO's ``online:``) the config file
+    holds (None: none of them, or unreadable: the loader then reports the file)."""
     try:
-        data = load_yaml((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
         return None
     found = [a for a in ALGORITHMS if a != "ppo" and isinstance(data, dict) and a in data]
-    return found[0] if found else None
+    return found[0] if found else "ppo" if isinstance(data, dict) and "online" in data else None
+
+
+def _load_config(module: ModuleType, algo: str, path: str | Path, **kwargs: Any) -> Any:
+    """``module.load_config(path)``; a file of another algorithm's config is refused naming the
+    ``--algo`` it is for, not by a list of its sections as unknown keys."""
+    try:
+        return module.load_config(path, **kwargs)
+    except ConfigError:
+        other = _algo_of_file(path)
+        if other is None or other == algo:
+            raise
+        section = "online" if other == "ppo" else other
+        raise ConfigError(
+            f"--algo: expected a {algo} config, got {str(path)!r}, a config of --algo {other} "
+            f"(its {section!r} section); run it with --algo {other}"
+        ) from None
 
 
 def _module(args: argparse.Namespace) -> ModuleType:
@@ -228,8 +244,7 @@ def build_config(args: argparse.Namespace) -> Any:
     module = _module(args)
     algo = _algo(args)
     if args.config is not None:
-        path = args.config
-        cfg = module.load_config(path)
+        cfg = _load_config(module, algo, args.config)
     else:
         with resources.as_file(default_config(algo, module, args.env, args.agent)[0]) as path:
             cfg = module.load_config(path)
@@ -241,13 +256,17 @@ def build_config(args: argparse.Namespace) -> Any:
         if key is None:
             raise ConfigError(f"--{flag.replace('_', '-')}: not an option of --algo {algo}")
         _set(data, key, given[flag])
-    for item in getattr(args, "overrides", []):
-        _set(data, *_parse_set(item))
-    run = data.setdefault("run", {})
-    if args.exp_name is None and (args.config is None or any(
+    overrides = [_parse_set(item) for item in getattr(args, "overrides", [])]
+    for key, value in overrides:
+        _set(data, key, value)
+    # the user's settings checked first (a section set to a value is reported, not crashed on)
+    data = type(cfg).validate_mapping(data).model_dump(mode="json")
+    run = data["run"]
+    named = args.exp_name is not None or any(key == "run.exp_name" for key, _ in overrides)
+    if not named and (args.config is None or any(
             given[k] is not None for k in ("env", "agent", "seed"))):  # fmt: skip
-        env_id = data.get("environment", {}).get("env_id", "env")
-        run["exp_name"] = f"{safe_name(str(env_id))}-{data.get('agent', algo)}-s{run.get('seed')}"
+        env_id = data["environment"]["env_id"]
+        run["exp_name"] = f"{safe_name(str(env_id))}-{data.get('agent', algo)}-s{run['seed']}"
     run["wandb"] = bool(args.wandb) or run.get("wandb", False)
     run["progress_bar"] = not args.no_progress
     if getattr(args, "video", False):
@@ -314,7 +333,7 @@ def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) 
             f"--resume: continues the run with its own config.yaml; drop {', '.join(given)} "
             "(only --total-steps may extend its budget)"
         )
-    cfg = module.load_config(run_dir / "config.yaml", run_file=True)
+    cfg = _load_config(module, _algo(args), run_dir / "config.yaml", run_file=True)
     if args.total_steps is None:
         return cfg
     data = cfg.model_dump(mode="json")

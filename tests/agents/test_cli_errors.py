@@ -1,0 +1,84 @@
+"""User errors of the ``rlstore`` commands: one clear line naming the setting, exit status 2,
+no traceback and nothing written; and the user's own settings never silently replaced."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from importlib import resources
+
+import pytest
+
+from rlstore.agents import train_cli
+from rlstore.cli import main
+
+TINY = ["--total-steps", "256", "--no-progress", "--no-tensorboard"]
+
+
+def _packaged(name: str) -> str:
+    return str(resources.files("rlstore") / "configs" / name)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--set", "run=3"], "run: Input should be a valid dictionary"),
+        (["--set", "environment=[1]"], "environment: Input should be a valid dictionary"),
+        (["--algo", "dqn", "--set", "run=3"], "run: Input should be a valid dictionary"),
+    ],
+)
+def test_a_section_set_to_a_value_is_an_error_not_a_crash(tmp_path, capsys, argv, message):
+    """``--set run=3`` crashed with an AttributeError while the default run name was made."""
+    rc = main(["train", *TINY, *argv, "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_set_run_exp_name_names_the_run() -> None:
+    """``--set run.exp_name=NAME`` was replaced by the default ``<env>-<agent>-s<seed>``."""
+    p = argparse.ArgumentParser()
+    train_cli.add_arguments(p)
+    cfg = train_cli.build_config(p.parse_args(["--set", "run.exp_name=mine", "--seed", "3"]))
+    assert cfg.run.exp_name == "mine" and cfg.run.seed == 3
+    cfg = train_cli.build_config(p.parse_args(["--set", "run.seed=3"]))
+    assert cfg.run.exp_name == "CartPole-v1-fc-s3"  # no name given: the default one
+
+
+@pytest.mark.parametrize(
+    ("argv", "other"),
+    [
+        (["--config", _packaged("dqn_CartPole-v1.yaml")], "dqn"),
+        (["--algo", "sac", "--config", _packaged("ppo_fc_CartPole-v1.yaml")], "ppo"),
+        (["--algo", "dqn", "--config", _packaged("sac_Pendulum-v1.yaml")], "sac"),
+    ],
+)
+def test_a_config_of_another_algorithm_names_the_algo_it_is_for(tmp_path, capsys, argv, other):
+    """It was refused by a list of its sections as unknown keys, never naming ``--algo``."""
+    rc = main(["train", *TINY, *argv, "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"a config of --algo {other}" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_with_another_algo_names_the_runs_algo(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(_packaged("dqn_CartPole-v1.yaml"), run / "config.yaml")
+    before = (run / "config.yaml").read_bytes()
+    assert main(["train", "--resume", str(run), "--algo", "ppo"]) == 2
+    err = capsys.readouterr().err
+    assert "a config of --algo dqn" in err and "run it with --algo dqn" in err
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml"]
+    assert (run / "config.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize("flag", ["--probes", "--seeds"])
+@pytest.mark.parametrize("value", ["", ","])
+def test_probe_with_an_empty_list_is_refused(capsys, flag, value) -> None:
+    """``--probes ''`` ran nothing and reported ``0/0 checks passed`` with exit status 0."""
+    with pytest.raises(SystemExit) as exc:
+        main(["probe", flag, value])
+    assert exc.value.code == 2
+    assert f"argument {flag}: expected comma-separated ints" in capsys.readouterr().err
