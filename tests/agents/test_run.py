@@ -270,6 +270,25 @@ def test_run_logger_writes_named_scalars(tmp_path) -> None:
     assert [(e.step, e.value) for e in acc.Scalars("losses/td_loss")] == [(8, 0.5)]
 
 
+def test_a_resumed_logger_replaces_the_events_logged_after_the_checkpoint(tmp_path) -> None:
+    """A run interrupted at step 7 after a checkpoint at step 4 resumes from 4 and logs 5-8
+    again: TensorBoard showed steps 5-7 twice (both runs' values)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    first = RunLogger(tmp_path, total_steps=8, progress_bar=False)
+    for step in range(1, 8):
+        first.scalars({"losses/x": -1.0}, step)
+    first.close()  # the crash
+    resumed = RunLogger(tmp_path, total_steps=8, initial_step=4, progress_bar=False)
+    for step in range(5, 9):
+        resumed.scalars({"losses/x": 1.0}, step)
+    resumed.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    got = [(e.step, e.value) for e in acc.Scalars("losses/x")]
+    assert got == [(s, -1.0) for s in range(1, 5)] + [(s, 1.0) for s in range(5, 9)]
+
+
 def test_plot_learning_curve_has_the_title_and_the_evaluations(tmp_path, monkeypatch) -> None:
     from matplotlib.figure import Figure
 

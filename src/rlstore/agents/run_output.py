@@ -116,7 +116,8 @@ class RunLogger:
     Args:
         run_dir: the run folder; None: no TensorBoard or W&B files.
         total_steps: env steps of the whole run (the bar's total). initial_step: steps already
-            done (a resumed run).
+            done (a resumed run: TensorBoard discards the events logged after this step, which
+            an interrupted run wrote after its last checkpoint).
         desc: the bar's label. track: write TensorBoard logs. progress_bar: show the bar.
         wandb, wandb_project, wandb_entity, exp_name, config: offline W&B logging (skipped with
             a warning when the package is missing).
@@ -151,7 +152,10 @@ class RunLogger:
                     stacklevel=2,
                 )
             else:
-                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
+                # a resumed run re-logs the steps after its checkpoint: TensorBoard drops the
+                # events an interrupted run wrote after initial_step instead of showing both
+                purge = initial_step + 1 if initial_step > 0 else None
+                self.tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=purge)
         if wandb:
             try:
                 import wandb as wandb_module
