@@ -108,6 +108,22 @@ def test_inspect_json_and_several_prefixes(saved: Path, capsys: pytest.CaptureFi
     assert main(["inspect", str(saved), "--prefix", "buffer_", "--json"]) == 0
     sidecar = json.loads(capsys.readouterr().out)
     assert sidecar["class"] == "ReplayBuffer" and sidecar["config"]["capacity"] == 64
+    # several checkpoints: one JSON document (two printed one after the other were not JSON)
+    assert main(["inspect", str(saved), "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert set(both) == {"buffer_", "extra_"} and both["buffer_"] == sidecar
+
+
+def test_inspect_of_a_run_folder_names_its_checkpoint_folders(tmp_path, capsys) -> None:
+    """A run folder (or its ``checkpoints/``) holds no sidecar itself: the error only said
+    ``no *metadata.json found``."""
+    for n in range(5):
+        checkpoint.save_state(tmp_path / "checkpoints" / f"checkpoint_{n:04d}", {"x": np.zeros(1)})
+    assert main(["inspect", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    first, last = (tmp_path / "checkpoints" / f"checkpoint_{n:04d}" for n in (0, 4))
+    assert f"the checkpoint folders below it: {first}, ..., {last} (5 folders)" in err
+    assert main(["inspect", str(last)]) == 0
 
 
 def test_inspect_errors(saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,7 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             importlib.import_module(module_name).add_arguments(p)
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback; the shell's status 128 + SIGINT
+        print(f"rlstore {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

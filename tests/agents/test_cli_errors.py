@@ -82,3 +82,17 @@ def test_probe_with_an_empty_list_is_refused(capsys, flag, value) -> None:
         main(["probe", flag, value])
     assert exc.value.code == 2
     assert f"argument {flag}: expected comma-separated ints" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_status_130(tmp_path, capsys, monkeypatch) -> None:
+    """A KeyboardInterrupt reached the user as a traceback; before any checkpoint there is
+    nothing to resume, so no resume hint either."""
+    from rlstore.agents import ppo
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ppo, "run_rollout", interrupt)
+    assert main(["train", *TINY, "--runs-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "rlstore train: interrupted" and "--resume" not in err

@@ -3,8 +3,6 @@ history, each update and episode logged once, and the learning curve."""
 
 from __future__ import annotations
 
-import pytest
-
 from rlstore.agents import ppo
 from rlstore.cli import main
 
@@ -24,8 +22,10 @@ def test_interrupted_and_resumed_run_logs_each_update_and_episode_once(
 
     monkeypatch.setattr(ppo, "ppo_update", interrupted)
     argv = ["train", "--total-steps", "2048", "--no-progress", "--exp-name", "r"]
-    with pytest.raises(KeyboardInterrupt):
-        main([*argv, "--runs-dir", str(tmp_path)])
+    assert main([*argv, "--runs-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert f"latest checkpoint with: rlstore train --resume {tmp_path / 'r'}" in err
+    assert "Traceback" not in err
     monkeypatch.undo()
     assert main(["train", "--resume", str(tmp_path / "r"), "--no-progress"]) == 0
     episodes = int(capsys.readouterr().out.split("episodes")[1].split()[0])

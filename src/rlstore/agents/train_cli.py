@@ -353,6 +353,7 @@ def _run(args: argparse.Namespace) -> int:
     from rlstore.agents.run import check_video_support, create_run_dir
 
     module = _module(args)
+    run_dir: Path | None = None
     try:
         if args.resume is not None:
             run_dir = Path(args.resume)
@@ -373,6 +374,12 @@ def _run(args: argparse.Namespace) -> int:
     except RLStoreError as err:
         print(f"rlstore train: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if run_dir is None or not any(run_dir.glob("checkpoints/checkpoint_*/*metadata.json")):
+            raise  # nothing to continue from: cli.main reports the interruption
+        print(f"rlstore train: interrupted; continue from the latest checkpoint with: "
+              f"rlstore train --resume {run_dir}", file=sys.stderr)  # fmt: skip
+        return 130
     print(_summary(stats, cfg.environment.env_id))
     return 0
 
