@@ -138,7 +138,7 @@ def test_record_from_a_trained_run_plays_its_deterministic_policy(tmp_path: Path
     assert demo.length == 100 or demo.total_reward == 1.0  # the time limit or the goal
     with pytest.raises(ConfigError, match="env: expected the run's 'rlstore/KeyDoor-v0'"):
         record("CartPole-v1", tmp_path / "x.npz", run=tmp_path / "run")
-    with pytest.raises(ConfigError, match="run: expected a PPO or PPO+D run folder"):
+    with pytest.raises(ConfigError, match=r"run: expected a PPO or PPO\+D run folder"):
         record(None, tmp_path / "x.npz", run=tmp_path)
 
 
