@@ -65,6 +65,21 @@ def test_demo_bad_arguments(
     assert message in capsys.readouterr().err
 
 
+def test_demo_out_naming_a_file_is_refused_before_filling(tmp_path, capsys) -> None:
+    """It failed in ``checkpoint.save`` with a FileExistsError traceback, after the fill."""
+    (tmp_path / "f").write_text("mine")
+    assert main(["demo", *TINY, "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert "--out: expected a folder, got the file" in err and "Traceback" not in err
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+def test_demo_on_an_rlstore_env(tmp_path, capsys) -> None:
+    """``--env rlstore/KeyDoor-v0`` failed: ``Namespace rlstore not found`` (not registered)."""
+    assert main(["demo", *TINY, "--env", "rlstore/Probe1-v0", "--out", str(tmp_path)]) == 0
+    assert "verified  identical contents and next samples" in capsys.readouterr().out
+
+
 def test_buffers_equal_detects_a_difference() -> None:
     """The demo's verification can fail: one changed reward is reported."""
     rng = np.random.default_rng(0)

@@ -225,3 +225,10 @@ def test_bad_out_or_seed_is_one_line_before_the_episode(tmp_path, capsys, argv, 
     assert message in captured.err and "Traceback" not in captured.err
     assert captured.out == ""  # no action was asked for
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.npz"]
+
+
+def test_a_probe_env_is_recorded(tmp_path: Path) -> None:
+    """``rlstore/Probe5-v0`` failed: the probes were not registered (only KeyDoor was)."""
+    assert main(["demo-record", "--env", "rlstore/Probe5-v0", "--actions", "1",
+                 "--out", str(tmp_path / "p.npz")]) == 0  # fmt: skip
+    assert read_npz(tmp_path / "p.npz")["Action"].tolist() == [1]

@@ -107,8 +107,9 @@ def keyboard_policy(n: int, stdin: TextIO, stdout: TextIO) -> Callable[[Any], in
 
 
 def _make(env_id: str) -> gym.Env[Any, Any]:
-    import rlstore.envs  # noqa: F401  (registers rlstore's envs)
+    import rlstore.envs
 
+    rlstore.envs.register_probes()  # rlstore/Probe1-v0 ...; the others register on import
     try:
         return gym.make(env_id)
     except gym.error.Error as exc:
