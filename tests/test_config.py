@@ -17,6 +17,7 @@ from rlstore.config import (
     RolloutBufferConfig,
     build_buffer,
     load_config_file,
+    load_yaml,
     register_buffer,
     validate_config,
 )
@@ -391,3 +392,19 @@ def test_load_yaml_reads_yaml_1_2_exponent_floats() -> None:
     import yaml
 
     assert yaml.safe_load("a: 1e-3") == {"a": "1e-3"}  # PyYAML's own loader is left alone
+
+
+@pytest.mark.parametrize(("text", "yaml11"), [("010", 8), ("-0777", -511), ("1:30", 90)])
+def test_load_yaml_refuses_the_ints_yaml_1_1_reads_unlike_yaml_1_2(tmp_path, text, yaml11):
+    """PyYAML read ``seed: 010`` as 8 and ``1:30`` as 90 (YAML 1.1's octal and base-60 ints),
+    silently; YAML 1.2 and users read 10 and a string."""
+    with pytest.raises(ConfigError, match=f"line 2: '{text}' is read as {yaml11} by YAML 1.1"):
+        load_yaml(f"run:\n  seed: {text}\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(f"seed: {text}\n")
+    with pytest.raises(ConfigError, match=f"c.yaml: line 1: '{text}'"):
+        load_config_file(path)
+    # the same in decimal, quoted, or an int both read alike
+    assert load_yaml(f"[{yaml11}, '{text}', 00, 07, -00, 0x10, 1_000, 1:70]") == [
+        yaml11, text, 0, 7, 0, 16, 1000, "1:70"
+    ]  # fmt: skip

@@ -392,10 +392,31 @@ _UniqueKeysLoader.add_implicit_resolver(
     list("-+0123456789."),
 )
 
+_YAML11_ONLY_INT = re.compile(r"0[0-7_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+")
+"""YAML 1.1's octal (``010``: 8) and base-60 (``1:30``: 90) ints, which YAML 1.2 and users read
+as 10 and a string: refused, not silently read as 8 or 90."""
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(node.value)
+    value = int(loader.construct_yaml_int(node))  # type: ignore[no-untyped-call]
+    digits = text.lstrip("-+").replace("_", "")
+    decimal = digits.isdigit() and abs(value) == int(digits)  # "07" is 7 either way
+    if _YAML11_ONLY_INT.fullmatch(text.lstrip("-+")) and not decimal:
+        raise ConfigError(
+            f"line {node.start_mark.line + 1}: {text!r} is read as {value} by YAML 1.1 (an "
+            "octal or base-60 int); write the int in decimal, or quote a string"
+        )
+    return value
+
+
+_UniqueKeysLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
 
 def load_yaml(text: str) -> Any:
     """Parse YAML text the way every rlstore config is read: PyYAML's safe loader, plus YAML
-    1.2's exponent floats (``1e-3``), and a key given twice in one mapping is a ConfigError."""
+    1.2's exponent floats (``1e-3``); a key given twice in one mapping, and an int that YAML 1.1
+    reads unlike YAML 1.2 (octal ``010``, base-60 ``1:30``), are ConfigErrors."""
     return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 (a SafeLoader)
 
 

@@ -96,3 +96,15 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path, capsys, monkeypatch) -> Non
     assert main(["train", *TINY, "--runs-dir", str(tmp_path)]) == 130
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == "rlstore train: interrupted" and "--resume" not in err
+
+
+def test_set_value_errors_of_the_yaml_loader_name_the_key(tmp_path, capsys) -> None:
+    """``--set run.seed=010`` trained with seed 8 (YAML 1.1's octal); a duplicated key in a
+    ``--set`` mapping was reported without the ``--set`` it came from."""
+    for item, message in [
+        ("run.seed=010", "--set run.seed: value '010': line 1: '010' is read as 8"),
+        ("environment.env_kwargs={a: 1, a: 2}", "--set environment.env_kwargs: value"),
+    ]:
+        assert main(["train", *TINY, "--set", item, "--runs-dir", str(tmp_path)]) == 2
+        assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

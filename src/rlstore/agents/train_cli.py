@@ -235,6 +235,8 @@ def _parse_set(item: str) -> tuple[str, Any]:
         return key.strip(), load_yaml(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"--set {key}: value {text!r} is not YAML ({err})") from None
+    except ConfigError as err:  # a key given twice, an octal int
+        raise ConfigError(f"--set {key}: value {text!r}: {err}") from None
 
 
 def build_config(args: argparse.Namespace) -> Any:
