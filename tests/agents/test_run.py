@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -307,6 +308,31 @@ def test_plot_learning_curve_has_the_title_and_the_evaluations(tmp_path, monkeyp
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     assert seen["title"] == "PPO (lstm) on CartPoleNoVel-v1, seed 1"
     assert "evaluation mean (deterministic)" in seen["labels"]
+
+
+def test_a_plot_interrupted_mid_write_leaves_the_previous_curve_whole(tmp_path, monkeypatch):
+    """The PNG was written in place: a crash or Ctrl-C inside ``savefig`` left a truncated
+    ``learning_curve.png`` (the resumed run's curve replaces the previous one)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = tmp_path / "learning_curve.png"
+    stats = TrainStats(episode_returns=[1.0, 2.0], episode_end_steps=[5, 9])
+    plot_learning_curve(stats, path, "before")
+    before = path.read_bytes()
+
+    def interrupted(canvas, target, *args, **kwargs):
+        if hasattr(target, "write"):
+            target.write(b"\x89PNG half")
+        else:
+            Path(target).write_bytes(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "tight_layout", lambda *args, **kwargs: None)  # renders too
+    monkeypatch.setattr(FigureCanvasAgg, "print_png", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plot_learning_curve(stats, path, "after")
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 # ---------------------------------------------------------------- evaluation

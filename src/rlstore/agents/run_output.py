@@ -10,6 +10,7 @@ them."""
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 import warnings
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstore.checkpoint import write_text_atomic
 from rlstore.errors import ConfigError
 
 __all__ = ["TrainStats", "safe_name", "create_run_dir", "RunLogger", "plot_learning_curve"]
@@ -210,7 +212,7 @@ class RunLogger:
 def plot_learning_curve(stats: TrainStats, path: str | Path, title: str) -> None:
     """Episode returns against env steps, the mean of the last 20 episodes and the evaluation
     means (if any), titled ``title`` (e.g. ``"PPO (lstm) on CartPoleNoVel-v1, seed 1"``), as a
-    PNG at ``path``. Skipped with a warning when matplotlib is missing."""
+    PNG at ``path`` (replaced atomically). Skipped with a warning when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -239,4 +241,6 @@ def plot_learning_curve(stats: TrainStats, path: str | Path, title: str) -> None
     ax.set_ylabel("episodic return")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(str(path))
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    write_text_atomic(path, png.getvalue())  # a crash mid-write leaves the previous plot whole
