@@ -226,6 +226,13 @@ def test_create_run_dir_is_unique_and_refuses_unsafe_names(tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 
 
+def test_create_run_dir_in_a_file_is_a_config_error(tmp_path) -> None:
+    """``--runs-dir FILE`` failed with a NotADirectoryError traceback."""
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match=r"run.runs_dir: expected a folder .* \(Not a dir"):
+        create_run_dir(tmp_path / "f", "run")
+
+
 def test_checkpoint_listing(tmp_path) -> None:
     assert list_checkpoints(tmp_path / "missing", "x_") == []
     assert latest_checkpoint(tmp_path, "x_") is None

@@ -92,7 +92,8 @@ def create_run_dir(runs_dir: str | Path, name: str) -> Path:
     """Create and return ``runs_dir/name``, or ``name-1``, ``name-2``, ... when taken.
 
     Raises:
-        ConfigError: ``name`` is not a :func:`safe_name` (it would leave ``runs_dir``).
+        ConfigError: ``name`` is not a :func:`safe_name` (it would leave ``runs_dir``), or the
+            folder cannot be created (``runs_dir`` is a file, not writable, ...).
     """
     if not name or safe_name(name) != name:
         raise ConfigError(
@@ -107,6 +108,11 @@ def create_run_dir(runs_dir: str | Path, name: str) -> Path:
             return run_dir
         except FileExistsError:
             run_dir, k = base.with_name(f"{name}-{k}"), k + 1
+        except OSError as err:
+            raise ConfigError(
+                f"run.runs_dir: expected a folder the run folder {str(run_dir)!r} can be created "
+                f"in, got {str(runs_dir)!r} ({err.strerror})"
+            ) from None
 
 
 # ----------------------------------------------------------------- logging
