@@ -35,7 +35,7 @@ def test_a_section_set_to_a_value_is_an_error_not_a_crash(tmp_path, capsys, argv
     assert not (tmp_path / "runs").exists()
 
 
-def test_set_run_exp_name_names_the_run() -> None:
+def test_set_run_exp_name_and_progress_bar_are_kept() -> None:
     """``--set run.exp_name=NAME`` was replaced by the default ``<env>-<agent>-s<seed>``."""
     p = argparse.ArgumentParser()
     train_cli.add_arguments(p)
@@ -43,6 +43,12 @@ def test_set_run_exp_name_names_the_run() -> None:
     assert cfg.run.exp_name == "mine" and cfg.run.seed == 3
     cfg = train_cli.build_config(p.parse_args(["--set", "run.seed=3"]))
     assert cfg.run.exp_name == "CartPole-v1-fc-s3"  # no name given: the default one
+    # ``--set run.progress_bar=false`` was replaced by the command's default, a bar
+    assert not train_cli.build_config(
+        p.parse_args(["--set", "run.progress_bar=false"])
+    ).run.progress_bar
+    assert train_cli.build_config(p.parse_args([])).run.progress_bar
+    assert not train_cli.build_config(p.parse_args(["--no-progress"])).run.progress_bar
 
 
 @pytest.mark.parametrize(

@@ -270,7 +270,8 @@ def build_config(args: argparse.Namespace) -> Any:
         env_id = data["environment"]["env_id"]
         run["exp_name"] = f"{safe_name(str(env_id))}-{data.get('agent', algo)}-s{run['seed']}"
     run["wandb"] = bool(args.wandb) or run.get("wandb", False)
-    run["progress_bar"] = not args.no_progress
+    if args.no_progress or not any(key == "run.progress_bar" for key, _ in overrides):
+        run["progress_bar"] = not args.no_progress  # the command shows a bar unless told not to
     if getattr(args, "video", False):
         run["video"] = True
     if args.no_tensorboard:
