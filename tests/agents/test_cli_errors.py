@@ -114,3 +114,13 @@ def test_set_value_errors_of_the_yaml_loader_name_the_key(tmp_path, capsys) -> N
         assert main(["train", *TINY, "--set", item, "--runs-dir", str(tmp_path)]) == 2
         assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_summary_of_a_run_without_a_finished_episode_says_so() -> None:
+    """It printed ``mean return     nan``."""
+    from rlstore.agents.run import TrainStats
+
+    text = train_cli._summary(TrainStats(global_step=50, evaluations=[(50, -1.5)]), "Pendulum-v1")
+    assert "mean return     - (no training episode finished)" in text and "nan" not in text
+    text = train_cli._summary(TrainStats(episode_returns=[1.0, 3.0]), "Pendulum-v1")
+    assert "mean return     2.00 (last 20 training episodes" in text

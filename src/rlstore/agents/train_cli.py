@@ -285,7 +285,9 @@ def _summary(stats: Any, env_id: str) -> str:
         f"env steps       {stats.global_step} in {stats.num_updates} updates, "
         f"{stats.wall_time:.1f} s ({stats.steps_per_second:.0f} steps/s)",
         f"episodes        {len(stats.episode_returns)}",
-        f"mean return     {stats.mean_return(20):.2f} (last 20 training episodes, sampled actions)",
+        f"mean return     {stats.mean_return(20):.2f} (last 20 training episodes, sampled actions)"
+        if stats.episode_returns
+        else "mean return     - (no training episode finished)",
     ]
     if stats.evaluations:
         step, value = stats.evaluations[-1]
