@@ -358,9 +358,11 @@ def format_validation_error(
             lines.append(f"{key}: missing required key{desc}")
         elif kind == "value_error" and _NAMES_ITS_KEY.match(named):
             lines.append(f"{key}.{named}" if key else named)
+        elif kind == "value_error" and ", got " in named:  # a validator's own full message
+            lines.append(f"{key or '<root>'}: {named}")
         else:
             got = err.get("input")
-            lines.append(f"{key or '<root>'}: {msg}, got {got!r} ({type(got).__name__})")
+            lines.append(f"{key or '<root>'}: {named}, got {got!r} ({type(got).__name__})")
     if len(lines) == 1:  # one bad key: one line (``where: key: what is wrong, got ...``)
         return f"{where}: {lines[0]}"
     return f"{where}: {len(lines)} invalid key(s):\n" + "\n".join(f"  {line}" for line in lines)
