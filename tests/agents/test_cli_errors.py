@@ -124,3 +124,19 @@ def test_summary_of_a_run_without_a_finished_episode_says_so() -> None:
     assert "mean return     - (no training episode finished)" in text and "nan" not in text
     text = train_cli._summary(TrainStats(episode_returns=[1.0, 3.0]), "Pendulum-v1")
     assert "mean return     2.00 (last 20 training episodes" in text
+
+
+def test_resume_honours_no_progress_and_refuses_logging_flags(tmp_path, capsys) -> None:
+    """On ``--resume``, ``--no-progress`` was ignored (the bar of the saved config ran) and
+    ``--wandb`` / ``--no-tensorboard`` silently did nothing."""
+    run = tmp_path / "r"
+    argv = ["train", "--total-steps", "256", "--no-tensorboard", "--exp-name", "r"]
+    assert main([*argv, "--runs-dir", str(tmp_path)]) == 0  # with the bar
+    assert "step/s" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--total-steps", "512", "--no-progress"]) == 0
+    assert "step/s" not in capsys.readouterr().err
+    before = (run / "config.yaml").read_text()
+    for flag in ("--wandb", "--no-tensorboard"):
+        assert main(["train", "--resume", str(run), flag]) == 2
+        assert f"drop {flag}" in capsys.readouterr().err
+    assert (run / "config.yaml").read_text() == before

@@ -328,20 +328,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) -> Any:
-    """The run folder's config, with ``--total-steps`` applied; every other override refused."""
+    """The run folder's config, with ``--total-steps`` and ``--no-progress`` (the bar is not
+    part of the run) applied; every other override refused, never ignored."""
     keys = _flag_keys(module)
     given = [f"--{k.replace('_', '-')}" for k in ("config", *keys) if k != "total_steps"
              and getattr(args, k, None) is not None]  # fmt: skip
-    given += ["--set"] * bool(getattr(args, "overrides", [])) + ["--video"] * bool(args.video)
+    given += ["--set"] * bool(getattr(args, "overrides", []))
+    given += [f"--{k.replace('_', '-')}" for k in ("video", "wandb", "no_tensorboard")
+              if getattr(args, k, False)]  # fmt: skip
     if given:
         raise RLStoreError(
             f"--resume: continues the run with its own config.yaml; drop {', '.join(given)} "
             "(only --total-steps may extend its budget)"
         )
     cfg = _load_config(module, _algo(args), run_dir / "config.yaml", run_file=True)
-    if args.total_steps is None:
-        return cfg
     data = cfg.model_dump(mode="json")
+    data["run"]["progress_bar"] = not args.no_progress
+    if args.total_steps is None:
+        return type(cfg).validate_mapping(data)
     section, leaf = str(keys["total_steps"]).rsplit(".", 1)
     planned = data[section][leaf]
     if args.total_steps < planned:
