@@ -140,3 +140,12 @@ def test_resume_honours_no_progress_and_refuses_logging_flags(tmp_path, capsys) 
         assert main(["train", "--resume", str(run), flag]) == 2
         assert f"drop {flag}" in capsys.readouterr().err
     assert (run / "config.yaml").read_text() == before
+
+
+def test_an_env_keyword_the_env_refuses_is_one_line_and_writes_nothing(tmp_path, capsys) -> None:
+    """``--set environment.env_kwargs.foo=1`` ended in gymnasium's TypeError traceback."""
+    argv = ["train", *TINY, "--set", "environment.env_kwargs.foo=1", "--runs-dir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "env_kwargs: expected keyword arguments of 'CartPole-v1', got {'foo': 1}" in err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []

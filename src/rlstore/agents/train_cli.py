@@ -358,7 +358,6 @@ def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) 
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlstore.agents.envs import make_env
     from rlstore.agents.run import check_video_support, create_run_dir
 
     module = _module(args)
@@ -370,7 +369,7 @@ def _run(args: argparse.Namespace) -> int:
             agent, stats = module.runner(cfg, run_dir=run_dir, resume=True)
         else:
             cfg = build_config(args)
-            make_env(cfg.environment).close()  # the env builds: only then the run folder
+            _check_env_builds(cfg.environment)  # only then the run folder
             _warn_if_untuned(args, module, cfg.environment.env_id)
             if getattr(cfg.run, "video", False):
                 check_video_support()
@@ -391,6 +390,22 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     print(_summary(stats, cfg.environment.env_id))
     return 0
+
+
+def _check_env_builds(environment: Any) -> None:
+    """Build and close the configured env; a keyword its constructor refuses is a ConfigError
+    naming ``environment.env_kwargs`` (gymnasium raises a TypeError)."""
+    from rlstore.agents.envs import make_env
+
+    try:
+        make_env(environment).close()
+    except TypeError as err:
+        if not environment.env_kwargs:
+            raise
+        raise ConfigError(
+            f"environment.env_kwargs: expected keyword arguments of {environment.env_id!r}, "
+            f"got {environment.env_kwargs!r} ({err})"
+        ) from None
 
 
 def _warn_if_untuned(args: argparse.Namespace, module: ModuleType, env_id: str) -> None:
