@@ -393,13 +393,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_env_builds(environment: Any) -> None:
-    """Build and close the configured env; a keyword its constructor refuses is a ConfigError
-    naming ``environment.env_kwargs`` (gymnasium raises a TypeError)."""
+    """Build and close the configured env; a keyword (or a keyword's value) its constructor
+    refuses is a ConfigError naming ``environment.env_kwargs``, not a TypeError traceback."""
     from rlstore.agents.envs import make_env
 
     try:
         make_env(environment).close()
-    except TypeError as err:
+    except (TypeError, ValueError, KeyError) as err:
         if not environment.env_kwargs:
             raise
         raise ConfigError(
