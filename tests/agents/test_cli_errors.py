@@ -149,3 +149,7 @@ def test_an_env_keyword_the_env_refuses_is_one_line_and_writes_nothing(tmp_path,
     err = capsys.readouterr().err
     assert "env_kwargs: expected keyword arguments of 'CartPole-v1', got {'foo': 1}" in err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []
+    # an error of the library's own (an RLStoreError is a ValueError) keeps its message
+    argv = ["train", *TINY, "--env", "Nope-v0", "--set", "environment.env_kwargs.foo=1"]
+    assert main([*argv, "--runs-dir", str(tmp_path)]) == 2
+    assert "environment.env_id: expected an id registered" in capsys.readouterr().err

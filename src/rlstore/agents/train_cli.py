@@ -399,6 +399,8 @@ def _check_env_builds(environment: Any) -> None:
 
     try:
         make_env(environment).close()
+    except RLStoreError:  # a ValueError too: already names its setting
+        raise
     except (TypeError, ValueError, KeyError) as err:
         if not environment.env_kwargs:
             raise
