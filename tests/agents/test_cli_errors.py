@@ -153,3 +153,18 @@ def test_an_env_keyword_the_env_refuses_is_one_line_and_writes_nothing(tmp_path,
     argv = ["train", *TINY, "--env", "Nope-v0", "--set", "environment.env_kwargs.foo=1"]
     assert main([*argv, "--runs-dir", str(tmp_path)]) == 2
     assert "environment.env_id: expected an id registered" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("nonsense", "run.device: expected a device string"),
+        ("cuda:99", "run.device: expected a dev"),
+    ],
+)
+def test_a_device_torch_or_the_machine_lacks_is_one_line(tmp_path, capsys, device, message):
+    """``--set run.device=cuda`` on a CPU-only torch ended in an AssertionError traceback."""
+    argv = ["train", *TINY, "--set", f"run.device={device}", "--runs-dir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and list(tmp_path.iterdir()) == []

@@ -366,9 +366,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.resume is not None:
             run_dir = Path(args.resume)
             cfg = _resume_config(args, module, run_dir)
+            _check_device(cfg.run.device)
             agent, stats = module.runner(cfg, run_dir=run_dir, resume=True)
         else:
             cfg = build_config(args)
+            _check_device(cfg.run.device)
             _check_env_builds(cfg.environment)  # only then the run folder
             _warn_if_untuned(args, module, cfg.environment.env_id)
             if getattr(cfg.run, "video", False):
@@ -390,6 +392,21 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     print(_summary(stats, cfg.environment.env_id))
     return 0
+
+
+def _check_device(device: str) -> None:
+    """Raise ConfigError naming ``run.device`` unless torch parses it and this machine has it
+    (``cuda`` on a CPU-only torch failed with an AssertionError traceback mid-run)."""
+    import torch
+
+    from rlstore._checks import as_device
+
+    try:
+        torch.empty(0, device=as_device(device, "run.device"))
+    except (RuntimeError, AssertionError) as err:
+        raise ConfigError(
+            f"run.device: expected a device this machine has, got {device!r} ({err})"
+        ) from None
 
 
 def _check_env_builds(environment: Any) -> None:
