@@ -401,8 +401,12 @@ def _check_device(device: str) -> None:
 
     from rlstore._checks import as_device
 
+    dev = as_device(device, "run.device")
     try:
-        torch.empty(0, device=as_device(device, "run.device"))
+        if dev.type == "cuda" and torch.cuda.is_available():
+            if (dev.index or 0) >= torch.cuda.device_count():
+                raise RuntimeError(f"{torch.cuda.device_count()} CUDA device(s)")
+        torch.empty(0, device=dev)
     except (RuntimeError, AssertionError) as err:
         raise ConfigError(
             f"run.device: expected a device this machine has, got {device!r} ({err})"
