@@ -233,6 +233,14 @@ def test_create_run_dir_in_a_file_is_a_config_error(tmp_path) -> None:
         create_run_dir(tmp_path / "f", "run")
 
 
+def test_create_run_dir_expands_a_home_folder(tmp_path, monkeypatch) -> None:
+    """``runs_dir: ~/runs`` in a config file made a folder named ``~`` in the working folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert create_run_dir("~/runs", "x") == tmp_path / "home" / "runs" / "x"
+    assert not (tmp_path / "~").exists()
+
+
 def test_checkpoint_listing(tmp_path) -> None:
     assert list_checkpoints(tmp_path / "missing", "x_") == []
     assert latest_checkpoint(tmp_path, "x_") is None

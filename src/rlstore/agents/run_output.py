@@ -89,7 +89,8 @@ def safe_name(text: str) -> str:
 
 
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
-    """Create and return ``runs_dir/name``, or ``name-1``, ``name-2``, ... when taken.
+    """Create and return ``runs_dir/name``, or ``name-1``, ``name-2``, ... when taken (a leading
+    ``~`` of ``runs_dir`` is the home folder, as in a shell).
 
     Raises:
         ConfigError: ``name`` is not a :func:`safe_name` (it would leave ``runs_dir``), or the
@@ -100,7 +101,7 @@ def create_run_dir(runs_dir: str | Path, name: str) -> Path:
             f"run.exp_name: expected a folder name of letters, digits, '_', '.', '-' "
             f"(e.g. {safe_name(name)!r}), got {name!r}"
         )
-    base = Path(runs_dir) / name
+    base = Path(runs_dir).expanduser() / name  # "~/runs" from a config file: not a "~" folder
     run_dir, k = base, 1
     while True:
         try:
