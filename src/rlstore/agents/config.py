@@ -111,7 +111,7 @@ class RunConfig(BaseConfig):
     exp_name: str = "ppo"
     """Name of the run; the run folder is ``<runs_dir>/<exp_name>``."""
     runs_dir: str = "runs"
-    """Parent folder of run folders."""
+    """Parent folder of run folders (a leading ``~`` is the home folder)."""
     seed: int = Field(1, ge=0, le=2**31 - 1)
     """Seed of torch, numpy, Python ``random`` and the environments (env i gets ``seed + i``)."""
     device: str = "cpu"
