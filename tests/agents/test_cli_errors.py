@@ -136,10 +136,17 @@ def test_resume_honours_no_progress_and_refuses_logging_flags(tmp_path, capsys) 
     assert main(["train", "--resume", str(run), "--total-steps", "512", "--no-progress"]) == 0
     assert "step/s" not in capsys.readouterr().err
     before = (run / "config.yaml").read_text()
-    for flag in ("--wandb", "--no-tensorboard"):
-        assert main(["train", "--resume", str(run), flag]) == 2
-        assert f"drop {flag}" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--wandb"]) == 2  # the run logs no W&B
+    assert "drop --wandb" in capsys.readouterr().err
     assert (run / "config.yaml").read_text() == before
+    # the run's own setting repeated is no change
+    assert main(["train", "--resume", str(run), "--no-tensorboard", "--no-progress"]) == 0
+    other = tmp_path / "o"
+    argv = ["train", "--total-steps", "256", "--no-progress", "--exp-name", "o"]
+    assert main([*argv, "--runs-dir", str(tmp_path)]) == 0  # with TensorBoard
+    capsys.readouterr()
+    assert main(["train", "--resume", str(other), "--no-tensorboard"]) == 2
+    assert "drop --no-tensorboard" in capsys.readouterr().err
 
 
 def test_an_env_keyword_the_env_refuses_is_one_line_and_writes_nothing(tmp_path, capsys) -> None:
@@ -168,3 +175,16 @@ def test_a_device_torch_or_the_machine_lacks_is_one_line(tmp_path, capsys, devic
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and list(tmp_path.iterdir()) == []
+
+
+def test_resume_of_what_is_not_a_run_folder_says_so(tmp_path, capsys) -> None:
+    """The error named the config file it looked for (``path: ... 'x/config.yaml/config.yaml'
+    ... Not a directory``), not the ``--resume`` argument."""
+    (tmp_path / "f").write_text("")
+    (tmp_path / "d").mkdir()
+    for name, what in [("f", "a file"), ("d", "no config.yaml in it"), ("n", "no such folder")]:
+        assert main(["train", "--resume", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert "--resume: expected a run folder (config.yaml, checkpoints/), got " in err
+        assert f"{str(tmp_path / name)!r} ({what})" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "f"]

@@ -333,15 +333,16 @@ def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) 
     keys = _flag_keys(module)
     given = [f"--{k.replace('_', '-')}" for k in ("config", *keys) if k != "total_steps"
              and getattr(args, k, None) is not None]  # fmt: skip
-    given += ["--set"] * bool(getattr(args, "overrides", []))
-    given += [f"--{k.replace('_', '-')}" for k in ("video", "wandb", "no_tensorboard")
-              if getattr(args, k, False)]  # fmt: skip
+    given += ["--set"] * bool(getattr(args, "overrides", [])) + ["--video"] * bool(args.video)
+    cfg = _load_config(module, _algo(args), run_dir / "config.yaml", run_file=True)
+    # the logging flags may repeat the run's settings, not change them
+    given += ["--wandb"] * (bool(getattr(args, "wandb", False)) and not cfg.run.wandb)
+    given += ["--no-tensorboard"] * (bool(getattr(args, "no_tensorboard", False)) and cfg.run.track)
     if given:
         raise RLStoreError(
             f"--resume: continues the run with its own config.yaml; drop {', '.join(given)} "
             "(only --total-steps may extend its budget)"
         )
-    cfg = _load_config(module, _algo(args), run_dir / "config.yaml", run_file=True)
     data = cfg.model_dump(mode="json")
     data["run"]["progress_bar"] = not args.no_progress
     if args.total_steps is None:
@@ -365,6 +366,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.resume is not None:
             run_dir = Path(args.resume)
+            if not (run_dir / "config.yaml").is_file():
+                what = "a file" if run_dir.is_file() else "no config.yaml in it" if (
+                    run_dir.is_dir()) else "no such folder"  # fmt: skip
+                raise ConfigError(f"--resume: expected a run folder (config.yaml, checkpoints/), "
+                                  f"got {str(run_dir)!r} ({what})")  # fmt: skip
             cfg = _resume_config(args, module, run_dir)
             _check_device(cfg.run.device)
             agent, stats = module.runner(cfg, run_dir=run_dir, resume=True)
