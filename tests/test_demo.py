@@ -156,3 +156,24 @@ def test_inspect_errors(saved: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     capsys.readouterr()
     assert main(["inspect", str(saved), "--verify"]) == 2
     assert "sha256 mismatch" in capsys.readouterr().err
+
+
+def test_inspect_into_a_closed_pipe_is_no_traceback(saved: Path) -> None:
+    """``rlstore inspect DIR | head`` ended in a BrokenPipeError traceback when ``head`` left."""
+    import os
+    import subprocess
+    import sys
+
+    import rlstore
+
+    env = {**os.environ, "PYTHONPATH": str(Path(rlstore.__file__).resolve().parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlstore.cli", "inspect", str(saved)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader leaves before the first line is written
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err
