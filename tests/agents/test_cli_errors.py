@@ -188,3 +188,12 @@ def test_resume_of_what_is_not_a_run_folder_says_so(tmp_path, capsys) -> None:
         assert "--resume: expected a run folder (config.yaml, checkpoints/), got " in err
         assert f"{str(tmp_path / name)!r} ({what})" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "f"]
+
+
+def test_evaluation_settings_without_evaluation_episodes_warn(tmp_path, capsys) -> None:
+    """``--eval-interval 128 --eval-episodes 0`` evaluated nothing, silently."""
+    argv = ["train", *TINY, "--eval-interval", "128", "--eval-episodes", "0"]
+    assert main([*argv, "--runs-dir", str(tmp_path)]) == 0
+    assert "run.eval_episodes is 0: no evaluation runs" in capsys.readouterr().err
+    assert main(["train", *TINY, "--eval-interval", "128", "--runs-dir", str(tmp_path)]) == 0
+    assert "run.eval_episodes is 0" not in capsys.readouterr().err

@@ -379,6 +379,9 @@ def _run(args: argparse.Namespace) -> int:
             _check_device(cfg.run.device)
             _check_env_builds(cfg.environment)  # only then the run folder
             _warn_if_untuned(args, module, cfg.environment.env_id)
+            if cfg.run.eval_episodes == 0 and (cfg.run.video or cfg.run.eval_interval):
+                log.warning("run.eval_episodes is 0: no evaluation runs, so run.video and "
+                            "run.eval_interval do nothing; set --eval-episodes N")  # fmt: skip
             if getattr(cfg.run, "video", False):
                 check_video_support()
             run_dir = create_run_dir(cfg.run.runs_dir, cfg.run.exp_name)
