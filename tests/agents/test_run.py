@@ -286,6 +286,16 @@ def test_run_logger_writes_named_scalars(tmp_path) -> None:
     assert [(e.step, e.value) for e in acc.Scalars("losses/td_loss")] == [(8, 0.5)]
 
 
+def _as_an_earlier_process(tb: Path) -> None:
+    """Date the event files in ``tb`` 1000 s back: TensorBoard reads a folder's files in name
+    order, ``events.out.tfevents.<time>.<host>.<pid>.<n>``, so two writers of one test process
+    within a second could be read resumed-run-first (a real resume is a later process)."""
+    for f in tb.glob("events.out.tfevents.*"):
+        parts = f.name.split(".")
+        parts[3] = str(int(parts[3]) - 1000)
+        f.rename(f.with_name(".".join(parts)))
+
+
 def test_a_resumed_logger_replaces_the_events_logged_after_the_checkpoint(tmp_path) -> None:
     """A run interrupted at step 7 after a checkpoint at step 4 resumes from 4 and logs 5-8
     again: TensorBoard showed steps 5-7 twice (both runs' values)."""
@@ -295,6 +305,7 @@ def test_a_resumed_logger_replaces_the_events_logged_after_the_checkpoint(tmp_pa
     for step in range(1, 8):
         first.scalars({"losses/x": -1.0}, step)
     first.close()  # the crash
+    _as_an_earlier_process(tmp_path / "tb")
     resumed = RunLogger(tmp_path, total_steps=8, initial_step=4, progress_bar=False)
     for step in range(5, 9):
         resumed.scalars({"losses/x": 1.0}, step)
@@ -323,6 +334,41 @@ def test_plot_learning_curve_has_the_title_and_the_evaluations(tmp_path, monkeyp
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     assert seen["title"] == "PPO (lstm) on CartPoleNoVel-v1, seed 1"
     assert "evaluation mean (deterministic)" in seen["labels"]
+
+
+def test_interrupted_and_resumed_run_logs_each_update_and_episode_once(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """``rlstore train`` interrupted after a checkpoint and resumed: one TensorBoard history,
+    each update and episode logged once, and the learning curve."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlstore.agents import ppo
+    from rlstore.cli import main
+
+    real_update, calls = ppo.ppo_update, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:  # checkpoints after updates 2, 3, 5, 6, 8: update 4 is logged twice
+            raise KeyboardInterrupt
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(ppo, "ppo_update", interrupted)
+    argv = ["train", "--total-steps", "2048", "--no-progress", "--exp-name", "r"]
+    assert main([*argv, "--runs-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert f"latest checkpoint with: rlstore train --resume {tmp_path / 'r'}" in err
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    _as_an_earlier_process(tmp_path / "r" / "tb")
+    assert main(["train", "--resume", str(tmp_path / "r"), "--no-progress"]) == 0
+    episodes = int(capsys.readouterr().out.split("episodes")[1].split()[0])
+    acc = EventAccumulator(str(tmp_path / "r" / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("charts/SPS")] == [256 * u for u in range(1, 9)]
+    assert len(acc.Scalars("charts/episodic_return")) == episodes
+    assert (tmp_path / "r" / "learning_curve.png").is_file()
 
 
 def test_a_plot_interrupted_mid_write_leaves_the_previous_curve_whole(tmp_path, monkeypatch):
