@@ -17,6 +17,7 @@ from rlstore.config import (
     RolloutBufferConfig,
     build_buffer,
     load_config_file,
+    load_yaml,
     register_buffer,
     validate_config,
 )
@@ -121,13 +122,23 @@ def test_unknown_key_names_the_key_and_allowed_keys() -> None:
         ({"capacity": 4, "device": 0}, "device: Input should be a valid string, got 0 (int)"),
         ({"capacity": 4, "specs": {"obs": {"shape": ["3"]}}}, "specs.obs.shape.0: Input should"),
         ({"capacity": 4, "specs": {"obs": {"shape": [3], "dtyp": "f"}}}, "specs.obs.dtyp: unknown"),
-        ({"capacity": 4, "specs": {"obs": {"dtype": "str"}}}, "specs.obs.dtype: Value error"),
+        # a validator's own message, once: it read "dtype: Value error, expected ..., got 'str',
+        # got 'str' (str)"
+        (
+            {"capacity": 4, "specs": {"obs": {"dtype": "str"}}},
+            "replay buffer config: specs.obs.dtype: expected a bool/int/uint/float numpy dtype "
+            "name, got 'str'\n",
+        ),
+        (
+            {"capacity": 4, "specs": [{"name": "a"}, {"name": "a"}]},
+            "replay buffer config: specs: expected distinct string names, got ['a', 'a']\n",
+        ),
         ({"capacity": 4, "specs": {"obs": {"shape": [-1]}}}, "specs.obs.shape.0: Input should"),
         ({}, "capacity: missing required key (Total number of transitions"),
     ],
 )
 def test_replay_errors_name_the_key(cfg: dict[str, Any], expected: str) -> None:
-    assert expected in _error({"type": "replay", **cfg})
+    assert expected in _error({"type": "replay", **cfg}) + "\n"
 
 
 @pytest.mark.parametrize(
@@ -391,3 +402,19 @@ def test_load_yaml_reads_yaml_1_2_exponent_floats() -> None:
     import yaml
 
     assert yaml.safe_load("a: 1e-3") == {"a": "1e-3"}  # PyYAML's own loader is left alone
+
+
+@pytest.mark.parametrize(("text", "yaml11"), [("010", 8), ("-0777", -511), ("1:30", 90)])
+def test_load_yaml_refuses_the_ints_yaml_1_1_reads_unlike_yaml_1_2(tmp_path, text, yaml11):
+    """PyYAML read ``seed: 010`` as 8 and ``1:30`` as 90 (YAML 1.1's octal and base-60 ints),
+    silently; YAML 1.2 and users read 10 and a string."""
+    with pytest.raises(ConfigError, match=f"line 2: '{text}' is read as {yaml11} by YAML 1.1"):
+        load_yaml(f"run:\n  seed: {text}\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(f"seed: {text}\n")
+    with pytest.raises(ConfigError, match=f"c.yaml: line 1: '{text}'"):
+        load_config_file(path)
+    # the same in decimal, quoted, or an int both read alike
+    assert load_yaml(f"[{yaml11}, '{text}', 00, 07, -00, 0x10, 1_000, 1:70]") == [
+        yaml11, text, 0, 7, 0, 16, 1000, "1:70"
+    ]  # fmt: skip

@@ -65,6 +65,21 @@ def test_demo_bad_arguments(
     assert message in capsys.readouterr().err
 
 
+def test_demo_out_naming_a_file_is_refused_before_filling(tmp_path, capsys) -> None:
+    """It failed in ``checkpoint.save`` with a FileExistsError traceback, after the fill."""
+    (tmp_path / "f").write_text("mine")
+    assert main(["demo", *TINY, "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert "--out: expected a folder, got the file" in err and "Traceback" not in err
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+def test_demo_on_an_rlstore_env(tmp_path, capsys) -> None:
+    """``--env rlstore/KeyDoor-v0`` failed: ``Namespace rlstore not found`` (not registered)."""
+    assert main(["demo", *TINY, "--env", "rlstore/Probe1-v0", "--out", str(tmp_path)]) == 0
+    assert "verified  identical contents and next samples" in capsys.readouterr().out
+
+
 def test_buffers_equal_detects_a_difference() -> None:
     """The demo's verification can fail: one changed reward is reported."""
     rng = np.random.default_rng(0)
@@ -108,6 +123,22 @@ def test_inspect_json_and_several_prefixes(saved: Path, capsys: pytest.CaptureFi
     assert main(["inspect", str(saved), "--prefix", "buffer_", "--json"]) == 0
     sidecar = json.loads(capsys.readouterr().out)
     assert sidecar["class"] == "ReplayBuffer" and sidecar["config"]["capacity"] == 64
+    # several checkpoints: one JSON document (two printed one after the other were not JSON)
+    assert main(["inspect", str(saved), "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert set(both) == {"buffer_", "extra_"} and both["buffer_"] == sidecar
+
+
+def test_inspect_of_a_run_folder_names_its_checkpoint_folders(tmp_path, capsys) -> None:
+    """A run folder (or its ``checkpoints/``) holds no sidecar itself: the error only said
+    ``no *metadata.json found``."""
+    for n in range(5):
+        checkpoint.save_state(tmp_path / "checkpoints" / f"checkpoint_{n:04d}", {"x": np.zeros(1)})
+    assert main(["inspect", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    first, last = (tmp_path / "checkpoints" / f"checkpoint_{n:04d}" for n in (0, 4))
+    assert f"the checkpoint folders below it: {first}, ..., {last} (5 folders)" in err
+    assert main(["inspect", str(last)]) == 0
 
 
 def test_inspect_errors(saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,3 +156,24 @@ def test_inspect_errors(saved: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     capsys.readouterr()
     assert main(["inspect", str(saved), "--verify"]) == 2
     assert "sha256 mismatch" in capsys.readouterr().err
+
+
+def test_inspect_into_a_closed_pipe_is_no_traceback(saved: Path) -> None:
+    """``rlstore inspect DIR | head`` ended in a BrokenPipeError traceback when ``head`` left."""
+    import os
+    import subprocess
+    import sys
+
+    import rlstore
+
+    env = {**os.environ, "PYTHONPATH": str(Path(rlstore.__file__).resolve().parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlstore.cli", "inspect", str(saved)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader leaves before the first line is written
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err

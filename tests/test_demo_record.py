@@ -138,7 +138,7 @@ def test_record_from_a_trained_run_plays_its_deterministic_policy(tmp_path: Path
     assert demo.length == 100 or demo.total_reward == 1.0  # the time limit or the goal
     with pytest.raises(ConfigError, match="env: expected the run's 'rlstore/KeyDoor-v0'"):
         record("CartPole-v1", tmp_path / "x.npz", run=tmp_path / "run")
-    with pytest.raises(ConfigError, match="run: expected a run folder"):
+    with pytest.raises(ConfigError, match=r"run: expected a PPO or PPO\+D run folder"):
         record(None, tmp_path / "x.npz", run=tmp_path)
 
 
@@ -204,3 +204,31 @@ def test_a_bool_frame_skip_in_a_demo_file_is_refused(tmp_path: Path) -> None:
              FrameSkip=np.array(True))  # fmt: skip
     with pytest.raises(CheckpointError, match="b.npz: FrameSkip: expected real numbers"):
         load_npz_demo(out)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--out", "{tmp}"], "out: expected a path ending in .npz"),
+        (["--out", "{tmp}/folder.npz"], "out: expected a file in an existing folder"),
+        (["--out", "{tmp}/missing/d.npz"], "no folder"),
+        (["--out", "{tmp}/d.npz", "--seed", "-1"], "seed: expected an int >= 0, got -1"),
+    ],
+)
+def test_bad_out_or_seed_is_one_line_before_the_episode(tmp_path, capsys, argv, message) -> None:
+    """A folder or a missing parent as ``--out`` failed in the writer with a traceback after
+    the episode was played (typed, with ``--keyboard``); ``--seed -1`` in gymnasium's reset."""
+    (tmp_path / "folder.npz").mkdir()
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main(["demo-record", "--env", KEYDOOR_ID, "--keyboard", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""  # no action was asked for
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.npz"]
+
+
+def test_a_probe_env_is_recorded(tmp_path: Path) -> None:
+    """``rlstore/Probe5-v0`` failed: the probes were not registered (only KeyDoor was)."""
+    assert main(["demo-record", "--env", "rlstore/Probe5-v0", "--actions", "1",
+                 "--out", str(tmp_path / "p.npz")]) == 0  # fmt: skip
+    assert read_npz(tmp_path / "p.npz")["Action"].tolist() == [1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -44,7 +45,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             importlib.import_module(module_name).add_arguments(p)
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback; the shell's status 128 + SIGINT
+        print(f"rlstore {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `rlstore inspect DIR | head`: the reader left; no traceback
+        # Python's recipe: stdout to devnull, so that the flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

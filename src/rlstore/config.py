@@ -358,9 +358,11 @@ def format_validation_error(
             lines.append(f"{key}: missing required key{desc}")
         elif kind == "value_error" and _NAMES_ITS_KEY.match(named):
             lines.append(f"{key}.{named}" if key else named)
+        elif kind == "value_error" and ", got " in named:  # a validator's own full message
+            lines.append(f"{key or '<root>'}: {named}")
         else:
             got = err.get("input")
-            lines.append(f"{key or '<root>'}: {msg}, got {got!r} ({type(got).__name__})")
+            lines.append(f"{key or '<root>'}: {named}, got {got!r} ({type(got).__name__})")
     if len(lines) == 1:  # one bad key: one line (``where: key: what is wrong, got ...``)
         return f"{where}: {lines[0]}"
     return f"{where}: {len(lines)} invalid key(s):\n" + "\n".join(f"  {line}" for line in lines)
@@ -392,10 +394,31 @@ _UniqueKeysLoader.add_implicit_resolver(
     list("-+0123456789."),
 )
 
+_YAML11_ONLY_INT = re.compile(r"0[0-7_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+")
+"""YAML 1.1's octal (``010``: 8) and base-60 (``1:30``: 90) ints, which YAML 1.2 and users read
+as 10 and a string: refused, not silently read as 8 or 90."""
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(node.value)
+    value = int(loader.construct_yaml_int(node))  # type: ignore[no-untyped-call]
+    digits = text.lstrip("-+").replace("_", "")
+    decimal = digits.isdigit() and abs(value) == int(digits)  # "07" is 7 either way
+    if _YAML11_ONLY_INT.fullmatch(text.lstrip("-+")) and not decimal:
+        raise ConfigError(
+            f"line {node.start_mark.line + 1}: {text!r} is read as {value} by YAML 1.1 (an "
+            "octal or base-60 int); write the int in decimal, or quote a string"
+        )
+    return value
+
+
+_UniqueKeysLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
 
 def load_yaml(text: str) -> Any:
     """Parse YAML text the way every rlstore config is read: PyYAML's safe loader, plus YAML
-    1.2's exponent floats (``1e-3``), and a key given twice in one mapping is a ConfigError."""
+    1.2's exponent floats (``1e-3``); a key given twice in one mapping, and an int that YAML 1.1
+    reads unlike YAML 1.2 (octal ``010``, base-60 ``1:30``), are ConfigErrors."""
     return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 (a SafeLoader)
 
 

@@ -83,6 +83,10 @@ def _fill(buf: Any, args: argparse.Namespace) -> float:
     from gymnasium.vector import AutoresetMode
     from tqdm import tqdm
 
+    import rlstore.envs
+
+    rlstore.envs.register_probes()  # rlstore/Probe1-v0 ...; the others register on import
+
     env = gym.make_vec(
         args.env,
         num_envs=args.num_envs,
@@ -118,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
     if args.capacity < args.num_envs:
         print("rlstore demo: error: --capacity must be >= --num-envs", file=sys.stderr)
+        return 2
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        print(f"rlstore demo: error: --out: expected a folder, got the file {str(args.out)!r}",
+              file=sys.stderr)  # fmt: skip
         return 2
     out = args.out if args.out is not None else Path(tempfile.mkdtemp(prefix="rlstore-demo-"))
     try:

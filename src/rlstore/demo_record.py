@@ -29,6 +29,7 @@ from typing import Any, TextIO
 import gymnasium as gym
 import numpy as np
 
+from rlstore._checks import check_count
 from rlstore.buffers.demo_files import save_npz_demo
 from rlstore.errors import ConfigError, RLStoreError
 
@@ -106,8 +107,9 @@ def keyboard_policy(n: int, stdin: TextIO, stdout: TextIO) -> Callable[[Any], in
 
 
 def _make(env_id: str) -> gym.Env[Any, Any]:
-    import rlstore.envs  # noqa: F401  (registers rlstore's envs)
+    import rlstore.envs
 
+    rlstore.envs.register_probes()  # rlstore/Probe1-v0 ...; the others register on import
     try:
         return gym.make(env_id)
     except gym.error.Error as exc:
@@ -133,8 +135,13 @@ def record(
     out = Path(out)
     if out.suffix != ".npz":
         raise ConfigError(f"out: expected a path ending in .npz, got {str(out)!r}")
-    if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
-        raise ConfigError(f"frame_skip: expected an int >= 1, got {frame_skip!r}")
+    if out.is_dir() or not out.parent.is_dir():  # checked before the episode is played (typed)
+        raise ConfigError(
+            f"out: expected a file in an existing folder, got {str(out)!r} ("
+            f"{'a folder' if out.is_dir() else f'no folder {str(out.parent)!r}'})"
+        )
+    check_count("frame_skip", frame_skip, error=ConfigError)
+    check_count("seed", seed, minimum=0, error=ConfigError)
     if sum(x is not None for x in (actions, policy, run)) + bool(keyboard) != 1:
         raise ConfigError("actions/policy/run/keyboard: expected exactly one of them")
     if run is not None:
@@ -200,7 +207,10 @@ def _record_run(run_dir: Path, env_id: str | None, out: Path, seed: int, skip: i
 
     path = latest_checkpoint(run_dir / "checkpoints")
     if path is None:
-        raise ConfigError(f"run: expected a run folder with checkpoints, got {str(run_dir)!r}")
+        raise ConfigError(
+            f"run: expected a PPO or PPO+D run folder with checkpoints "
+            f"(checkpoints/checkpoint_NNNN/ppo_metadata.json), got {str(run_dir)!r}"
+        )
     agent = load_saved_checkpoint(path, num_envs=1)
     cfg = agent.train_config
     assert cfg is not None  # set by load_saved_checkpoint (type narrowing only)

@@ -6,7 +6,8 @@ prefixes, e.g. ``buffer_`` and ``agent_buffer_``) are all shown unless ``--prefi
 
     rlstore inspect /tmp/rlstore-demo-x1y2
     rlstore inspect ckpt/ --prefix agent_buffer_ --verify
-    rlstore inspect ckpt/ --json          # the raw sidecar, for scripts
+    rlstore inspect ckpt/ --json          # the raw sidecar, for scripts ({prefix: sidecar}
+                                          # when the folder holds several checkpoints)
 
 Exit status: 0 on success, 2 when a checkpoint is missing, unreadable or (with ``--verify``)
 corrupted.
@@ -32,7 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``rlstore inspect`` options on ``parser``."""
     parser.add_argument("dir", type=Path, help="checkpoint folder")
     parser.add_argument("--prefix", default=None, help="file prefix (default: every one found)")
-    parser.add_argument("--json", action="store_true", help="print the raw JSON sidecar")
+    parser.add_argument(
+        "--json", action="store_true",
+        help="print the raw JSON sidecar (several checkpoints: one object, {prefix: sidecar})",
+    )  # fmt: skip
     parser.add_argument("--verify", action="store_true", help="also load and checksum arrays")
 
 
@@ -96,9 +100,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     prefixes = [args.prefix] if args.prefix is not None else find_prefixes(directory)
     if not prefixes:
-        print(f"rlstore inspect: error: {directory}: no *{_SUFFIX} found", file=sys.stderr)
+        below = sorted({str(p.parent) for p in directory.rglob(f"*{_SUFFIX}") if p.is_file()})
+        if len(below) > 3:
+            below = [below[0], "...", f"{below[-1]} ({len(below)} folders)"]
+        hint = f"; the checkpoint folders below it: {', '.join(below)}" if below else ""
+        print(f"rlstore inspect: error: {directory}: no *{_SUFFIX} found{hint}", file=sys.stderr)
         return 2
-    status = 0
+    status, sidecars = 0, {}
     for prefix in prefixes:
         try:
             sidecar = read_metadata(directory, prefix=prefix)
@@ -108,10 +116,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"rlstore inspect: error: {exc}", file=sys.stderr)
             status = 2
             continue
+        sidecars[prefix] = sidecar
         if args.json:
-            print(json.dumps(sidecar, indent=2))
             continue
         print(format_metadata(sidecar, title=f"{directory / prefix}*"))
         if args.verify:
             print("  verified  checksum, keys, shapes and dtypes match")
+    if args.json and sidecars:  # one JSON document, whatever the number of checkpoints
+        print(json.dumps(sidecars if len(prefixes) > 1 else sidecars[prefixes[0]], indent=2))
     return status

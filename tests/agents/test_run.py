@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -225,6 +226,21 @@ def test_create_run_dir_is_unique_and_refuses_unsafe_names(tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 
 
+def test_create_run_dir_in_a_file_is_a_config_error(tmp_path) -> None:
+    """``--runs-dir FILE`` failed with a NotADirectoryError traceback."""
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match=r"run.runs_dir: expected a folder .* \(Not a dir"):
+        create_run_dir(tmp_path / "f", "run")
+
+
+def test_create_run_dir_expands_a_home_folder(tmp_path, monkeypatch) -> None:
+    """``runs_dir: ~/runs`` in a config file made a folder named ``~`` in the working folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert create_run_dir("~/runs", "x") == tmp_path / "home" / "runs" / "x"
+    assert not (tmp_path / "~").exists()
+
+
 def test_checkpoint_listing(tmp_path) -> None:
     assert list_checkpoints(tmp_path / "missing", "x_") == []
     assert latest_checkpoint(tmp_path, "x_") is None
@@ -270,6 +286,36 @@ def test_run_logger_writes_named_scalars(tmp_path) -> None:
     assert [(e.step, e.value) for e in acc.Scalars("losses/td_loss")] == [(8, 0.5)]
 
 
+def _as_an_earlier_process(tb: Path) -> None:
+    """Date the event files in ``tb`` 1000 s back: TensorBoard reads a folder's files in name
+    order, ``events.out.tfevents.<time>.<host>.<pid>.<n>``, so two writers of one test process
+    within a second could be read resumed-run-first (a real resume is a later process)."""
+    for f in tb.glob("events.out.tfevents.*"):
+        parts = f.name.split(".")
+        parts[3] = str(int(parts[3]) - 1000)
+        f.rename(f.with_name(".".join(parts)))
+
+
+def test_a_resumed_logger_replaces_the_events_logged_after_the_checkpoint(tmp_path) -> None:
+    """A run interrupted at step 7 after a checkpoint at step 4 resumes from 4 and logs 5-8
+    again: TensorBoard showed steps 5-7 twice (both runs' values)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    first = RunLogger(tmp_path, total_steps=8, progress_bar=False)
+    for step in range(1, 8):
+        first.scalars({"losses/x": -1.0}, step)
+    first.close()  # the crash
+    _as_an_earlier_process(tmp_path / "tb")
+    resumed = RunLogger(tmp_path, total_steps=8, initial_step=4, progress_bar=False)
+    for step in range(5, 9):
+        resumed.scalars({"losses/x": 1.0}, step)
+    resumed.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    got = [(e.step, e.value) for e in acc.Scalars("losses/x")]
+    assert got == [(s, -1.0) for s in range(1, 5)] + [(s, 1.0) for s in range(5, 9)]
+
+
 def test_plot_learning_curve_has_the_title_and_the_evaluations(tmp_path, monkeypatch) -> None:
     from matplotlib.figure import Figure
 
@@ -288,6 +334,66 @@ def test_plot_learning_curve_has_the_title_and_the_evaluations(tmp_path, monkeyp
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     assert seen["title"] == "PPO (lstm) on CartPoleNoVel-v1, seed 1"
     assert "evaluation mean (deterministic)" in seen["labels"]
+
+
+def test_interrupted_and_resumed_run_logs_each_update_and_episode_once(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """``rlstore train`` interrupted after a checkpoint and resumed: one TensorBoard history,
+    each update and episode logged once, and the learning curve."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlstore.agents import ppo
+    from rlstore.cli import main
+
+    real_update, calls = ppo.ppo_update, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:  # checkpoints after updates 2, 3, 5, 6, 8: update 4 is logged twice
+            raise KeyboardInterrupt
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(ppo, "ppo_update", interrupted)
+    argv = ["train", "--total-steps", "2048", "--no-progress", "--exp-name", "r"]
+    assert main([*argv, "--runs-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert f"latest checkpoint with: rlstore train --resume {tmp_path / 'r'}" in err
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    _as_an_earlier_process(tmp_path / "r" / "tb")
+    assert main(["train", "--resume", str(tmp_path / "r"), "--no-progress"]) == 0
+    episodes = int(capsys.readouterr().out.split("episodes")[1].split()[0])
+    acc = EventAccumulator(str(tmp_path / "r" / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("charts/SPS")] == [256 * u for u in range(1, 9)]
+    assert len(acc.Scalars("charts/episodic_return")) == episodes
+    assert (tmp_path / "r" / "learning_curve.png").is_file()
+
+
+def test_a_plot_interrupted_mid_write_leaves_the_previous_curve_whole(tmp_path, monkeypatch):
+    """The PNG was written in place: a crash or Ctrl-C inside ``savefig`` left a truncated
+    ``learning_curve.png`` (the resumed run's curve replaces the previous one)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = tmp_path / "learning_curve.png"
+    stats = TrainStats(episode_returns=[1.0, 2.0], episode_end_steps=[5, 9])
+    plot_learning_curve(stats, path, "before")
+    before = path.read_bytes()
+
+    def interrupted(canvas, target, *args, **kwargs):
+        if hasattr(target, "write"):
+            target.write(b"\x89PNG half")
+        else:
+            Path(target).write_bytes(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "tight_layout", lambda *args, **kwargs: None)  # renders too
+    monkeypatch.setattr(FigureCanvasAgg, "print_png", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plot_learning_curve(stats, path, "after")
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 # ---------------------------------------------------------------- evaluation

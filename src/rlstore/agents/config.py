@@ -111,7 +111,7 @@ class RunConfig(BaseConfig):
     exp_name: str = "ppo"
     """Name of the run; the run folder is ``<runs_dir>/<exp_name>``."""
     runs_dir: str = "runs"
-    """Parent folder of run folders."""
+    """Parent folder of run folders (a leading ``~`` is the home folder)."""
     seed: int = Field(1, ge=0, le=2**31 - 1)
     """Seed of torch, numpy, Python ``random`` and the environments (env i gets ``seed + i``)."""
     device: str = "cpu"
@@ -251,7 +251,7 @@ def folder_runner(
 
     A new run is checked by ``check(cfg)``. A resumed run keeps the folder's ``config.yaml``
     except for a larger budget (``cfg.budget_key()``), which extends the run and is its config
-    from then on; anything else is refused before the folder changes.
+    from then on, and ``run.progress_bar``; anything else is refused before the folder changes.
 
     Raises:
         ConfigError: on resume, ``cfg`` changes another key or shortens the budget.
@@ -273,13 +273,14 @@ def folder_runner(
 
 def check_resume(cfg: BaseConfig, saved_path: Path) -> None:
     """Refuse a resume config that differs from the run's saved one other than by a larger
-    budget (:meth:`BaseConfig.budget_key`)."""
+    budget (:meth:`BaseConfig.budget_key`) or ``run.progress_bar`` (display only)."""
     key = type(cfg).budget_key()
     section, leaf = key.rsplit(".", 1)
     mine = cfg.to_dict()
     saved = type(cfg).from_file(saved_path, run_file=True).to_dict()
     want, have = mine[section][leaf], saved[section][leaf]
     mine[section][leaf] = have
+    mine["run"]["progress_bar"] = saved["run"]["progress_bar"]
     if mine != saved:
         raise ConfigError(f"cfg: a resumed run keeps its config.yaml; only {key} may change")
     if want < have:

@@ -304,9 +304,12 @@ def format_table(results: Sequence[ProbeResult]) -> str:
 
 def _int_list(text: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from err
+        items = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        items = []
+    if not items:  # an empty list would run nothing and report success
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}")
+    return items
 
 
 def _agent_list(text: str) -> list[str]:
@@ -357,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
                         file=sys.stderr,
                     )
     except ConfigError as err:
-        print(f"rlstore probe: {err}", file=sys.stderr)
+        print(f"rlstore probe: error: {err}", file=sys.stderr)
         return 2
     print(format_table(results))
     n_checks = sum(len(r.checks) for r in results)

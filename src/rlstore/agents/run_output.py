@@ -10,6 +10,7 @@ them."""
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 import warnings
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstore.checkpoint import write_text_atomic
 from rlstore.errors import ConfigError
 
 __all__ = ["TrainStats", "safe_name", "create_run_dir", "RunLogger", "plot_learning_curve"]
@@ -87,17 +89,19 @@ def safe_name(text: str) -> str:
 
 
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
-    """Create and return ``runs_dir/name``, or ``name-1``, ``name-2``, ... when taken.
+    """Create and return ``runs_dir/name``, or ``name-1``, ``name-2``, ... when taken (a leading
+    ``~`` of ``runs_dir`` is the home folder, as in a shell).
 
     Raises:
-        ConfigError: ``name`` is not a :func:`safe_name` (it would leave ``runs_dir``).
+        ConfigError: ``name`` is not a :func:`safe_name` (it would leave ``runs_dir``), or the
+            folder cannot be created (``runs_dir`` is a file, not writable, ...).
     """
     if not name or safe_name(name) != name:
         raise ConfigError(
             f"run.exp_name: expected a folder name of letters, digits, '_', '.', '-' "
             f"(e.g. {safe_name(name)!r}), got {name!r}"
         )
-    base = Path(runs_dir) / name
+    base = Path(runs_dir).expanduser() / name  # "~/runs" from a config file: not a "~" folder
     run_dir, k = base, 1
     while True:
         try:
@@ -105,6 +109,11 @@ def create_run_dir(runs_dir: str | Path, name: str) -> Path:
             return run_dir
         except FileExistsError:
             run_dir, k = base.with_name(f"{name}-{k}"), k + 1
+        except OSError as err:
+            raise ConfigError(
+                f"run.runs_dir: expected a folder the run folder {str(run_dir)!r} can be created "
+                f"in, got {str(runs_dir)!r} ({err.strerror})"
+            ) from None
 
 
 # ----------------------------------------------------------------- logging
@@ -116,7 +125,8 @@ class RunLogger:
     Args:
         run_dir: the run folder; None: no TensorBoard or W&B files.
         total_steps: env steps of the whole run (the bar's total). initial_step: steps already
-            done (a resumed run).
+            done (a resumed run: TensorBoard discards the events logged after this step, which
+            an interrupted run wrote after its last checkpoint).
         desc: the bar's label. track: write TensorBoard logs. progress_bar: show the bar.
         wandb, wandb_project, wandb_entity, exp_name, config: offline W&B logging (skipped with
             a warning when the package is missing).
@@ -151,7 +161,10 @@ class RunLogger:
                     stacklevel=2,
                 )
             else:
-                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
+                # a resumed run re-logs the steps after its checkpoint: TensorBoard drops the
+                # events an interrupted run wrote after initial_step instead of showing both
+                purge = initial_step + 1 if initial_step > 0 else None
+                self.tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=purge)
         if wandb:
             try:
                 import wandb as wandb_module
@@ -206,7 +219,7 @@ class RunLogger:
 def plot_learning_curve(stats: TrainStats, path: str | Path, title: str) -> None:
     """Episode returns against env steps, the mean of the last 20 episodes and the evaluation
     means (if any), titled ``title`` (e.g. ``"PPO (lstm) on CartPoleNoVel-v1, seed 1"``), as a
-    PNG at ``path``. Skipped with a warning when matplotlib is missing."""
+    PNG at ``path`` (replaced atomically). Skipped with a warning when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -235,4 +248,6 @@ def plot_learning_curve(stats: TrainStats, path: str | Path, title: str) -> None
     ax.set_ylabel("episodic return")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(str(path))
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    write_text_atomic(path, png.getvalue())  # a crash mid-write leaves the previous plot whole

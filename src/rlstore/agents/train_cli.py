@@ -122,19 +122,35 @@ def _algo(args: argparse.Namespace) -> str:
     """``--algo``; with ``--resume`` and no ``--algo``, the algorithm of the run's config."""
     algo = getattr(args, "algo", None)
     if algo is None and getattr(args, "resume", None) is not None:
-        algo = _algo_of_run(Path(args.resume))
+        algo = _algo_of_file(Path(args.resume) / "config.yaml")
     return algo or "ppo"
 
 
-def _algo_of_run(run_dir: Path) -> str | None:
-    """The algorithm whose section (``dqn:``, ``sac:``, ...) the run's config.yaml holds (None:
-    PPO's, or unreadable: the runner then reports the file)."""
+def _algo_of_file(path: str | Path) -> str | None:
+    """The algorithm whose section (``dqn:``, ``sac:``, ..., PPO's ``online:``) the config file
+    holds (None: none of them, or unreadable: the loader then reports the file)."""
     try:
-        data = load_yaml((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
         return None
     found = [a for a in ALGORITHMS if a != "ppo" and isinstance(data, dict) and a in data]
-    return found[0] if found else None
+    return found[0] if found else "ppo" if isinstance(data, dict) and "online" in data else None
+
+
+def _load_config(module: ModuleType, algo: str, path: str | Path, **kwargs: Any) -> Any:
+    """``module.load_config(path)``; a file of another algorithm's config is refused naming the
+    ``--algo`` it is for, not by a list of its sections as unknown keys."""
+    try:
+        return module.load_config(path, **kwargs)
+    except ConfigError:
+        other = _algo_of_file(path)
+        if other is None or other == algo:
+            raise
+        section = "online" if other == "ppo" else other
+        raise ConfigError(
+            f"--algo: expected a {algo} config, got {str(path)!r}, a config of --algo {other} "
+            f"(its {section!r} section); run it with --algo {other}"
+        ) from None
 
 
 def _module(args: argparse.Namespace) -> ModuleType:
@@ -219,6 +235,8 @@ def _parse_set(item: str) -> tuple[str, Any]:
         return key.strip(), load_yaml(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"--set {key}: value {text!r} is not YAML ({err})") from None
+    except ConfigError as err:  # a key given twice, an octal int
+        raise ConfigError(f"--set {key}: value {text!r}: {err}") from None
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -228,8 +246,7 @@ def build_config(args: argparse.Namespace) -> Any:
     module = _module(args)
     algo = _algo(args)
     if args.config is not None:
-        path = args.config
-        cfg = module.load_config(path)
+        cfg = _load_config(module, algo, args.config)
     else:
         with resources.as_file(default_config(algo, module, args.env, args.agent)[0]) as path:
             cfg = module.load_config(path)
@@ -241,15 +258,20 @@ def build_config(args: argparse.Namespace) -> Any:
         if key is None:
             raise ConfigError(f"--{flag.replace('_', '-')}: not an option of --algo {algo}")
         _set(data, key, given[flag])
-    for item in getattr(args, "overrides", []):
-        _set(data, *_parse_set(item))
-    run = data.setdefault("run", {})
-    if args.exp_name is None and (args.config is None or any(
+    overrides = [_parse_set(item) for item in getattr(args, "overrides", [])]
+    for key, value in overrides:
+        _set(data, key, value)
+    # the user's settings checked first (a section set to a value is reported, not crashed on)
+    data = type(cfg).validate_mapping(data).model_dump(mode="json")
+    run = data["run"]
+    named = args.exp_name is not None or any(key == "run.exp_name" for key, _ in overrides)
+    if not named and (args.config is None or any(
             given[k] is not None for k in ("env", "agent", "seed"))):  # fmt: skip
-        env_id = data.get("environment", {}).get("env_id", "env")
-        run["exp_name"] = f"{safe_name(str(env_id))}-{data.get('agent', algo)}-s{run.get('seed')}"
+        env_id = data["environment"]["env_id"]
+        run["exp_name"] = f"{safe_name(str(env_id))}-{data.get('agent', algo)}-s{run['seed']}"
     run["wandb"] = bool(args.wandb) or run.get("wandb", False)
-    run["progress_bar"] = not args.no_progress
+    if args.no_progress or not any(key == "run.progress_bar" for key, _ in overrides):
+        run["progress_bar"] = not args.no_progress  # the command shows a bar unless told not to
     if getattr(args, "video", False):
         run["video"] = True
     if args.no_tensorboard:
@@ -263,7 +285,9 @@ def _summary(stats: Any, env_id: str) -> str:
         f"env steps       {stats.global_step} in {stats.num_updates} updates, "
         f"{stats.wall_time:.1f} s ({stats.steps_per_second:.0f} steps/s)",
         f"episodes        {len(stats.episode_returns)}",
-        f"mean return     {stats.mean_return(20):.2f} (last 20 training episodes, sampled actions)",
+        f"mean return     {stats.mean_return(20):.2f} (last 20 training episodes, sampled actions)"
+        if stats.episode_returns
+        else "mean return     - (no training episode finished)",
     ]
     if stats.evaluations:
         step, value = stats.evaluations[-1]
@@ -304,20 +328,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) -> Any:
-    """The run folder's config, with ``--total-steps`` applied; every other override refused."""
+    """The run folder's config, with ``--total-steps`` and ``--no-progress`` (the bar is not
+    part of the run) applied; every other override refused, never ignored."""
     keys = _flag_keys(module)
     given = [f"--{k.replace('_', '-')}" for k in ("config", *keys) if k != "total_steps"
              and getattr(args, k, None) is not None]  # fmt: skip
     given += ["--set"] * bool(getattr(args, "overrides", [])) + ["--video"] * bool(args.video)
+    cfg = _load_config(module, _algo(args), run_dir / "config.yaml", run_file=True)
+    # the logging flags may repeat the run's settings, not change them
+    given += ["--wandb"] * (bool(getattr(args, "wandb", False)) and not cfg.run.wandb)
+    given += ["--no-tensorboard"] * (bool(getattr(args, "no_tensorboard", False)) and cfg.run.track)
     if given:
         raise RLStoreError(
             f"--resume: continues the run with its own config.yaml; drop {', '.join(given)} "
             "(only --total-steps may extend its budget)"
         )
-    cfg = module.load_config(run_dir / "config.yaml", run_file=True)
-    if args.total_steps is None:
-        return cfg
     data = cfg.model_dump(mode="json")
+    data["run"]["progress_bar"] = not args.no_progress
+    if args.total_steps is None:
+        return type(cfg).validate_mapping(data)
     section, leaf = str(keys["total_steps"]).rsplit(".", 1)
     planned = data[section][leaf]
     if args.total_steps < planned:
@@ -330,19 +359,29 @@ def _resume_config(args: argparse.Namespace, module: ModuleType, run_dir: Path) 
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlstore.agents.envs import make_env
     from rlstore.agents.run import check_video_support, create_run_dir
 
     module = _module(args)
+    run_dir: Path | None = None
     try:
         if args.resume is not None:
             run_dir = Path(args.resume)
+            if not (run_dir / "config.yaml").is_file():
+                what = "a file" if run_dir.is_file() else "no config.yaml in it" if (
+                    run_dir.is_dir()) else "no such folder"  # fmt: skip
+                raise ConfigError(f"--resume: expected a run folder (config.yaml, checkpoints/), "
+                                  f"got {str(run_dir)!r} ({what})")  # fmt: skip
             cfg = _resume_config(args, module, run_dir)
+            _check_device(cfg.run.device)
             agent, stats = module.runner(cfg, run_dir=run_dir, resume=True)
         else:
             cfg = build_config(args)
-            make_env(cfg.environment).close()  # the env builds: only then the run folder
+            _check_device(cfg.run.device)
+            _check_env_builds(cfg.environment)  # only then the run folder
             _warn_if_untuned(args, module, cfg.environment.env_id)
+            if cfg.run.eval_episodes == 0 and (cfg.run.video or cfg.run.eval_interval):
+                log.warning("run.eval_episodes is 0: no evaluation runs, so run.video and "
+                            "run.eval_interval do nothing; set --eval-episodes N")  # fmt: skip
             if getattr(cfg.run, "video", False):
                 check_video_support()
             run_dir = create_run_dir(cfg.run.runs_dir, cfg.run.exp_name)
@@ -354,8 +393,51 @@ def _run(args: argparse.Namespace) -> int:
     except RLStoreError as err:
         print(f"rlstore train: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if run_dir is None or not any(run_dir.glob("checkpoints/checkpoint_*/*metadata.json")):
+            raise  # nothing to continue from: cli.main reports the interruption
+        print(f"rlstore train: interrupted; continue from the latest checkpoint with: "
+              f"rlstore train --resume {run_dir}", file=sys.stderr)  # fmt: skip
+        return 130
     print(_summary(stats, cfg.environment.env_id))
     return 0
+
+
+def _check_device(device: str) -> None:
+    """Raise ConfigError naming ``run.device`` unless torch parses it and this machine has it
+    (``cuda`` on a CPU-only torch failed with an AssertionError traceback mid-run)."""
+    import torch
+
+    from rlstore._checks import as_device
+
+    dev = as_device(device, "run.device")
+    try:
+        if dev.type == "cuda" and torch.cuda.is_available():
+            if (dev.index or 0) >= torch.cuda.device_count():
+                raise RuntimeError(f"{torch.cuda.device_count()} CUDA device(s)")
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError) as err:
+        raise ConfigError(
+            f"run.device: expected a device this machine has, got {device!r} ({err})"
+        ) from None
+
+
+def _check_env_builds(environment: Any) -> None:
+    """Build and close the configured env; a keyword (or a keyword's value) its constructor
+    refuses is a ConfigError naming ``environment.env_kwargs``, not a TypeError traceback."""
+    from rlstore.agents.envs import make_env
+
+    try:
+        make_env(environment).close()
+    except RLStoreError:  # a ValueError too: already names its setting
+        raise
+    except (TypeError, ValueError, KeyError) as err:
+        if not environment.env_kwargs:
+            raise
+        raise ConfigError(
+            f"environment.env_kwargs: expected keyword arguments of {environment.env_id!r}, "
+            f"got {environment.env_kwargs!r} ({err})"
+        ) from None
 
 
 def _warn_if_untuned(args: argparse.Namespace, module: ModuleType, env_id: str) -> None:
