@@ -242,3 +242,18 @@ def test_transformer_checkpoint_from_before_token_conv_is_refused(tmp_path, envs
     save_state(folder, payload, prefix="ppo_")
     with pytest.raises(CheckpointError, match=r"actor_core\.conv\.weight"):
         load_saved_checkpoint(folder)
+
+
+def test_resume_with_another_config_is_refused_naming_the_key(tmp_path) -> None:
+    """PPO resumed with whatever config it was given (a learning rate edited in config.yaml was
+    recorded but not used: the optimizer state kept the old one); DQN / SAC / IMPALA refused."""
+    from rlstore.agents.ppo import train_ppo
+
+    run = RunConfig(seed=0, track=False)
+    train_ppo(run, TINY, ENV, run_dir=tmp_path)
+    other = TINY.model_copy(update={"learning_rate": 1e-3})
+    with pytest.raises(CheckpointError, match=r"config\.online differs from this run's "
+                       r"\(learning_rate: 0\.00025 in the checkpoint, 0\.001 now"):  # fmt: skip
+        train_ppo(run, other, ENV, run_dir=tmp_path, resume=True)
+    longer = TINY.model_copy(update={"total_timesteps": 2 * TINY.total_timesteps})
+    train_ppo(run, longer, ENV, run_dir=tmp_path, resume=True)  # a larger budget extends it

@@ -209,7 +209,7 @@ def _train(
                 if ckpt_dir is None or (path := latest_checkpoint(ckpt_dir)) is None:
                     raise ConfigError(f"resume: no checkpoint found under {ckpt_dir}")
                 start_update, ckpt_num, stats.updates = restore_training(
-                    path, agent, optimizer, scheduler, buffer, state, envs
+                    path, agent, optimizer, scheduler, buffer, state, envs, cfg
                 )
                 if start_update > num_updates:
                     raise ConfigError(

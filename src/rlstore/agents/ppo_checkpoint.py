@@ -44,6 +44,7 @@ from rlstore.agents.run_checkpoint import (
     check_like,
     check_module_state,
     check_optimizer_state,
+    check_resumed_config,
     check_updates_log,
     checkpoint_path,
     global_rng_state,
@@ -257,8 +258,13 @@ def restore_training(
     buffer: Any,
     state: Any,
     envs: Any,
+    config: Any = None,
 ) -> tuple[int, int, list[dict[str, float]]]:
     """Load a resumable checkpoint into freshly built training objects (in place).
+
+    ``config``: the resuming run's config (a ``TrainConfig``-like object with ``to_dict()``);
+    its ``environment``, ``online`` and selected model sections must equal the checkpoint's,
+    except a larger ``online.total_timesteps`` (an extended run).
 
     The model, optimizer, scheduler, RNG states, log and normalizer are checked before the first
     object changes; the buffer and rollout state check their parts as they load (all or nothing
@@ -290,6 +296,10 @@ def restore_training(
     if scheduler is not None and res["scheduler"] is not None:
         check_like("resume.scheduler", res["scheduler"], scheduler.state_dict())
     cfg = _config_of(payload)
+    if config is not None:
+        now = config.to_dict()
+        sections = ("environment", "online", *([now["agent"]] if now.get("agent") in now else []))
+        check_resumed_config(cfg.to_dict(), now, sections, str(path))
     _load_normalizer(payload, agent)  # checks everything before it changes; needed by restore_envs
     if buffer is not None and res["buffer"] is not None:
         buffer.load_state_dict(res["buffer"])

@@ -121,7 +121,7 @@ def restore(
         raise CheckpointError(f"{path}: demo state: {exc}") from exc
     mix.env_obs = env_obs.astype(mix.env_obs.dtype)
     mix.seen = set(seen)
-    out = restore_training(path, agent, optimizer, scheduler, buffer, state, envs)
+    out = restore_training(path, agent, optimizer, scheduler, buffer, state, envs, cfg)
     if int(out[0]) > cfg.online.num_updates:
         raise ConfigError(
             f"online.total_timesteps: expected at least {out[0] * cfg.online.batch_size} "

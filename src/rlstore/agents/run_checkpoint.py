@@ -357,7 +357,14 @@ def check_resumed_config(
         old = saved.get(name) if isinstance(saved, dict) else None
         new = now[name]
         if not isinstance(old, dict) or budgetless(old) != budgetless(new):
-            raise CheckpointError(f"{where}: config.{name} differs from this run's")
+            a, b = budgetless(old) if isinstance(old, dict) else {}, budgetless(new)
+            keys = sorted(k for k in {*a, *b} if a.get(k, ...) != b.get(k, ...))
+            what = "; ".join(f"{k}: {a.get(k, '(absent)')!r} in the checkpoint, {b.get(k)!r} now"
+                             for k in keys[:3])  # fmt: skip
+            raise CheckpointError(
+                f"{where}: config.{name} differs from this run's ({what}; a resumed run keeps "
+                "its config, except a larger budget)"
+            )
         if BUDGET_KEY in new and not old.get(BUDGET_KEY, 0) <= new[BUDGET_KEY]:
             raise CheckpointError(
                 f"{where}: config.{name}.{BUDGET_KEY}: expected at least {old[BUDGET_KEY]} "
