@@ -690,17 +690,6 @@ def test_clipping_thresholds_accept_inf_and_n_rejects_strings_and_bools() -> Non
     np.testing.assert_array_equal(nstep(z, z, F, F, n=np.int32(2), gamma=0.9), np.zeros(4))
 
 
-def test_docstring_examples_run() -> None:
-    import doctest
-
-    import rlstore.normalize
-    import rlstore.returns
-
-    for mod in (rlstore.returns, rlstore.normalize):
-        result = doctest.testmod(mod, extraglobs={"np": np})
-        assert result.attempted > 0 and result.failed == 0, mod.__name__
-
-
 def test_loop_twins_live_in_reference_not_in_the_public_api() -> None:
     import rlstore
     import rlstore.returns
