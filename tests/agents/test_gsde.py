@@ -227,6 +227,8 @@ def test_log_std_init_and_ortho_init_without_gsde() -> None:
         ({"sde_sample_freq": 4}, "online.use_sde: .* got use_sde false with sde_sample_freq 4"),
         ({"full_std": False}, "online.use_sde: .*full_std False"),
         ({"log_std_init": float("nan")}, "online.log_std_init"),
+        ({"log_std_init": 45.0}, "online.log_std_init: .*less than or equal to 20"),
+        ({"log_std_init": -90.0}, "online.log_std_init: .*greater than or equal to -20"),
         ({"log_std_init": "-3"}, "online.log_std_init"),
         ({"use_sde": "yes"}, "online.use_sde"),
     ],
@@ -234,6 +236,20 @@ def test_log_std_init_and_ortho_init_without_gsde() -> None:
 def test_config_errors_name_the_field(online: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         TrainConfig.from_dict({"online": online})
+
+
+@pytest.mark.parametrize("log_std_init", [-20.0, 20.0])
+@pytest.mark.parametrize("use_sde", [False, True])
+def test_log_std_init_at_its_bounds_gives_finite_log_probs(log_std_init: float, use_sde: bool):
+    """45 (gSDE) or -90 (plain) made the first rollout's log-probabilities NaN: refused."""
+    envs = make_vector_env(PENDULUM, 2)
+    oc = OnlineTrainConfig(use_sde=use_sde, log_std_init=log_std_init)
+    agent = get_agent(None, envs, PENDULUM, oc)
+    state = RolloutState.start(agent, envs, seed=0)
+    buf = RolloutBuffer(4, 2)
+    run_rollout(agent, buf, 4, envs, state)  # the buffer refuses non-finite log-probs
+    assert torch.isfinite(buf.get().logprobs).all()
+    envs.close()
 
 
 def test_a_run_config_from_before_gsde_loads_without_it() -> None:

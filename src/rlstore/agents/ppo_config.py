@@ -120,9 +120,11 @@ class OnlineTrainConfig(BaseConfig):
     clip_reward: float = Field(10.0, gt=0)
     """Scaled rewards are clipped to ``[-clip_reward, clip_reward]`` (``normalize_reward``)."""
 
-    log_std_init: float = Field(0.0, allow_inf_nan=False)
+    log_std_init: float = Field(0.0, ge=-20, le=20)
     """Initial log standard deviation of the Gaussian policy of ``Box`` actions (every agent;
-    with ``use_sde`` every entry of gSDE's ``log_std``)."""
+    with ``use_sde`` every entry of gSDE's ``log_std``), in [-20, 20]: beyond, the float32
+    variance under- or overflows (a std of exp(-90) or a gSDE variance of exp(2 * 45) made the
+    first rollout's log-probabilities NaN)."""
     ortho_init: bool = True
     """FC agent: CleanRL's orthogonal init of the actor and critic layers (gain sqrt(2), policy
     output 0.01, value output 1); off: PyTorch's default init (Stable-Baselines3's
