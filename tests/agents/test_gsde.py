@@ -252,6 +252,23 @@ def test_log_std_init_at_its_bounds_gives_finite_log_probs(log_std_init: float, 
     envs.close()
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"sample_freq": 0}, "sample_freq: expected -1 or an int >= 1, got 0"),
+        ({"sample_freq": 2.5}, "sample_freq: .* got 2.5"),
+        ({"sample_freq": -2}, "sample_freq: .* got -2"),
+        ({"sample_freq": True}, "sample_freq: .* got True"),
+        ({"full_std": 0}, "full_std: expected a bool, got 0"),
+    ],
+)
+def test_gsde_config_checks_its_fields(kwargs: dict, match: str) -> None:
+    """The agents' public GSDEConfig: 0 acted as -1 and 2.5 redrew at steps 0, 5, 10."""
+    with pytest.raises(ConfigError, match=match):
+        GSDEConfig(**kwargs)
+    assert GSDEConfig(sample_freq=np.int64(3)).sample_freq == 3
+
+
 def test_a_run_config_from_before_gsde_loads_without_it() -> None:
     old = TrainConfig.from_dict({"online": {"num_envs": 2}}).to_dict()
     for key in ("use_sde", "sde_sample_freq", "log_std_init", "full_std", "ortho_init"):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rlstore.errors import ConfigError
@@ -52,10 +53,20 @@ class GSDEConfig:
             at the start of each rollout.
         full_std: one ``log_std`` per (feature, action dim), ``(L, A)``; False: per feature,
             ``(L, 1)``.
+
+    Raises:
+        ConfigError: ``sample_freq`` not -1 or an int >= 1, ``full_std`` not a bool.
     """
 
     sample_freq: int = -1
     full_std: bool = True
+
+    def __post_init__(self) -> None:
+        f = self.sample_freq  # 0 acted as -1 and 2.5 redrew every 5 steps, silently
+        if isinstance(f, bool) or not isinstance(f, int | np.integer) or not (f == -1 or f >= 1):
+            raise ConfigError(f"sample_freq: expected -1 or an int >= 1, got {f!r}")
+        if not isinstance(self.full_std, bool):
+            raise ConfigError(f"full_std: expected a bool, got {self.full_std!r}")
 
 
 def gsde_std(log_std: torch.Tensor, action_dim: int) -> torch.Tensor:
