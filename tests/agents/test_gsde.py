@@ -291,6 +291,7 @@ def test_a_run_config_from_before_gsde_loads_without_it() -> None:
         ),
         (LSTMModelConfig(), {"ortho_init": False}, "online.ortho_init: .*lstm.ortho_init"),
         (None, {"use_sde": True}, r"sde \(online.use_sde\): expected a Box action space"),
+        (None, {"log_std_init": -1.0}, r"online.log_std_init: .* 0.0 for Discrete\(2\), got -1.0"),
     ],
 )
 def test_agents_that_refuse_gsde(model, online: dict, match: str) -> None:
