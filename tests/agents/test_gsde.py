@@ -53,6 +53,26 @@ def test_log_prob_entropy_and_std_by_hand() -> None:
     )
 
 
+def test_log_std_gets_the_variance_gradient_and_the_features_none() -> None:
+    """SB3's learn_features=False: d/d log_std_ij of log N(a_j; m_j, v_j) + H_j with
+    v_j = sum_i z_i^2 sigma_ij^2 + eps is (-1/(2v) + (a-m)^2/(2v^2) + 1/(2v)) * 2 z_i^2
+    sigma_ij^2; z gets no gradient from the distribution; the mean the Normal's."""
+    log_std = LOG_STD.clone().requires_grad_(True)
+    z = Z.clone().requires_grad_(True)
+    mean = torch.tensor([[0.5, -1.0]], dtype=torch.float64, requires_grad=True)
+    a = torch.tensor([[1.5, 1.0]], dtype=torch.float64)
+    d = GSDEDistribution(mean, z, log_std)
+    (d.log_prob(a) + d.entropy()).sum().backward()
+    assert z.grad is None
+    var = np.array([2.0, 8.0]) + EPSILON
+    diff = np.array([1.0, 2.0])
+    dv = diff**2 / (2 * var**2)  # the -1/(2v) of log N and the 1/(2v) of H cancel
+    sigma2 = LOG_STD.exp().numpy() ** 2
+    want = dv[None, :] * 2 * (Z.numpy()[0] ** 2)[:, None] * sigma2
+    np.testing.assert_allclose(log_std.grad.numpy(), want, rtol=1e-10)
+    np.testing.assert_allclose(mean.grad.numpy(), (diff / var)[None], rtol=1e-10)
+
+
 def test_log_prob_does_not_need_the_matrices_and_noise_is_z_times_w() -> None:
     w = torch.tensor([[[1.0, -1.0], [2.0, 0.5]]], dtype=torch.float64)  # (N=1, L, A)
     mean = torch.zeros(1, 2, dtype=torch.float64)
