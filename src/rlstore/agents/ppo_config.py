@@ -132,9 +132,10 @@ class OnlineTrainConfig(BaseConfig):
     use_sde: bool = False
     """FC agent, ``Box`` actions: explore with generalized state-dependent noise (gSDE,
     :mod:`rlstore.agents.gsde`; Stable-Baselines3's ``use_sde``): the noise is ``z @ W``, ``z``
-    the actor's last hidden layer, ``W`` a matrix per env with entries ``N(0, exp(log_std)^2)``
-    redrawn at the start of each rollout (and every ``sde_sample_freq`` steps), so actions
-    change smoothly with the state instead of jittering every step."""
+    the actor's last hidden layer (the CNN's features with ``encoder: cnn``), ``W`` a matrix
+    per env with entries ``N(0, exp(log_std)^2)`` redrawn at the start of each rollout (and
+    every ``sde_sample_freq`` steps), so actions change smoothly with the state instead of
+    jittering every step."""
     sde_sample_freq: int = Field(-1, ge=-1)
     """With ``use_sde``: draw new exploration matrices every ``sde_sample_freq`` steps of a
     rollout; -1: only at its start."""
