@@ -24,7 +24,7 @@ from rlstore.agents.ppo_config import (
     TransformerModelConfig,
 )
 from rlstore.buffers.rollout import RolloutBuffer
-from rlstore.errors import ConfigError
+from rlstore.errors import ConfigError, SpecError
 
 # sigma = exp(log_std) = [[1, 2], [0.5, 1]] (L = 2 features, A = 2 action dims), z = [1, 2]
 LOG_STD = torch.tensor([[1.0, 2.0], [0.5, 1.0]], dtype=torch.float64).log()
@@ -71,6 +71,38 @@ def test_log_std_gets_the_variance_gradient_and_the_features_none() -> None:
     want = dv[None, :] * 2 * (Z.numpy()[0] ** 2)[:, None] * sigma2
     np.testing.assert_allclose(log_std.grad.numpy(), want, rtol=1e-10)
     np.testing.assert_allclose(mean.grad.numpy(), (diff / var)[None], rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: sample_exploration(torch.zeros(3, 2), 3, 2), SpecError, r"log_std: .*\(L, 3\)"),
+        (lambda: sample_exploration(torch.zeros(3), 1, 2), SpecError, r"log_std: .*got \(3,\)"),
+        (lambda: sample_exploration(torch.zeros(3, 2), 2, 2.5), ConfigError, "num_envs: .*2.5"),
+        (lambda: sample_exploration(torch.zeros(3, 2), 2, 0), ConfigError, "num_envs: .*got 0"),
+        (
+            lambda: GSDEDistribution(torch.zeros(4, 2), torch.ones(4, 5), torch.zeros(3, 2)),
+            SpecError,
+            r"latent: expected \(4, 3\) .* got \(4, 5\)",
+        ),
+        (
+            lambda: GSDEDistribution(torch.zeros(4, 2), torch.ones(5, 3), torch.zeros(3, 2)),
+            SpecError,
+            r"latent: expected \(4, 3\)",
+        ),
+        (
+            lambda: GSDEDistribution(
+                torch.zeros(4, 2), torch.ones(4, 3), torch.zeros(3, 2), torch.zeros(4, 3, 3)
+            ),
+            SpecError,
+            r"exploration: expected \(\.\.\., 3, 2\), got \(4, 3, 3\)",
+        ),
+    ],
+)
+def test_public_gsde_functions_check_their_shapes(call, error, match: str) -> None:
+    """They raised torch's RuntimeError / TypeError (or sampled a wrong shape) instead."""
+    with pytest.raises(error, match=match):
+        call()
 
 
 def test_log_prob_does_not_need_the_matrices_and_noise_is_z_times_w() -> None:
