@@ -259,6 +259,50 @@ def test_resume_with_gsde_continues_the_same_run(tmp_path) -> None:
     assert [{k: v for k, v in u.items() if k != "sps"} for u in r_stats.updates] == strip
 
 
+def test_stored_log_probs_are_the_update_s_at_the_same_parameters() -> None:
+    """The rollout's log-probs (with the matrices) equal ppo_update's (without them) on the
+    stored, normalized observations and actions: the first ratio is 1."""
+    torch.manual_seed(0)
+    envs = make_vector_env(PENDULUM, 2)
+    oc = OnlineTrainConfig(normalize_obs=True, **SDE)
+    agent = get_agent(None, envs, PENDULUM, oc)
+    state = RolloutState.start(agent, envs, seed=0)
+    buf = RolloutBuffer(16, 2)
+    run_rollout(agent, buf, 16, envs, state)
+    with torch.no_grad():
+        for mb in agent.minibatches(buf, oc):
+            logp = agent.distribution(agent._evaluate(mb)[0]).log_prob(mb.actions)
+            torch.testing.assert_close(logp, mb.logprobs, atol=1e-5, rtol=1e-5)
+    envs.close()
+
+
+def test_ppod_trains_with_gsde_on_box_demos(tmp_path) -> None:
+    """PPO+D takes gSDE (its demo steps store log-prob 0 whatever the distribution)."""
+    from rlstore.agents.ppod import PPODTrainConfig, train_ppod
+    from rlstore.buffers.demo_files import save_npz_demo
+
+    env = gym.make("Pendulum-v1", max_episode_steps=20)
+    obs = [env.reset(seed=0)[0]]
+    acts = np.linspace(-2, 2, 20, dtype=np.float32)[:, None]
+    rews = []
+    for a in acts:
+        o, r, *_ = env.step(a)
+        obs.append(o)
+        rews.append(r)
+    save_npz_demo(tmp_path / "d.npz", np.array(obs), acts, np.array(rews, np.float32))
+    cfg = PPODTrainConfig.from_dict(
+        {
+            "environment": {"env_id": "Pendulum-v1", "max_steps": 20},
+            "run": {"track": False, "eval_episodes": 1, "seed": 1},
+            "online": {"total_timesteps": 64, **SDE, **SMALL},
+            "ppod": {"demos_dir": str(tmp_path), "rho": 0.5},
+        }
+    )
+    agent, stats = train_ppod(cfg)
+    assert agent.sde == GSDEConfig(sample_freq=4) and agent.actor_logstd.shape == (64, 1)
+    assert np.isfinite(stats.updates[-1]["loss"]) and len(stats.evaluations) == 1
+
+
 def test_log_std_init_and_ortho_init_without_gsde() -> None:
     envs = make_vector_env(PENDULUM, 1)
     oc = OnlineTrainConfig(log_std_init=-0.5, ortho_init=False)
