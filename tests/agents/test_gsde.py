@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from rlstore.agents.gsde import EPSILON, GSDEConfig, GSDEDistribution, sample_exploration
 from rlstore.agents.impala import ImpalaTrainConfig
@@ -182,6 +183,29 @@ def test_noise_is_redrawn_exactly_every_sde_sample_freq_steps(freq: int) -> None
     assert not np.allclose(acts[0][-1], acts[1][0])  # a new rollout draws anew
     for a, b in zip(acts, _rollout_actions(freq, num_steps=8, rollouts=2), strict=True):
         assert np.array_equal(a, b)  # same seed, same actions
+
+
+def test_float64_bounded_box_gets_clipped_float64_actions_and_stores_the_sampled_ones() -> None:
+    seen = []
+
+    class Bounded(ConstantEnv):
+        action_space = gym.spaces.Box(-0.1, 0.1, (3,), np.float64)
+
+        def step(self, action):
+            seen.append(action)
+            return super().step(action)
+
+    torch.manual_seed(0)
+    envs = gym.vector.SyncVectorEnv([Bounded], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    agent = FCAgent(envs, sde=GSDEConfig(full_std=False))
+    nn.init.constant_(agent.actor_logstd, 1.0)  # noise far beyond the bounds
+    state = RolloutState.start(agent, envs, seed=0)
+    buf = RolloutBuffer(4, 1)
+    run_rollout(agent, buf, 4, envs, state)
+    stored = buf.get().actions[:, 0].double().numpy()  # (T, 3)
+    assert np.abs(stored).max() > 0.1  # the sampled actions, unclipped
+    assert all(a.dtype == np.float64 and np.abs(a).max() <= 0.1 for a in seen)
+    np.testing.assert_allclose(np.stack(seen), stored.clip(-0.1, 0.1), rtol=1e-6)
 
 
 def test_agent_params_log_prob_and_greedy_against_the_layers() -> None:
