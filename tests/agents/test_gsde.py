@@ -327,6 +327,21 @@ def test_ppod_trains_with_gsde_on_box_demos(tmp_path) -> None:
     assert np.isfinite(stats.updates[-1]["loss"]) and len(stats.evaluations) == 1
 
 
+def test_compat_src_ppo_agent_rolls_out_and_learns_with_gsde() -> None:
+    from rlstore.compat import src_ppo
+
+    oc = OnlineTrainConfig(total_timesteps=32, **SDE, **SMALL)
+    envs = make_vector_env(PENDULUM, oc.num_envs)
+    memory = src_ppo.Memory(envs, oc, "cpu")
+    agent = src_ppo.get_agent(None, envs, PENDULUM, oc)
+    assert isinstance(agent, src_ppo.FCAgent) and agent.sde == GSDEConfig(sample_freq=4)
+    optimizer, scheduler = agent.make_optimizer(oc.num_updates, 1e-3, 0.0)
+    agent.rollout(memory, oc.num_steps, envs)
+    agent.learn(memory, oc, optimizer, scheduler, False)
+    assert memory.global_step == 32 and not torch.all(agent.actor_logstd == -1.0)
+    envs.close()
+
+
 def test_log_std_init_and_ortho_init_without_gsde() -> None:
     envs = make_vector_env(PENDULUM, 1)
     oc = OnlineTrainConfig(log_std_init=-0.5, ortho_init=False)
