@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from rlstore.agents.gsde import EPSILON, GSDEConfig, GSDEDistribution, sample_exploration
 from rlstore.agents.impala import ImpalaTrainConfig
@@ -24,7 +25,7 @@ from rlstore.agents.ppo_config import (
     TransformerModelConfig,
 )
 from rlstore.buffers.rollout import RolloutBuffer
-from rlstore.errors import ConfigError
+from rlstore.errors import ConfigError, SpecError
 
 # sigma = exp(log_std) = [[1, 2], [0.5, 1]] (L = 2 features, A = 2 action dims), z = [1, 2]
 LOG_STD = torch.tensor([[1.0, 2.0], [0.5, 1.0]], dtype=torch.float64).log()
@@ -51,6 +52,58 @@ def test_log_prob_entropy_and_std_by_hand() -> None:
     np.testing.assert_allclose(
         d1.stddev.numpy(), np.full((1, 2), math.sqrt(2 + EPSILON)), rtol=1e-12
     )
+
+
+def test_log_std_gets_the_variance_gradient_and_the_features_none() -> None:
+    """SB3's learn_features=False: d/d log_std_ij of log N(a_j; m_j, v_j) + H_j with
+    v_j = sum_i z_i^2 sigma_ij^2 + eps is (-1/(2v) + (a-m)^2/(2v^2) + 1/(2v)) * 2 z_i^2
+    sigma_ij^2; z gets no gradient from the distribution; the mean the Normal's."""
+    log_std = LOG_STD.clone().requires_grad_(True)
+    z = Z.clone().requires_grad_(True)
+    mean = torch.tensor([[0.5, -1.0]], dtype=torch.float64, requires_grad=True)
+    a = torch.tensor([[1.5, 1.0]], dtype=torch.float64)
+    d = GSDEDistribution(mean, z, log_std)
+    (d.log_prob(a) + d.entropy()).sum().backward()
+    assert z.grad is None
+    var = np.array([2.0, 8.0]) + EPSILON
+    diff = np.array([1.0, 2.0])
+    dv = diff**2 / (2 * var**2)  # the -1/(2v) of log N and the 1/(2v) of H cancel
+    sigma2 = LOG_STD.exp().numpy() ** 2
+    want = dv[None, :] * 2 * (Z.numpy()[0] ** 2)[:, None] * sigma2
+    np.testing.assert_allclose(log_std.grad.numpy(), want, rtol=1e-10)
+    np.testing.assert_allclose(mean.grad.numpy(), (diff / var)[None], rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: sample_exploration(torch.zeros(3, 2), 3, 2), SpecError, r"log_std: .*\(L, 3\)"),
+        (lambda: sample_exploration(torch.zeros(3), 1, 2), SpecError, r"log_std: .*got \(3,\)"),
+        (lambda: sample_exploration(torch.zeros(3, 2), 2, 2.5), ConfigError, "num_envs: .*2.5"),
+        (lambda: sample_exploration(torch.zeros(3, 2), 2, 0), ConfigError, "num_envs: .*got 0"),
+        (
+            lambda: GSDEDistribution(torch.zeros(4, 2), torch.ones(4, 5), torch.zeros(3, 2)),
+            SpecError,
+            r"latent: expected \(4, 3\) .* got \(4, 5\)",
+        ),
+        (
+            lambda: GSDEDistribution(torch.zeros(4, 2), torch.ones(5, 3), torch.zeros(3, 2)),
+            SpecError,
+            r"latent: expected \(4, 3\)",
+        ),
+        (
+            lambda: GSDEDistribution(
+                torch.zeros(4, 2), torch.ones(4, 3), torch.zeros(3, 2), torch.zeros(4, 3, 3)
+            ),
+            SpecError,
+            r"exploration: expected \(\.\.\., 3, 2\), got \(4, 3, 3\)",
+        ),
+    ],
+)
+def test_public_gsde_functions_check_their_shapes(call, error, match: str) -> None:
+    """They raised torch's RuntimeError / TypeError (or sampled a wrong shape) instead."""
+    with pytest.raises(error, match=match):
+        call()
 
 
 def test_log_prob_does_not_need_the_matrices_and_noise_is_z_times_w() -> None:
@@ -132,6 +185,29 @@ def test_noise_is_redrawn_exactly_every_sde_sample_freq_steps(freq: int) -> None
         assert np.array_equal(a, b)  # same seed, same actions
 
 
+def test_float64_bounded_box_gets_clipped_float64_actions_and_stores_the_sampled_ones() -> None:
+    seen = []
+
+    class Bounded(ConstantEnv):
+        action_space = gym.spaces.Box(-0.1, 0.1, (3,), np.float64)
+
+        def step(self, action):
+            seen.append(action)
+            return super().step(action)
+
+    torch.manual_seed(0)
+    envs = gym.vector.SyncVectorEnv([Bounded], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    agent = FCAgent(envs, sde=GSDEConfig(full_std=False))
+    nn.init.constant_(agent.actor_logstd, 1.0)  # noise far beyond the bounds
+    state = RolloutState.start(agent, envs, seed=0)
+    buf = RolloutBuffer(4, 1)
+    run_rollout(agent, buf, 4, envs, state)
+    stored = buf.get().actions[:, 0].double().numpy()  # (T, 3)
+    assert np.abs(stored).max() > 0.1  # the sampled actions, unclipped
+    assert all(a.dtype == np.float64 and np.abs(a).max() <= 0.1 for a in seen)
+    np.testing.assert_allclose(np.stack(seen), stored.clip(-0.1, 0.1), rtol=1e-6)
+
+
 def test_agent_params_log_prob_and_greedy_against_the_layers() -> None:
     """params = [mean, features]; log-prob from the actor's own layers by hand; the greedy
     (evaluation) action is the mean; the plain agent's params are the mean alone."""
@@ -207,6 +283,65 @@ def test_resume_with_gsde_continues_the_same_run(tmp_path) -> None:
     assert [{k: v for k, v in u.items() if k != "sps"} for u in r_stats.updates] == strip
 
 
+def test_stored_log_probs_are_the_update_s_at_the_same_parameters() -> None:
+    """The rollout's log-probs (with the matrices) equal ppo_update's (without them) on the
+    stored, normalized observations and actions: the first ratio is 1."""
+    torch.manual_seed(0)
+    envs = make_vector_env(PENDULUM, 2)
+    oc = OnlineTrainConfig(normalize_obs=True, **SDE)
+    agent = get_agent(None, envs, PENDULUM, oc)
+    state = RolloutState.start(agent, envs, seed=0)
+    buf = RolloutBuffer(16, 2)
+    run_rollout(agent, buf, 16, envs, state)
+    with torch.no_grad():
+        for mb in agent.minibatches(buf, oc):
+            logp = agent.distribution(agent._evaluate(mb)[0]).log_prob(mb.actions)
+            torch.testing.assert_close(logp, mb.logprobs, atol=1e-5, rtol=1e-5)
+    envs.close()
+
+
+def test_ppod_trains_with_gsde_on_box_demos(tmp_path) -> None:
+    """PPO+D takes gSDE (its demo steps store log-prob 0 whatever the distribution)."""
+    from rlstore.agents.ppod import PPODTrainConfig, train_ppod
+    from rlstore.buffers.demo_files import save_npz_demo
+
+    env = gym.make("Pendulum-v1", max_episode_steps=20)
+    obs = [env.reset(seed=0)[0]]
+    acts = np.linspace(-2, 2, 20, dtype=np.float32)[:, None]
+    rews = []
+    for a in acts:
+        o, r, *_ = env.step(a)
+        obs.append(o)
+        rews.append(r)
+    save_npz_demo(tmp_path / "d.npz", np.array(obs), acts, np.array(rews, np.float32))
+    cfg = PPODTrainConfig.from_dict(
+        {
+            "environment": {"env_id": "Pendulum-v1", "max_steps": 20},
+            "run": {"track": False, "eval_episodes": 1, "seed": 1},
+            "online": {"total_timesteps": 64, **SDE, **SMALL},
+            "ppod": {"demos_dir": str(tmp_path), "rho": 0.5},
+        }
+    )
+    agent, stats = train_ppod(cfg)
+    assert agent.sde == GSDEConfig(sample_freq=4) and agent.actor_logstd.shape == (64, 1)
+    assert np.isfinite(stats.updates[-1]["loss"]) and len(stats.evaluations) == 1
+
+
+def test_compat_src_ppo_agent_rolls_out_and_learns_with_gsde() -> None:
+    from rlstore.compat import src_ppo
+
+    oc = OnlineTrainConfig(total_timesteps=32, **SDE, **SMALL)
+    envs = make_vector_env(PENDULUM, oc.num_envs)
+    memory = src_ppo.Memory(envs, oc, "cpu")
+    agent = src_ppo.get_agent(None, envs, PENDULUM, oc)
+    assert isinstance(agent, src_ppo.FCAgent) and agent.sde == GSDEConfig(sample_freq=4)
+    optimizer, scheduler = agent.make_optimizer(oc.num_updates, 1e-3, 0.0)
+    agent.rollout(memory, oc.num_steps, envs)
+    agent.learn(memory, oc, optimizer, scheduler, False)
+    assert memory.global_step == 32 and not torch.all(agent.actor_logstd == -1.0)
+    envs.close()
+
+
 def test_log_std_init_and_ortho_init_without_gsde() -> None:
     envs = make_vector_env(PENDULUM, 1)
     oc = OnlineTrainConfig(log_std_init=-0.5, ortho_init=False)
@@ -227,6 +362,8 @@ def test_log_std_init_and_ortho_init_without_gsde() -> None:
         ({"sde_sample_freq": 4}, "online.use_sde: .* got use_sde false with sde_sample_freq 4"),
         ({"full_std": False}, "online.use_sde: .*full_std False"),
         ({"log_std_init": float("nan")}, "online.log_std_init"),
+        ({"log_std_init": 45.0}, "online.log_std_init: .*less than or equal to 20"),
+        ({"log_std_init": -90.0}, "online.log_std_init: .*greater than or equal to -20"),
         ({"log_std_init": "-3"}, "online.log_std_init"),
         ({"use_sde": "yes"}, "online.use_sde"),
     ],
@@ -234,6 +371,37 @@ def test_log_std_init_and_ortho_init_without_gsde() -> None:
 def test_config_errors_name_the_field(online: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         TrainConfig.from_dict({"online": online})
+
+
+@pytest.mark.parametrize("log_std_init", [-20.0, 20.0])
+@pytest.mark.parametrize("use_sde", [False, True])
+def test_log_std_init_at_its_bounds_gives_finite_log_probs(log_std_init: float, use_sde: bool):
+    """45 (gSDE) or -90 (plain) made the first rollout's log-probabilities NaN: refused."""
+    envs = make_vector_env(PENDULUM, 2)
+    oc = OnlineTrainConfig(use_sde=use_sde, log_std_init=log_std_init)
+    agent = get_agent(None, envs, PENDULUM, oc)
+    state = RolloutState.start(agent, envs, seed=0)
+    buf = RolloutBuffer(4, 2)
+    run_rollout(agent, buf, 4, envs, state)  # the buffer refuses non-finite log-probs
+    assert torch.isfinite(buf.get().logprobs).all()
+    envs.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"sample_freq": 0}, "sample_freq: expected -1 or an int >= 1, got 0"),
+        ({"sample_freq": 2.5}, "sample_freq: .* got 2.5"),
+        ({"sample_freq": -2}, "sample_freq: .* got -2"),
+        ({"sample_freq": True}, "sample_freq: .* got True"),
+        ({"full_std": 0}, "full_std: expected a bool, got 0"),
+    ],
+)
+def test_gsde_config_checks_its_fields(kwargs: dict, match: str) -> None:
+    """The agents' public GSDEConfig: 0 acted as -1 and 2.5 redrew at steps 0, 5, 10."""
+    with pytest.raises(ConfigError, match=match):
+        GSDEConfig(**kwargs)
+    assert GSDEConfig(sample_freq=np.int64(3)).sample_freq == 3
 
 
 def test_a_run_config_from_before_gsde_loads_without_it() -> None:
@@ -258,6 +426,7 @@ def test_a_run_config_from_before_gsde_loads_without_it() -> None:
         ),
         (LSTMModelConfig(), {"ortho_init": False}, "online.ortho_init: .*lstm.ortho_init"),
         (None, {"use_sde": True}, r"sde \(online.use_sde\): expected a Box action space"),
+        (None, {"log_std_init": -1.0}, r"online.log_std_init: .* 0.0 for Discrete\(2\), got -1.0"),
     ],
 )
 def test_agents_that_refuse_gsde(model, online: dict, match: str) -> None:

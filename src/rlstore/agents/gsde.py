@@ -33,9 +33,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from rlstore.errors import ConfigError
+from rlstore._checks import check_count
+from rlstore.errors import ConfigError, SpecError
 
 __all__ = ["EPSILON", "GSDEConfig", "gsde_std", "sample_exploration", "GSDEDistribution"]
 
@@ -52,20 +54,43 @@ class GSDEConfig:
             at the start of each rollout.
         full_std: one ``log_std`` per (feature, action dim), ``(L, A)``; False: per feature,
             ``(L, 1)``.
+
+    Raises:
+        ConfigError: ``sample_freq`` not -1 or an int >= 1, ``full_std`` not a bool.
     """
 
     sample_freq: int = -1
     full_std: bool = True
 
+    def __post_init__(self) -> None:
+        f = self.sample_freq  # 0 acted as -1 and 2.5 redrew every 5 steps, silently
+        if isinstance(f, bool) or not isinstance(f, int | np.integer) or not (f == -1 or f >= 1):
+            raise ConfigError(f"sample_freq: expected -1 or an int >= 1, got {f!r}")
+        if not isinstance(self.full_std, bool):
+            raise ConfigError(f"full_std: expected a bool, got {self.full_std!r}")
+
 
 def gsde_std(log_std: torch.Tensor, action_dim: int) -> torch.Tensor:
-    """``sigma = exp(log_std)`` ``(L, A)`` from ``log_std`` ``(L, A)`` or ``(L, 1)`` (broadcast)."""
+    """``sigma = exp(log_std)`` ``(L, A)`` from ``log_std`` ``(L, A)`` or ``(L, 1)`` (broadcast).
+
+    Raises:
+        SpecError: ``log_std`` of another shape.
+    """
+    if log_std.dim() != 2 or log_std.shape[1] not in (1, action_dim):
+        raise SpecError(
+            f"log_std: expected (L, {action_dim}) or (L, 1), got {tuple(log_std.shape)}"
+        )
     return log_std.exp().expand(log_std.shape[0], action_dim)
 
 
 def sample_exploration(log_std: torch.Tensor, action_dim: int, num_envs: int) -> torch.Tensor:
     """``num_envs`` exploration matrices ``(num_envs, L, A)``, entries ``N(0, sigma^2)``
-    independent, drawn from torch's global RNG (which checkpoints save); no gradient."""
+    independent, drawn from torch's global RNG (which checkpoints save); no gradient.
+
+    Raises:
+        ConfigError: ``num_envs`` not an int >= 1. SpecError: as :func:`gsde_std`.
+    """
+    num_envs = check_count("num_envs", num_envs, error=ConfigError)
     with torch.no_grad():
         std = gsde_std(log_std, action_dim)
         return torch.randn(num_envs, *std.shape, dtype=std.dtype, device=std.device) * std
@@ -80,6 +105,10 @@ class GSDEDistribution:
         log_std: ``(L, A)`` or ``(L, 1)``.
         exploration: ``(..., L, A)`` the matrices :meth:`sample` uses (one per row of
             ``latent``); None where only :meth:`log_prob` / :meth:`entropy` are needed.
+
+    Raises:
+        SpecError: ``latent`` not ``(..., L)`` with ``mean``'s leading axes, ``exploration``
+            not ``(..., L, A)``, ``log_std`` as :func:`gsde_std`.
     """
 
     def __init__(
@@ -89,10 +118,21 @@ class GSDEDistribution:
         log_std: torch.Tensor,
         exploration: torch.Tensor | None = None,
     ) -> None:
+        sigma = gsde_std(log_std, mean.shape[-1])
+        if latent.shape[:-1] != mean.shape[:-1] or latent.shape[-1] != sigma.shape[0]:
+            raise SpecError(
+                f"latent: expected {(*mean.shape[:-1], sigma.shape[0])} (mean's rows, L = "
+                f"log_std's rows), got {tuple(latent.shape)}"
+            )
+        if exploration is not None and exploration.shape[-2:] != sigma.shape:
+            raise SpecError(
+                f"exploration: expected (..., {sigma.shape[0]}, {sigma.shape[1]}), got "
+                f"{tuple(exploration.shape)}"
+            )
         self.mean = mean
         self.latent = latent.detach()
         self.exploration = exploration
-        var = (self.latent**2) @ (gsde_std(log_std, mean.shape[-1]) ** 2)
+        var = (self.latent**2) @ (sigma**2)
         self.normal = torch.distributions.Normal(mean, (var + EPSILON).sqrt(), validate_args=False)
 
     @property

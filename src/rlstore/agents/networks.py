@@ -408,7 +408,7 @@ def get_agent(
     :class:`LSTMPPOAgent`; :class:`TransformerModelConfig` -> :class:`TransformerPPOAgent`; the
     FC and LSTM agents read observations through ``online_config.encoder``; the FC agent alone
     takes ``use_sde`` (gSDE) and ``ortho_init``; every Gaussian policy starts at
-    ``log_std_init``.
+    ``log_std_init`` (refused with discrete actions, which have none).
     ``agent.normalizer`` follows ``online_config.normalize_obs`` / ``normalize_reward``.
     """
     oc = online_config
@@ -435,6 +435,11 @@ def get_agent(
         )
     if not agent.discrete:
         nn.init.constant_(agent.actor_logstd, oc.log_std_init)
+    elif oc.log_std_init != 0.0:  # was ignored
+        raise ConfigError(
+            "online.log_std_init: the initial log-std of Box actions, expected the default 0.0 "
+            f"for {agent.single_action_space!r}, got {oc.log_std_init}"
+        )
     if oc.encoder == "cnn" and isinstance(agent, TransformerPPOAgent):
         raise ConfigError(
             "online.encoder: 'cnn' is for the fc and lstm agents; the transformer embeds the "

@@ -120,9 +120,11 @@ class OnlineTrainConfig(BaseConfig):
     clip_reward: float = Field(10.0, gt=0)
     """Scaled rewards are clipped to ``[-clip_reward, clip_reward]`` (``normalize_reward``)."""
 
-    log_std_init: float = Field(0.0, allow_inf_nan=False)
+    log_std_init: float = Field(0.0, ge=-20, le=20)
     """Initial log standard deviation of the Gaussian policy of ``Box`` actions (every agent;
-    with ``use_sde`` every entry of gSDE's ``log_std``)."""
+    with ``use_sde`` every entry of gSDE's ``log_std``), in [-20, 20]: beyond, the float32
+    variance under- or overflows (a std of exp(-90) or a gSDE variance of exp(2 * 45) made the
+    first rollout's log-probabilities NaN)."""
     ortho_init: bool = True
     """FC agent: CleanRL's orthogonal init of the actor and critic layers (gain sqrt(2), policy
     output 0.01, value output 1); off: PyTorch's default init (Stable-Baselines3's
@@ -130,9 +132,10 @@ class OnlineTrainConfig(BaseConfig):
     use_sde: bool = False
     """FC agent, ``Box`` actions: explore with generalized state-dependent noise (gSDE,
     :mod:`rlstore.agents.gsde`; Stable-Baselines3's ``use_sde``): the noise is ``z @ W``, ``z``
-    the actor's last hidden layer, ``W`` a matrix per env with entries ``N(0, exp(log_std)^2)``
-    redrawn at the start of each rollout (and every ``sde_sample_freq`` steps), so actions
-    change smoothly with the state instead of jittering every step."""
+    the actor's last hidden layer (the CNN's features with ``encoder: cnn``), ``W`` a matrix
+    per env with entries ``N(0, exp(log_std)^2)`` redrawn at the start of each rollout (and
+    every ``sde_sample_freq`` steps), so actions change smoothly with the state instead of
+    jittering every step."""
     sde_sample_freq: int = Field(-1, ge=-1)
     """With ``use_sde``: draw new exploration matrices every ``sde_sample_freq`` steps of a
     rollout; -1: only at its start."""

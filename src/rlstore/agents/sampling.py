@@ -6,7 +6,9 @@ every agent for ``rollout_length`` steps in each of ``num_envs`` fresh copies of
 rollout loop (:func:`~rlstore.agents.rollout.run_rollout`) with a :class:`TrajectoryWriter`
 attached, and returns one :class:`Trajectories` record per agent. Sampling methods:
 
-* ``basic``: sample from pi;
+* ``basic``: sample from pi (gSDE agents: their exploration matrices are drawn at the start
+  and every ``sde_sample_freq`` steps, as in training: with -1, one per env for the whole
+  ``rollout_length``; ``temperature`` scales that noise);
 * ``greedy``: the mode (argmax of the logits; the mean of a Gaussian);
 * ``temperature``: sample from ``softmax(logits / temperature)`` (Gaussian: std x temperature);
   needs ``temperature > 0``;
