@@ -239,3 +239,47 @@ def test_demo_steps_of_box_actions_store_the_demo_action() -> None:
     # the first episode of each slot is real (5-step limit), then every step replays the demo
     assert torch.all(b.actions[5:] == 1.5) and torch.all(b.logprobs[5:] == 0)
     assert torch.all(b.logprobs[:5] < 0) and not torch.any(b.actions[:5] == 1.5)
+
+
+def test_demo_actions_outside_the_env_action_space_are_refused_by_name(tmp_path: Path) -> None:
+    # an action 2 in a CartPole demo (Discrete(2)) failed inside the PPO update (RuntimeError:
+    # index out of bounds), after the run had started; now refused when the demo is loaded
+    human, sup = tmp_path / "human", tmp_path / "sup"
+    human.mkdir(), sup.mkdir()
+    obs, rew = np.zeros((4, 4), np.float32), np.full(4, -1.0, np.float32)
+    save_npz_demo(human / "ok.npz", obs, np.array([0, 1, 1, 0]), rew)
+    save_npz_demo(human / "bad.npz", obs, np.array([0, 1, 2, 0]), rew)
+    cfg = PPODTrainConfig.from_dict({
+        "run": {"track": False, "eval_episodes": 1},
+        "environment": {"env_id": "CartPole-v1"},
+        "online": {"total_timesteps": 64, "num_envs": 1, "num_steps": 64, "num_checkpoints": 0},
+        "ppod": {"demos_dir": str(human), "supplementary_demos_dir": str(sup), "rho": 1.0,
+                 "phi": 0.0},
+    })  # fmt: skip
+    with pytest.raises(ConfigError, match=r"bad.npz: Action: expected values in \[0, 1\].* "
+                       r"got 2 at step 2"):  # fmt: skip
+        train_ppod(cfg)
+    (human / "bad.npz").rename(sup / "bad.npz")  # a supplementary demo added by hand
+    envs = make_vector_env(cfg.environment, 1)
+    agent = get_agent(None, envs, cfg.environment, cfg.online)
+    store = DemoStore(4, rho=1.0, phi=0.0, seed=0)
+    store.add_initial(human_demos(cfg, envs.single_action_space)[0])
+    mix = DemoRollout(store, agent, envs, envs.reset(seed=0)[0], cfg.ppod, None)
+    envs.close()
+    with pytest.raises(ConfigError, match="bad.npz: Action: expected values in"):
+        mix.poll_supplementary()
+    assert len(store) == 1
+
+
+def test_check_demo_actions_bounds_discrete_and_multidiscrete_spaces() -> None:
+    from gymnasium.spaces import Box, Discrete, MultiDiscrete
+
+    from rlstore.buffers.demo_files import check_demo_actions
+
+    check_demo_actions("d", np.array([-1, 0, 1]), Discrete(3, start=-1))
+    with pytest.raises(ConfigError, match=r"d: Action: expected values in \[-1, 1\].*got -2"):
+        check_demo_actions("d", np.array([0, -2]), Discrete(3, start=-1))
+    check_demo_actions("d", np.array([[0, 4], [1, 0]]), MultiDiscrete([2, 5]))
+    with pytest.raises(ConfigError, match=r"got \[2 0\] at step 1"):
+        check_demo_actions("d", np.array([[1, 4], [2, 0]]), MultiDiscrete([2, 5]))
+    check_demo_actions("d", np.array([[9.0]]), Box(-1, 1, (1,)))  # continuous: not checked

@@ -133,8 +133,9 @@ load_config = PPODTrainConfig.from_file
 """A :class:`PPODTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
 
 
-def human_demos(cfg: PPODTrainConfig) -> list[Demo]:
-    """The human demos of ``cfg`` (every ``*.npz`` of ``ppod.demos_dir``, sorted by name)."""
+def human_demos(cfg: PPODTrainConfig, action_space: Any = None) -> list[Demo]:
+    """The human demos of ``cfg`` (every ``*.npz`` of ``ppod.demos_dir``, sorted by name), their
+    actions checked against a discrete ``action_space`` (the env's)."""
     pc = cfg.ppod
     if pc.demos_dir is None:
         if cfg.environment.env_id != KEYDOOR_ID:
@@ -147,7 +148,7 @@ def human_demos(cfg: PPODTrainConfig) -> list[Demo]:
         files = sorted(Path(pc.demos_dir).glob("*.npz"))
         if not files:
             raise ConfigError(f"ppod.demos_dir: expected .npz demos in {pc.demos_dir!r}, got none")
-    return [load_npz_demo(f, pc.frame_skip) for f in files]
+    return [load_npz_demo(f, pc.frame_skip, action_space) for f in files]
 
 
 class DemoRollout:
@@ -224,7 +225,9 @@ class DemoRollout:
             else [p for p in sorted(Path(d).glob("*.npz")) if p.name not in self.seen]
         )
         for p in new:
-            self.store.add_bonus(load_npz_demo(p, self.cfg.frame_skip))
+            self.store.add_bonus(
+                load_npz_demo(p, self.cfg.frame_skip, self.envs.single_action_space)
+            )
             self.seen.add(p.name)
         return len(new)
 
@@ -270,11 +273,11 @@ def train_ppod(
     from rlstore.agents.ppod_checkpoint import restore, save
 
     oc, rc, pc = cfg.online, cfg.run, cfg.ppod
-    demos = human_demos(cfg)
     with TrainingRun(rc, run_dir) as run:
         stats, run_dir = run.stats, run.run_dir
         envs = make_vector_env(cfg.environment, oc.num_envs)
         try:
+            demos = human_demos(cfg, envs.single_action_space)
             agent, optimizer, scheduler, buffer = build_learner(cfg, envs)
             num_updates = oc.num_updates
             store = DemoStore(pc.capacity, rho=pc.rho, phi=pc.phi, alpha=pc.alpha,
