@@ -88,6 +88,8 @@ def test_human_demos_default_folder_and_frame_skip(tmp_path: Path) -> None:
         human_demos(_cfg(frame_skip=2))
     with pytest.raises(ConfigError, match="ppod.demos_dir: expected .npz demos"):
         human_demos(_cfg(demos_dir=str(tmp_path)))
+    with pytest.raises(ConfigError, match="ppod.demos_dir: expected a folder .*no such folder"):
+        human_demos(_cfg(demos_dir=str(tmp_path / "nope")))
     other = PPODTrainConfig.from_dict({"environment": {"env_id": "CartPole-v1"}})
     with pytest.raises(ConfigError, match="ppod.demos_dir: expected a folder"):
         human_demos(other)
@@ -260,10 +262,14 @@ def test_demo_actions_outside_the_env_action_space_are_refused_by_name(tmp_path:
                        r"got 2 at step 2"):  # fmt: skip
         train_ppod(cfg)
     (human / "bad.npz").rename(sup / "bad.npz")  # a supplementary demo added by hand
+    save_npz_demo(human / "keydoor.npz", np.zeros((4, 3), np.float32), np.zeros(4, int), rew)
+    with pytest.raises(ConfigError, match=r"keydoor.npz: Observation: expected rows shaped \(4,\)"):
+        train_ppod(cfg)  # was "demo 1: expected frames shaped (4,) ...": which file?
+    (human / "keydoor.npz").unlink()
     envs = make_vector_env(cfg.environment, 1)
     agent = get_agent(None, envs, cfg.environment, cfg.online)
     store = DemoStore(4, rho=1.0, phi=0.0, seed=0)
-    store.add_initial(human_demos(cfg, envs.single_action_space)[0])
+    store.add_initial(human_demos(cfg, envs)[0])
     mix = DemoRollout(store, agent, envs, envs.reset(seed=0)[0], cfg.ppod, None)
     envs.close()
     with pytest.raises(ConfigError, match="bad.npz: Action: expected values in"):
@@ -271,10 +277,18 @@ def test_demo_actions_outside_the_env_action_space_are_refused_by_name(tmp_path:
     assert len(store) == 1
 
 
-def test_check_demo_actions_bounds_discrete_and_multidiscrete_spaces() -> None:
+def test_check_demo_fits_observation_shapes_and_discrete_actions() -> None:
     from gymnasium.spaces import Box, Discrete, MultiDiscrete
 
-    from rlstore.buffers.demo_files import check_demo_actions
+    from rlstore.buffers.demo_files import check_demo_fits
+
+    def check_demo_actions(name: str, actions: np.ndarray, space: Any) -> None:
+        n = len(actions)
+        check_demo_fits(name, Demo(np.zeros((n, 2)), actions, np.zeros(n)), Box(-1, 1, (2,)), space)
+
+    with pytest.raises(ConfigError, match=r"d: Observation: expected rows shaped \(2,\) like"):
+        check_demo_fits("d", Demo(np.zeros((1, 3)), np.zeros(1, int), np.zeros(1)),
+                        Box(-1, 1, (2,)), Discrete(2))  # fmt: skip
 
     check_demo_actions("d", np.array([-1, 0, 1]), Discrete(3, start=-1))
     with pytest.raises(ConfigError, match=r"d: Action: expected values in \[-1, 1\].*got -2"):

@@ -133,22 +133,31 @@ load_config = PPODTrainConfig.from_file
 """A :class:`PPODTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
 
 
-def human_demos(cfg: PPODTrainConfig, action_space: Any = None) -> list[Demo]:
-    """The human demos of ``cfg`` (every ``*.npz`` of ``ppod.demos_dir``, sorted by name), their
-    actions checked against a discrete ``action_space`` (the env's)."""
+def human_demos(cfg: PPODTrainConfig, envs: Any = None) -> list[Demo]:
+    """The human demos of ``cfg`` (every ``*.npz`` of ``ppod.demos_dir``, sorted by name),
+    checked against the spaces of the vector env ``envs`` if given."""
     pc = cfg.ppod
     if pc.demos_dir is None:
         if cfg.environment.env_id != KEYDOOR_ID:
             raise ConfigError(
                 f"ppod.demos_dir: expected a folder of .npz demos for "
-                f"{cfg.environment.env_id!r} (--demos DIR), got None"
+                f"{cfg.environment.env_id!r} (--demos DIR; rlstore demo-record writes one), "
+                f"got None"
             )
         files = [DEMO_FILE]
+    elif not Path(pc.demos_dir).is_dir():
+        raise ConfigError(f"ppod.demos_dir: expected a folder of .npz demos, got {pc.demos_dir!r}"
+                          " (no such folder)")  # fmt: skip
     else:
         files = sorted(Path(pc.demos_dir).glob("*.npz"))
         if not files:
             raise ConfigError(f"ppod.demos_dir: expected .npz demos in {pc.demos_dir!r}, got none")
-    return [load_npz_demo(f, pc.frame_skip, action_space) for f in files]
+    return [load_npz_demo(f, pc.frame_skip, _spaces(envs)) for f in files]
+
+
+def _spaces(envs: Any) -> tuple[Any, Any] | None:
+    """``(observation_space, action_space)`` of one sub-env of ``envs`` (None: None)."""
+    return None if envs is None else (envs.single_observation_space, envs.single_action_space)
 
 
 class DemoRollout:
@@ -225,9 +234,7 @@ class DemoRollout:
             else [p for p in sorted(Path(d).glob("*.npz")) if p.name not in self.seen]
         )
         for p in new:
-            self.store.add_bonus(
-                load_npz_demo(p, self.cfg.frame_skip, self.envs.single_action_space)
-            )
+            self.store.add_bonus(load_npz_demo(p, self.cfg.frame_skip, _spaces(self.envs)))
             self.seen.add(p.name)
         return len(new)
 
@@ -277,7 +284,7 @@ def train_ppod(
         stats, run_dir = run.stats, run.run_dir
         envs = make_vector_env(cfg.environment, oc.num_envs)
         try:
-            demos = human_demos(cfg, envs.single_action_space)
+            demos = human_demos(cfg, envs)
             agent, optimizer, scheduler, buffer = build_learner(cfg, envs)
             num_updates = oc.num_updates
             store = DemoStore(pc.capacity, rho=pc.rho, phi=pc.phi, alpha=pc.alpha,
