@@ -79,7 +79,10 @@ __all__ = [
     "train_ppod",
 ]
 
-DEFAULT_CONFIGS: dict[str, str] = {KEYDOOR_ID: "ppod_fc_rlstore_KeyDoor-v0.yaml"}
+DEFAULT_CONFIGS: dict[str, str] = {
+    KEYDOOR_ID: "ppod_fc_rlstore_KeyDoor-v0.yaml",  # the first: the fallback of other envs
+    "MountainCar-v0": "ppod_fc_MountainCar-v0.yaml",
+}
 """Env id -> packaged config in ``rlstore/configs/`` (``/`` in an id becomes ``_``)."""
 CLI_KEYS: dict[str, str | None] = {"demos": "ppod.demos_dir"}
 """``rlstore train`` flags of PPO+D beyond PPO's: ``--demos DIR``."""
