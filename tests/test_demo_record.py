@@ -232,3 +232,15 @@ def test_a_probe_env_is_recorded(tmp_path: Path) -> None:
     assert main(["demo-record", "--env", "rlstore/Probe5-v0", "--actions", "1",
                  "--out", str(tmp_path / "p.npz")]) == 0  # fmt: skip
     assert read_npz(tmp_path / "p.npz")["Action"].tolist() == [1]
+
+
+def test_the_cli_reports_the_length_and_return_of_what_it_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An action list shorter than the episode writes the part played: on a -1-per-step task
+    (MountainCar) a 3-step demo of return -3 outranks every real episode as a PPO+D reward demo,
+    so the CLI shows the length and return (it printed only ``wrote PATH``)."""
+    out = tmp_path / "part.npz"
+    argv = ["demo-record", "--env", "MountainCar-v0", "--actions", "0,1,2", "--out", str(out)]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == f"wrote {out}: 3 steps, return -3\n"

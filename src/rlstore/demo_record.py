@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlstore._checks import check_count
-from rlstore.buffers.demo_files import save_npz_demo
+from rlstore.buffers.demo_files import load_npz_demo, save_npz_demo
 from rlstore.errors import ConfigError, RLStoreError
 
 __all__ = ["add_arguments", "run", "record", "parse_actions", "keyboard_policy"]
@@ -242,5 +242,7 @@ def run(args: argparse.Namespace) -> int:
     except RLStoreError as exc:
         print(f"rlstore demo-record: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {path}")
+    # length and return show a cut-short episode (PPO+D replays a demo's end as terminal)
+    demo = load_npz_demo(path, args.frame_skip)
+    print(f"wrote {path}: {demo.length} steps, return {demo.total_reward:g}")
     return 0

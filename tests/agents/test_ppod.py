@@ -88,6 +88,8 @@ def test_human_demos_default_folder_and_frame_skip(tmp_path: Path) -> None:
         human_demos(_cfg(frame_skip=2))
     with pytest.raises(ConfigError, match="ppod.demos_dir: expected .npz demos"):
         human_demos(_cfg(demos_dir=str(tmp_path)))
+    with pytest.raises(ConfigError, match="ppod.demos_dir: expected a folder .*no such folder"):
+        human_demos(_cfg(demos_dir=str(tmp_path / "nope")))
     other = PPODTrainConfig.from_dict({"environment": {"env_id": "CartPole-v1"}})
     with pytest.raises(ConfigError, match="ppod.demos_dir: expected a folder"):
         human_demos(other)
@@ -170,7 +172,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_cli_trains_ppod_from_the_packaged_config_and_refuses_demos_elsewhere(
     tmp_path: Path,
 ) -> None:
-    assert DEFAULT_CONFIGS == {KEYDOOR_ID: "ppod_fc_rlstore_KeyDoor-v0.yaml"}
+    assert next(iter(DEFAULT_CONFIGS)) == KEYDOOR_ID  # the fallback of other envs
     assert load_config(CONFIGS / DEFAULT_CONFIGS[KEYDOOR_ID]).environment.env_id == KEYDOOR_ID
     demos = tmp_path / "demos"
     demos.mkdir()
@@ -190,6 +192,36 @@ def test_cli_trains_ppod_from_the_packaged_config_and_refuses_demos_elsewhere(
         bad = _cli("--algo", algo, "--demos", str(demos), cwd=tmp_path)
         assert bad.returncode == 2
         assert f"--demos: not an option of --algo {algo}" in bad.stderr
+
+
+def test_cli_trains_ppod_on_mountaincar_from_a_scripted_demo_with_its_packaged_config(
+    tmp_path: Path,
+) -> None:
+    # before ppod_fc_MountainCar-v0.yaml: KeyDoor's config (raw observations), which stays at
+    # -200 on MountainCar with and without demos, with a fallback warning
+    import gymnasium as gym
+
+    env = gym.make("MountainCar-v0")
+    obs_t, _ = env.reset(seed=0)
+    obs, act, rew, done = [obs_t], [], [], False
+    while not done:  # push in the direction of the velocity: reaches the flag
+        act.append(2 if obs[-1][1] >= 0 else 0)
+        o, r, terminated, truncated, _ = env.step(act[-1])
+        obs.append(o), rew.append(r)
+        done = terminated or truncated
+    assert terminated and -130 < sum(rew) < -100
+    demos = tmp_path / "demos"
+    demos.mkdir()
+    save_npz_demo(demos / "scripted.npz", np.array(obs), np.array(act), np.array(rew))
+    out = _cli("--algo", "ppod", "--env", "MountainCar-v0", "--demos", str(demos), "--total-steps",
+               "512", "--no-progress", "--no-tensorboard", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "no packaged ppod config" not in out.stderr
+    cfg = load_config(tmp_path / "runs" / "MountainCar-v0-fc-s1" / "config.yaml")
+    assert cfg.online.normalize_obs and (cfg.ppod.rho, cfg.ppod.phi) == (0.3, 0.0)
+    assert cfg == load_config(CONFIGS / DEFAULT_CONFIGS["MountainCar-v0"]).model_copy(
+        update={"ppod": cfg.ppod, "online": cfg.online, "run": cfg.run}
+    )
 
 
 # ----------------------------------------------------------------- learning (KeyDoor)
@@ -239,3 +271,59 @@ def test_demo_steps_of_box_actions_store_the_demo_action() -> None:
     # the first episode of each slot is real (5-step limit), then every step replays the demo
     assert torch.all(b.actions[5:] == 1.5) and torch.all(b.logprobs[5:] == 0)
     assert torch.all(b.logprobs[:5] < 0) and not torch.any(b.actions[:5] == 1.5)
+
+
+def test_demo_actions_outside_the_env_action_space_are_refused_by_name(tmp_path: Path) -> None:
+    # an action 2 in a CartPole demo (Discrete(2)) failed inside the PPO update (RuntimeError:
+    # index out of bounds), after the run had started; now refused when the demo is loaded
+    human, sup = tmp_path / "human", tmp_path / "sup"
+    human.mkdir(), sup.mkdir()
+    obs, rew = np.zeros((4, 4), np.float32), np.full(4, -1.0, np.float32)
+    save_npz_demo(human / "ok.npz", obs, np.array([0, 1, 1, 0]), rew)
+    save_npz_demo(human / "bad.npz", obs, np.array([0, 1, 2, 0]), rew)
+    cfg = PPODTrainConfig.from_dict({
+        "run": {"track": False, "eval_episodes": 1},
+        "environment": {"env_id": "CartPole-v1"},
+        "online": {"total_timesteps": 64, "num_envs": 1, "num_steps": 64, "num_checkpoints": 0},
+        "ppod": {"demos_dir": str(human), "supplementary_demos_dir": str(sup), "rho": 1.0,
+                 "phi": 0.0},
+    })  # fmt: skip
+    with pytest.raises(ConfigError, match=r"bad.npz: Action: expected values in \[0, 1\].* "
+                       r"got 2 at step 2"):  # fmt: skip
+        train_ppod(cfg)
+    (human / "bad.npz").rename(sup / "bad.npz")  # a supplementary demo added by hand
+    save_npz_demo(human / "keydoor.npz", np.zeros((4, 3), np.float32), np.zeros(4, int), rew)
+    with pytest.raises(ConfigError, match=r"keydoor.npz: Observation: expected rows shaped \(4,\)"):
+        train_ppod(cfg)  # was "demo 1: expected frames shaped (4,) ...": which file?
+    (human / "keydoor.npz").unlink()
+    envs = make_vector_env(cfg.environment, 1)
+    agent = get_agent(None, envs, cfg.environment, cfg.online)
+    store = DemoStore(4, rho=1.0, phi=0.0, seed=0)
+    store.add_initial(human_demos(cfg, envs)[0])
+    mix = DemoRollout(store, agent, envs, envs.reset(seed=0)[0], cfg.ppod, None)
+    envs.close()
+    with pytest.raises(ConfigError, match="bad.npz: Action: expected values in"):
+        mix.poll_supplementary()
+    assert len(store) == 1
+
+
+def test_check_demo_fits_observation_shapes_and_discrete_actions() -> None:
+    from gymnasium.spaces import Box, Discrete, MultiDiscrete
+
+    from rlstore.buffers.demo_files import check_demo_fits
+
+    def check_demo_actions(name: str, actions: np.ndarray, space: Any) -> None:
+        n = len(actions)
+        check_demo_fits(name, Demo(np.zeros((n, 2)), actions, np.zeros(n)), Box(-1, 1, (2,)), space)
+
+    with pytest.raises(ConfigError, match=r"d: Observation: expected rows shaped \(2,\) like"):
+        check_demo_fits("d", Demo(np.zeros((1, 3)), np.zeros(1, int), np.zeros(1)),
+                        Box(-1, 1, (2,)), Discrete(2))  # fmt: skip
+
+    check_demo_actions("d", np.array([-1, 0, 1]), Discrete(3, start=-1))
+    with pytest.raises(ConfigError, match=r"d: Action: expected values in \[-1, 1\].*got -2"):
+        check_demo_actions("d", np.array([0, -2]), Discrete(3, start=-1))
+    check_demo_actions("d", np.array([[0, 4], [1, 0]]), MultiDiscrete([2, 5]))
+    with pytest.raises(ConfigError, match=r"got \[2 0\] at step 1"):
+        check_demo_actions("d", np.array([[1, 4], [2, 0]]), MultiDiscrete([2, 5]))
+    check_demo_actions("d", np.array([[9.0]]), Box(-1, 1, (1,)))  # continuous: not checked

@@ -79,7 +79,10 @@ __all__ = [
     "train_ppod",
 ]
 
-DEFAULT_CONFIGS: dict[str, str] = {KEYDOOR_ID: "ppod_fc_rlstore_KeyDoor-v0.yaml"}
+DEFAULT_CONFIGS: dict[str, str] = {
+    KEYDOOR_ID: "ppod_fc_rlstore_KeyDoor-v0.yaml",  # the first: the fallback of other envs
+    "MountainCar-v0": "ppod_fc_MountainCar-v0.yaml",
+}
 """Env id -> packaged config in ``rlstore/configs/`` (``/`` in an id becomes ``_``)."""
 CLI_KEYS: dict[str, str | None] = {"demos": "ppod.demos_dir"}
 """``rlstore train`` flags of PPO+D beyond PPO's: ``--demos DIR``."""
@@ -133,21 +136,31 @@ load_config = PPODTrainConfig.from_file
 """A :class:`PPODTrainConfig` from a YAML or JSON file (ConfigError naming the bad key)."""
 
 
-def human_demos(cfg: PPODTrainConfig) -> list[Demo]:
-    """The human demos of ``cfg`` (every ``*.npz`` of ``ppod.demos_dir``, sorted by name)."""
+def human_demos(cfg: PPODTrainConfig, envs: Any = None) -> list[Demo]:
+    """The human demos of ``cfg`` (every ``*.npz`` of ``ppod.demos_dir``, sorted by name),
+    checked against the spaces of the vector env ``envs`` if given."""
     pc = cfg.ppod
     if pc.demos_dir is None:
         if cfg.environment.env_id != KEYDOOR_ID:
             raise ConfigError(
                 f"ppod.demos_dir: expected a folder of .npz demos for "
-                f"{cfg.environment.env_id!r} (--demos DIR), got None"
+                f"{cfg.environment.env_id!r} (--demos DIR; rlstore demo-record writes one), "
+                f"got None"
             )
         files = [DEMO_FILE]
+    elif not Path(pc.demos_dir).is_dir():
+        raise ConfigError(f"ppod.demos_dir: expected a folder of .npz demos, got {pc.demos_dir!r}"
+                          " (no such folder)")  # fmt: skip
     else:
         files = sorted(Path(pc.demos_dir).glob("*.npz"))
         if not files:
             raise ConfigError(f"ppod.demos_dir: expected .npz demos in {pc.demos_dir!r}, got none")
-    return [load_npz_demo(f, pc.frame_skip) for f in files]
+    return [load_npz_demo(f, pc.frame_skip, _spaces(envs)) for f in files]
+
+
+def _spaces(envs: Any) -> tuple[Any, Any] | None:
+    """``(observation_space, action_space)`` of one sub-env of ``envs`` (None: None)."""
+    return None if envs is None else (envs.single_observation_space, envs.single_action_space)
 
 
 class DemoRollout:
@@ -224,7 +237,7 @@ class DemoRollout:
             else [p for p in sorted(Path(d).glob("*.npz")) if p.name not in self.seen]
         )
         for p in new:
-            self.store.add_bonus(load_npz_demo(p, self.cfg.frame_skip))
+            self.store.add_bonus(load_npz_demo(p, self.cfg.frame_skip, _spaces(self.envs)))
             self.seen.add(p.name)
         return len(new)
 
@@ -270,11 +283,11 @@ def train_ppod(
     from rlstore.agents.ppod_checkpoint import restore, save
 
     oc, rc, pc = cfg.online, cfg.run, cfg.ppod
-    demos = human_demos(cfg)
     with TrainingRun(rc, run_dir) as run:
         stats, run_dir = run.stats, run.run_dir
         envs = make_vector_env(cfg.environment, oc.num_envs)
         try:
+            demos = human_demos(cfg, envs)
             agent, optimizer, scheduler, buffer = build_learner(cfg, envs)
             num_updates = oc.num_updates
             store = DemoStore(pc.capacity, rho=pc.rho, phi=pc.phi, alpha=pc.alpha,

@@ -27,8 +27,8 @@ from rlstore.checkpoint._state import load_state, metadata_file_path, save_state
 from rlstore.errors import CheckpointError, ConfigError, RLStoreError
 
 __all__ = [
-    "NPZ_FIELDS", "read_npz", "load_npz_demo", "demo_from_arrays", "save_npz_demo", "save_demo",
-    "load_demo", "list_demos",
+    "NPZ_FIELDS", "read_npz", "load_npz_demo", "check_demo_fits", "demo_from_arrays",
+    "save_npz_demo", "save_demo", "load_demo", "list_demos",
 ]  # fmt: skip
 
 NPZ_FIELDS: tuple[str, ...] = ("Observation", "Action", "Reward")
@@ -61,12 +61,16 @@ def read_npz(path: Path, fields: tuple[str, ...] = NPZ_FIELDS) -> dict[str, np.n
     return arrays
 
 
-def load_npz_demo(path: str | os.PathLike[str], frame_skip: int = 1) -> Demo:
-    """A human :class:`Demo` from a ``.npz`` file; ``frame_skip`` is the environment's.
+def load_npz_demo(
+    path: str | os.PathLike[str], frame_skip: int = 1, spaces: tuple[Any, Any] | None = None
+) -> Demo:
+    """A human :class:`Demo` from a ``.npz`` file; ``frame_skip`` is the environment's, and
+    ``spaces`` its ``(observation_space, action_space)`` (see :func:`check_demo_fits`).
 
     Raises:
         CheckpointError: unreadable file, missing or non-numeric arrays, inconsistent lengths.
-        ConfigError: the file's ``FrameSkip`` (1 when absent) differs from ``frame_skip``.
+        ConfigError: the file's ``FrameSkip`` (1 when absent) differs from ``frame_skip``, or
+            the demo does not fit ``spaces``.
     """
     frame_skip = check_count("frame_skip", frame_skip, error=ConfigError)
     path = Path(path)
@@ -76,7 +80,36 @@ def load_npz_demo(path: str | os.PathLike[str], frame_skip: int = 1) -> Demo:
         raise ConfigError(
             f"{path.name}: FrameSkip {skip} differs from the environment's frame_skip {frame_skip}"
         )
-    return demo_from_arrays(path.name, *(arrays[k] for k in NPZ_FIELDS), human=True)
+    demo = demo_from_arrays(path.name, *(arrays[k] for k in NPZ_FIELDS), human=True)
+    if spaces is not None:
+        check_demo_fits(path.name, demo, *spaces)
+    return demo
+
+
+def check_demo_fits(name: str, demo: Demo, observation_space: Any, action_space: Any) -> None:
+    """Raise a :class:`ConfigError` naming the demo ``name`` unless its observations are shaped
+    like ``observation_space``'s and every action lies in a ``Discrete`` / ``MultiDiscrete``
+    ``action_space`` (other action spaces: not checked; an action out of range failed inside
+    the PPO update)."""
+    shape = getattr(observation_space, "shape", None)
+    if shape is not None and demo.observations.shape[1:] != tuple(shape):
+        raise ConfigError(
+            f"{name}: Observation: expected rows shaped {tuple(shape)} like the env's "
+            f"observations, got {demo.observations.shape[1:]}"
+        )
+    actions = demo.actions
+    start = getattr(action_space, "start", None)
+    n = getattr(action_space, "n", getattr(action_space, "nvec", None))
+    if start is None or n is None:
+        return
+    low, high = np.asarray(start), np.asarray(start) + np.asarray(n) - 1
+    bad = ((actions < low) | (actions > high)).reshape(len(actions), -1).any(axis=1)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ConfigError(
+            f"{name}: Action: expected values in [{low}, {high}] (the env's {action_space}), "
+            f"got {actions[j]} at step {j}"
+        )
 
 
 def demo_from_arrays(
