@@ -65,3 +65,13 @@ def event_stream(codes: np.ndarray) -> dict[str, np.ndarray]:
                 cur[e] = next(counter) if codes[t, e] else nxt[t, e, 1]
     return dict(obs=obs, action=np.arange(t_len * n).reshape(t_len, n), next_obs=nxt,
                 terminated=codes == 1, truncated=codes == 2)  # fmt: skip
+
+
+def register_test_env(env_id: str, entry_point: Any, **kwargs: Any) -> str:
+    """Register a test env with gymnasium once (a module imported twice keeps the first);
+    returns ``env_id``."""
+    import gymnasium as gym
+
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=entry_point, **kwargs)
+    return env_id

@@ -8,6 +8,7 @@ import torch
 
 from rlstore._trees import (
     as_tensor,
+    cast_lossless,
     flag_array,
     flat_items,
     to_numpy,
@@ -103,3 +104,19 @@ def test_flat_items_joins_key_paths() -> None:
     its own recursion)."""
     tree = {"a": {"b": 1, "c": (2, {"d": 3})}, "e": None}
     assert flat_items(tree) == {"a/b": 1, "a/c/0": 2, "a/c/1/d": 3, "e": None}
+
+
+def test_cast_lossless_takes_ints_into_floats_only_when_exact() -> None:
+    """The torch twin of cast_to_spec's rule: ints into a float dtype were cast even when the
+    float rounds them (2**24 + 1 became float32 16777216.0)."""
+    exact = torch.tensor([2**24, -(2**24) - 2, 7])
+    assert cast_lossless("x", exact, torch.float32).tolist() == [2**24, -(2**24) - 2, 7]
+    assert cast_lossless("x", torch.tensor([2**53]), torch.float64).item() == 2**53
+    for ints, dtype in (([0, 2**24 + 1], torch.float32), ([70000], torch.float16),
+                        ([2**53 + 1], torch.float64), ([257], torch.bfloat16)):  # fmt: skip
+        with pytest.raises(SpecError, match=r"x: expected integers exactly representable"):
+            cast_lossless("x", torch.tensor(ints), dtype)
+    # narrow ints (int8 into float16) skip the check: always exact
+    assert cast_lossless(
+        "x", torch.tensor([-128, 127], dtype=torch.int8), torch.float16
+    ).tolist() == [-128, 127]

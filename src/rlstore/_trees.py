@@ -13,6 +13,7 @@ while callers rely on insertion order (leaf order, checkpoint keys).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "to_numpy",
     "check_real",
     "cast_lossless",
+    "check_exact_ints",
     "tree_map",
     "tree_leaves",
     "flat_items",
@@ -206,8 +208,9 @@ def cast_lossless(
 ) -> torch.Tensor:
     """``t`` (checked by :func:`check_real`) converted to ``dtype`` only if no value changes.
 
-    Accepted: any widening, float narrowing that stays finite, ints (or integral floats) that
-    fit an int dtype, 0/1 values into bool. Rejected with a :class:`SpecError` naming ``name``:
+    Accepted: any widening, float narrowing that stays finite, ints into floats that hold them
+    exactly (:func:`check_exact_ints`), ints (or integral floats) that fit an int dtype, 0/1
+    values into bool. Rejected with a :class:`SpecError` naming ``name``:
     fractional values into an int field (0.5 is never stored as 0), out-of-range ints, float
     overflow (1e300 is never stored as float32 inf), complex numbers, NaN / inf when ``finite``.
     """
@@ -233,6 +236,28 @@ def cast_lossless(
                 )
         return t.to(dtype)
     out = t.to(dtype)
+    if t.dtype != torch.bool and not t.is_floating_point() and not t.is_complex():
+        bits = round(-math.log2(torch.finfo(dtype).eps)) + 1  # the float's significand bits
+        check_exact_ints(name, t, out, bits, t.element_size() * 8)
     if finite and out.numel() and not bool(torch.isfinite(out).all()):
         raise SpecError(f"{name}: expected values that fit {dtype}, got overflow from {t.dtype}")
     return out
+
+
+def check_exact_ints(name: str, ints: Any, floats: Any, bits: int, int_bits: int) -> None:
+    """SpecError unless every integer of ``ints`` (an integer array or tensor, ``int_bits``
+    wide) equals its float conversion ``floats`` (same shape; a float of ``bits`` significand
+    bits): integers up to ``2**bits`` in magnitude always do, larger ones are compared exactly
+    (``2**24 + 1`` is never stored as float32 ``16777216.0``, nor ``70000`` as float16 ``inf``).
+    """
+    if int_bits - 1 <= bits:  # (int16 -> float32, uint8 -> float16: always exact)
+        return
+    big = (ints > 2**bits) | (ints < -(2**bits))
+    if not bool(big.any()):
+        return
+    for v, f in zip(ints[big].tolist(), floats[big].tolist(), strict=True):
+        if not (math.isfinite(f) and int(f) == v):
+            raise SpecError(
+                f"{name}: expected integers exactly representable in {floats.dtype} "
+                f"(|x| <= 2**{bits}), got {v} (would be stored as {f!r})"
+            )

@@ -50,7 +50,7 @@ from rlstore._checks import check_count
 from rlstore._trees import to_numpy, tree_map
 from rlstore.errors import ConfigError, EmptyBufferError, SpecError
 from rlstore.returns import normalize_advantages
-from rlstore.returns._io import _check_flags
+from rlstore.returns._io import check_flags
 from rlstore.rollout_records import Hidden as Hidden
 from rlstore.rollout_records import Minibatch, RolloutBatch, TrajectoryMinibatch
 from rlstore.rollout_records import Obs as Obs
@@ -173,17 +173,8 @@ def resolve_minibatch_size(
 
 
 def _positive_int(name: str, value: Any, *, allow_none: bool = False) -> Any:
-    """``value`` as an int >= 1 (numpy integers accepted; bools and floats rejected)."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
-    return int(value)
-
-
-def _count(name: str, value: Any) -> int:
-    """An int ``>= 0`` (numpy ints accepted; bools, floats and strings rejected)."""
-    return check_count(name, value, minimum=0, error=ConfigError)
+    """``value`` as an int >= 1 (:func:`~rlstore._checks.check_count`; ConfigError)."""
+    return None if value is None and allow_none else check_count(name, value, error=ConfigError)
 
 
 def _check_epochs(num_epochs: int) -> None:
@@ -221,7 +212,7 @@ def segment_bounds(dones: Any) -> tuple[np.ndarray, np.ndarray]:
     dones = to_numpy("dones", dones)
     if dones.ndim != 2 or not dones.shape[0]:
         raise SpecError(f"dones: expected shape (T, N) with T >= 1, got {dones.shape}")
-    dones = _check_flags("dones", dones)  # not 0.5 -> True
+    dones = check_flags("dones", dones)  # not 0.5 -> True
     T, N = dones.shape
     t_idx = np.broadcast_to(np.arange(T, dtype=np.int64)[:, None], (T, N))
     starts = np.zeros((T, N), dtype=bool)
@@ -280,7 +271,9 @@ def flat_index_plan(
     _check_epochs(num_epochs)
     _check_flag("shuffle", shuffle)
     size = resolve_minibatch_size(
-        _count("total", total), num_minibatches=num_minibatches, mini_batch_size=mini_batch_size
+        check_count("total", total, minimum=0, error=ConfigError),
+        num_minibatches=num_minibatches,
+        mini_batch_size=mini_batch_size,
     )
     for _ in range(num_epochs):
         perm = _permutation(total, rng, shuffle)
@@ -306,7 +299,7 @@ def column_index_plan(
     _check_flag("shuffle", shuffle)
     num_steps = _positive_int("num_steps", num_steps)  # 2.5 made float indices
     per = resolve_minibatch_size(
-        _count("num_envs", num_envs),
+        check_count("num_envs", num_envs, minimum=0, error=ConfigError),
         num_minibatches=num_minibatches,
         mini_batch_size=None,
         what="env columns",

@@ -24,7 +24,7 @@ import torch
 from rlstore._checks import check_count, check_keys, real_number
 from rlstore._trees import as_tensor, check_real, to_numpy
 from rlstore.errors import CheckpointError, RLStoreError, SpecError
-from rlstore.returns._io import _check_flags
+from rlstore.returns._io import check_flags
 
 __all__ = ["RunningMeanStd", "DiscountedReturnNormalizer"]
 
@@ -247,7 +247,7 @@ class DiscountedReturnNormalizer:
                     f"dones: expected bool or 0/1 flags of shape {r.shape} like rewards, got "
                     f"{d.dtype} of shape {d.shape}"
                 )
-            d = _check_flags("dones", d)
+            d = check_flags("dones", d)
         ret = np.zeros(N) if self.returns is None else self.returns.copy()
         sums = np.empty_like(r)
         for t in range(T):  # vectorized over envs; T is a rollout length

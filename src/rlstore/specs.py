@@ -27,7 +27,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstore._trees import to_numpy
+from rlstore._trees import check_exact_ints, to_numpy
 from rlstore.errors import SpecError
 
 __all__ = [
@@ -248,7 +247,7 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
         with np.errstate(over="ignore"):
             out = arr.astype(dtype)
         if src.kind in "iu":
-            _check_exact_ints(name, arr, out)
+            check_exact_ints(name, arr, out, np.finfo(dtype).nmant + 1, arr.dtype.itemsize * 8)
         if src.kind == "f" and src.itemsize > dtype.itemsize and arr.size:
             overflow = np.isinf(out) & np.isfinite(arr)
             if overflow.any():
@@ -269,23 +268,6 @@ def _safe_cast(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
                 f"got {src} values in [{lo}, {hi}]"
             )
     return arr.astype(dtype)
-
-
-def _check_exact_ints(name: str, arr: np.ndarray, out: np.ndarray) -> None:
-    """SpecError unless every integer of ``arr`` equals its float conversion ``out``: integers
-    up to ``2**(nmant + 1)`` in magnitude always do; larger ones are compared exactly."""
-    bits = np.finfo(out.dtype).nmant + 1
-    if arr.dtype.itemsize * 8 - (arr.dtype.kind == "i") <= bits or not arr.size:
-        return  # (int16 -> float32, uint8 -> float16: always exact)
-    big = (arr > 2**bits) | (arr < -(2**bits))
-    if not big.any():
-        return
-    for v, f in zip(arr[big].tolist(), out[big].tolist(), strict=True):
-        if not (math.isfinite(f) and int(f) == v):
-            raise SpecError(
-                f"{name}: expected integers exactly representable in {out.dtype} "
-                f"(|x| <= 2**{bits}), got {v} (would be stored as {f!r})"
-            )
 
 
 def validate_batch(

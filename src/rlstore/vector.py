@@ -183,9 +183,10 @@ def collect(
         seed: seed passed to ``env.reset``.
 
     Raises:
-        CapacityError: ``num_steps`` is not an int >= 0 (raised here, before ``env`` is reset).
+        ConfigError: ``num_steps`` is not an int >= 0 (raised here, before ``env`` is reset).
     """
-    steps = check_count("num_steps", num_steps, minimum=0)  # not 2.5 -> 2, "3" or True
+    # not 2.5 -> 2, "3" or True
+    steps = check_count("num_steps", num_steps, minimum=0, error=ConfigError)
     return _collect(env, policy, steps, seed)
 
 

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from _helpers import register_test_env
 
 from rlstore import NStepReplay
 from rlstore.agents.apex import ApexTrainConfig
@@ -62,9 +63,7 @@ class CountEnv(gym.Env[np.ndarray, np.int64]):
         return self._obs(), 1.0, end and self.k % 2 == 0, end and self.k % 2 == 1, {}
 
 
-COUNT_ID = "rlstore_test/Count-v0"
-if COUNT_ID not in gym.registry:
-    gym.register(COUNT_ID, entry_point=CountEnv)
+COUNT_ID = register_test_env("rlstore_test/Count-v0", CountEnv)
 
 
 def _cfg(env_id: str = "CartPole-v1", run: dict[str, Any] | None = None, **dqn: Any

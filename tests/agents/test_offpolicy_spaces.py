@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from _helpers import register_test_env
 
 from rlstore.agents.apex import ApexConfig, ApexPolicy, _batch, initial_priorities
 from rlstore.agents.dqn import DQNTrainConfig, train_dqn
@@ -49,9 +50,7 @@ class StartEnv(gym.Env[np.ndarray, np.int64]):
         return np.array([self.t / 10, 0.0], np.float32), int(action == 1), False, False, {}
 
 
-START_ID = "rlstore-test/DiscreteStart-v0"
-if START_ID not in gym.registry:
-    gym.register(START_ID, entry_point=StartEnv, max_episode_steps=10)
+START_ID = register_test_env("rlstore-test/DiscreteStart-v0", StartEnv, max_episode_steps=10)
 
 
 def test_dqn_steps_the_env_with_start_plus_index_and_stores_the_index() -> None:
@@ -218,9 +217,7 @@ class IntObsEnv(gym.Env[np.ndarray, np.ndarray]):
         return np.array([self.t, 1]), int(action[0] > 3.0), False, False, {}
 
 
-INT_OBS_ID = "rlstore-test/SACIntObs-v0"
-if INT_OBS_ID not in gym.registry:
-    gym.register(INT_OBS_ID, entry_point=IntObsEnv, max_episode_steps=10)
+INT_OBS_ID = register_test_env("rlstore-test/SACIntObs-v0", IntObsEnv, max_episode_steps=10)
 
 
 def test_sac_trains_on_integer_observations() -> None:

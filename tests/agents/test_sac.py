@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from _helpers import register_test_env
 
 from rlstore import checkpoint
 from rlstore.agents.envs import make_vector_env
@@ -62,9 +63,7 @@ class CountEnv(gym.Env):
         return np.array([self.x], np.float32), self.x, done, False, {}
 
 
-COUNT_ID = "rlstore-test/SACCount-v0"
-if COUNT_ID not in gym.registry:
-    gym.register(COUNT_ID, entry_point=CountEnv)
+COUNT_ID = register_test_env("rlstore-test/SACCount-v0", CountEnv)
 
 
 def tiny(**sac) -> SACTrainConfig:

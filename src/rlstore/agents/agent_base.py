@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 from abc import ABCMeta, abstractmethod
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -26,10 +27,18 @@ Memory = Any
 """Per-env recurrent memory of an agent during rollouts (None, LSTM ``(h, c)``, window dict)."""
 
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
-    """Orthogonal weights with gain ``std``, constant biases (CleanRL init); returns ``layer``."""
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias_const)
+Layer = TypeVar("Layer", nn.Linear, nn.Conv2d)
+
+
+def layer_init(
+    layer: Layer, std: float = math.sqrt(2), bias_const: float = 0.0, *, enabled: bool = True
+) -> Layer:
+    """Orthogonal weights with gain ``std``, constant biases (CleanRL init); returns ``layer``.
+    ``enabled`` False: ``layer`` as PyTorch initialized it (a config's ``ortho_init: false``)."""
+    if enabled:
+        nn.init.orthogonal_(layer.weight, std)
+        if layer.bias is not None:
+            nn.init.constant_(layer.bias, bias_const)
     return layer
 
 
@@ -50,7 +59,7 @@ def mlp(
     """``depth`` hidden layers of width ``hidden`` (``activation``: tanh or relu), then a linear
     output. ``ortho_init``: CleanRL init (orthogonal, gain sqrt(2), the output gain ``out_std``:
     0.01 for policy logits, 1.0 for values); off: PyTorch's default init."""
-    init = layer_init if ortho_init else (lambda layer, std=0.0: layer)
+    init = partial(layer_init, enabled=ortho_init)
     layers: list[nn.Module] = []
     for i in range(depth):
         layers += [init(nn.Linear(in_dim if i == 0 else hidden, hidden)), ACTIVATIONS[activation]()]

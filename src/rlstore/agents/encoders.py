@@ -31,7 +31,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import cast
 
 import gymnasium as gym
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlstore.agents.agent_base import layer_init
 from rlstore.agents.config import Encoder
 from rlstore.agents.obs import MINIGRID_SCALE, get_obs_shape, is_image_space, is_minigrid_space
 from rlstore.errors import ConfigError
@@ -79,14 +79,6 @@ def resolve_encoder(space: gym.Space, encoder: Encoder) -> str:
     return "cnn" if encoder != "mlp" and fits else "mlp"
 
 
-def _init(layer: nn.Conv2d | nn.Linear) -> nn.Module:
-    """CleanRL's init: orthogonal weights, gain sqrt(2), zero biases."""
-    nn.init.orthogonal_(layer.weight, math.sqrt(2))
-    if layer.bias is not None:
-        nn.init.zeros_(layer.bias)
-    return layer
-
-
 class NatureCNN(nn.Module):
     """``images (B, C, H, W)`` in ``[0, 1]`` (and ``extra (B, E)``) -> ``(B, features)``.
 
@@ -99,14 +91,14 @@ class NatureCNN(nn.Module):
     ) -> None:
         super().__init__()
         self.convs = nn.Sequential(
-            _init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
-            _init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            _init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
             nn.Flatten(),
         )  # fmt: skip
         with torch.no_grad():
             n_flat = int(self.convs(torch.zeros(1, channels, height, width)).shape[1])
-        self.linear = _init(nn.Linear(n_flat + extra_dim, features))
+        self.linear = layer_init(nn.Linear(n_flat + extra_dim, features))
         self.out_dim = features
 
     def forward(self, images: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:

@@ -101,9 +101,8 @@ class FCAgent(PPOAgent):
         self.encoder = build_encoder(self.single_observation_space, encoder)
         d = self.encoder.out_dim
         if self.encoder.kind == "cnn":
-            init = layer_init if ortho_init else (lambda layer, std=0.0: layer)
-            self.critic = init(nn.Linear(d, 1), std=1.0)
-            self.actor = init(nn.Linear(d, self.action_dim), std=0.01)
+            self.critic = layer_init(nn.Linear(d, 1), std=1.0, enabled=ortho_init)
+            self.actor = layer_init(nn.Linear(d, self.action_dim), std=0.01, enabled=ortho_init)
         else:
             self.critic = mlp(d, hidden_dim, 1, 1.0, ortho_init=ortho_init)
             self.actor = mlp(d, hidden_dim, self.action_dim, 0.01, ortho_init=ortho_init)
@@ -151,7 +150,7 @@ class _LSTMCore(nn.Module):
         elif cfg.obs_encoder:
             enc = nn.Linear(obs_dim, cfg.image_dim)
             act = ACTIVATIONS[cfg.activation]()
-            self.encoder = nn.Sequential(layer_init(enc) if cfg.ortho_init else enc, act)
+            self.encoder = nn.Sequential(layer_init(enc, enabled=cfg.ortho_init), act)
         self.lstm = nn.LSTM(cfg.image_dim if cfg.obs_encoder else obs_dim, cfg.memory_dim)
         if cfg.ortho_init:
             for name, param in self.lstm.named_parameters():
@@ -419,6 +418,11 @@ def get_agent(
             f"online.{key}: an option of the fc agent, got {value} with "
             f"{type(model_config).__name__}{hint}"
         )
+    if oc.encoder == "cnn" and isinstance(model_config, TransformerModelConfig):
+        raise ConfigError(
+            "online.encoder: 'cnn' is for the fc and lstm agents; the transformer embeds the "
+            "flattened observation, set encoder 'auto' or 'mlp'"
+        )
     agent: PPOAgent
     if model_config is None:
         sde = GSDEConfig(oc.sde_sample_freq, oc.full_std) if oc.use_sde else None
@@ -439,11 +443,6 @@ def get_agent(
         raise ConfigError(
             "online.log_std_init: the initial log-std of Box actions, expected the default 0.0 "
             f"for {agent.single_action_space!r}, got {oc.log_std_init}"
-        )
-    if oc.encoder == "cnn" and isinstance(agent, TransformerPPOAgent):
-        raise ConfigError(
-            "online.encoder: 'cnn' is for the fc and lstm agents; the transformer embeds the "
-            "flattened observation, set encoder 'auto' or 'mlp'"
         )
     if oc.normalize_obs and not isinstance(agent.single_observation_space, gym.spaces.Box):
         raise ConfigError(

@@ -20,7 +20,7 @@ import numpy as np
 
 from rlstore._checks import check_keys
 from rlstore._trees import flat_items
-from rlstore.checkpoint._atomic import _fsync_dir, write_text_atomic
+from rlstore.checkpoint._atomic import fsync_dir, write_text_atomic
 from rlstore.checkpoint._state import (
     load_state,
     metadata_file_path,
@@ -138,7 +138,7 @@ class ReplayState:
         if st is not None:
             _own_state_files(st, directory)
         _unflushed_marker(directory).unlink(missing_ok=True)  # the state describes the files
-        _fsync_dir(Path(directory))
+        fsync_dir(Path(directory))
         self._clean = True
 
     def _mark_unflushed(self) -> None:

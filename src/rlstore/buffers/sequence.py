@@ -51,7 +51,7 @@ from rlstore._checks import check_count, real_number
 from rlstore._trees import real_array, to_numpy
 from rlstore.buffers.nstep import episode_ends, fields, split_obs, to_torch
 from rlstore.errors import CapacityError, CheckpointError, ConfigError, SpecError
-from rlstore.samplers.prioritized import _beta
+from rlstore.samplers.prioritized import check_beta
 from rlstore.samplers.sequence import SequenceSampler
 from rlstore.samplers.uniform import check_ids
 
@@ -180,7 +180,7 @@ class SequenceReplay:
             )
         check_count("batch_size", batch_size)  # checked before _sync changes anything
         if beta is not None:
-            _beta(beta)
+            check_beta(beta)
         self._sync()
         ids, weights = self.sampler.sample(batch_size, beta)
         g, env = np.divmod(ids, n)

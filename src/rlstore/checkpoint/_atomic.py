@@ -42,7 +42,7 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds (Windows)
@@ -69,7 +69,7 @@ def write_text_atomic(path: str | Path, text: str | bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _write_checkpoint_files(
@@ -95,7 +95,7 @@ def _write_checkpoint_files(
     directory = final_state.parent
     if not directory.is_dir():
         directory.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(directory.parent)  # make the new folder's entry durable too
+        fsync_dir(directory.parent)  # make the new folder's entry durable too
     _remove_orphan_temporaries(directory, (final_state.name, final_meta.name))
     prev = final_state.with_name(final_state.name + ".prev")
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -120,12 +120,12 @@ def _write_checkpoint_files(
             f.flush()
             os.fsync(f.fileno())
         _keep_committed_state_reachable(final_meta, final_state, prev)
-        _fsync_dir(directory)
+        fsync_dir(directory)
         os.replace(tmp_state, final_state)
         os.replace(tmp_meta, final_meta)  # commit point
-        _fsync_dir(directory)
+        fsync_dir(directory)
         prev.unlink(missing_ok=True)
-        _fsync_dir(directory)
+        fsync_dir(directory)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp_meta.unlink(missing_ok=True)

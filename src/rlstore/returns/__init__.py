@@ -46,10 +46,10 @@ from rlstore.errors import SpecError
 from rlstore.returns._io import (
     _check_count,
     _check_eps,
-    _check_flags,
     _check_positive,
     _check_unit,
     _prepare,
+    check_flags,
 )
 
 __all__ = [
@@ -352,7 +352,7 @@ def _normalize_torch(adv: torch.Tensor, mask: Any, eps: float) -> torch.Tensor:
     if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
         m = mask
     else:  # checked on the CPU (0/1 numbers only), a copy back
-        m = torch.tensor(_check_flags("mask", _mask_like(adv.shape, mask)))
+        m = torch.tensor(check_flags("mask", _mask_like(adv.shape, mask)))
     if tuple(m.shape) != tuple(adv.shape):
         raise SpecError(f"mask: expected shape {tuple(adv.shape)} like adv, got {tuple(m.shape)}")
     m = m.to(adv.device)
@@ -371,7 +371,7 @@ def _normalize_numpy(adv: np.ndarray, mask: Any, eps: float) -> np.ndarray:
         if adv.size == 0:
             raise SpecError("adv: expected at least one element, got an empty array")
         return ((x - x.mean()) / (x.std() + eps)).astype(adv.dtype, copy=False)
-    m = _check_flags("mask", _mask_like(adv.shape, mask))
+    m = check_flags("mask", _mask_like(adv.shape, mask))
     if not m.any():
         raise SpecError("mask: expected at least one true entry, got none")
     sel = x[m]

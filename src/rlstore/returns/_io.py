@@ -180,14 +180,14 @@ def _prepare(
         f = to_numpy(name, x)
         if f.shape != shape:
             raise SpecError(f"{name}: expected shape {shape} like {ref_name}, got {f.shape}")
-        barrs.append(np.ascontiguousarray(_check_flags(name, f)))
+        barrs.append(np.ascontiguousarray(check_flags(name, f)))
     if shape2 is not shape:
         farrs = [a.reshape(shape2) for a in farrs]
         barrs = [a.reshape(shape2) for a in barrs]
     return farrs, barrs, _Out(tensors, out_dt, beside), shape
 
 
-def _check_flags(name: str, f: np.ndarray) -> np.ndarray:
+def check_flags(name: str, f: np.ndarray) -> np.ndarray:
     """``f`` as bool: bools, or real numbers that are exactly 0 or 1 (not 0.5, 2, NaN, "a")."""
     if f.dtype == np.bool_:
         return f

@@ -95,7 +95,7 @@ class PrioritizedSampler:
         seed: int | np.random.Generator | None = None,
     ):
         self.alpha = real_number("alpha", alpha, 0.0, _FLOAT_MAX, expected="a finite number >= 0")
-        self.beta = beta if isinstance(beta, LinearSchedule) else _beta(beta)
+        self.beta = beta if isinstance(beta, LinearSchedule) else check_beta(beta)
         self.eps = real_number("eps", eps, 0.0, _FLOAT_MAX, expected="a finite number > 0")
         if self.eps == 0.0:
             raise ConfigError(f"eps: expected a finite number > 0, got {eps!r}")
@@ -176,7 +176,7 @@ class PrioritizedSampler:
             ConfigError: ``beta`` not a number >= 0.
         """
         b = check_count("batch_size", batch_size)
-        b_exp = self.current_beta() if beta is None else _beta(beta)
+        b_exp = self.current_beta() if beta is None else check_beta(beta)
         if self.hi == self.lo or not self.tree.total > 0:
             raise EmptyBufferError("sample: no live id (the buffer is empty)")
         tree = self.tree
@@ -301,7 +301,7 @@ class PrioritizedSampler:
         self.max_priority, self.steps = max_p, steps
 
 
-def _beta(beta: Any) -> float:
+def check_beta(beta: Any) -> float:
     """``beta`` as a finite float >= 0 (ConfigError otherwise: ``inf`` made every weight 0)."""
     return real_number("beta", beta, 0.0, _FLOAT_MAX,
                        expected="a finite number >= 0 or a LinearSchedule")  # fmt: skip
